@@ -1,0 +1,32 @@
+# xdpshield. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+export PATH := $(PATH):/usr/local/go/bin
+KERNELS ?= 5.10 6.1 6.12 7.2
+
+.PHONY: help demo test generate check-generate lint bench vmtest kernels-repin study
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
+
+demo: ## the main job: a storm against the shield in throwaway namespaces (root)
+	@ci/deps.sh
+	$(GO) run ./cmd/shield storm
+
+test: ## every test (root for the privileged ones); installs missing packages
+	@ci/deps.sh
+	$(GO) test -count=1 -timeout 30m ./...
+
+generate: ## rebuild the bpf2go output (Debian clang + libbpf-dev)
+	@ci/deps.sh
+	$(GO) generate ./bpf/...
+
+check-generate: generate ## fail if the committed bpf2go output is stale
+	@git diff --exit-code --stat -- bpf/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1; }
+	$(GO) vet ./...
+
+bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
+	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./sim

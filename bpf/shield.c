@@ -1,0 +1,285 @@
+//go:build ignore
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * shield: the XDP rate-limiting program of xdpshield.
+ *
+ * One packet: parse (Ethernet, up to two VLAN tags, IPv4/IPv6 source) ->
+ * allow list -> deny list -> per-source token bucket (unknown sources go
+ * through the admission bucket first) -> per-CPU counter -> PASS or DROP.
+ * Anything the parser does not recognise passes: the shield limits, it does
+ * not filter protocols.
+ *
+ * Loads on 5.10 and later: LRU hash (4.10), LPM trie (4.11), array of maps
+ * (4.12), global data (5.2), bpf_jiffies64 (5.5), mmapable .bss (5.5).
+ * Atomics are plain lock-add (BPF_XADD, every kernel): no fetch variants,
+ * which need 5.12.
+ */
+#include "shield.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* One packet costs TOKEN credit; a bucket gains `rate` credit per nanosecond,
+ * so credit is in packet-nanoseconds and needs no division per packet. */
+#define TOKEN 1000000000LL
+
+/* Clock sources, chosen at load time through clock_mode. */
+#define CLOCK_KTIME 0   /* bpf_ktime_get_ns: exact, ~34 ns on this VM */
+#define CLOCK_JIFFIES 1 /* bpf_jiffies64 * ns_per_jiffy: ~2 ns, 1/HZ resolution */
+#define CLOCK_VIRTUAL 2 /* virtual_now_ns, set from user space (simulator) */
+
+/* Load-time switches: the verifier removes the branches they rule out. */
+const volatile __u8 clock_mode = CLOCK_KTIME;
+const volatile __u64 ns_per_jiffy = 4000000; /* 1e9 / CONFIG_HZ, measured by the loader */
+
+/* The simulator's clock; only read when clock_mode == CLOCK_VIRTUAL. */
+volatile __u64 virtual_now_ns;
+
+/* Written by clock_probe, read by the loader to measure CONFIG_HZ. */
+volatile __u64 probe_jiffies;
+volatile __u64 probe_ktime_ns;
+
+/* A token bucket. Shared by every CPU that sees the source: debits are atomic,
+ * refills are not (see take()). */
+struct bucket {
+	__u64 last_ns; /* clock reading of the last refill */
+	__s64 credit;  /* packet-nanoseconds; may dip below 0 under races */
+};
+
+/* Limit of one bucket, in the form the data path needs: no division. */
+struct limit {
+	__u64 rate;    /* packets per second == credit gained per nanosecond */
+	__u64 cap;     /* burst * TOKEN: credit of a full bucket */
+	__u64 fill_ns; /* nanoseconds from empty to full: ceil(cap / rate) */
+};
+
+#define CONFIG_DRY_RUN (1 << 0) /* count would-be limit/admission drops, pass them */
+#define CONFIG_ALLOW4 (1 << 1)  /* allow4 has entries (an empty trie is not looked up) */
+#define CONFIG_ALLOW6 (1 << 2)
+#define CONFIG_DENY4 (1 << 3)
+#define CONFIG_DENY6 (1 << 4)
+
+struct config {
+	struct limit source;    /* every tracked source */
+	struct limit admission; /* global: new sources per second */
+	__u32 flags;            /* CONFIG_* */
+	__u32 _pad;
+};
+
+/* clang emits BTF only for types a global reaches; the inner map's value is
+ * reached through a pointer only, so name it here (bpf2go needs it too). */
+const struct config *unused_config __attribute__((unused));
+
+/* Per-source state, the value of the sources table. */
+struct source {
+	struct bucket bucket;
+	__u64 passed;  /* packets passed (including the first, admitted one) */
+	__u64 dropped; /* packets dropped, or that would be dropped in dry-run */
+};
+
+struct src_key {
+	__u8 addr[16]; /* IPv6, or IPv4 mapped as ::ffff:a.b.c.d */
+};
+
+struct lpm4_key {
+	__u32 prefixlen;
+	__u8 addr[4];
+};
+
+struct lpm6_key {
+	__u32 prefixlen;
+	__u8 addr[16];
+};
+
+/* Counters: index (verdict * REASON_MAX + reason) * PROTO_MAX + proto. */
+#define MAX_COUNTERS (VERDICT_MAX * REASON_MAX * PROTO_MAX)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64); /* packets */
+} counters SEC(".maps");
+
+/* Per-source buckets. An LRU: when full, the least recently used source is
+ * evicted; the admission bucket bounds how fast strangers can force that.
+ * The loader sets max_entries (default 1,048,576). */
+#define MAX_SOURCES (1 << 20)
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_SOURCES);
+	__type(key, struct src_key);
+	__type(value, struct source);
+} sources SEC(".maps");
+
+/* Allow and deny lists. LPM tries need BPF_F_NO_PREALLOC. The value is unused. */
+#define MAX_LIST_ENTRIES 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_LIST_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm4_key);
+	__type(value, __u8);
+} allow4 SEC(".maps"), deny4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_LIST_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm6_key);
+	__type(value, __u8);
+} allow6 SEC(".maps"), deny6 SEC(".maps");
+
+/* The configuration lives in an inner array that user space replaces whole:
+ * the outer slot is swapped atomically and a running program keeps the map it
+ * looked up (RCU), so a packet never sees half an old, half a new config. */
+struct config_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct config);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct config_inner);
+} config_map SEC(".maps");
+
+/* The global admission bucket: one for all CPUs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct bucket);
+} admission SEC(".maps");
+
+/* now_ns is the only place the data path reads time. */
+static __always_inline __u64 now_ns(void)
+{
+	if (clock_mode == CLOCK_VIRTUAL)
+		return virtual_now_ns;
+	if (clock_mode == CLOCK_JIFFIES)
+		return bpf_jiffies64() * ns_per_jiffy;
+	return bpf_ktime_get_ns();
+}
+
+/*
+ * take refills b for the time since its last refill and takes one token.
+ *
+ * Accuracy with several CPUs on one bucket: a debit is an atomic add, so no
+ * passed packet goes uncharged. Two CPUs may read the same credit before
+ * either debits, so each time the bucket runs dry up to (CPUs - 1) extra
+ * packets pass; and two CPUs refilling in the same clock tick may both add
+ * the tick's credit (at most one extra refill per extra CPU per tick).
+ */
+static __always_inline int take(struct bucket *b, const struct limit *l, __u64 now)
+{
+	__u64 last = b->last_ns;
+
+	if (now > last) {
+		__u64 elapsed = now - last;
+		__s64 credit = b->credit;
+		__s64 add = elapsed >= l->fill_ns ? (__s64)l->cap : (__s64)(elapsed * l->rate);
+
+		if (credit + add > (__s64)l->cap)
+			add = (__s64)l->cap - credit;
+		b->last_ns = now;
+		__sync_fetch_and_add(&b->credit, add);
+	}
+	if (b->credit < TOKEN)
+		return 0;
+	__sync_fetch_and_add(&b->credit, -TOKEN);
+	return 1;
+}
+
+static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
+{
+	__u32 idx = (verdict * REASON_MAX + reason) * PROTO_MAX + proto;
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+
+	if (c)
+		*c += 1;
+	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
+}
+
+static __always_inline int listed(void *trie4, void *trie6, const struct packet *pkt,
+				  __u32 flags, __u32 has4, __u32 has6)
+{
+	if (pkt->is_v6) {
+		struct lpm6_key k = {.prefixlen = 128};
+
+		if (!(flags & has6))
+			return 0;
+		__builtin_memcpy(k.addr, pkt->src, 16);
+		return bpf_map_lookup_elem(trie6, &k) != NULL;
+	}
+	struct lpm4_key k = {.prefixlen = 32};
+
+	if (!(flags & has4))
+		return 0;
+	__builtin_memcpy(k.addr, &pkt->src[12], 4);
+	return bpf_map_lookup_elem(trie4, &k) != NULL;
+}
+
+SEC("xdp")
+int shield(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct packet pkt;
+	__u32 zero = 0;
+	int reason;
+
+	reason = parse(data, data_end, &pkt);
+	if (reason != REASON_OK)
+		return account(VERDICT_PASS, reason, PROTO_OTHER);
+
+	void *inner = bpf_map_lookup_elem(&config_map, &zero);
+	if (!inner)
+		return account(VERDICT_PASS, REASON_OK, pkt.proto); /* not configured yet */
+	struct config *cfg = bpf_map_lookup_elem(inner, &zero);
+	if (!cfg)
+		return account(VERDICT_PASS, REASON_OK, pkt.proto);
+	__u32 flags = cfg->flags;
+	__u32 limited = flags & CONFIG_DRY_RUN ? VERDICT_PASS : VERDICT_DROP;
+
+	if (listed(&allow4, &allow6, &pkt, flags, CONFIG_ALLOW4, CONFIG_ALLOW6))
+		return account(VERDICT_PASS, REASON_ALLOW, pkt.proto);
+	if (listed(&deny4, &deny6, &pkt, flags, CONFIG_DENY4, CONFIG_DENY6))
+		return account(VERDICT_DROP, REASON_DENY, pkt.proto);
+
+	__u64 now = now_ns();
+	struct source *src = bpf_map_lookup_elem(&sources, pkt.src);
+	if (src) {
+		if (take(&src->bucket, &cfg->source, now)) {
+			__sync_fetch_and_add(&src->passed, 1);
+			return account(VERDICT_PASS, REASON_OK, pkt.proto);
+		}
+		__sync_fetch_and_add(&src->dropped, 1);
+		return account(limited, REASON_LIMIT, pkt.proto);
+	}
+
+	/* A stranger: admitted only while the global admission bucket has a
+	 * token, so a forged flood neither fills the table nor gets a burst per
+	 * forged address. Refused strangers are not inserted. */
+	struct bucket *adm = bpf_map_lookup_elem(&admission, &zero);
+	if (!adm || !take(adm, &cfg->admission, now))
+		return account(limited, REASON_ADMISSION, pkt.proto);
+
+	struct source fresh = {
+		.bucket = {.last_ns = now, .credit = (__s64)cfg->source.cap - TOKEN},
+		.passed = 1,
+	};
+	bpf_map_update_elem(&sources, pkt.src, &fresh, BPF_NOEXIST);
+	return account(VERDICT_PASS, REASON_OK, pkt.proto);
+}
+
+/* clock_probe records jiffies and ktime together so the loader can measure
+ * CONFIG_HZ (the jiffies clock's resolution) by running it twice. */
+SEC("xdp")
+int clock_probe(struct xdp_md *ctx)
+{
+	probe_jiffies = bpf_jiffies64();
+	probe_ktime_ns = bpf_ktime_get_ns();
+	return XDP_PASS;
+}

@@ -1,0 +1,56 @@
+// Command shield is xdpshield's one binary. Each subcommand lives in its own
+// file and registers itself in commands.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+// commands is filled by the init functions of the subcommand files.
+var commands = map[string]command{}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: shield <command> [flags]\n\ncommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(os.Stderr, "\n`shield <command> -h` shows a command's flags.")
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		if os.Args[1] != "-h" && os.Args[1] != "help" && os.Args[1] != "--help" {
+			fmt.Fprintf(os.Stderr, "shield: unknown command %q\n\n", os.Args[1])
+		}
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cmd.run(ctx, os.Args[2:])
+	stop()
+	if err != nil {
+		slog.Error("shield "+os.Args[1], "err", err)
+		os.Exit(1)
+	}
+}

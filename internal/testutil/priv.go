@@ -1,0 +1,65 @@
+package testutil
+
+import (
+	"os"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequirePriv is set (SHIELD_REQUIRE_PRIV=1, as CI and the VMs do) when a
+// skip for missing privilege or a kernel feature must be a failure.
+func RequirePriv() bool { return os.Getenv("SHIELD_REQUIRE_PRIV") == "1" }
+
+// SkipOrFail skips t with reason, or fails it when RequirePriv is set.
+func SkipOrFail(t testing.TB, reason string) {
+	t.Helper()
+	if RequirePriv() {
+		t.Fatalf("required but unavailable (SHIELD_REQUIRE_PRIV=1): %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// Root skips (or fails, see RequirePriv) unless the test runs as root.
+func Root(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		SkipOrFail(t, "needs root (CAP_BPF, CAP_NET_ADMIN)")
+	}
+}
+
+// KernelAtLeast reports whether the running kernel is at least major.minor.
+func KernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var ma, mi int
+	rel := unix.ByteSliceToString(u.Release[:])
+	for i, n := 0, 0; i < len(rel); i++ {
+		c := rel[i]
+		if c >= '0' && c <= '9' {
+			if n == 0 {
+				ma = ma*10 + int(c-'0')
+			} else {
+				mi = mi*10 + int(c-'0')
+			}
+			continue
+		}
+		if c != '.' || n == 1 {
+			break
+		}
+		n++
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
+
+// Kernel skips t when the kernel is older than major.minor, naming feature.
+// A kernel that is new enough but lacks the feature is the test's failure to
+// report, not this helper's.
+func Kernel(t testing.TB, major, minor int, feature string) {
+	t.Helper()
+	if !KernelAtLeast(major, minor) {
+		t.Skipf("%s needs kernel %d.%d+", feature, major, minor)
+	}
+}
