@@ -1,0 +1,211 @@
+package topo
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Prefix starts the name of every namespace this package creates.
+const Prefix = "xdps-"
+
+const netnsDir = "/run/netns"
+
+// NS is a named network namespace created by New.
+type NS struct {
+	Name   string
+	handle netns.NsHandle
+}
+
+// New creates the namespace Prefix+role+"-"+pid with its loopback up. The pid
+// suffix lets CleanupStale tell a crashed run's namespaces from live ones.
+func New(role string) (*NS, error) {
+	name := fmt.Sprintf("%s%s-%d", Prefix, role, os.Getpid())
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("get current netns: %w", err)
+	}
+	defer orig.Close()
+	h, err := netns.NewNamed(name)
+	if err != nil {
+		return nil, fmt.Errorf("create netns %s: %w", name, err)
+	}
+	if err := netns.Set(orig); err != nil {
+		// The thread is stuck in the new namespace; let it die with it.
+		runtime.UnlockOSThread()
+		return nil, fmt.Errorf("return to original netns: %w", err)
+	}
+	ns := &NS{Name: name, handle: h}
+	if err := ns.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("loopback up in %s: %w", name, err)
+	}
+	return ns, nil
+}
+
+// Handle is the namespace's file descriptor handle.
+func (n *NS) Handle() netns.NsHandle { return n.handle }
+
+// Do runs fn on a locked OS thread inside the namespace.
+func (n *NS) Do(fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return fmt.Errorf("get current netns: %w", err)
+	}
+	defer orig.Close()
+	if err := netns.Set(n.handle); err != nil {
+		return fmt.Errorf("enter %s: %w", n.Name, err)
+	}
+	ferr := fn()
+	if err := netns.Set(orig); err != nil {
+		panic(fmt.Sprintf("cannot return to the original netns: %v", err))
+	}
+	return ferr
+}
+
+// Command returns cmd run inside the namespace (through `ip netns exec`).
+func (n *NS) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// Close deletes the namespace; its links go with it.
+func (n *NS) Close() error {
+	if n == nil {
+		return nil
+	}
+	n.handle.Close()
+	if err := netns.DeleteNamed(n.Name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete netns %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// Veth creates a veth pair with one end (aName) in a and the other (bName)
+// in b, both up. The pair is created inside a, never in the root namespace.
+func Veth(a *NS, aName string, b *NS, bName string) error {
+	return a.Do(func() error {
+		la := netlink.NewLinkAttrs()
+		la.Name = aName
+		v := &netlink.Veth{LinkAttrs: la, PeerName: bName, PeerNamespace: netlink.NsFd(int(b.handle))}
+		if err := netlink.LinkAdd(v); err != nil {
+			return fmt.Errorf("add veth %s/%s: %w", aName, bName, err)
+		}
+		l, err := netlink.LinkByName(aName)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		return b.Do(func() error {
+			l, err := netlink.LinkByName(bName)
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetUp(l)
+		})
+	})
+}
+
+// AddAddr adds cidr (e.g. "198.18.0.1/24", "2001:db8::1/64") to dev in n.
+// IPv6 duplicate address detection is skipped: the address is usable at once.
+func (n *NS) AddAddr(dev, cidr string) error {
+	return n.Do(func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("find %s in %s: %w", dev, n.Name, err)
+		}
+		a, err := netlink.ParseAddr(cidr)
+		if err != nil {
+			return fmt.Errorf("parse %q: %w", cidr, err)
+		}
+		a.Flags |= syscall.IFA_F_NODAD
+		if err := netlink.AddrAdd(l, a); err != nil {
+			return fmt.Errorf("add %s to %s in %s: %w", cidr, dev, n.Name, err)
+		}
+		return nil
+	})
+}
+
+// LinkIndex returns the ifindex of dev in n.
+func (n *NS) LinkIndex(dev string) (int, error) {
+	var idx int
+	err := n.Do(func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("find %s in %s: %w", dev, n.Name, err)
+		}
+		idx = l.Attrs().Index
+		return nil
+	})
+	return idx, err
+}
+
+// HardwareAddr returns dev's MAC address in n.
+func (n *NS) HardwareAddr(dev string) (net.HardwareAddr, error) {
+	var mac net.HardwareAddr
+	err := n.Do(func() error {
+		l, err := netlink.LinkByName(dev)
+		if err != nil {
+			return fmt.Errorf("find %s in %s: %w", dev, n.Name, err)
+		}
+		mac = l.Attrs().HardwareAddr
+		return nil
+	})
+	return mac, err
+}
+
+// CleanupStale deletes namespaces named Prefix*-PID whose PID is not alive:
+// leftovers of a crashed or killed run. It returns the names removed.
+func CleanupStale() ([]string, error) {
+	entries, err := os.ReadDir(netnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, Prefix) {
+			continue
+		}
+		pid, err := strconv.Atoi(name[strings.LastIndexByte(name, '-')+1:])
+		if err != nil || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		if err := netns.DeleteNamed(name); err != nil {
+			errs = append(errs, fmt.Errorf("delete stale %s: %w", filepath.Join(netnsDir, name), err))
+			continue
+		}
+		removed = append(removed, name)
+	}
+	return removed, errors.Join(errs...)
+}
+
+func processAlive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,81 @@
+package topo
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netns"
+
+	"xdpshield/internal/testutil"
+)
+
+func TestPairPingAndCleanup(t *testing.T) {
+	testutil.Root(t)
+	a, err := New("ta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := New("tb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := Veth(a, "va", b, "vb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddAddr("va", "198.18.0.1/24"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddAddr("vb", "198.18.0.2/24"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := a.Command("ping", "-c1", "-W2", "198.18.0.2").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ping across the pair: %v\n%s", err, out)
+	}
+	// The root namespace never sees the links.
+	root, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := os.Stat("/sys/class/net/va"); err == nil {
+		t.Fatal("veth va appeared in the root namespace")
+	}
+
+	names := []string{a.Name, b.Name}
+	a.Close()
+	b.Close()
+	for _, n := range names {
+		if _, err := os.Stat("/run/netns/" + n); err == nil {
+			t.Errorf("namespace %s still exists after Close", n)
+		}
+		if !strings.HasPrefix(n, Prefix) {
+			t.Errorf("namespace %s lacks the prefix %s", n, Prefix)
+		}
+	}
+}
+
+func TestCleanupStaleRemovesDeadPids(t *testing.T) {
+	testutil.Root(t)
+	// A pid that cannot be alive: beyond pid_max's ceiling.
+	const dead = "xdps-stale-4194305"
+	if out, err := exec.Command("ip", "netns", "add", dead).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v\n%s", err, out)
+	}
+	removed, err := CleanupStale()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range removed {
+		found = found || r == dead
+	}
+	if !found {
+		netns.DeleteNamed(dead)
+		t.Fatalf("CleanupStale() removed %v, want it to include %s", removed, dead)
+	}
+}
