@@ -1,0 +1,254 @@
+package shield
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+
+	"xdpshield/bpf"
+)
+
+// Clock selects where the program reads time.
+type Clock uint8
+
+const (
+	// ClockJiffies reads bpf_jiffies64 (cheapest; resolution 1/CONFIG_HZ,
+	// which the loader measures). The default.
+	ClockJiffies Clock = iota
+	// ClockKtime reads bpf_ktime_get_ns (exact, dearer).
+	ClockKtime
+	// ClockVirtual reads a variable set with SetTime: the simulator's clock.
+	ClockVirtual
+)
+
+// clock_mode values in bpf/shield.c.
+var clockModes = map[Clock]uint8{ClockKtime: 0, ClockJiffies: 1, ClockVirtual: 2}
+
+const (
+	// DefaultTableSize is the default capacity of the sources table.
+	DefaultTableSize = 1 << 20
+	// MaxTableSize bounds the table: about 100 bytes of kernel memory per
+	// entry, so 16M sources is already 1.6 GiB.
+	MaxTableSize = 1 << 24
+)
+
+// Options configure Load.
+type Options struct {
+	// TableSize is the capacity of the per-source table (default 1,048,576).
+	TableSize uint32
+	// Clock is the program's time source (default ClockJiffies).
+	Clock Clock
+	// PinPath, when set, pins every map there (creating the directory) and
+	// reuses maps already pinned with the same definition, so a restarted
+	// service adopts state.
+	PinPath string
+	// Limits are written when the collection carries no configuration yet
+	// (a fresh load); adopted pinned state keeps its own. Zero means
+	// DefaultLimits.
+	Limits Limits
+}
+
+// Shield is a loaded shield program and its maps.
+type Shield struct {
+	objs      bpf.ShieldObjects
+	innerSpec *ebpf.MapSpec
+	clock     Clock
+	tableSize uint32
+
+	mu     sync.Mutex // serialises changes of configuration and lists
+	limits Limits
+}
+
+// Load loads the program and its maps. Nothing is attached.
+func Load(opts Options) (*Shield, error) {
+	if opts.TableSize == 0 {
+		opts.TableSize = DefaultTableSize
+	}
+	if opts.TableSize > MaxTableSize {
+		return nil, fmt.Errorf("table size %d exceeds the maximum %d", opts.TableSize, MaxTableSize)
+	}
+	if opts.Limits == (Limits{}) {
+		opts.Limits = DefaultLimits()
+	}
+	if err := opts.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	mode, ok := clockModes[opts.Clock]
+	if !ok {
+		return nil, fmt.Errorf("unknown clock %d", opts.Clock)
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
+	}
+
+	spec, err := bpf.LoadShield()
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	spec.Maps["sources"].MaxEntries = opts.TableSize
+	if err := spec.Variables["clock_mode"].Set(mode); err != nil {
+		return nil, fmt.Errorf("set clock_mode: %w", err)
+	}
+	if opts.Clock == ClockJiffies {
+		nsPerJiffy, err := jiffyLength()
+		if err != nil {
+			return nil, err
+		}
+		if err := spec.Variables["ns_per_jiffy"].Set(nsPerJiffy); err != nil {
+			return nil, fmt.Errorf("set ns_per_jiffy: %w", err)
+		}
+	}
+
+	var collOpts ebpf.CollectionOptions
+	if opts.PinPath != "" {
+		if err := os.MkdirAll(opts.PinPath, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin directory: %w", err)
+		}
+		collOpts.Maps.PinPath = opts.PinPath
+		for name, m := range spec.Maps {
+			// Global data (.bss, .rodata) belongs to one program instance.
+			if filepath.Ext(name) == "" {
+				m.Pinning = ebpf.PinByName
+			}
+		}
+	}
+
+	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tableSize: opts.TableSize}
+	if err := spec.LoadAndAssign(&s.objs, &collOpts); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load shield: %+v", ve)
+		}
+		return nil, fmt.Errorf("load shield: %w", err)
+	}
+
+	cfg, ok, err := s.readConfig()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if ok {
+		s.limits = limitsOf(cfg)
+	} else if err := s.start(opts.Limits); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close releases the program and maps (pinned maps stay pinned).
+func (s *Shield) Close() error { return s.objs.Close() }
+
+// Program is the XDP program, for attaching and test runs.
+func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
+
+// TableSize is the capacity of the sources table.
+func (s *Shield) TableSize() uint32 { return s.tableSize }
+
+// Clock is the time source the program was loaded with.
+func (s *Shield) Clock() Clock { return s.clock }
+
+// Limits returns the configuration in force.
+func (s *Shield) Limits() Limits {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.limits
+}
+
+// SetLimits validates l and makes it the configuration in one atomic swap.
+func (s *Shield) SetLimits(l Limits) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.publish(l)
+}
+
+// SetTime sets the virtual clock; only for ClockVirtual.
+func (s *Shield) SetTime(ns uint64) error {
+	if s.clock != ClockVirtual {
+		return errors.New("set time: the shield was not loaded with the virtual clock")
+	}
+	return s.objs.VirtualNowNs.Set(ns)
+}
+
+// Counters reads the packet counters, summed over CPUs.
+func (s *Shield) Counters() (Counters, error) { return readCounters(s.objs.Counters) }
+
+// readConfig returns the configuration in the outer map's slot, if any.
+func (s *Shield) readConfig() (bpf.ShieldConfig, bool, error) {
+	var cfg bpf.ShieldConfig
+	var id ebpf.MapID
+	if err := s.objs.ConfigMap.Lookup(uint32(0), &id); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return cfg, false, nil
+		}
+		return cfg, false, fmt.Errorf("read config slot: %w", err)
+	}
+	inner, err := ebpf.NewMapFromID(id)
+	if err != nil {
+		return cfg, false, fmt.Errorf("open config map %d: %w", id, err)
+	}
+	defer inner.Close()
+	if err := inner.Lookup(uint32(0), &cfg); err != nil {
+		return cfg, false, fmt.Errorf("read config: %w", err)
+	}
+	return cfg, true, nil
+}
+
+// publish writes l with the current list flags into a fresh inner map and
+// swaps it in. Callers hold s.mu (or own s exclusively).
+func (s *Shield) publish(l Limits) error {
+	flags, err := s.listFlags()
+	if err != nil {
+		return err
+	}
+	return s.publishFlags(l, flags)
+}
+
+func (s *Shield) publishFlags(l Limits, flags uint32) error {
+	inner, err := ebpf.NewMap(s.innerSpec)
+	if err != nil {
+		return fmt.Errorf("create config map: %w", err)
+	}
+	defer inner.Close()
+	if err := inner.Put(uint32(0), l.config(flags)); err != nil {
+		return fmt.Errorf("write config: %w", err)
+	}
+	if err := s.objs.ConfigMap.Put(uint32(0), inner); err != nil {
+		return fmt.Errorf("swap config: %w", err)
+	}
+	s.limits = l
+	return nil
+}
+
+// start configures a freshly loaded collection: a full admission bucket, so
+// the first strangers are admitted whatever the clock reads, then the limits.
+func (s *Shield) start(l Limits) error {
+	full := bpf.ShieldBucket{Credit: int64(l.AdmissionBurst * token)}
+	if err := s.objs.Admission.Put(uint32(0), full); err != nil {
+		return fmt.Errorf("fill admission bucket: %w", err)
+	}
+	return s.publish(l)
+}
+
+var jiffy struct {
+	once sync.Once
+	ns   uint64
+	err  error
+}
+
+// jiffyLength measures 1e9/CONFIG_HZ by reading jiffies and ktime twice,
+// 100 ms apart, through clock_probe; the result is snapped to the HZ values
+// Linux offers and cached for the process.
+func jiffyLength() (uint64, error) {
+	jiffy.once.Do(func() { jiffy.ns, jiffy.err = measureJiffy() })
+	return jiffy.ns, jiffy.err
+}

@@ -1,0 +1,59 @@
+package sim
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/shield"
+)
+
+// Shorthands for counter keys.
+const (
+	pass = shield.Pass
+	drop = shield.Drop
+)
+
+// load loads a shield with the virtual clock (time 0) and limits l, closed
+// when t ends.
+func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
+	t.Helper()
+	testutil.Root(t)
+	s, err := shield.Load(shield.Options{TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
+	require.NoError(t, err, "shield.Load()")
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// addList puts CIDRs on list l.
+func addList(t testing.TB, s *shield.Shield, l shield.List, cidrs ...string) {
+	t.Helper()
+	ps, err := shield.ParsePrefixes(cidrs)
+	require.NoError(t, err, "ParsePrefixes(%q)", cidrs)
+	require.NoError(t, s.Add(l, ps), "Add(%s, %q)", l, cidrs)
+}
+
+// source reads one source's entry, failing t when it is not tracked.
+func source(t testing.TB, s *shield.Shield, addr string) shield.Source {
+	t.Helper()
+	src, ok, err := s.Source(netip.MustParseAddr(addr))
+	require.NoError(t, err, "Source(%s)", addr)
+	require.True(t, ok, "Source(%s): not tracked", addr)
+	return src
+}
+
+// protoOf maps a built frame's L4 to the counter protocol.
+func protoOf(l L4) shield.Proto {
+	switch l {
+	case TCP:
+		return shield.ProtoTCP
+	case UDP:
+		return shield.ProtoUDP
+	default:
+		return shield.ProtoICMP
+	}
+}
+
+func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

@@ -1,0 +1,51 @@
+package sim
+
+import (
+	"fmt"
+
+	"xdpshield/shield"
+)
+
+// Key names one shield counter as scenarios and goldens write it:
+// "verdict/reason/proto", e.g. "drop/limit/udp".
+func Key(v shield.Verdict, r shield.Reason, p shield.Proto) string {
+	return fmt.Sprintf("%s/%s/%s", v, r, p)
+}
+
+// CounterMap turns the shield's counters into named counts (non-zero only).
+func CounterMap(c shield.Counters) map[string]uint64 {
+	m := map[string]uint64{}
+	c.Each(func(v shield.Verdict, r shield.Reason, p shield.Proto, n uint64) {
+		m[Key(v, r, p)] = n
+	})
+	return m
+}
+
+// ShieldTarget is a scenario target for a loaded shield; the virtual clock is
+// wired when the shield was loaded with shield.ClockVirtual.
+func ShieldTarget(s *shield.Shield) Target {
+	t := Target{
+		Prog: s.Program(),
+		Counters: func() (map[string]uint64, error) {
+			c, err := s.Counters()
+			if err != nil {
+				return nil, err
+			}
+			return CounterMap(c), nil
+		},
+	}
+	if s.Clock() == shield.ClockVirtual {
+		t.SetTime = s.SetTime
+	}
+	return t
+}
+
+// One is the counter delta of one frame: {Key(v, r, p): 1}.
+func One(v shield.Verdict, r shield.Reason, p shield.Proto) map[string]uint64 {
+	return map[string]uint64{Key(v, r, p): 1}
+}
+
+// N is the counter delta of n frames: {Key(v, r, p): n}.
+func N(n uint64, v shield.Verdict, r shield.Reason, p shield.Proto) map[string]uint64 {
+	return map[string]uint64{Key(v, r, p): n}
+}

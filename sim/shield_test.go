@@ -1,0 +1,196 @@
+package sim
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/shield"
+)
+
+const sec = time.Second
+
+// TestBurstThenRefill: a new source gets exactly its burst, then exactly one
+// packet per 1/rate of virtual time, not a nanosecond earlier, and an idle
+// bucket fills back to the burst, not beyond.
+func TestBurstThenRefill(t *testing.T) {
+	for _, tc := range []struct{ rate, burst uint64 }{
+		{rate: 10, burst: 5},
+		{rate: 1000, burst: 1},
+		{rate: 3, burst: 100},
+		{rate: 1_000_000, burst: 2000},
+	} {
+		t.Run(fmt.Sprintf("rate=%d,burst=%d", tc.rate, tc.burst), func(t *testing.T) {
+			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
+			f := From("198.18.0.1", UDP).Bytes()
+			t0 := 1 * sec
+			// 1/rate in ns, rounded up: the first instant a whole token is back.
+			gap := time.Duration((uint64(sec) + tc.rate - 1) / tc.rate)
+			udp := shield.ProtoUDP
+			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
+				{Name: "over burst", At: t0, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "one token", At: t0 + gap, Frame: f, Want: Pass, Delta: One(pass, shield.ReasonOK, udp)},
+				{Name: "only one", At: t0 + gap, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
+				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+			}}.Run(t)
+			src := source(t, s, "198.18.0.1")
+			assert.Equal(t, 2*tc.burst+1, src.Passed, "Source().Passed")
+			assert.Equal(t, uint64(4), src.Dropped, "Source().Dropped")
+			assert.True(t, src.Limited, "Source().Limited")
+		})
+	}
+}
+
+// TestRefillAtRate sends faster than the rate for a while and checks every
+// verdict against the closed form of a bucket that never fills up again:
+// packet i passes iff passed < burst + floor((t_i - t0) * rate / 1s).
+// The closed form holds when gap < 1/rate and burst >= 2: after the burst
+// the credit stays below one packet before a refill and below two after it,
+// so the cap (burst packets) never clips a refill. Clipping is what
+// TestBurstThenRefill's idle step checks.
+func TestRefillAtRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate, burst uint64
+		gap         time.Duration
+		n           int
+	}{
+		{rate: 10, burst: 5, gap: 7 * time.Millisecond, n: 400},
+		{rate: 3, burst: 2, gap: 100 * time.Millisecond, n: 200},
+		{rate: 1000, burst: 2, gap: 333 * time.Microsecond, n: 400},
+		{rate: 7, burst: 3, gap: 100 * time.Millisecond, n: 300},
+	} {
+		t.Run(fmt.Sprintf("rate=%d,burst=%d,gap=%s", tc.rate, tc.burst, tc.gap), func(t *testing.T) {
+			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
+			f := From("2001:db8::7", TCP).Bytes()
+			t0 := 5 * sec
+			var steps []Step
+			var passed, dropped uint64
+			for i := range tc.n {
+				at := t0 + time.Duration(i)*tc.gap
+				earned := tc.burst + uint64(at-t0)*tc.rate/uint64(sec)
+				st := Step{Name: fmt.Sprintf("packet %d", i), At: at, Frame: f}
+				if passed < earned {
+					passed++
+					st.Want, st.Delta = Pass, One(pass, shield.ReasonOK, shield.ProtoTCP)
+				} else {
+					dropped++
+					st.Want, st.Delta = Drop, One(drop, shield.ReasonLimit, shield.ProtoTCP)
+				}
+				steps = append(steps, st)
+			}
+			require.NotZero(t, dropped, "the test must send faster than the rate")
+			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: steps}.Run(t)
+			src := source(t, s, "2001:db8::7")
+			assert.Equal(t, passed, src.Passed, "Source().Passed")
+			assert.Equal(t, dropped, src.Dropped, "Source().Dropped")
+		})
+	}
+}
+
+// TestLists: allow beats deny and is never limited; deny drops even a source
+// with tokens; neither list inserts the source into the table.
+func TestLists(t *testing.T) {
+	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
+	addList(t, s, shield.DenyList, "198.18.0.0/15", "2001:db8::/32")
+	addList(t, s, shield.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
+	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
+	allowed4 := From("198.18.1.9", TCP).Bytes()
+	allowed6 := From("2001:db8:1::9", UDP, Double...).Bytes()
+	denied4 := From("198.19.0.1", ICMP, Single...).Bytes()
+	denied6 := From("2001:db8:2::1", TCP).Bytes()
+	outside := From("203.0.113.1", UDP).Bytes()
+	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: Pass, Delta: N(50, pass, shield.ReasonAllow, tcp)},
+		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: Pass, Delta: N(50, pass, shield.ReasonAllow, udp)},
+		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonDeny, icmp)},
+		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
+		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
+		{Name: "unlisted over burst", At: sec, Frame: outside, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+	}}.Run(t)
+	n, err := s.SourceCount()
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "SourceCount() after listed traffic")
+
+	// Removing the allow entry exposes the deny list, without a reload.
+	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
+	require.NoError(t, err)
+	require.NoError(t, s.Remove(shield.AllowList, ps))
+	Scenario{Name: t.Name() + "/after remove", Target: ShieldTarget(s), Steps: []Step{
+		{Name: "now denied", At: sec, Frame: allowed4, Want: Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
+		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: Pass, Delta: One(pass, shield.ReasonAllow, udp)},
+	}}.Run(t)
+}
+
+// TestFamiliesAndTags: IPv6 and VLAN-tagged (802.1Q, and 802.1ad over
+// 802.1Q) sources are limited exactly like an untagged IPv4 source, each
+// counted under its own protocol, and share one bucket per address whatever
+// the tagging.
+func TestFamiliesAndTags(t *testing.T) {
+	const burst = 4
+	s := load(t, 4096, shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 1000})
+	tags := map[string][]Tag{"untagged": nil, "802.1Q": Single, "802.1ad+802.1Q": Double}
+	n := 0
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		for _, tagName := range []string{"untagged", "802.1Q", "802.1ad+802.1Q"} {
+			for _, l4 := range []L4{TCP, UDP, ICMP} {
+				n++
+				src := fmt.Sprintf("198.18.3.%d", n)
+				if fam == "ipv6" {
+					src = fmt.Sprintf("2001:db8:3::%x", n)
+				}
+				t.Run(fmt.Sprintf("%s/%s/%s", fam, tagName, l4), func(t *testing.T) {
+					f := From(src, l4, tags[tagName]...).Bytes()
+					p := protoOf(l4)
+					Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+						{Name: "burst", At: sec, Frame: f, Times: burst, Want: Pass, Delta: N(burst, pass, shield.ReasonOK, p)},
+						{Name: "limited", At: sec, Frame: f, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonLimit, p)},
+						{Name: "refill", At: 2 * sec, Frame: f, Want: Pass, Delta: One(pass, shield.ReasonOK, p)},
+					}}.Run(t)
+					got := source(t, s, src)
+					assert.Equal(t, shield.Source{Addr: got.Addr, Passed: burst + 1, Dropped: 3, Limited: true}, got, "Source(%s)", src)
+				})
+			}
+		}
+	}
+	// The same address untagged and double tagged is one source.
+	Scenario{Name: t.Name() + "/one bucket per address", Target: ShieldTarget(s), Steps: []Step{
+		{Name: "untagged", At: 3 * sec, Frame: From("198.18.4.1", UDP).Bytes(), Times: burst, Want: Pass},
+		{Name: "double tagged, same source", At: 3 * sec, Frame: From("198.18.4.1", TCP, Double...).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonLimit, shield.ProtoTCP)},
+	}}.Run(t)
+}
+
+// TestDryRun: would-be limit and admission drops are counted under their
+// reason and pass; lists still apply; turning dry-run off enforces at once.
+func TestDryRun(t *testing.T) {
+	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
+	s := load(t, 4096, l)
+	addList(t, s, shield.DenyList, "198.18.9.0/24")
+	udp := shield.ProtoUDP
+	a := From("198.18.0.1", UDP).Bytes()
+	b := From("198.18.0.2", UDP).Bytes()
+	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+		{Name: "burst", At: sec, Frame: a, Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
+		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: Pass, Delta: N(5, pass, shield.ReasonLimit, udp)},
+		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: Pass, Delta: N(3, pass, shield.ReasonAdmission, udp)},
+		{Name: "deny still drops", At: sec, Frame: From("198.18.9.1", UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonDeny, udp)},
+	}}.Run(t)
+	got := source(t, s, "198.18.0.1")
+	assert.Equal(t, uint64(2), got.Passed, "Source().Passed")
+	assert.Equal(t, uint64(5), got.Dropped, "Source().Dropped (would-be drops)")
+	_, ok, err := s.Source(netipAddr("198.18.0.2"))
+	require.NoError(t, err)
+	assert.False(t, ok, "a stranger refused admission in dry-run must not be inserted")
+
+	l.DryRun = false
+	require.NoError(t, s.SetLimits(l))
+	Scenario{Name: t.Name() + "/enforcing", Target: ShieldTarget(s), Steps: []Step{
+		{Name: "limited", At: sec, Frame: a, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "not admitted", At: sec, Frame: b, Want: Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
+	}}.Run(t)
+}
