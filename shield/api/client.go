@@ -1,0 +1,166 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"xdpshield/shield"
+)
+
+// DefaultListen is where the service listens unless told otherwise.
+const DefaultListen = "127.0.0.1:9470"
+
+// Client talks to a Server.
+type Client struct {
+	// Base is the server's URL, e.g. "http://127.0.0.1:9470".
+	Base string
+	// Token is sent as a bearer token (changes need it).
+	Token string
+	// Operator names who makes changes in the service's logs.
+	Operator string
+	// HTTP is the client used (default http.DefaultClient).
+	HTTP *http.Client
+}
+
+// Error is an answer other than 2xx.
+type Error struct {
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
+}
+
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	base := strings.TrimSuffix(c.Base, "/")
+	if base == "" {
+		base = "http://" + DefaultListen
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return fmt.Errorf("build request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	if c.Operator != "" {
+		req.Header.Set(OperatorHeader, c.Operator)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e ErrorResponse
+		if json.Unmarshal(data, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(data))
+		}
+		return &Error{Status: resp.StatusCode, Message: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return nil
+}
+
+// Counters reads GET /v1/counters.
+func (c *Client) Counters(ctx context.Context) (CountersResponse, error) {
+	var r CountersResponse
+	return r, c.do(ctx, http.MethodGet, "/v1/counters", nil, &r)
+}
+
+// Top reads GET /v1/top.
+func (c *Client) Top(ctx context.Context, n int, by shield.TopOrder) (TopResponse, error) {
+	var r TopResponse
+	q := url.Values{"n": {strconv.Itoa(n)}, "by": {by.String()}}
+	return r, c.do(ctx, http.MethodGet, "/v1/top?"+q.Encode(), nil, &r)
+}
+
+// Limits reads GET /v1/limits.
+func (c *Client) Limits(ctx context.Context) (shield.Limits, error) {
+	var l shield.Limits
+	return l, c.do(ctx, http.MethodGet, "/v1/limits", nil, &l)
+}
+
+// SetLimits replaces the limits (PUT /v1/limits).
+func (c *Client) SetLimits(ctx context.Context, l shield.Limits) (LimitsChange, error) {
+	var r LimitsChange
+	return r, c.do(ctx, http.MethodPut, "/v1/limits", l, &r)
+}
+
+// List reads GET /v1/allow or /v1/deny.
+func (c *Client) List(ctx context.Context, l shield.List) (ListResponse, error) {
+	var r ListResponse
+	return r, c.do(ctx, http.MethodGet, "/v1/"+l.String(), nil, &r)
+}
+
+// Add puts prefixes on list l (POST), all or none.
+func (c *Client) Add(ctx context.Context, l shield.List, prefixes []string) (ListResponse, error) {
+	var r ListResponse
+	return r, c.do(ctx, http.MethodPost, "/v1/"+l.String(), PrefixesRequest{Prefixes: prefixes}, &r)
+}
+
+// Remove takes prefixes off list l (DELETE), all or none.
+func (c *Client) Remove(ctx context.Context, l shield.List, prefixes []string) (ListResponse, error) {
+	var r ListResponse
+	return r, c.do(ctx, http.MethodDelete, "/v1/"+l.String(), PrefixesRequest{Prefixes: prefixes}, &r)
+}
+
+// Metrics reads GET /metrics as text.
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	base := strings.TrimSuffix(c.Base, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("get /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("get /metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
+	}
+	return string(b), nil
+}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"xdpshield/shield"
+)
+
+// BuildInfo labels shield_build_info.
+type BuildInfo struct {
+	Version  string
+	Revision string
+}
+
+// scrapeTimeout bounds the table walk a scrape does to count sources.
+const scrapeTimeout = 5 * time.Second
+
+var (
+	descPackets = prometheus.NewDesc("shield_packets_total",
+		"Packets seen by the XDP program, by verdict, reason and protocol (summed over CPUs).",
+		[]string{"verdict", "reason", "proto"}, nil)
+	descTracked = prometheus.NewDesc("shield_sources_tracked",
+		"Sources in the per-source table.", nil, nil)
+	descCapacity = prometheus.NewDesc("shield_sources_capacity",
+		"Capacity of the per-source table.", nil, nil)
+	descRate = prometheus.NewDesc("shield_limit_rate_packets_per_second",
+		"Configured refill rate of a bucket: per source, or for admitting new sources.", []string{"bucket"}, nil)
+	descBurst = prometheus.NewDesc("shield_limit_burst_packets",
+		"Configured burst of a bucket: per source, or for admitting new sources.", []string{"bucket"}, nil)
+	descDryRun = prometheus.NewDesc("shield_dry_run",
+		"1 when the shield counts would-be drops and passes them.", nil, nil)
+	descList = prometheus.NewDesc("shield_list_prefixes",
+		"Prefixes on the allow and deny lists.", []string{"list", "family"}, nil)
+	descBuild = prometheus.NewDesc("shield_build_info",
+		"Build of the running shield service; the value is always 1.",
+		[]string{"version", "revision", "goversion"}, nil)
+)
+
+// collector reads the program's maps at scrape time.
+type collector struct {
+	s     *Server
+	build BuildInfo
+}
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descDryRun, descList, descBuild} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	sh := c.s.sh
+	if cnt, err := sh.Counters(); err != nil {
+		ch <- prometheus.NewInvalidMetric(descPackets, err)
+	} else {
+		for _, v := range shield.Verdicts() {
+			for _, r := range shield.Reasons() {
+				for _, p := range shield.Protos() {
+					ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue,
+						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
+				}
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	if n, err := c.s.sourceCount(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(descTracked, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(descTracked, prometheus.GaugeValue, float64(n))
+	}
+	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(sh.TableSize()))
+
+	l := sh.Limits()
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Rate), "source")
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.AdmissionRate), "admission")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Burst), "source")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.AdmissionBurst), "admission")
+	dry := 0.0
+	if l.DryRun {
+		dry = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descDryRun, prometheus.GaugeValue, dry)
+
+	for _, list := range []shield.List{shield.AllowList, shield.DenyList} {
+		ps, err := sh.List(list)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(descList, err)
+			continue
+		}
+		n4, n6 := 0, 0
+		for _, p := range ps {
+			if p.Addr().Is4() {
+				n4++
+			} else {
+				n6++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descList, prometheus.GaugeValue, float64(n4), list.String(), "ipv4")
+		ch <- prometheus.MustNewConstMetric(descList, prometheus.GaugeValue, float64(n6), list.String(), "ipv6")
+	}
+	ch <- prometheus.MustNewConstMetric(descBuild, prometheus.GaugeValue, 1,
+		c.build.Version, c.build.Revision, runtime.Version())
+}
+
+func newRegistry(s *Server, opts Options) (*prometheus.Registry, *prometheus.CounterVec) {
+	reg := prometheus.NewRegistry()
+	build := opts.Build
+	if build.Version == "" {
+		build.Version = "dev"
+	}
+	if build.Revision == "" {
+		build.Revision = "unknown"
+	}
+	reg.MustRegister(collector{s: s, build: build})
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shield_api_requests_total",
+		Help: "API requests answered, by HTTP status code.",
+	}, []string{"code"})
+	reg.MustRegister(reqs)
+	if !opts.NoProcessMetrics {
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return reg, reqs
+}

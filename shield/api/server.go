@@ -1,0 +1,558 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"xdpshield/shield"
+)
+
+// Log attribute keys.
+const (
+	keyWho    = "who"
+	keyRemote = "remote"
+	keyWhat   = "what"
+	keyOld    = "old"
+	keyNew    = "new"
+	keyErr    = "err"
+	keyMethod = "method"
+	keyPath   = "path"
+	keyReason = "reason"
+	keyList   = "list"
+	keyItems  = "prefixes"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxBody    = 1 << 20 // bytes of a request body
+	DefaultTopN       = 10
+	DefaultTopTimeout = 5 * time.Second
+	// sourceCountTTL is how long a count of the sources table is reused
+	// by /v1/counters and /metrics: a count walks the whole table.
+	sourceCountTTL = time.Second
+)
+
+// OperatorHeader names the operator in the change logs (free text, set by
+// the CLI to user@host); the remote address is logged as well.
+const OperatorHeader = "X-Shield-Operator"
+
+// Options configure a Server.
+type Options struct {
+	// Token is the operator token changes need (Authorization: Bearer).
+	// Empty refuses every change.
+	Token string
+	// AuthReads makes reads need the token too.
+	AuthReads bool
+	// MaxBody bounds request bodies (default DefaultMaxBody).
+	MaxBody int64
+	// TopTimeout bounds one top-talkers walk (default DefaultTopTimeout).
+	TopTimeout time.Duration
+	// Logger receives change and 401 logs (default slog.Default()).
+	Logger *slog.Logger
+	// Build labels shield_build_info.
+	Build BuildInfo
+	// NoProcessMetrics leaves the Go and process collectors out of the
+	// registry (for several servers in one test process).
+	NoProcessMetrics bool
+}
+
+// Server serves the /v1 contract and /metrics for one shield.
+type Server struct {
+	sh      *shield.Shield
+	opts    Options
+	log     *slog.Logger
+	token   [sha256.Size]byte
+	mux     *http.ServeMux
+	reg     *prometheus.Registry
+	reqs    *prometheus.CounterVec
+	topSem  chan struct{} // one table walk at a time
+	countMu sync.Mutex
+	count   int
+	countAt time.Time
+}
+
+// NewServer returns a Server for sh. It does not listen: serve it with
+// net/http (it is an http.Handler).
+func NewServer(sh *shield.Shield, opts Options) *Server {
+	if opts.MaxBody <= 0 {
+		opts.MaxBody = DefaultMaxBody
+	}
+	if opts.TopTimeout <= 0 {
+		opts.TopTimeout = DefaultTopTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Server{
+		sh:     sh,
+		opts:   opts,
+		log:    opts.Logger,
+		token:  sha256.Sum256([]byte(opts.Token)),
+		mux:    http.NewServeMux(),
+		topSem: make(chan struct{}, 1),
+	}
+	s.reg, s.reqs = newRegistry(s, opts)
+
+	s.mux.HandleFunc("GET /v1/counters", s.read(s.getCounters))
+	s.mux.HandleFunc("GET /v1/top", s.read(s.getTop))
+	s.mux.HandleFunc("GET /v1/limits", s.read(s.getLimits))
+	s.mux.HandleFunc("PUT /v1/limits", s.change(s.putLimits))
+	for _, l := range []shield.List{shield.AllowList, shield.DenyList} {
+		p := "/v1/" + l.String()
+		s.mux.HandleFunc("GET "+p, s.read(func(w http.ResponseWriter, r *http.Request) { s.getList(w, r, l) }))
+		s.mux.HandleFunc("POST "+p, s.change(func(w http.ResponseWriter, r *http.Request) { s.addList(w, r, l) }))
+		s.mux.HandleFunc("DELETE "+p, s.change(func(w http.ResponseWriter, r *http.Request) { s.delList(w, r, l) }))
+	}
+	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
+	s.mux.HandleFunc("GET /metrics", s.read(metrics.ServeHTTP))
+	allowed := map[string]string{
+		"/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
+		"/v1/allow": "GET, POST, DELETE", "/v1/deny": "GET, POST, DELETE", "/metrics": "GET",
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if m, ok := allowed[r.URL.Path]; ok {
+			w.Header().Set("Allow", m)
+			writeError(w, http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed on %s (allowed: %s)", r.Method, r.URL.Path, m))
+			return
+		}
+		writeError(w, http.StatusNotFound, fmt.Errorf("no such endpoint %s %s", r.Method, r.URL.Path))
+	})
+	return s
+}
+
+// Registry is the server's own Prometheus registry (served at /metrics).
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+	s.mux.ServeHTTP(rec, r)
+	s.reqs.WithLabelValues(strconv.Itoa(rec.code)).Inc()
+}
+
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+// who names the operator of r for the logs.
+func who(r *http.Request) string {
+	op := r.Header.Get(OperatorHeader)
+	if len(op) > 64 {
+		op = op[:64]
+	}
+	op = strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return -1
+		}
+		return c
+	}, op)
+	if op == "" {
+		return "unnamed"
+	}
+	return op
+}
+
+// authorized reports whether r carries the operator token; the comparison
+// takes the same time whatever the token presented.
+func (s *Server) authorized(r *http.Request) (bool, string) {
+	if s.opts.Token == "" {
+		return false, "no operator token configured: changes are disabled"
+	}
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false, "missing bearer token"
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if subtle.ConstantTimeCompare(sum[:], s.token[:]) != 1 {
+		return false, "invalid token"
+	}
+	return true, ""
+}
+
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, reason string) {
+	s.log.Warn("api unauthorized", keyMethod, r.Method, keyPath, r.URL.Path,
+		keyWho, who(r), keyRemote, r.RemoteAddr, keyReason, reason)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="xdpshield"`)
+	writeError(w, http.StatusUnauthorized, errors.New(reason))
+}
+
+func (s *Server) read(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.AuthReads {
+			if ok, reason := s.authorized(r); !ok {
+				s.deny(w, r, reason)
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+func (s *Server) change(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if ok, reason := s.authorized(r); !ok {
+			s.deny(w, r, reason)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	writeJSON(w, code, ErrorResponse{Error: err.Error()})
+}
+
+// badRequest is a client error: answered 400, nothing changed.
+type badRequest struct{ error }
+
+func badf(format string, args ...any) error { return badRequest{fmt.Errorf(format, args...)} }
+
+func (s *Server) fail(w http.ResponseWriter, err error) {
+	var br badRequest
+	if errors.As(err, &br) {
+		writeError(w, http.StatusBadRequest, br.error)
+		return
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		writeError(w, http.StatusServiceUnavailable, err)
+		return
+	}
+	s.log.Error("api request failed", keyErr, err)
+	writeError(w, http.StatusInternalServerError, err)
+}
+
+// decode reads r's body into v strictly: one JSON value, no unknown
+// fields, at most MaxBody bytes.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return badf("request body exceeds %d bytes", mbe.Limit)
+		}
+		return badf("read request body: %v", err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badf("empty request body: a JSON object is required")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return badf("malformed JSON at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			if te.Field != "" {
+				return badf("field %q: %s is not a valid %s", te.Field, te.Value, jsonKind(te))
+			}
+			return badf("body: %s is not a valid %s", te.Value, jsonKind(te))
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return badf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return badf("malformed JSON: unexpected end of body")
+		}
+		return badf("malformed JSON: %v", err)
+	}
+	if dec.More() {
+		return badf("malformed JSON: trailing data after the object")
+	}
+	return nil
+}
+
+func jsonKind(te *json.UnmarshalTypeError) string {
+	switch te.Type.Kind().String() {
+	case "uint64", "uint32", "uint", "int", "int64":
+		return "non-negative integer"
+	case "slice":
+		return "array"
+	case "struct":
+		return "object"
+	}
+	return te.Type.String()
+}
+
+func (s *Server) sourceCount(ctx context.Context) (int, error) {
+	s.countMu.Lock()
+	defer s.countMu.Unlock()
+	if !s.countAt.IsZero() && time.Since(s.countAt) < sourceCountTTL {
+		return s.count, nil
+	}
+	n, err := s.sh.CountSources(ctx)
+	if err != nil {
+		return 0, err
+	}
+	s.count, s.countAt = n, time.Now()
+	return n, nil
+}
+
+func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
+	c, err := s.sh.Counters()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	n, err := s.sourceCount(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	resp := CountersResponse{
+		Verdicts: map[string]uint64{},
+		Reasons:  map[string]uint64{},
+		Sources:  SourceStats{Tracked: n, Capacity: s.sh.TableSize()},
+	}
+	for _, v := range shield.Verdicts() {
+		resp.Verdicts[v.String()] = c.Verdict(v)
+		for _, rs := range shield.Reasons() {
+			for _, p := range shield.Protos() {
+				resp.Packets = append(resp.Packets, PacketCount{v.String(), rs.String(), p.String(), c[v][rs][p]})
+			}
+		}
+	}
+	for _, rs := range shield.Reasons() {
+		resp.Reasons[rs.String()] = c.Reason(rs)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) getTop(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	for k := range q {
+		if k != "n" && k != "by" {
+			s.fail(w, badf("unknown query parameter %q (want n, by)", k))
+			return
+		}
+	}
+	n := DefaultTopN
+	if v := q.Get("n"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > shield.MaxTop {
+			s.fail(w, badf("n=%q: want an integer in [1, %d]", v, shield.MaxTop))
+			return
+		}
+	}
+	by := shield.ByDropped
+	if v := q.Get("by"); v != "" {
+		var err error
+		if by, err = shield.ParseTopOrder(v); err != nil {
+			s.fail(w, badRequest{err})
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), s.opts.TopTimeout)
+	defer cancel()
+	select {
+	case s.topSem <- struct{}{}:
+		defer func() { <-s.topSem }()
+	case <-ctx.Done():
+		writeError(w, http.StatusServiceUnavailable, errors.New("another top-talkers walk is running; try again"))
+		return
+	}
+	start := time.Now()
+	top, st, err := s.sh.Top(ctx, n, by)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	if top == nil {
+		top = []shield.Source{}
+	}
+	writeJSON(w, http.StatusOK, TopResponse{
+		By: by.String(), N: n, Scanned: st.Scanned,
+		ElapsedMs: float64(time.Since(start).Microseconds()) / 1000, Sources: top,
+	})
+}
+
+func (s *Server) getLimits(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.sh.Limits())
+}
+
+func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
+	var l shield.Limits
+	if err := s.decode(w, r, &l); err != nil {
+		s.fail(w, err)
+		return
+	}
+	if err := l.Validate(); err != nil {
+		s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+		return
+	}
+	old := s.sh.Limits()
+	if err := s.sh.SetLimits(l); err != nil {
+		s.fail(w, fmt.Errorf("set limits: %w", err))
+		return
+	}
+	s.log.Info("limits changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "limits",
+		keyOld, old, keyNew, l)
+	writeJSON(w, http.StatusOK, LimitsChange{Old: old, New: l})
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+func (s *Server) getList(w http.ResponseWriter, r *http.Request, l shield.List) {
+	ps, err := s.sh.List(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(ps)})
+}
+
+// prefixes decodes and validates a whole batch.
+func (s *Server) prefixes(w http.ResponseWriter, r *http.Request) ([]netip.Prefix, error) {
+	var req PrefixesRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Prefixes) == 0 {
+		return nil, badf("prefixes: at least one CIDR is required")
+	}
+	if len(req.Prefixes) > shield.MaxListEntries {
+		return nil, badf("prefixes: %d in one batch; the limit is %d", len(req.Prefixes), shield.MaxListEntries)
+	}
+	ps, err := shield.ParsePrefixes(req.Prefixes)
+	if err != nil {
+		return nil, badf("prefixes: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return ps, nil
+}
+
+func (s *Server) addList(w http.ResponseWriter, r *http.Request, l shield.List) {
+	ps, err := s.prefixes(w, r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	before, err := s.sh.List(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	have := make(map[netip.Prefix]bool, len(before))
+	n4, n6 := 0, 0
+	count := func(p netip.Prefix) {
+		if p.Addr().Is4() {
+			n4++
+		} else {
+			n6++
+		}
+	}
+	for _, p := range before {
+		have[p] = true
+		count(p)
+	}
+	var added []netip.Prefix
+	for _, p := range ps {
+		if !have[p] {
+			have[p] = true
+			count(p)
+			added = append(added, p)
+		}
+	}
+	if n4 > shield.MaxListEntries || n6 > shield.MaxListEntries {
+		s.fail(w, badf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each",
+			l, n4, n6, shield.MaxListEntries))
+		return
+	}
+	if err := s.sh.Add(l, ps); err != nil {
+		s.fail(w, fmt.Errorf("add to %s list: %w", l, err))
+		return
+	}
+	after, err := s.sh.List(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("list changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, l.String()+" add",
+		keyItems, prefixStrings(added), keyOld, len(before), keyNew, len(after))
+	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(after), Added: prefixStrings(added)})
+}
+
+func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) {
+	ps, err := s.prefixes(w, r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	before, err := s.sh.List(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	have := make(map[netip.Prefix]bool, len(before))
+	for _, p := range before {
+		have[p] = true
+	}
+	var missing []string
+	seen := map[netip.Prefix]bool{}
+	var uniq []netip.Prefix
+	for _, p := range ps {
+		if !have[p] {
+			missing = append(missing, p.String())
+		}
+		if !seen[p] {
+			seen[p] = true
+			uniq = append(uniq, p)
+		}
+	}
+	if len(missing) > 0 {
+		s.fail(w, badf("not on the %s list: %s", l, strings.Join(missing, ", ")))
+		return
+	}
+	if err := s.sh.Remove(l, uniq); err != nil {
+		s.fail(w, fmt.Errorf("remove from %s list: %w", l, err))
+		return
+	}
+	after, err := s.sh.List(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	s.log.Info("list changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, l.String()+" del",
+		keyItems, prefixStrings(uniq), keyOld, len(before), keyNew, len(after))
+	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(after), Removed: prefixStrings(uniq)})
+}
+
+// slogPrinter adapts a slog.Logger to promhttp's ErrorLog.
+type slogPrinter struct{ l *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.l.Error("metrics", keyErr, fmt.Sprint(v...)) }

@@ -1,0 +1,449 @@
+package shield
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+)
+
+// DefaultPinRoot is where the service pins, one directory per interface.
+const DefaultPinRoot = "/sys/fs/bpf/xdpshield"
+
+// bpffsMount is where bpffs is mounted when nothing is.
+const bpffsMount = "/sys/fs/bpf"
+
+// linkPin names the pinned bpf_link inside an interface's pin directory.
+const linkPin = "link"
+
+// Mode is how the program is attached to the interface.
+type Mode uint8
+
+const (
+	// ModeAuto tries native (driver) XDP and falls back to generic.
+	ModeAuto Mode = iota
+	// ModeNative is driver XDP: the fast path, where the driver supports it.
+	ModeNative
+	// ModeGeneric is SKB-mode XDP: every driver, after the skb is built.
+	ModeGeneric
+)
+
+var modeNames = [...]string{"auto", "native", "generic"}
+
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("mode(%d)", m)
+}
+
+// ParseMode returns the mode named s: auto, native or generic.
+func ParseMode(s string) (Mode, error) {
+	for i, n := range modeNames {
+		if s == n {
+			return Mode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown mode %q (want auto, native or generic)", s)
+}
+
+// ErrLocked is returned by Attach and Detach when another process holds the
+// interface's lock (a running `shield serve`).
+var ErrLocked = errors.New("interface is locked by another shield process")
+
+// AttachOptions configure Attach.
+type AttachOptions struct {
+	// Iface is the interface to protect, in the caller's network namespace.
+	Iface string
+	// Mode selects native or generic XDP (default ModeAuto).
+	Mode Mode
+	// PinRoot holds one pin directory per interface (default DefaultPinRoot).
+	// It must be on a bpf filesystem; under /sys/fs/bpf one is mounted when
+	// none is.
+	PinRoot string
+	// Load configures the program; its PinPath is set by Attach.
+	Load Options
+}
+
+// Attachment is the shield attached to one interface through a pinned
+// bpf_link, with the interface's lock held. Closing it releases the lock and
+// this process's handles; the link and maps stay pinned and the program stays
+// attached.
+type Attachment struct {
+	Shield  *Shield
+	Iface   string
+	Ifindex int
+	PinDir  string
+	// Mode is the mode the program is attached in (never ModeAuto).
+	Mode Mode
+	// Adopted says a pinned link was found and the program was replaced
+	// through it; OldProgram is the program it ran until then.
+	Adopted    bool
+	OldProgram ebpf.ProgramID
+	Program    ebpf.ProgramID
+	LinkID     link.ID
+	// Notes are things the caller should log (fallbacks, kept settings).
+	Notes []string
+
+	link link.Link
+	lock *os.File
+}
+
+// PinDir is the pin directory of iface under root (DefaultPinRoot if empty).
+func PinDir(root, iface string) string {
+	if root == "" {
+		root = DefaultPinRoot
+	}
+	return filepath.Join(root, iface)
+}
+
+// Attach loads the shield, pins its maps under PinRoot/Iface and attaches it
+// to Iface through a pinned bpf_link. When a link is pinned there already,
+// its maps are adopted (state intact) and the freshly loaded program replaces
+// the old one through the link, atomically: no packet sees the interface
+// without a program. A second Attach on the same interface fails with
+// ErrLocked while the first Attachment is open.
+func Attach(opts AttachOptions) (*Attachment, error) {
+	if opts.Iface == "" || strings.ContainsAny(opts.Iface, "/\x00") || opts.Iface == "." || opts.Iface == ".." {
+		return nil, fmt.Errorf("invalid interface name %q", opts.Iface)
+	}
+	ifc, err := net.InterfaceByName(opts.Iface)
+	if err != nil {
+		return nil, fmt.Errorf("find interface %q: %w", opts.Iface, err)
+	}
+	dir := PinDir(opts.PinRoot, opts.Iface)
+	if err := EnsureBPFFS(filepath.Dir(dir)); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create pin directory: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", opts.Iface, err)
+	}
+	a := &Attachment{Iface: opts.Iface, Ifindex: ifc.Index, PinDir: dir, lock: lock}
+	ok := false
+	defer func() {
+		if !ok {
+			a.Close()
+		}
+	}()
+
+	// Pinned maps must match the spec to be reused: keep the pinned table
+	// size rather than fail a restart over a changed setting.
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "sources"), nil); err == nil {
+		pinned := m.MaxEntries()
+		m.Close()
+		want := opts.Load.TableSize
+		if want == 0 {
+			want = DefaultTableSize
+		}
+		if pinned != want {
+			a.Notes = append(a.Notes, fmt.Sprintf("keeping the pinned table size %d (configured %d): `shield detach` first to change it", pinned, want))
+		}
+		opts.Load.TableSize = pinned
+	}
+
+	opts.Load.PinPath = dir
+	sh, err := Load(opts.Load)
+	if err != nil {
+		return nil, err
+	}
+	a.Shield = sh
+	progInfo, err := sh.Program().Info()
+	if err != nil {
+		return nil, fmt.Errorf("program info: %w", err)
+	}
+	a.Program, _ = progInfo.ID()
+
+	linkPath := filepath.Join(dir, linkPin)
+	if l, err := link.LoadPinnedLink(linkPath, nil); err == nil {
+		if err := a.adopt(l, opts.Mode); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("load pinned link %s: %w", linkPath, err)
+	}
+	if a.link == nil {
+		if err := a.attach(opts.Mode, linkPath); err != nil {
+			return nil, err
+		}
+	}
+	if info, err := a.link.Info(); err == nil {
+		a.LinkID = info.ID
+	}
+	ok = true
+	return a, nil
+}
+
+// adopt replaces the program of pinned link l, unless l no longer points at
+// the interface (it was deleted and recreated): then l is unpinned and a
+// fresh link is made by the caller.
+func (a *Attachment) adopt(l link.Link, want Mode) error {
+	info, err := l.Info()
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("pinned link info: %w", err)
+	}
+	xdp := info.XDP()
+	if xdp == nil || int(xdp.Ifindex) != a.Ifindex {
+		a.Notes = append(a.Notes, fmt.Sprintf("pinned link was for another or a deleted interface (ifindex %v); attaching afresh", xdp))
+		l.Unpin()
+		l.Close()
+		return nil
+	}
+	mode, err := attachedMode(a.Ifindex)
+	if err != nil {
+		l.Close()
+		return err
+	}
+	if want != ModeAuto && want != mode {
+		l.Close()
+		return fmt.Errorf("the pinned link is attached in %s mode, %s was asked: run `shield detach -iface %s` first", mode, want, a.Iface)
+	}
+	a.OldProgram = info.Program
+	if err := l.Update(a.Shield.Program()); err != nil {
+		l.Close()
+		return fmt.Errorf("replace the program through the pinned link: %w", err)
+	}
+	a.link, a.Mode, a.Adopted = l, mode, true
+	return nil
+}
+
+func (a *Attachment) attach(mode Mode, linkPath string) error {
+	xo := link.XDPOptions{Program: a.Shield.Program(), Interface: a.Ifindex}
+	var l link.Link
+	var err error
+	switch mode {
+	case ModeNative:
+		xo.Flags = link.XDPDriverMode
+		l, err = link.AttachXDP(xo)
+	case ModeGeneric:
+		xo.Flags = link.XDPGenericMode
+		l, err = link.AttachXDP(xo)
+	default:
+		xo.Flags = link.XDPDriverMode
+		if l, err = link.AttachXDP(xo); err != nil {
+			a.Notes = append(a.Notes, fmt.Sprintf("native XDP refused (%v); using generic mode", err))
+			xo.Flags = link.XDPGenericMode
+			l, err = link.AttachXDP(xo)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("attach xdp to %q: another XDP program is attached (not by xdpshield?): %w", a.Iface, err)
+		}
+		return fmt.Errorf("attach xdp to %q: %w", a.Iface, err)
+	}
+	if err := l.Pin(linkPath); err != nil {
+		l.Close() // the only reference: detaches
+		return fmt.Errorf("pin link: %w", err)
+	}
+	a.link = l
+	if a.Mode, err = attachedMode(a.Ifindex); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Replace swaps the attached program for prog through the link, atomically.
+func (a *Attachment) Replace(prog *ebpf.Program) error {
+	if err := a.link.Update(prog); err != nil {
+		return fmt.Errorf("replace program on %q: %w", a.Iface, err)
+	}
+	return nil
+}
+
+// Close releases this process's handles and the lock. The pinned link keeps
+// the program attached and the pinned maps keep the state.
+func (a *Attachment) Close() error {
+	var errs []error
+	if a.link != nil {
+		errs = append(errs, a.link.Close())
+	}
+	if a.Shield != nil {
+		errs = append(errs, a.Shield.Close())
+	}
+	if a.lock != nil {
+		errs = append(errs, a.lock.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Detach removes the program from iface and deletes its pins (link and maps)
+// and pin directory, in that order. It takes the interface's lock, so it
+// fails with ErrLocked while a service runs. iface need not exist any more.
+func Detach(pinRoot, iface string) error {
+	if iface == "" || strings.ContainsAny(iface, "/\x00") || iface == "." || iface == ".." {
+		return fmt.Errorf("invalid interface name %q", iface)
+	}
+	dir := PinDir(pinRoot, iface)
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("nothing pinned for %q: %s does not exist", iface, dir)
+		}
+		return fmt.Errorf("stat %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", iface, err)
+	}
+	defer lock.Close()
+
+	linkPath := filepath.Join(dir, linkPin)
+	if l, err := link.LoadPinnedLink(linkPath, nil); err == nil {
+		// Detach first (5.9+): the link stops even if something else
+		// still holds it open. Then drop the pin, the last reference.
+		if err := l.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+			l.Close()
+			return fmt.Errorf("detach link: %w", err)
+		}
+		if err := l.Unpin(); err != nil {
+			l.Close()
+			return fmt.Errorf("unpin link: %w", err)
+		}
+		l.Close()
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("load pinned link %s: %w", linkPath, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove pin: %w", err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("remove pin directory: %w", err)
+	}
+	os.Remove(filepath.Dir(dir)) // the root, when this was the last interface
+	return nil
+}
+
+// Pinned reports whether iface has a pinned link under pinRoot.
+func Pinned(pinRoot, iface string) bool {
+	_, err := os.Stat(filepath.Join(PinDir(pinRoot, iface), linkPin))
+	return err == nil
+}
+
+// EnsureBPFFS makes sure dir (created if missing) lives on a bpf filesystem,
+// mounting one on /sys/fs/bpf when dir is below it and nothing is mounted
+// there: the only change the service makes outside its pin directory.
+func EnsureBPFFS(dir string) error {
+	onBPF := func(p string) (bool, error) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(p, &st); err != nil {
+			return false, fmt.Errorf("statfs %s: %w", p, err)
+		}
+		return st.Type == unix.BPF_FS_MAGIC, nil
+	}
+	// The nearest existing ancestor tells which filesystem dir would be on.
+	p := filepath.Clean(dir)
+	for {
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			break
+		}
+		p = parent
+	}
+	ok, err := onBPF(p)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		clean := filepath.Clean(dir)
+		if clean != bpffsMount && !strings.HasPrefix(clean, bpffsMount+"/") {
+			return fmt.Errorf("%s is not on a bpf filesystem", dir)
+		}
+		if err := unix.Mount("bpf", bpffsMount, "bpf", 0, "mode=0700"); err != nil {
+			return fmt.Errorf("mount bpffs on %s: %w", bpffsMount, err)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	return nil
+}
+
+// lockDir takes an exclusive, non-blocking flock on directory dir. bpffs
+// holds no regular files, so the pin directory itself carries the lock; the
+// kernel drops it when the holder exits, however it exits.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			if pid := lockHolder(dir); pid != "" {
+				return nil, fmt.Errorf("%w (pid %s holds %s)", ErrLocked, pid, dir)
+			}
+			return nil, fmt.Errorf("%w (%s)", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("flock %s: %w", dir, err)
+	}
+	return f, nil
+}
+
+// lockHolder finds the pid holding a flock on dir in /proc/locks, or "".
+func lockHolder(dir string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return ""
+	}
+	f, err := os.Open("/proc/locks")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	want := fmt.Sprintf(":%d", st.Ino)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// 1: FLOCK  ADVISORY  WRITE 1234 00:2a:5678 0 EOF
+		fs := strings.Fields(sc.Text())
+		if len(fs) >= 6 && fs[1] == "FLOCK" && strings.HasSuffix(fs[5], want) &&
+			fmt.Sprintf("%02x:%02x", unix.Major(st.Dev), unix.Minor(st.Dev)) == fs[5][:len(fs[5])-len(want)] {
+			return fs[4]
+		}
+	}
+	return ""
+}
+
+// attachedMode asks netlink how XDP is attached to ifindex.
+func attachedMode(ifindex int) (Mode, error) {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return 0, fmt.Errorf("inspect interface %d: %w", ifindex, err)
+	}
+	x := l.Attrs().Xdp
+	if x == nil || !x.Attached {
+		return 0, fmt.Errorf("no XDP program attached to interface %d", ifindex)
+	}
+	switch x.AttachMode {
+	case nl.XDP_ATTACHED_SKB:
+		return ModeGeneric, nil
+	case nl.XDP_ATTACHED_DRV, nl.XDP_ATTACHED_HW:
+		return ModeNative, nil
+	}
+	return ModeAuto, nil
+}

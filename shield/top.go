@@ -1,0 +1,191 @@
+package shield
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/bpf"
+)
+
+// TopOrder says what top talkers are ranked by.
+type TopOrder uint8
+
+const (
+	ByDropped TopOrder = iota // packets dropped (or that would be, in dry-run)
+	ByPassed                  // packets passed
+)
+
+func (o TopOrder) String() string {
+	if o == ByPassed {
+		return "passed"
+	}
+	return "dropped"
+}
+
+// ParseTopOrder returns the order named s ("dropped" or "passed").
+func ParseTopOrder(s string) (TopOrder, error) {
+	switch s {
+	case "dropped":
+		return ByDropped, nil
+	case "passed":
+		return ByPassed, nil
+	}
+	return 0, fmt.Errorf("unknown order %q (want dropped or passed)", s)
+}
+
+// MaxTop bounds the n of Top: the heap Top keeps is at most this long.
+const MaxTop = 1000
+
+// walkChunk is how many entries one BPF_MAP_LOOKUP_BATCH call copies out:
+// 4096 * (16 + 32) bytes = 192 KiB of buffers, reused for the whole walk.
+// The kernel takes one hash bucket lock at a time while it copies, so the
+// data path waits at most for the copy of one bucket, never for the walk.
+const walkChunk = 4096
+
+// WalkStats describes one walk of the sources table.
+type WalkStats struct {
+	Scanned int  // entries read
+	Batched bool // read with BPF_MAP_LOOKUP_BATCH (false: key by key)
+}
+
+// Top returns up to n tracked sources (1 <= n <= MaxTop) with the most
+// packets dropped or passed, highest first, ties broken by address. Sources
+// whose count is zero are left out. The table is read in chunks of walkChunk
+// entries into a bounded min-heap of n entries, so memory is O(n + chunk)
+// whatever the table holds; ctx ends the walk early with its error.
+func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkStats, error) {
+	if n < 1 || n > MaxTop {
+		return nil, WalkStats{}, fmt.Errorf("top n %d out of range [1, %d]", n, MaxTop)
+	}
+	score := func(v *bpf.ShieldSource) uint64 { return v.Dropped }
+	if by == ByPassed {
+		score = func(v *bpf.ShieldSource) uint64 { return v.Passed }
+	}
+	h := &topHeap{by: by}
+	stats, err := s.walkSources(ctx, func(k *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
+		sc := score(v)
+		if sc == 0 {
+			return
+		}
+		if len(h.s) == n {
+			// Cheap reject before building a Source: most entries lose.
+			if least := h.score(h.s[0]); sc < least {
+				return
+			}
+		}
+		src := sourceOf(*k, *v)
+		if len(h.s) < n {
+			heap.Push(h, src)
+			return
+		}
+		if h.less(h.s[0], src) {
+			h.s[0] = src
+			heap.Fix(h, 0)
+		}
+	})
+	if err != nil {
+		return nil, stats, err
+	}
+	out := h.s
+	slices.SortFunc(out, func(a, b Source) int { return -h.cmp(a, b) })
+	return out, stats, nil
+}
+
+// CountSources counts the tracked sources with the same chunked walk as Top.
+func (s *Shield) CountSources(ctx context.Context) (int, error) {
+	st, err := s.walkSources(ctx, func(*bpf.ShieldSrcKey, *bpf.ShieldSource) {})
+	return st.Scanned, err
+}
+
+// walkSources calls fn for every entry of the sources table, reading it in
+// batches where the kernel can (hash batch ops: 5.6+), key by key otherwise.
+// The table changes during the walk: an entry may be missed or seen twice.
+func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) (WalkStats, error) {
+	var st WalkStats
+	keys := make([]bpf.ShieldSrcKey, walkChunk)
+	vals := make([]bpf.ShieldSource, walkChunk)
+	var cursor ebpf.MapBatchCursor
+	for {
+		if err := ctx.Err(); err != nil {
+			return st, fmt.Errorf("walk sources: %w", err)
+		}
+		n, err := s.objs.Sources.BatchLookup(&cursor, keys, vals, nil)
+		if errors.Is(err, ebpf.ErrNotSupported) && st.Scanned == 0 && n == 0 {
+			return s.iterateSources(ctx, fn)
+		}
+		st.Batched = true
+		for i := 0; i < n; i++ {
+			fn(&keys[i], &vals[i])
+		}
+		st.Scanned += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return st, nil
+		}
+		if err != nil {
+			return st, fmt.Errorf("walk sources: %w", err)
+		}
+	}
+}
+
+func (s *Shield) iterateSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) (WalkStats, error) {
+	var st WalkStats
+	var k bpf.ShieldSrcKey
+	var v bpf.ShieldSource
+	it := s.objs.Sources.Iterate()
+	for it.Next(&k, &v) {
+		fn(&k, &v)
+		st.Scanned++
+		if st.Scanned%walkChunk == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, fmt.Errorf("walk sources: %w", err)
+			}
+		}
+	}
+	if err := it.Err(); err != nil {
+		return st, fmt.Errorf("walk sources: %w", err)
+	}
+	return st, nil
+}
+
+// topHeap is a min-heap: its root is the weakest of the best n so far.
+type topHeap struct {
+	by TopOrder
+	s  []Source
+}
+
+func (h *topHeap) score(s Source) uint64 {
+	if h.by == ByPassed {
+		return s.Passed
+	}
+	return s.Dropped
+}
+
+// cmp orders by score, then by the other count, then by address descending,
+// so that sorting by -cmp lists the lower address first among equals.
+func (h *topHeap) cmp(a, b Source) int {
+	if c := cmp.Compare(h.score(a), h.score(b)); c != 0 {
+		return c
+	}
+	other := func(s Source) uint64 { return s.Passed + s.Dropped }
+	if c := cmp.Compare(other(a), other(b)); c != 0 {
+		return c
+	}
+	return b.Addr.Compare(a.Addr)
+}
+
+func (h *topHeap) less(a, b Source) bool { return h.cmp(a, b) < 0 }
+func (h *topHeap) Len() int              { return len(h.s) }
+func (h *topHeap) Less(i, j int) bool    { return h.less(h.s[i], h.s[j]) }
+func (h *topHeap) Swap(i, j int)         { h.s[i], h.s[j] = h.s[j], h.s[i] }
+func (h *topHeap) Push(x any)            { h.s = append(h.s, x.(Source)) }
+func (h *topHeap) Pop() any {
+	x := h.s[len(h.s)-1]
+	h.s = h.s[:len(h.s)-1]
+	return x
+}
