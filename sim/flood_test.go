@@ -1,0 +1,80 @@
+package sim
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/shield"
+)
+
+// TestForgedFlood: a flood of 10x the table size of forged sources, with an
+// established heavy source sending throughout. The flood must not evict the
+// heavy source's bucket (it keeps its counts and never gets a fresh burst),
+// and no more strangers get in than the admission bucket allows: exactly
+// what the admission bucket held when the flood began plus
+// floor(duration * admission rate).
+func TestForgedFlood(t *testing.T) {
+	const table = 1024
+	l := shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 50, AdmissionBurst: 20}
+	s := load(t, table, l)
+	heavy := From("198.18.0.1", UDP).Bytes()
+	udp, tcp := shield.ProtoUDP, shield.ProtoTCP
+	t0 := 10 * sec
+
+	// Established: admitted (one admission token) and drained.
+	Scenario{Name: t.Name() + "/establish", Target: ShieldTarget(s), Steps: []Step{
+		{Name: "burst", At: t0, Frame: heavy, Times: int(l.Burst), Want: Pass, Delta: N(l.Burst, pass, shield.ReasonOK, udp)},
+		{Name: "drained", At: t0, Frame: heavy, Times: 10, Want: Drop, Delta: N(10, drop, shield.ReasonLimit, udp)},
+	}}.Run(t)
+
+	// The flood: 10 x table forged sources over 2 s, one heavy packet after
+	// every 8 forged ones. Both arrive faster than their rates, so the
+	// closed form of TestRefillAtRate gives every verdict.
+	const forged = 10 * table
+	const span = 2 * time.Second
+	gap := span / forged
+	admBudget := l.AdmissionBurst - 1 // the heavy source took one
+	var steps []Step
+	var admitted, heavyPassed, heavySent uint64
+	for i := range forged {
+		at := t0 + time.Duration(i)*gap
+		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		f := From(a.String(), TCP).Bytes()
+		st := Step{Name: fmt.Sprintf("forged %s", a), At: at, Frame: f}
+		if admitted < admBudget+uint64(at-t0)*l.AdmissionRate/uint64(sec) {
+			admitted++
+			st.Want, st.Delta = Pass, One(pass, shield.ReasonOK, tcp)
+		} else {
+			st.Want, st.Delta = Drop, One(drop, shield.ReasonAdmission, tcp)
+		}
+		steps = append(steps, st)
+		if i%8 == 7 {
+			heavySent++
+			st := Step{Name: "heavy", At: at, Frame: heavy}
+			if heavyPassed < uint64(at-t0)*l.Rate/uint64(sec) {
+				heavyPassed++
+				st.Want, st.Delta = Pass, One(pass, shield.ReasonOK, udp)
+			} else {
+				st.Want, st.Delta = Drop, One(drop, shield.ReasonLimit, udp)
+			}
+			steps = append(steps, st)
+		}
+	}
+	Scenario{Name: t.Name() + "/flood", Target: ShieldTarget(s), Steps: steps}.Run(t)
+
+	allowed := l.AdmissionBurst + uint64(span)*l.AdmissionRate/uint64(sec)
+	assert.LessOrEqual(t, admitted, allowed, "strangers admitted during the flood")
+	n, err := s.SourceCount()
+	require.NoError(t, err)
+	assert.Equal(t, int(admitted)+1, n, "SourceCount() after the flood")
+	assert.Less(t, n, table, "the flood must not fill the table")
+
+	got := source(t, s, "198.18.0.1")
+	want := shield.Source{Addr: got.Addr, Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
+	assert.Equal(t, want, got, "Source(heavy): its bucket must survive the flood")
+}

@@ -1,0 +1,42 @@
+package sim
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/shield"
+)
+
+// TestMalformedPasses: every frame of the generated corpus passes with
+// reason malformed or not_ip (protocol "other"), the test run never errors,
+// and nothing is inserted into the sources table, even with every limit at
+// its tightest and both lists covering everything.
+func TestMalformedPasses(t *testing.T) {
+	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
+	addList(t, s, shield.DenyList, "0.0.0.0/0", "::/0")
+	corpus := badCorpus()
+	require.Greater(t, len(corpus), 300, "corpus size")
+	steps := make([]Step, len(corpus))
+	counts := map[shield.Reason]int{}
+	for i, c := range corpus {
+		steps[i] = Step{Name: c.name, At: sec, Frame: c.frame, Want: Pass, Delta: One(pass, c.reason, shield.ProtoOther)}
+		counts[c.reason]++
+	}
+	res := Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: steps}.Run(t)
+	assert.Equal(t, len(corpus), res.Steps, "steps run")
+	assert.NotZero(t, counts[shield.ReasonMalformed], "malformed frames in the corpus")
+	assert.NotZero(t, counts[shield.ReasonNotIP], "non-IP frames in the corpus")
+	n, err := s.SourceCount()
+	require.NoError(t, err)
+	assert.Zero(t, n, "SourceCount() after the corpus")
+
+	// The well-formed originals are denied: the corpus's verdicts come from
+	// parsing, not from a shield that passes everything.
+	for _, f := range wellFormed() {
+		got, err := Run(s.Program(), f.Bytes())
+		require.NoError(t, err)
+		assert.Equal(t, Drop, got, "Run(%s %d-tags %s)", f.Src, len(f.Tags), f.L4)
+	}
+}
