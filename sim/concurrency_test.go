@@ -116,4 +116,3 @@ func TestConcurrentAccuracy(t *testing.T) {
 	t.Logf("%d rounds of %d CPUs x %d packets, burst %d: worst round passed %d (bound %d); %d rounds passed more than burst",
 		rounds, len(cpus), repeat, burst, worst, bound, extra)
 }
-
