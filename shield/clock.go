@@ -1,0 +1,57 @@
+package shield
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/bpf"
+)
+
+func measureJiffy() (uint64, error) {
+	spec, err := bpf.LoadShield()
+	if err != nil {
+		return 0, fmt.Errorf("load spec: %w", err)
+	}
+	var objs struct {
+		Probe   *ebpf.Program  `ebpf:"clock_probe"`
+		Jiffies *ebpf.Variable `ebpf:"probe_jiffies"`
+		Ktime   *ebpf.Variable `ebpf:"probe_ktime_ns"`
+	}
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return 0, fmt.Errorf("load clock probe: %w", err)
+	}
+	defer objs.Probe.Close()
+
+	read := func() (j, k uint64, err error) {
+		if _, err := objs.Probe.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
+			return 0, 0, fmt.Errorf("run clock probe: %w", err)
+		}
+		if err := objs.Jiffies.Get(&j); err != nil {
+			return 0, 0, err
+		}
+		return j, k, objs.Ktime.Get(&k)
+	}
+	j0, k0, err := read()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(100 * time.Millisecond)
+	j1, k1, err := read()
+	if err != nil {
+		return 0, err
+	}
+	hz := float64(j1-j0) * 1e9 / float64(k1-k0)
+	best, bestErr := 0, math.Inf(1)
+	for _, cand := range []int{100, 250, 300, 1000} {
+		if e := math.Abs(hz-float64(cand)) / float64(cand); e < bestErr {
+			best, bestErr = cand, e
+		}
+	}
+	if bestErr > 0.15 {
+		return 0, fmt.Errorf("measure CONFIG_HZ: %.1f matches no known value", hz)
+	}
+	return uint64(1e9 / best), nil
+}

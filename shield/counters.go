@@ -1,0 +1,139 @@
+package shield
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// Verdict, Reason and Proto index the counters; their order mirrors the enums
+// in bpf/shield.h.
+type (
+	Verdict uint8
+	Reason  uint8
+	Proto   uint8
+)
+
+const (
+	Pass Verdict = iota
+	Drop
+	numVerdicts
+)
+
+const (
+	ReasonOK Reason = iota
+	ReasonAllow
+	ReasonDeny
+	ReasonLimit
+	ReasonAdmission
+	ReasonNotIP
+	ReasonMalformed
+	numReasons
+)
+
+const (
+	ProtoTCP Proto = iota
+	ProtoUDP
+	ProtoICMP
+	ProtoOther
+	numProtos
+)
+
+var (
+	verdictNames = [...]string{"pass", "drop"}
+	reasonNames  = [...]string{"ok", "allow", "deny", "limit", "admission", "not_ip", "malformed"}
+	protoNames   = [...]string{"tcp", "udp", "icmp", "other"}
+)
+
+func (v Verdict) String() string { return verdictNames[v] }
+func (r Reason) String() string  { return reasonNames[r] }
+func (p Proto) String() string   { return protoNames[p] }
+
+// Verdicts, Reasons and Protos list every value, for iteration.
+func Verdicts() []Verdict { return []Verdict{Pass, Drop} }
+func Reasons() []Reason {
+	return []Reason{ReasonOK, ReasonAllow, ReasonDeny, ReasonLimit, ReasonAdmission, ReasonNotIP, ReasonMalformed}
+}
+func Protos() []Proto { return []Proto{ProtoTCP, ProtoUDP, ProtoICMP, ProtoOther} }
+
+// ParseReason returns the reason named s.
+func ParseReason(s string) (Reason, error) {
+	for i, n := range reasonNames {
+		if n == s {
+			return Reason(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown reason %q", s)
+}
+
+// Counters are packet counts summed over CPUs, by verdict, reason and protocol.
+type Counters [numVerdicts][numReasons][numProtos]uint64
+
+// Reason sums the packets given reason r, over verdicts and protocols.
+func (c *Counters) Reason(r Reason) uint64 {
+	var n uint64
+	for v := range c {
+		for _, x := range c[v][r] {
+			n += x
+		}
+	}
+	return n
+}
+
+// Verdict sums the packets given verdict v.
+func (c *Counters) Verdict(v Verdict) uint64 {
+	var n uint64
+	for r := range c[v] {
+		for _, x := range c[v][r] {
+			n += x
+		}
+	}
+	return n
+}
+
+// Total sums every packet seen.
+func (c *Counters) Total() uint64 { return c.Verdict(Pass) + c.Verdict(Drop) }
+
+// Sub returns c - o, entry by entry (the counters only grow).
+func (c Counters) Sub(o Counters) Counters {
+	for v := range c {
+		for r := range c[v] {
+			for p := range c[v][r] {
+				c[v][r][p] -= o[v][r][p]
+			}
+		}
+	}
+	return c
+}
+
+// Each calls fn for every non-zero counter.
+func (c *Counters) Each(fn func(Verdict, Reason, Proto, uint64)) {
+	for v := range c {
+		for r := range c[v] {
+			for p, x := range c[v][r] {
+				if x != 0 {
+					fn(Verdict(v), Reason(r), Proto(p), x)
+				}
+			}
+		}
+	}
+}
+
+func readCounters(m *ebpf.Map) (Counters, error) {
+	var c Counters
+	var perCPU []uint64
+	for v := range c {
+		for r := range c[v] {
+			for p := range c[v][r] {
+				idx := uint32((v*int(numReasons)+r)*int(numProtos) + p)
+				if err := m.Lookup(idx, &perCPU); err != nil {
+					return c, fmt.Errorf("read counter %d: %w", idx, err)
+				}
+				for _, x := range perCPU {
+					c[v][r][p] += x
+				}
+			}
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,276 @@
+package shield
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/bpf"
+)
+
+// List names an address list.
+type List uint8
+
+const (
+	AllowList List = iota // never limited; wins over the deny list
+	DenyList              // always dropped
+)
+
+func (l List) String() string {
+	if l == AllowList {
+		return "allow"
+	}
+	return "deny"
+}
+
+// maxListEntries mirrors MAX_LIST_ENTRIES in bpf/shield.c (per family).
+const maxListEntries = 65536
+
+// ParsePrefixes parses CIDRs or bare addresses (taken as /32 or /128). It
+// reports every bad entry, names them, and returns nothing when any is bad.
+// Host bits must be zero: "198.18.0.1/16" is an error, not a silent mask.
+func ParsePrefixes(ss []string) ([]netip.Prefix, error) {
+	var errs []error
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		p, err := parsePrefix(s)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, p)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return netip.Prefix{}, fmt.Errorf("%q: zones are not allowed", s)
+		}
+		a = a.Unmap()
+		return netip.PrefixFrom(a, a.BitLen()), nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR", s)
+	}
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("%q: write IPv4-mapped prefixes as IPv4", s)
+	}
+	if p.Masked() != p {
+		return netip.Prefix{}, fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
+	}
+	return p, nil
+}
+
+type trie struct {
+	m    *ebpf.Map
+	flag uint32
+	v6   bool
+}
+
+func (s *Shield) tries(l List) (v4, v6 trie) {
+	if l == AllowList {
+		return trie{s.objs.Allow4, flagAllow4, false}, trie{s.objs.Allow6, flagAllow6, true}
+	}
+	return trie{s.objs.Deny4, flagDeny4, false}, trie{s.objs.Deny6, flagDeny6, true}
+}
+
+func (t trie) key(p netip.Prefix) any {
+	if t.v6 {
+		return bpf.ShieldLpm6Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As16()}
+	}
+	return bpf.ShieldLpm4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()}
+}
+
+func (t trie) list() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var v uint8
+	if t.v6 {
+		var k bpf.ShieldLpm6Key
+		it := t.m.Iterate()
+		for it.Next(&k, &v) {
+			out = append(out, netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)))
+		}
+		return out, it.Err()
+	}
+	var k bpf.ShieldLpm4Key
+	it := t.m.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)))
+	}
+	return out, it.Err()
+}
+
+// List returns the prefixes of list l, IPv4 first, sorted.
+func (s *Shield) List(l List) ([]netip.Prefix, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listLocked(l)
+}
+
+func (s *Shield) listLocked(l List) ([]netip.Prefix, error) {
+	v4, v6 := s.tries(l)
+	a, err := v4.list()
+	if err != nil {
+		return nil, fmt.Errorf("list %s (IPv4): %w", l, err)
+	}
+	b, err := v6.list()
+	if err != nil {
+		return nil, fmt.Errorf("list %s (IPv6): %w", l, err)
+	}
+	out := append(a, b...)
+	slices.SortFunc(out, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	return out, nil
+}
+
+// Add puts prefixes on list l. The batch is checked whole (capacity
+// included) before anything is written; if a write still fails, what the
+// batch wrote is removed again. Prefixes already listed are kept as they are.
+func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.listLocked(l)
+	if err != nil {
+		return err
+	}
+	have := make(map[netip.Prefix]bool, len(cur))
+	n4, n6 := 0, 0
+	for _, p := range cur {
+		have[p] = true
+	}
+	var fresh []netip.Prefix
+	for _, p := range prefixes {
+		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+			return fmt.Errorf("invalid prefix %q", p)
+		}
+		if have[p] {
+			continue
+		}
+		have[p] = true
+		fresh = append(fresh, p)
+	}
+	for p := range have {
+		if p.Addr().Is4() {
+			n4++
+		} else {
+			n6++
+		}
+	}
+	if n4 > maxListEntries || n6 > maxListEntries {
+		return fmt.Errorf("%s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)
+	}
+
+	v4, v6 := s.tries(l)
+	one := uint8(1)
+	for i, p := range fresh {
+		t := v4
+		if !p.Addr().Is4() {
+			t = v6
+		}
+		if err := t.m.Put(t.key(p), one); err != nil {
+			s.removeLocked(l, fresh[:i])
+			return fmt.Errorf("add %s to %s list: %w", p, l, err)
+		}
+	}
+	// Entries first, then the flag that makes the program look them up.
+	return s.publish(s.limits)
+}
+
+// Remove takes prefixes off list l. Every prefix must be listed; otherwise
+// nothing is removed.
+func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, err := s.listLocked(l)
+	if err != nil {
+		return err
+	}
+	have := make(map[netip.Prefix]bool, len(cur))
+	for _, p := range cur {
+		have[p] = true
+	}
+	var missing []error
+	for _, p := range prefixes {
+		if !have[p] {
+			missing = append(missing, fmt.Errorf("%s is not on the %s list", p, l))
+			continue
+		}
+		delete(have, p)
+	}
+	if len(missing) > 0 {
+		return errors.Join(missing...)
+	}
+	// The flag goes first when a trie empties, then the entries.
+	flags, err := s.flagsWith(l, have)
+	if err != nil {
+		return err
+	}
+	if err := s.publishFlags(s.limits, flags); err != nil {
+		return err
+	}
+	return s.removeLocked(l, prefixes)
+}
+
+func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {
+	v4, v6 := s.tries(l)
+	var errs []error
+	for _, p := range prefixes {
+		t := v4
+		if !p.Addr().Is4() {
+			t = v6
+		}
+		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			errs = append(errs, fmt.Errorf("remove %s from %s list: %w", p, l, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// flagsWith computes the list flags as they will be once list l holds
+// exactly `remaining`.
+func (s *Shield) flagsWith(l List, remaining map[netip.Prefix]bool) (uint32, error) {
+	flags, err := s.listFlags()
+	if err != nil {
+		return 0, err
+	}
+	v4, v6 := s.tries(l)
+	flags &^= v4.flag | v6.flag
+	for p := range remaining {
+		if p.Addr().Is4() {
+			flags |= v4.flag
+		} else {
+			flags |= v6.flag
+		}
+	}
+	return flags, nil
+}
+
+// listFlags says which tries hold entries.
+func (s *Shield) listFlags() (uint32, error) {
+	var flags uint32
+	for _, l := range []List{AllowList, DenyList} {
+		v4, v6 := s.tries(l)
+		for _, t := range []trie{v4, v6} {
+			var k []byte
+			if err := t.m.NextKey(nil, &k); err == nil {
+				flags |= t.flag
+			} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return 0, fmt.Errorf("inspect %s list: %w", l, err)
+			}
+		}
+	}
+	return flags, nil
+}
