@@ -1,0 +1,495 @@
+package vmtest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Matrix runs test packages on several pinned kernels, one VM per kernel,
+// one VM at a time.
+type Matrix struct {
+	Cache       *Cache
+	Kernels     []string // lock names
+	Packages    []string // go package patterns; "./..." when empty
+	TestFlags   []string // for every binary, e.g. -test.short -test.v
+	Modules     []string // DefaultModules when nil
+	BootTimeout time.Duration
+	Timeout     time.Duration // per kernel
+	MemoryMiB   int
+	Dir         string    // module directory; "." when empty
+	Output      io.Writer // live test output, prefixed with the kernel
+	Console     io.Writer // live kernel console, when set
+	Log         *slog.Logger
+}
+
+// Report is a matrix run: what matrix.json holds.
+type Report struct {
+	Started   time.Time      `json:"started"`
+	Seconds   float64        `json:"seconds"`
+	Accel     string         `json:"accel"`
+	Kernels   []KernelReport `json:"kernels"`
+	Packages  []string       `json:"packages"`
+	Cells     []Cell         `json:"cells"`
+	SkipDiffs []SkipDiff     `json:"skipped_here_passed_there,omitempty"`
+	Failures  []Failure      `json:"failures,omitempty"`
+}
+
+// KernelReport is one kernel's boot.
+type KernelReport struct {
+	Name                   string  `json:"name"`
+	Release                string  `json:"release"`
+	Verdict                string  `json:"verdict"`
+	Code                   int     `json:"exit_code"`
+	Error                  string  `json:"error,omitempty"`
+	BootToFirstTestSeconds float64 `json:"boot_to_first_test_seconds"`
+	Seconds                float64 `json:"seconds"`
+}
+
+// Cell is one package on one kernel.
+type Cell struct {
+	Kernel  string       `json:"kernel"`
+	Package string       `json:"package"`
+	Status  string       `json:"status"` // pass, fail, not run, build failed
+	Exit    int          `json:"exit"`
+	Pass    int          `json:"pass"`
+	Fail    int          `json:"fail"`
+	Skip    int          `json:"skip"`
+	Seconds float64      `json:"seconds"`
+	Tests   []TestResult `json:"tests,omitempty"`
+}
+
+// SkipDiff is a test skipped on some kernels and passed on others.
+type SkipDiff struct {
+	Package   string            `json:"package"`
+	Test      string            `json:"test"`
+	SkippedOn map[string]string `json:"skipped_on"` // kernel -> reason
+	PassedOn  []string          `json:"passed_on"`
+}
+
+// Failure is a failed test (or binary) with its output.
+type Failure struct {
+	Kernel  string   `json:"kernel"`
+	Package string   `json:"package"`
+	Test    string   `json:"test"`
+	Output  []string `json:"output"`
+}
+
+type builtPkg struct {
+	path, dir, bin string
+	buildErr       string
+}
+
+func (m *Matrix) logger() *slog.Logger {
+	if m.Log == nil {
+		return slog.Default()
+	}
+	return m.Log
+}
+
+// build compiles a static test binary per package that has tests.
+func (m *Matrix) build(ctx context.Context, root, work string) ([]builtPkg, error) {
+	pats := m.Packages
+	if len(pats) == 0 {
+		pats = []string{"./..."}
+	}
+	args := append([]string{"list", "-e", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{len .TestGoFiles}}\t{{len .XTestGoFiles}}"}, pats...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list %s: %w: %s", strings.Join(pats, " "), err, stderr.String())
+	}
+	if s := strings.TrimSpace(stderr.String()); s != "" {
+		m.logger().Warn("go list", "stderr", s)
+	}
+	var pkgs []builtPkg
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 4 || (f[2] == "0" && f[3] == "0") {
+			continue
+		}
+		p := builtPkg{path: f[0], dir: f[1], bin: filepath.Join(work, strings.ReplaceAll(f[0], "/", "_")+".test")}
+		start := time.Now()
+		b := exec.CommandContext(ctx, "go", "test", "-c", "-o", p.bin, p.path)
+		b.Dir = root
+		b.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := b.CombinedOutput(); err != nil {
+			p.buildErr = strings.TrimSpace(string(out))
+			m.logger().Error("build test binary", "package", p.path, "err", err)
+		} else {
+			m.logger().Info("built test binary", "package", p.path, "took", time.Since(start).Round(time.Millisecond))
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) == 0 {
+		return nil, fmt.Errorf("%s: %w", strings.Join(pats, " "), ErrNoTests)
+	}
+	return pkgs, nil
+}
+
+// prefixWriter prefixes every line written through it.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	mid    bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var sb strings.Builder
+	for _, c := range string(b) {
+		if !p.mid {
+			sb.WriteString(p.prefix)
+			p.mid = true
+		}
+		sb.WriteRune(c)
+		if c == '\n' {
+			p.mid = false
+		}
+	}
+	_, err := io.WriteString(p.w, sb.String())
+	return len(b), err
+}
+
+// worse orders exit codes by how much they say about the run.
+func worse(a, b ExitCode) ExitCode {
+	rank := map[ExitCode]int{ExitPass: 0, ExitTestFailure: 1, ExitRunTimeout: 2, ExitBootTimeout: 3, ExitKernelPanic: 4, ExitHarnessError: 5}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+// Run builds the binaries, boots each kernel in turn and returns the report
+// and the worst exit code. The error is set for a harness failure that
+// stopped the matrix early.
+func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
+	dir := m.Dir
+	if dir == "" {
+		dir = "."
+	}
+	lock, root, err := LoadLock(dir)
+	if err != nil {
+		return nil, ExitHarnessError, err
+	}
+	rep := &Report{Started: time.Now().UTC(), Accel: "tcg"}
+	if kvmUsable() {
+		rep.Accel = "kvm"
+	}
+	pins := make([]*Pin, len(m.Kernels))
+	for i, n := range m.Kernels {
+		if pins[i], err = lock.Find(n); err != nil {
+			return nil, ExitHarnessError, err
+		}
+	}
+	work, err := os.MkdirTemp("", "vmtest-matrix-")
+	if err != nil {
+		return nil, ExitHarnessError, err
+	}
+	defer os.RemoveAll(work)
+	pkgs, err := m.build(ctx, root, work)
+	if err != nil {
+		return nil, ExitHarnessError, err
+	}
+	var runs []Run
+	var runPkgs []builtPkg
+	for _, p := range pkgs {
+		rep.Packages = append(rep.Packages, p.path)
+		if p.buildErr == "" {
+			runs = append(runs, Run{Name: p.path, Binary: p.bin, Dir: p.dir, Args: m.TestFlags})
+			runPkgs = append(runPkgs, p)
+		}
+	}
+	data := []string{filepath.Join(root, "fixtures")}
+	for _, p := range runPkgs {
+		data = append(data, filepath.Join(p.dir, "testdata"))
+	}
+	code := ExitPass
+	for _, p := range pkgs {
+		if p.buildErr != "" {
+			code = worse(code, ExitTestFailure)
+		}
+	}
+	for _, pin := range pins {
+		kr := KernelReport{Name: pin.Name, Release: pin.Release}
+		res, err := m.boot(ctx, pin, runs, data, work)
+		if err != nil {
+			kr.Code, kr.Verdict, kr.Error = int(ExitHarnessError), ExitHarnessError.String(), err.Error()
+			code = worse(code, ExitHarnessError)
+			m.logger().Error("kernel", "kernel", pin.Name, "err", err)
+		} else {
+			kr.Code, kr.Verdict = int(res.Code), res.Code.String()
+			kr.BootToFirstTestSeconds = res.BootToFirstTest.Seconds()
+			kr.Seconds = res.Wall.Seconds()
+			if res.Err != nil {
+				kr.Error = res.Err.Error()
+			}
+			code = worse(code, res.Code)
+		}
+		rep.Kernels = append(rep.Kernels, kr)
+		for _, p := range pkgs {
+			c := Cell{Kernel: pin.Name, Package: p.path, Status: "not run", Exit: -1}
+			if p.buildErr != "" {
+				c.Status = "build failed"
+				rep.Failures = append(rep.Failures, Failure{Kernel: pin.Name, Package: p.path, Test: "(build)", Output: strings.Split(p.buildErr, "\n")})
+			} else if res != nil {
+				for _, r := range res.Runs {
+					if r.Name == p.path {
+						c.fill(r)
+						rep.Failures = append(rep.Failures, failures(pin.Name, c, r)...)
+					}
+				}
+			}
+			rep.Cells = append(rep.Cells, c)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.SkipDiffs = skipDiffs(rep.Cells)
+	rep.Seconds = time.Since(rep.Started).Seconds()
+	return rep, code, nil
+}
+
+func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, work string) (*Result, error) {
+	k, err := m.Cache.Fetch(ctx, pin)
+	if err != nil {
+		return nil, err
+	}
+	out := m.Output
+	if out == nil {
+		out = io.Discard
+	}
+	vm := &VM{
+		Kernel: k, Modules: m.Modules, Runs: runs, Data: data,
+		MemoryMiB: m.MemoryMiB, BootTimeout: m.BootTimeout, Timeout: m.Timeout,
+		Output: &prefixWriter{w: out, prefix: "[" + pin.Name + "] "}, Console: m.Console,
+		WorkDir: work, CacheDir: m.Cache.Dir, Log: m.Log,
+	}
+	res, err := vm.Boot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.logger().Info("kernel done", "kernel", pin.Name, "verdict", res.Code.String(),
+		"boot_to_first_test", res.BootToFirstTest.Round(10*time.Millisecond), "wall", res.Wall.Round(100*time.Millisecond))
+	return res, nil
+}
+
+func (c *Cell) fill(r RunResult) {
+	c.Exit = r.Exit
+	c.Seconds = r.Duration.Seconds()
+	c.Tests = ParseTestOutput(r.Output)
+	for _, t := range c.Tests {
+		switch t.Status {
+		case "pass":
+			c.Pass++
+		case "fail":
+			c.Fail++
+		case "skip":
+			c.Skip++
+		}
+	}
+	switch {
+	case r.Exit == -1:
+		c.Status = "not finished"
+	case r.Exit != 0 || c.Fail > 0:
+		c.Status = "fail"
+	case c.Pass+c.Skip == 0:
+		// The suite fails when zero cases ran.
+		c.Status = "fail"
+	default:
+		c.Status = "pass"
+	}
+}
+
+func failures(kernel string, c Cell, r RunResult) []Failure {
+	var fs []Failure
+	for _, t := range c.Tests {
+		if t.Status == "fail" {
+			fs = append(fs, Failure{Kernel: kernel, Package: c.Package, Test: t.Name, Output: t.Output})
+		}
+	}
+	if c.Status != "pass" && len(fs) == 0 {
+		what := "(binary)"
+		if c.Pass+c.Skip == 0 && r.Exit == 0 {
+			what = "(no tests ran)"
+		}
+		fs = append(fs, Failure{Kernel: kernel, Package: c.Package, Test: what, Output: lastLines(r.Output, 30)})
+	}
+	return fs
+}
+
+func lastLines(l []string, n int) []string {
+	if len(l) > n {
+		return l[len(l)-n:]
+	}
+	return l
+}
+
+func skipDiffs(cells []Cell) []SkipDiff {
+	type key struct{ pkg, test string }
+	diffs := map[key]*SkipDiff{}
+	for _, c := range cells {
+		for _, t := range c.Tests {
+			k := key{c.Package, t.Name}
+			d := diffs[k]
+			if d == nil {
+				d = &SkipDiff{Package: c.Package, Test: t.Name, SkippedOn: map[string]string{}}
+				diffs[k] = d
+			}
+			switch t.Status {
+			case "skip":
+				d.SkippedOn[c.Kernel] = t.Reason
+			case "pass":
+				d.PassedOn = append(d.PassedOn, c.Kernel)
+			}
+		}
+	}
+	var out []SkipDiff
+	for _, d := range diffs {
+		if len(d.SkippedOn) > 0 && len(d.PassedOn) > 0 {
+			out = append(out, *d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Package != out[j].Package {
+			return out[i].Package < out[j].Package
+		}
+		return out[i].Test < out[j].Test
+	})
+	return out
+}
+
+// Render writes the matrix as text: packages x kernels with
+// pass/fail/skip and durations, per-kernel boot figures, the tests skipped
+// on one kernel but passed on another, and the failures with their output.
+func (r *Report) Render(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "vmtest matrix: %d kernel(s) x %d package(s), accel %s, wall %s\n\n",
+		len(r.Kernels), len(r.Packages), r.Accel, fmtDur(r.Seconds))
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	cell := map[[2]string]Cell{}
+	for _, c := range r.Cells {
+		cell[[2]string{c.Kernel, c.Package}] = c
+	}
+	fmt.Fprint(tw, "pass/fail/skip time\t")
+	for _, k := range r.Kernels {
+		fmt.Fprintf(tw, "%s\t", k.Name)
+	}
+	fmt.Fprintln(tw)
+	for _, p := range r.Packages {
+		fmt.Fprintf(tw, "%s\t", p)
+		for _, k := range r.Kernels {
+			c, ok := cell[[2]string{k.Name, p}]
+			switch {
+			case !ok:
+				fmt.Fprint(tw, "-\t")
+			case c.Status == "pass" || c.Status == "fail":
+				mark := ""
+				if c.Status == "fail" {
+					mark = " FAIL"
+				}
+				fmt.Fprintf(tw, "%d/%d/%d %s%s\t", c.Pass, c.Fail, c.Skip, fmtDur(c.Seconds), mark)
+			default:
+				fmt.Fprintf(tw, "%s\t", strings.ToUpper(c.Status))
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	row := func(name string, f func(k KernelReport) string) {
+		fmt.Fprintf(tw, "%s\t", name)
+		for _, k := range r.Kernels {
+			fmt.Fprintf(tw, "%s\t", f(k))
+		}
+		fmt.Fprintln(tw)
+	}
+	row("release", func(k KernelReport) string { return k.Release })
+	row("boot to first test", func(k KernelReport) string { return fmtDur(k.BootToFirstTestSeconds) })
+	row("VM wall time", func(k KernelReport) string { return fmtDur(k.Seconds) })
+	row("verdict", func(k KernelReport) string { return strings.ToUpper(k.Verdict) })
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, k := range r.Kernels {
+		if k.Error != "" {
+			fmt.Fprintf(&b, "\nkernel %s: %s\n", k.Name, k.Error)
+		}
+	}
+	if len(r.SkipDiffs) > 0 {
+		b.WriteString("\nSkipped on some kernels, passed on others:\n")
+		for _, d := range r.SkipDiffs {
+			fmt.Fprintf(&b, "  %s %s: passed on %s\n", d.Package, d.Test, strings.Join(d.PassedOn, " "))
+			ks := make([]string, 0, len(d.SkippedOn))
+			for k := range d.SkippedOn {
+				ks = append(ks, k)
+			}
+			sort.Slice(ks, func(i, j int) bool { return versionLess(ks[i], ks[j]) })
+			for _, k := range ks {
+				fmt.Fprintf(&b, "    skipped on %s: %s\n", k, d.SkippedOn[k])
+			}
+		}
+	}
+	if len(r.Failures) > 0 {
+		b.WriteString("\nFailures:\n")
+		for _, f := range r.Failures {
+			fmt.Fprintf(&b, "  [%s] %s %s\n", f.Kernel, f.Package, f.Test)
+			out := f.Output
+			if len(out) > 60 {
+				out = append(append([]string{}, out[:60]...), fmt.Sprintf("... %d more lines in matrix.json", len(f.Output)-60))
+			}
+			for _, l := range out {
+				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func fmtDur(secs float64) string {
+	d := time.Duration(secs * float64(time.Second))
+	switch {
+	case d == 0:
+		return "-"
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", secs)
+	default:
+		return d.Round(time.Second).String()
+	}
+}
+
+// Write renders the report to w and writes matrix.txt and matrix.json in
+// dir.
+func (r *Report) Write(dir string, w io.Writer) error {
+	var txt strings.Builder
+	if err := r.Render(&txt); err != nil {
+		return err
+	}
+	fmt.Fprint(w, "\n"+txt.String())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write matrix: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "matrix.txt"), []byte(txt.String()), 0o644); err != nil {
+		return fmt.Errorf("write matrix: %w", err)
+	}
+	js, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "matrix.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write matrix: %w", err)
+	}
+	fmt.Fprintf(w, "\nwritten: %s, %s\n", filepath.Join(dir, "matrix.txt"), filepath.Join(dir, "matrix.json"))
+	return nil
+}

@@ -1,0 +1,648 @@
+package vmtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExitCode is what the harness's commands exit with.
+type ExitCode int
+
+const (
+	ExitPass         ExitCode = 0 // every test binary passed
+	ExitTestFailure  ExitCode = 1 // a test binary failed
+	ExitHarnessError ExitCode = 2 // the harness could not run the tests
+	ExitKernelPanic  ExitCode = 3 // the guest kernel panicked
+	ExitBootTimeout  ExitCode = 4 // the guest never reached its init
+	ExitRunTimeout   ExitCode = 5 // the VM ran past its budget and was killed
+)
+
+func (c ExitCode) String() string {
+	switch c {
+	case ExitPass:
+		return "pass"
+	case ExitTestFailure:
+		return "test failure"
+	case ExitHarnessError:
+		return "harness error"
+	case ExitKernelPanic:
+		return "kernel panic"
+	case ExitBootTimeout:
+		return "boot timeout"
+	case ExitRunTimeout:
+		return "run timeout"
+	}
+	return "exit " + strconv.Itoa(int(c))
+}
+
+// Run is one test binary to run in the guest.
+type Run struct {
+	Name   string   // the package's import path
+	Binary string   // host path of the test binary
+	Dir    string   // working directory in the guest (a host path, mirrored); "/" when empty
+	Args   []string // arguments of the binary (-test.v, -test.run, ...)
+}
+
+// VM configures one boot.
+type VM struct {
+	Kernel  *Kernel
+	Modules []string // DefaultModules when nil
+	Runs    []Run
+	// Data are host directories mirrored at the same path in the guest
+	// (testdata/, fixtures/), so relative paths in tests keep working.
+	Data []string
+	// Env is added to the guest's environment, after SHIELD_REQUIRE_PRIV=1.
+	Env []string
+	// Tools are host programs copied into the guest's /usr/sbin (before
+	// busybox in PATH) with their shared libraries; DefaultTools when nil.
+	// Those missing on the host are left out.
+	Tools       []string
+	MemoryMiB   int           // 1024 when 0
+	CPUs        int           // 2 when 0
+	BootTimeout time.Duration // until the guest's init reports; 60s when 0
+	Timeout     time.Duration // the whole boot; 15m when 0
+	// Output receives the test binaries' output, live. Console, when set,
+	// receives the kernel console, live; it is dumped to Output on a panic or
+	// a timeout either way.
+	Output  io.Writer
+	Console io.Writer
+	// WorkDir holds the initramfs and the console log; a temporary directory
+	// (removed afterwards) when empty.
+	WorkDir  string
+	CacheDir string // where the VM lock lives: one VM at a time per cache
+	Log      *slog.Logger
+}
+
+// RunResult is the outcome of one Run.
+type RunResult struct {
+	Name     string
+	Exit     int // the binary's exit code; -1 when it never finished
+	Output   []string
+	Duration time.Duration
+}
+
+// Result is the outcome of a boot.
+type Result struct {
+	Code            ExitCode
+	Err             error // why, when Code is not ExitPass or ExitTestFailure
+	Accel           string
+	Release         string        // uname -r in the guest
+	BootToFirstTest time.Duration // qemu start to the first test binary's start
+	Wall            time.Duration
+	Runs            []RunResult
+	Console         string // the kernel console (tail)
+}
+
+const marker = "@@VMTEST "
+
+// Boot builds the initramfs, boots the kernel and runs the binaries in
+// order, streaming their output. It returns an error only for a harness
+// failure before qemu starts; everything after is in Result.
+func (vm *VM) Boot(ctx context.Context) (*Result, error) {
+	log := vm.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	if vm.Output == nil {
+		vm.Output = os.Stdout
+	}
+	work := vm.WorkDir
+	if work == "" {
+		d, err := os.MkdirTemp("", "vmtest-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		work = d
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, err
+	}
+	initrd := filepath.Join(work, "initramfs-"+vm.Kernel.Pin.Name+".cpio")
+	if err := vm.buildInitramfs(initrd, log); err != nil {
+		return nil, fmt.Errorf("kernel %s: initramfs: %w", vm.Kernel.Pin.Name, err)
+	}
+	if vm.CacheDir != "" {
+		unlock, err := lockVM(vm.CacheDir, log)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	return vm.qemu(ctx, initrd, filepath.Join(work, "console-"+vm.Kernel.Pin.Name+".log"), log)
+}
+
+// lockVM takes the cache's VM lock: the machine's cores are shared, one
+// VM runs at a time.
+func lockVM(dir string, log *slog.Logger) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "vm.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("vm lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		log.Info("waiting for another VM to finish", "lock", f.Name())
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("vm lock: %w", err)
+		}
+	}
+	return func() { f.Close() }, nil
+}
+
+// shellQuote quotes s for the guest's busybox sh.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func (vm *VM) initScript(mods []Module) string {
+	var b strings.Builder
+	b.WriteString(`#!/bin/sh
+# Written by xdpshield's vmtest: mount, load modules, check the kernel, run
+# the test binaries, report on ttyS1, reboot (qemu -no-reboot exits).
+export PATH=/usr/sbin:/usr/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
+out=/dev/ttyS1
+say() { echo "` + marker + `$*" >$out; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm /run /tmp
+mount -t tmpfs tmpfs /tmp
+mount -t tmpfs tmpfs /run
+mkdir -p /run/netns
+mount -t bpf bpffs /sys/fs/bpf
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+say BOOTED "$(uname -r)"
+fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
+`)
+	fmt.Fprintf(&b, "[ \"$(uname -r)\" = %s ] || fail \"uname -r is $(uname -r), the pin says %s\"\n", shellQuote(vm.Kernel.Pin.Release), vm.Kernel.Pin.Release)
+	for _, m := range mods {
+		fmt.Fprintf(&b, "insmod /lib/modules/%s.ko >$out 2>&1 || fail \"insmod %s failed\"\n", m.Name, m.Name)
+	}
+	b.WriteString("ip link set lo up\n")
+	b.WriteString("export SHIELD_REQUIRE_PRIV=1\n")
+	for _, e := range vm.Env {
+		k, v, _ := strings.Cut(e, "=")
+		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
+	}
+	b.WriteString("rc=0\n")
+	for i, r := range vm.Runs {
+		dir := r.Dir
+		if dir == "" {
+			dir = "/"
+		}
+		args := []string{fmt.Sprintf("/tests/%d.test", i)}
+		for _, a := range r.Args {
+			args = append(args, shellQuote(a))
+		}
+		fmt.Fprintf(&b, "say BEGIN %d\n(cd %s && exec %s) >$out 2>&1 </dev/null; r=$?\necho >$out\nsay END %d $r\n[ $r -eq 0 ] || rc=1\n",
+			i, shellQuote(dir), strings.Join(args, " "), i)
+	}
+	b.WriteString("say EXIT $rc\nsync\nreboot -f\nsleep 10\n")
+	return b.String()
+}
+
+func (vm *VM) buildInitramfs(path string, log *slog.Logger) error {
+	want := vm.Modules
+	if want == nil {
+		want = DefaultModules
+	}
+	mods, missing, err := ResolveModules(vm.Kernel.Modules, want)
+	if err != nil {
+		return err
+	}
+	if len(missing) > 0 {
+		log.Debug("modules not shipped as modules (built in or absent)", "kernel", vm.Kernel.Pin.Name, "modules", strings.Join(missing, " "))
+	}
+	bb, err := exec.LookPath("busybox")
+	if err != nil {
+		return fmt.Errorf("busybox (busybox-static) not found: %w", err)
+	}
+	if err := requireStatic(bb); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := bufio.NewWriterSize(f, 1<<20)
+	c := newCPIO(w)
+	for _, d := range []string{"dev", "proc", "sys", "tmp", "run", "etc", "root", "sbin", "usr/bin", "usr/sbin"} {
+		c.Dir(d)
+	}
+	c.CharDev("dev/console", 5, 1)
+	c.CharDev("dev/null", 1, 3)
+	c.HostFile("bin/busybox", bb, 0o755)
+	for _, app := range busyboxApplets(bb) {
+		if app != "busybox" {
+			c.Symlink("bin/"+app, "busybox")
+		}
+	}
+	c.Symlink("var/run", "/run")
+	tools := vm.Tools
+	if tools == nil {
+		tools = DefaultTools
+	}
+	libs := map[string]bool{}
+	for _, t := range tools {
+		p, err := exec.LookPath(t)
+		if err != nil {
+			log.Debug("tool not on the host; left out of the guest", "tool", t)
+			continue
+		}
+		c.HostFile("usr/sbin/"+t, p, 0o755)
+		dyn, err := sharedLibs(p)
+		if err != nil {
+			return err
+		}
+		for _, l := range dyn {
+			libs[l] = true
+		}
+	}
+	if _, err := os.Stat("/etc/iproute2"); err == nil {
+		c.HostTree("/etc/iproute2", "/etc/iproute2", nil)
+	}
+	c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/tmp:/bin/sh\n"))
+	c.File("etc/group", 0o644, []byte("root:x:0:\n"))
+	c.File("etc/hosts", 0o644, []byte("127.0.0.1 localhost\n::1 localhost\n"))
+	for _, m := range mods {
+		c.File("lib/modules/"+m.Name+".ko", 0o644, m.ELF)
+	}
+	for i, r := range vm.Runs {
+		c.HostFile(fmt.Sprintf("tests/%d.test", i), r.Binary, 0o755)
+		if r.Dir != "" {
+			c.Dir(r.Dir)
+		}
+		dyn, err := sharedLibs(r.Binary)
+		if err != nil {
+			return err
+		}
+		for _, l := range dyn {
+			libs[l] = true
+		}
+	}
+	for l := range libs {
+		c.HostFile(l, l, 0o755)
+	}
+	for _, d := range vm.Data {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			c.HostTree(d, d, func(rel string) bool { return filepath.Base(rel) == ".git" })
+		}
+	}
+	c.File("init", 0o755, []byte(vm.initScript(mods)))
+	if err := c.Close(); err != nil {
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func busyboxApplets(bb string) []string {
+	out, err := exec.Command(bb, "--list").Output()
+	if err != nil {
+		return []string{"sh"}
+	}
+	return strings.Fields(string(out))
+}
+
+func requireStatic(path string) error {
+	libs, err := sharedLibs(path)
+	if err != nil {
+		return err
+	}
+	if len(libs) > 0 {
+		return fmt.Errorf("%s is dynamically linked; install busybox-static", path)
+	}
+	return nil
+}
+
+// sharedLibs lists the shared objects (and loader) a dynamic binary needs,
+// through ldd; nil for a static binary. Test binaries built with
+// CGO_ENABLED=0 are static; a cgo build still runs, with its libraries
+// copied in.
+func sharedLibs(bin string) ([]string, error) {
+	f, err := elf.Open(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", bin, err)
+	}
+	defer f.Close()
+	dynamic := false
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			dynamic = true
+		}
+	}
+	if !dynamic {
+		return nil, nil
+	}
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w (build it with CGO_ENABLED=0)", bin, err)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				libs = append(libs, f)
+				if real, err := filepath.EvalSymlinks(f); err == nil && real != f {
+					libs = append(libs, real)
+				}
+			}
+		}
+	}
+	return libs, nil
+}
+
+// kvmUsable reports whether KVM works here: /dev/kvm creates a VM and
+// qemu can set up a KVM vCPU (a machine may have /dev/kvm and still fail
+// there, e.g. nested without MSR support). VMTEST_ACCEL=tcg|kvm overrides.
+func kvmUsable() bool {
+	switch os.Getenv("VMTEST_ACCEL") {
+	case "tcg":
+		return false
+	case "kvm":
+		return true
+	}
+	fd, err := unix.Open("/dev/kvm", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	const kvmCreateVM = 0xAE01
+	vmfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmCreateVM, 0)
+	if errno != 0 {
+		return false
+	}
+	unix.Close(int(vmfd))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	probe := exec.CommandContext(ctx, "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
+		"-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "64", "-S", "-monitor", "stdio")
+	probe.Stdin = strings.NewReader("quit\n")
+	return probe.Run() == nil
+}
+
+var panicRE = regexp.MustCompile(`Kernel panic - not syncing|end Kernel panic`)
+
+func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Logger) (*Result, error) {
+	mem, cpus := vm.MemoryMiB, vm.CPUs
+	if mem == 0 {
+		mem = 1024
+	}
+	if cpus == 0 {
+		cpus = 2
+	}
+	bootTimeout, timeout := vm.BootTimeout, vm.Timeout
+	if bootTimeout == 0 {
+		bootTimeout = 60 * time.Second
+	}
+	if timeout == 0 {
+		timeout = 15 * time.Minute
+	}
+	res := &Result{Accel: "tcg"}
+	cpu := "max"
+	if kvmUsable() {
+		res.Accel, cpu = "kvm", "host"
+	}
+	bin, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("qemu-system-x86_64 (qemu-system-x86) not found: %w", err)
+	}
+	args := []string{
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-machine", "q35", "-accel", res.Accel, "-cpu", cpu,
+		"-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
+		"-kernel", vm.Kernel.Vmlinuz, "-initrd", initrd,
+		"-append", "console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init random.trust_cpu=on mitigations=off tsc=reliable no_timer_check",
+		"-chardev", "file,id=con,path=" + consolePath, "-serial", "chardev:con",
+		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
+	}
+	log.Info("boot", "kernel", vm.Kernel.Pin.Name, "release", vm.Kernel.Pin.Release, "accel", res.Accel, "cpus", cpus, "memory_mib", mem)
+	cmd := exec.Command(bin, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start qemu: %w", err)
+	}
+
+	// Console follower: live copy when asked, for the panic check and dumps.
+	stopConsole := make(chan struct{})
+	var consoleWG sync.WaitGroup
+	if vm.Console != nil {
+		consoleWG.Add(1)
+		go func() { defer consoleWG.Done(); follow(consolePath, vm.Console, stopConsole) }()
+	}
+
+	type event struct {
+		line string
+		at   time.Time
+	}
+	events := make(chan event, 256)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			events <- event{strings.TrimRight(sc.Text(), "\r"), time.Now()}
+		}
+		close(events)
+	}()
+
+	booted := false
+	exited := -1
+	cur := -1
+	var curStart time.Time
+	var harnessMsg string
+	bootTimer := time.NewTimer(bootTimeout)
+	defer bootTimer.Stop()
+	allTimer := time.NewTimer(timeout)
+	defer allTimer.Stop()
+	killed := ExitCode(-1)
+	var handle func(ev event)
+	handle = func(ev event) {
+		line := ev.line
+		i := strings.Index(line, marker)
+		if i < 0 {
+			if cur >= 0 {
+				res.Runs[cur].Output = append(res.Runs[cur].Output, line)
+			}
+			fmt.Fprintln(vm.Output, line)
+			return
+		}
+		if i > 0 { // output without a final newline, then the marker
+			handle(event{line[:i], ev.at})
+		}
+		f := strings.Fields(line[i+len(marker):])
+		if len(f) == 0 {
+			return
+		}
+		switch f[0] {
+		case "BOOTED":
+			booted = true
+			if len(f) > 1 {
+				res.Release = f[1]
+			}
+			bootTimer.Stop()
+			log.Debug("guest init running", "kernel", vm.Kernel.Pin.Name, "after", time.Since(start).Round(time.Millisecond))
+		case "BEGIN":
+			n, _ := strconv.Atoi(f[1])
+			if n < 0 || n >= len(vm.Runs) {
+				return
+			}
+			cur, curStart = n, ev.at
+			if res.BootToFirstTest == 0 {
+				res.BootToFirstTest = ev.at.Sub(start)
+			}
+			for len(res.Runs) <= n {
+				res.Runs = append(res.Runs, RunResult{Name: vm.Runs[len(res.Runs)].Name, Exit: -1})
+			}
+		case "END":
+			if cur >= 0 && len(f) > 2 {
+				res.Runs[cur].Exit, _ = strconv.Atoi(f[2])
+				res.Runs[cur].Duration = ev.at.Sub(curStart)
+				// Drop the blank line the guest adds before the marker.
+				if o := res.Runs[cur].Output; len(o) > 0 && o[len(o)-1] == "" {
+					res.Runs[cur].Output = o[:len(o)-1]
+				}
+			}
+			cur = -1
+		case "HARNESS":
+			harnessMsg = strings.Join(f[1:], " ")
+			fmt.Fprintln(vm.Output, "vmtest: guest: "+harnessMsg)
+		case "EXIT":
+			exited, _ = strconv.Atoi(f[1])
+		}
+	}
+loop:
+	for {
+		select {
+		case ev, ok := <-events:
+			if !ok {
+				break loop
+			}
+			handle(ev)
+		case <-bootTimer.C:
+			if !booted {
+				killed = ExitBootTimeout
+				cmd.Process.Kill()
+			}
+		case <-allTimer.C:
+			killed = ExitRunTimeout
+			cmd.Process.Kill()
+		case <-ctx.Done():
+			killed = ExitHarnessError
+			cmd.Process.Kill()
+		}
+	}
+	waitErr := cmd.Wait()
+	res.Wall = time.Since(start)
+	close(stopConsole)
+	consoleWG.Wait()
+	console, _ := os.ReadFile(consolePath)
+	res.Console = tail(string(console), 200)
+	for len(res.Runs) < len(vm.Runs) {
+		res.Runs = append(res.Runs, RunResult{Name: vm.Runs[len(res.Runs)].Name, Exit: -1})
+	}
+	dump := func() {
+		fmt.Fprintf(vm.Output, "vmtest: kernel %s console (last lines):\n%s\n", vm.Kernel.Pin.Name, indent(res.Console))
+	}
+	switch {
+	case killed == ExitBootTimeout:
+		res.Code, res.Err = killed, fmt.Errorf("kernel %s: guest init did not report within %s; VM killed", vm.Kernel.Pin.Name, bootTimeout)
+		dump()
+	case killed == ExitRunTimeout:
+		res.Code, res.Err = killed, fmt.Errorf("kernel %s: VM ran past its %s budget; killed", vm.Kernel.Pin.Name, timeout)
+		dump()
+	case killed == ExitHarnessError:
+		res.Code, res.Err = killed, fmt.Errorf("kernel %s: %w", vm.Kernel.Pin.Name, ctx.Err())
+	case panicRE.Match(console):
+		res.Code, res.Err = ExitKernelPanic, fmt.Errorf("kernel %s panicked", vm.Kernel.Pin.Name)
+		dump()
+	case exited == 0:
+		res.Code = ExitPass
+	case exited == 1:
+		res.Code = ExitTestFailure
+	case exited > 1:
+		res.Code, res.Err = ExitHarnessError, fmt.Errorf("kernel %s: guest: %s", vm.Kernel.Pin.Name, harnessMsg)
+		dump()
+	default:
+		res.Code, res.Err = ExitHarnessError, fmt.Errorf("kernel %s: VM exited without a result (qemu: %v): %s",
+			vm.Kernel.Pin.Name, waitErr, strings.TrimSpace(stderr.String()))
+		dump()
+	}
+	return res, nil
+}
+
+// follow copies path to w as it grows, until stop is closed (then copies
+// the rest).
+func follow(path string, w io.Writer, stop <-chan struct{}) {
+	var f *os.File
+	for f == nil {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	defer f.Close()
+	for {
+		io.Copy(w, f)
+		select {
+		case <-stop:
+			io.Copy(w, f)
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(s, "\r", ""), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func indent(s string) string {
+	return "  | " + strings.ReplaceAll(s, "\n", "\n  | ")
+}
+
+// DefaultTools are the host programs the suites call.
+var DefaultTools = []string{"ip", "tc", "nft", "bpftool"}
+
+// ErrNoTests is returned when a selection has no test binaries.
+var ErrNoTests = errors.New("no test binaries to run")
