@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/user"
+	"strings"
+
+	"xdpshield/shield/api"
+)
+
+// Environment the API commands read when their flags are not given.
+const (
+	envAPI       = "SHIELD_API"
+	envToken     = "SHIELD_TOKEN"
+	envTokenFile = "SHIELD_TOKEN_FILE"
+)
+
+// clientFlags are the flags every API command takes.
+type clientFlags struct {
+	api       string
+	tokenFile string
+	json      bool
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.api, "api", "", "service URL (default $"+envAPI+" or http://"+api.DefaultListen+")")
+	fs.StringVar(&c.tokenFile, "token-file", "", "operator token file, for changes (default $"+envTokenFile+", or the token in $"+envToken+")")
+	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
+}
+
+// client builds the API client; the token is only needed for changes.
+func (c *clientFlags) client(needToken bool) (*api.Client, error) {
+	base := c.api
+	if base == "" {
+		base = os.Getenv(envAPI)
+	}
+	if base == "" {
+		base = "http://" + api.DefaultListen
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	cl := &api.Client{Base: base, Operator: operator()}
+	tf := c.tokenFile
+	if tf == "" {
+		tf = os.Getenv(envTokenFile)
+	}
+	switch {
+	case tf != "":
+		tok, err := readTokenFile(tf)
+		if err != nil {
+			return nil, err
+		}
+		cl.Token = tok
+	case os.Getenv(envToken) != "":
+		cl.Token = strings.TrimSpace(os.Getenv(envToken))
+	case needToken:
+		return nil, fmt.Errorf("changes need the operator token: -token-file, $%s or $%s", envTokenFile, envToken)
+	}
+	return cl, nil
+}
+
+// operator names the person making changes: user@host (the user sudo ran as).
+func operator() string {
+	name := os.Getenv("SUDO_USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
+	}
+	host, _ := os.Hostname()
+	return name + "@" + host
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

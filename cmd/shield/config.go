@@ -1,0 +1,206 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"xdpshield/shield"
+	"xdpshield/shield/api"
+)
+
+// config is the service's configuration file (TOML; docs/shield.example.toml
+// documents every key). Flags given to serve override it.
+type config struct {
+	Iface     string `toml:"iface"`
+	Mode      string `toml:"mode"`
+	PinRoot   string `toml:"pin_root"`
+	TableSize uint32 `toml:"table_size"`
+	Clock     string `toml:"clock"`
+
+	API struct {
+		Listen       string   `toml:"listen"`
+		TokenFile    string   `toml:"token_file"`
+		AuthReads    bool     `toml:"auth_reads"`
+		MaxBodyBytes int64    `toml:"max_body_bytes"`
+		TopTimeout   duration `toml:"top_timeout"`
+	} `toml:"api"`
+
+	Limits struct {
+		Rate           uint64 `toml:"rate"`
+		Burst          uint64 `toml:"burst"`
+		AdmissionRate  uint64 `toml:"admission_rate"`
+		AdmissionBurst uint64 `toml:"admission_burst"`
+		DryRun         bool   `toml:"dry_run"`
+	} `toml:"limits"`
+
+	Lists struct {
+		AllowOwnAddresses bool     `toml:"allow_own_addresses"`
+		Allow             []string `toml:"allow"`
+		Deny              []string `toml:"deny"`
+	} `toml:"lists"`
+
+	Log struct {
+		Level  string `toml:"level"`
+		Format string `toml:"format"`
+	} `toml:"log"`
+}
+
+// duration reads "5s"-style TOML strings.
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// defaultConfig is what serve runs with when neither file nor flag says
+// otherwise: safe by default.
+func defaultConfig() config {
+	var c config
+	c.Mode = "auto"
+	c.PinRoot = shield.DefaultPinRoot
+	c.TableSize = shield.DefaultTableSize
+	c.Clock = "jiffies"
+	c.API.Listen = api.DefaultListen
+	c.API.MaxBodyBytes = api.DefaultMaxBody
+	c.API.TopTimeout = duration{api.DefaultTopTimeout}
+	l := shield.DefaultLimits()
+	c.Limits.Rate, c.Limits.Burst = l.Rate, l.Burst
+	c.Limits.AdmissionRate, c.Limits.AdmissionBurst = l.AdmissionRate, l.AdmissionBurst
+	c.Lists.AllowOwnAddresses = true
+	c.Log.Level = "info"
+	c.Log.Format = "text"
+	return c
+}
+
+// loadConfig reads path over the defaults; unknown keys are errors.
+func loadConfig(path string) (config, error) {
+	c := defaultConfig()
+	if path == "" {
+		return c, nil
+	}
+	md, err := toml.DecodeFile(path, &c)
+	if err != nil {
+		return c, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return c, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(keys, ", "))
+	}
+	return c, nil
+}
+
+// settings is a validated configuration, in the types the service uses.
+type settings struct {
+	mode   shield.Mode
+	clock  shield.Clock
+	limits shield.Limits
+	allow  []string
+	deny   []string
+	token  string
+}
+
+var clocks = map[string]shield.Clock{"jiffies": shield.ClockJiffies, "ktime": shield.ClockKtime}
+
+// validate checks the whole configuration and reports every problem.
+func (c *config) validate() (settings, error) {
+	var s settings
+	var errs []error
+	if c.Iface == "" {
+		errs = append(errs, errors.New("iface: an interface is required (-iface or iface =)"))
+	}
+	var err error
+	if s.mode, err = shield.ParseMode(c.Mode); err != nil {
+		errs = append(errs, fmt.Errorf("mode: %w", err))
+	}
+	var ok bool
+	if s.clock, ok = clocks[c.Clock]; !ok {
+		errs = append(errs, fmt.Errorf("clock: unknown clock %q (want jiffies or ktime)", c.Clock))
+	}
+	if c.TableSize < 1024 || c.TableSize > shield.MaxTableSize {
+		errs = append(errs, fmt.Errorf("table_size: %d out of range [1024, %d]", c.TableSize, shield.MaxTableSize))
+	}
+	if c.PinRoot == "" {
+		errs = append(errs, errors.New("pin_root: empty"))
+	}
+	if c.API.Listen == "" {
+		errs = append(errs, errors.New("api.listen: empty"))
+	}
+	if c.API.MaxBodyBytes < 1024 || c.API.MaxBodyBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("api.max_body_bytes: %d out of range [1024, %d]", c.API.MaxBodyBytes, 64<<20))
+	}
+	if c.API.TopTimeout.Duration <= 0 || c.API.TopTimeout.Duration > time.Minute {
+		errs = append(errs, fmt.Errorf("api.top_timeout: %s out of range (0, 1m]", c.API.TopTimeout.Duration))
+	}
+	s.limits = shield.Limits{Rate: c.Limits.Rate, Burst: c.Limits.Burst,
+		AdmissionRate: c.Limits.AdmissionRate, AdmissionBurst: c.Limits.AdmissionBurst, DryRun: c.Limits.DryRun}
+	if err := s.limits.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+	}
+	if _, err := shield.ParsePrefixes(c.Lists.Allow); err != nil {
+		errs = append(errs, fmt.Errorf("lists.allow: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+	}
+	if _, err := shield.ParsePrefixes(c.Lists.Deny); err != nil {
+		errs = append(errs, fmt.Errorf("lists.deny: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+	}
+	s.allow, s.deny = c.Lists.Allow, c.Lists.Deny
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log.level: unknown level %q (want debug, info, warn or error)", c.Log.Level))
+	}
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want text or json)", c.Log.Format))
+	}
+	if c.API.TokenFile != "" {
+		if s.token, err = readTokenFile(c.API.TokenFile); err != nil {
+			errs = append(errs, fmt.Errorf("api.token_file: %w", err))
+		}
+	}
+	return s, errors.Join(errs...)
+}
+
+// readTokenFile reads the operator token from a file only its owner can
+// read or write (mode 0600 or stricter).
+func readTokenFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("open token file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("stat token file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("token file %s is not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("token file %s has mode %04o: others may read it; chmod 600 it", path, perm)
+	}
+	b := make([]byte, 4097)
+	n, _ := f.Read(b)
+	if n > 4096 {
+		return "", fmt.Errorf("token file %s is longer than 4096 bytes", path)
+	}
+	tok := strings.TrimSpace(string(b[:n]))
+	if len(tok) < 16 {
+		return "", fmt.Errorf("token in %s is shorter than 16 characters", path)
+	}
+	if strings.ContainsAny(tok, " \t\r\n") {
+		return "", fmt.Errorf("token in %s contains whitespace", path)
+	}
+	return tok, nil
+}

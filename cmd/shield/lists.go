@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"xdpshield/shield"
+)
+
+func init() {
+	commands["allow"] = command{"allow add|del|list [CIDR...] [-f FILE]: the allow list (API)", func(ctx context.Context, args []string) error {
+		return runList(ctx, shield.AllowList, args)
+	}}
+	commands["deny"] = command{"deny add|del|list [CIDR...] [-f FILE]: the deny list (API)", func(ctx context.Context, args []string) error {
+		return runList(ctx, shield.DenyList, args)
+	}}
+}
+
+func runList(ctx context.Context, l shield.List, args []string) error {
+	if len(args) == 0 || (args[0] != "add" && args[0] != "del" && args[0] != "list") {
+		return fmt.Errorf("%s: want `%s add|del|list`", l, l)
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet(l.String()+" "+sub, flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	file := fs.String("f", "", "read CIDRs from FILE too, one per line (# comments; - is stdin)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	cidrs := fs.Args()
+	if *file != "" {
+		more, err := readCIDRs(*file)
+		if err != nil {
+			return err
+		}
+		cidrs = append(cidrs, more...)
+	}
+	cl, err := cf.client(sub != "list")
+	if err != nil {
+		return err
+	}
+	var prefixes []string
+	switch sub {
+	case "list":
+		if len(cidrs) > 0 {
+			return fmt.Errorf("%s list takes no CIDRs", l)
+		}
+		r, err := cl.List(ctx, l)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return printJSON(r)
+		}
+		prefixes = r.Prefixes
+	case "add", "del":
+		if len(cidrs) == 0 {
+			return fmt.Errorf("%s %s: give CIDRs as arguments or with -f", l, sub)
+		}
+		call := cl.Add
+		if sub == "del" {
+			call = cl.Remove
+		}
+		r, err := call(ctx, l, cidrs)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return printJSON(r)
+		}
+		if sub == "add" {
+			fmt.Printf("added %d new prefixes; the %s list holds %d\n", len(r.Added), l, len(r.Prefixes))
+		} else {
+			fmt.Printf("removed %d prefixes; the %s list holds %d\n", len(r.Removed), l, len(r.Prefixes))
+		}
+		return nil
+	}
+	for _, p := range prefixes {
+		fmt.Println(p)
+	}
+	return nil
+}
+
+func readCIDRs(path string) ([]string, error) {
+	f := os.Stdin
+	if path != "-" {
+		var err error
+		if f, err = os.Open(path); err != nil {
+			return nil, fmt.Errorf("read CIDRs: %w", err)
+		}
+		defer f.Close()
+	}
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line, _, _ := strings.Cut(sc.Text(), "#")
+		if line = strings.TrimSpace(line); line != "" {
+			out = append(out, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read CIDRs from %s: %w", path, err)
+	}
+	return out, nil
+}

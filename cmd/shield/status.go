@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"xdpshield/shield"
+	"xdpshield/shield/api"
+)
+
+func init() {
+	commands["status"] = command{"show counters, table use, limits and list sizes (API)", runStatus}
+}
+
+// statusReport is what `shield status -json` prints.
+type statusReport struct {
+	Counters api.CountersResponse `json:"counters"`
+	Limits   shield.Limits        `json:"limits"`
+	Allow    int                  `json:"allow_prefixes"`
+	Deny     int                  `json:"deny_prefixes"`
+}
+
+func runStatus(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cl, err := cf.client(false)
+	if err != nil {
+		return err
+	}
+	var r statusReport
+	if r.Counters, err = cl.Counters(ctx); err != nil {
+		return err
+	}
+	if r.Limits, err = cl.Limits(ctx); err != nil {
+		return err
+	}
+	al, err := cl.List(ctx, shield.AllowList)
+	if err != nil {
+		return err
+	}
+	dl, err := cl.List(ctx, shield.DenyList)
+	if err != nil {
+		return err
+	}
+	r.Allow, r.Deny = len(al.Prefixes), len(dl.Prefixes)
+	if cf.json {
+		return printJSON(r)
+	}
+	c := r.Counters
+	fmt.Printf("sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
+		100*float64(c.Sources.Tracked)/float64(max(c.Sources.Capacity, 1)))
+	l := r.Limits
+	fmt.Printf("limits   rate %d/s burst %d, admission %d/s burst %d, dry-run %v\n",
+		l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun)
+	fmt.Printf("lists    allow %d prefixes, deny %d prefixes\n", r.Allow, r.Deny)
+	fmt.Printf("packets  passed %d, dropped %d\n\n", c.Verdicts["pass"], c.Verdicts["drop"])
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "VERDICT\tREASON\tTCP\tUDP\tICMP\tOTHER\t")
+	type row struct{ v, r string }
+	var rows []row
+	vals := map[row]map[string]uint64{}
+	for _, p := range c.Packets {
+		k := row{p.Verdict, p.Reason}
+		if vals[k] == nil {
+			vals[k] = map[string]uint64{}
+			rows = append(rows, k)
+		}
+		vals[k][p.Proto] = p.Packets
+	}
+	for _, k := range rows {
+		v := vals[k]
+		if v["tcp"]+v["udp"]+v["icmp"]+v["other"] == 0 {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t\n", k.v, k.r, v["tcp"], v["udp"], v["icmp"], v["other"])
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"text/tabwriter"
+
+	"xdpshield/shield"
+)
+
+func init() {
+	commands["top"] = command{"list the top talkers by dropped or passed packets (API)", runTop}
+}
+
+func runTop(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("top", flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	n := fs.Int("n", 10, fmt.Sprintf("how many sources (1-%d)", shield.MaxTop))
+	byName := fs.String("by", "dropped", "rank by dropped or passed")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	by, err := shield.ParseTopOrder(*byName)
+	if err != nil {
+		return err
+	}
+	cl, err := cf.client(false)
+	if err != nil {
+		return err
+	}
+	r, err := cl.Top(ctx, *n, by)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(r)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tADDRESS\tPASSED\tDROPPED\tLIMITED")
+	for i, s := range r.Sources {
+		lim := ""
+		if s.Limited {
+			lim = "yes"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\n", i+1, s.Addr, s.Passed, s.Dropped, lim)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Printf("(%d sources scanned in %.0f ms, by %s)\n", r.Scanned, r.ElapsedMs, r.By)
+	return nil
+}
