@@ -1,0 +1,467 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
+	"xdpshield/shield"
+	"xdpshield/shield/api"
+)
+
+// envAsMain makes the test binary run main() instead of the tests: the
+// service under test is this very binary, started as `shield serve` in the
+// edge namespace.
+const envAsMain = "SHIELD_TEST_AS_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envAsMain) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+const testToken = "lifecycle-test-token-0123456789"
+
+// lab is an edge namespace (the shield on va, 198.18.0.1) and a storm
+// namespace (vb, 198.18.0.2 and .3) joined by a veth pair, plus a private
+// pin root on bpffs.
+type lab struct {
+	edge, storm *topo.NS
+	pinRoot     string
+	tokenFile   string
+	client      *api.Client
+}
+
+func newLab(t *testing.T, role string) *lab {
+	t.Helper()
+	testutil.Root(t)
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Fatalf("nsenter (util-linux) is needed to start the service in a namespace: %v", err)
+	}
+	l := &lab{}
+	var err error
+	if l.edge, err = topo.New(role + "-edge"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.edge.Close() })
+	if l.storm, err = topo.New(role + "-storm"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.storm.Close() })
+	if err := topo.Veth(l.edge, "va", l.storm, "vb"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []struct {
+		ns   *topo.NS
+		dev  string
+		cidr string
+	}{{l.edge, "va", "198.18.0.1/24"}, {l.storm, "vb", "198.18.0.2/24"}, {l.storm, "vb", "198.18.0.3/24"}} {
+		if err := a.ns.AddAddr(a.dev, a.cidr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.pinRoot = filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", role, os.Getpid()))
+	if err := shield.EnsureBPFFS(l.pinRoot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Pins left by a failed test: detach first so no link stays.
+		shield.Detach(l.pinRoot, "va")
+		os.RemoveAll(l.pinRoot)
+	})
+	l.tokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(l.tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The API listens on the edge namespace's loopback: dial from there.
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := l.edge.Do(func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	l.client = &api.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
+		HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return l
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// shieldCmd runs this test binary as `shield ARGS...` in the edge namespace
+// (network namespace only: pins live on the root mount namespace's bpffs).
+func (l *lab) shieldCmd(args ...string) (*exec.Cmd, *syncBuffer) {
+	cmd := exec.Command("nsenter", append([]string{"--net=/run/netns/" + l.edge.Name, os.Args[0]}, args...)...)
+	cmd.Env = append(os.Environ(), envAsMain+"=1")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd, out
+}
+
+type service struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan error
+}
+
+// serve starts the service and waits until its API answers.
+func (l *lab) serve(t *testing.T, extra ...string) *service {
+	t.Helper()
+	args := append([]string{"serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile}, extra...)
+	cmd, out := l.shieldCmd(args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start serve: %v", err)
+	}
+	s := &service{cmd: cmd, out: out, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := l.client.Limits(ctx)
+		cancel()
+		if err == nil {
+			return s
+		}
+		select {
+		case err := <-s.done:
+			s.done <- err
+			t.Fatalf("serve exited (%v) before answering:\n%s", err, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not answer within 30 s: %v\n%s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (s *service) stop(t *testing.T) {
+	t.Helper()
+	if s.cmd.ProcessState != nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-s.done:
+		if err != nil {
+			t.Errorf("serve exited with %v:\n%s", err, s.out)
+		}
+	case <-time.After(30 * time.Second):
+		s.cmd.Process.Kill()
+		t.Errorf("serve did not stop within 30 s:\n%s", s.out)
+	}
+}
+
+// udpFlow sends datagrams from src (in the storm namespace) to the edge's
+// 198.18.0.1:9999, where a socket counts what arrives.
+type udpFlow struct {
+	sent, received atomic.Int64
+	stop           chan struct{}
+	wg             sync.WaitGroup
+}
+
+func (l *lab) receiver(t *testing.T, port int) (*net.UDPConn, *atomic.Int64) {
+	t.Helper()
+	var rc *net.UDPConn
+	if err := l.edge.Do(func() error {
+		var err error
+		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 0, 1), Port: port})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rc.Close() })
+	var n atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := rc.Read(buf); err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			n.Add(1)
+		}
+	}()
+	return rc, &n
+}
+
+func (l *lab) sender(t *testing.T, src string, port int, every time.Duration, count int) *udpFlow {
+	t.Helper()
+	var c *net.UDPConn
+	if err := l.storm.Do(func() error {
+		var err error
+		c, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(src)}, &net.UDPAddr{IP: net.IPv4(198, 18, 0, 1), Port: port})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f := &udpFlow{stop: make(chan struct{})}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		defer c.Close()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i := 0; count == 0 || i < count; i++ {
+			if _, err := c.Write([]byte("xdpshield lifecycle test")); err == nil {
+				f.sent.Add(1)
+			}
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	t.Cleanup(f.halt)
+	return f
+}
+
+func (f *udpFlow) halt() {
+	select {
+	case <-f.stop:
+	default:
+		close(f.stop)
+	}
+	f.wg.Wait()
+}
+
+func denyDrops(t *testing.T, l *lab) uint64 {
+	t.Helper()
+	c, err := l.client.Counters(context.Background())
+	if err != nil {
+		t.Fatalf("Counters: %v", err)
+	}
+	for _, p := range c.Packets {
+		if p.Verdict == "drop" && p.Reason == "deny" && p.Proto == "udp" {
+			return p.Packets
+		}
+	}
+	t.Fatal("no drop/deny/udp counter")
+	return 0
+}
+
+func linkInfo(t *testing.T, l *lab) *link.Info {
+	t.Helper()
+	lk, err := link.LoadPinnedLink(filepath.Join(shield.PinDir(l.pinRoot, "va"), "link"), nil)
+	if err != nil {
+		t.Fatalf("load pinned link: %v", err)
+	}
+	defer lk.Close()
+	info, err := lk.Info()
+	if err != nil {
+		t.Fatalf("link info: %v", err)
+	}
+	return info
+}
+
+func xdpAttached(t *testing.T, l *lab) (bool, uint32) {
+	t.Helper()
+	var x *netlink.LinkXdp
+	if err := l.edge.Do(func() error {
+		lk, err := netlink.LinkByName("va")
+		if err != nil {
+			return err
+		}
+		x = lk.Attrs().Xdp
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if x == nil {
+		return false, 0
+	}
+	return x.Attached, x.AttachMode
+}
+
+// TestServeLifecycle: attach, refuse a second instance, restart with
+// traffic flowing from a deny-listed source (nothing may reach the stack),
+// adopt (limits, lists, counters and sources intact), replace the program
+// through the link, detach; then the mode is kept across restarts.
+func TestServeLifecycle(t *testing.T) {
+	l := newLab(t, "life")
+	ctx := context.Background()
+	_, received := l.receiver(t, 9999)
+
+	s1 := l.serve(t)
+	if !strings.Contains(s1.out.String(), "msg=attached") {
+		t.Fatalf("first serve did not log a fresh attach:\n%s", s1.out)
+	}
+
+	// The path works: an unlisted source gets through.
+	legit := l.sender(t, "198.18.0.3", 9999, time.Millisecond, 5)
+	legit.wg.Wait()
+	waitFor(t, "5 packets from 198.18.0.3", func() bool { return received.Load() >= 5 })
+
+	limits := shield.Limits{Rate: 123, Burst: 456, AdmissionRate: 789, AdmissionBurst: 1011}
+	if _, err := l.client.SetLimits(ctx, limits); err != nil {
+		t.Fatalf("SetLimits: %v", err)
+	}
+	if _, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.2/32", "2001:db8:bad::/48"}); err != nil {
+		t.Fatalf("deny add: %v", err)
+	}
+	before := received.Load()
+
+	// Deny-listed traffic flows for the rest of the test.
+	flood := l.sender(t, "198.18.0.2", 9999, 200*time.Microsecond, 0)
+	waitFor(t, "deny drops", func() bool { return denyDrops(t, l) > 100 })
+
+	// A second instance is refused while the first runs.
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile, "-listen", "127.0.0.1:9471")
+	if err := cmd.Run(); err == nil || !strings.Contains(out.String(), "already running on va") {
+		t.Fatalf("second serve = %v, want a refusal naming the lock:\n%s", err, out)
+	}
+
+	info1 := linkInfo(t, l)
+	drops1 := denyDrops(t, l)
+	sent1 := flood.sent.Load()
+	s1.stop(t)
+	if ok, _ := xdpAttached(t, l); !ok {
+		t.Fatal("no XDP program on va after the service stopped")
+	}
+	time.Sleep(300 * time.Millisecond) // traffic keeps hitting the pinned program
+
+	s2 := l.serve(t)
+	if !strings.Contains(s2.out.String(), "adopted pinned shield") {
+		t.Errorf("second serve did not adopt:\n%s", s2.out)
+	}
+	info2 := linkInfo(t, l)
+	if info2.ID != info1.ID {
+		t.Errorf("link id = %d after restart, want the pinned %d", info2.ID, info1.ID)
+	}
+	if info2.Program == info1.Program {
+		t.Errorf("program id = %d after restart, want a new program replacing %d", info2.Program, info1.Program)
+	}
+	if !strings.Contains(s2.out.String(), fmt.Sprintf("old_program_id=%d", info1.Program)) {
+		t.Errorf("restart log does not name the replaced program %d:\n%s", info1.Program, s2.out)
+	}
+
+	// State survived.
+	if got, err := l.client.Limits(ctx); err != nil || got != limits {
+		t.Errorf("Limits after restart = %+v, %v; want %+v", got, err, limits)
+	}
+	dl, err := l.client.List(ctx, shield.DenyList)
+	if err != nil || strings.Join(dl.Prefixes, " ") != "198.18.0.2/32 2001:db8:bad::/48" {
+		t.Errorf("deny list after restart = %v, %v", dl.Prefixes, err)
+	}
+	top, err := l.client.Top(ctx, 10, shield.ByPassed)
+	if err != nil {
+		t.Fatalf("Top: %v", err)
+	}
+	found := false
+	for _, s := range top.Sources {
+		if s.Addr == netip.MustParseAddr("198.18.0.3") && s.Passed >= 5 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("tracked source 198.18.0.3 lost across restart: %+v", top.Sources)
+	}
+
+	time.Sleep(300 * time.Millisecond)
+	flood.halt()
+	time.Sleep(100 * time.Millisecond)
+	drops2 := denyDrops(t, l)
+	sent := flood.sent.Load()
+	if drops2 < drops1 {
+		t.Errorf("deny counter went back from %d to %d: counters not adopted", drops1, drops2)
+	}
+	// Every datagram sent during the restart was counted as dropped.
+	if during, dropped := sent-sent1, drops2-drops1; dropped < uint64(during)*9/10 {
+		t.Errorf("during the restart %d datagrams were sent, only %d counted as deny drops", during, dropped)
+	}
+	if got := received.Load(); got != before {
+		t.Fatalf("%d datagrams from the deny-listed source reached the stack (sent %d)", got-before, sent)
+	}
+	t.Logf("restart: %d datagrams sent by the denied source, %d counted as deny drops, 0 received", sent, drops2)
+
+	// Detach refuses while the service runs, then removes everything.
+	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() == nil || !strings.Contains(out.String(), "stop it first") {
+		t.Errorf("detach while serving succeeded or said:\n%s", out)
+	}
+	s2.stop(t)
+	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
+		t.Fatalf("detach failed:\n%s", out)
+	}
+	if ok, _ := xdpAttached(t, l); ok {
+		t.Error("XDP program still attached after detach")
+	}
+	if _, err := os.Stat(shield.PinDir(l.pinRoot, "va")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin directory still there after detach: %v", err)
+	}
+	// Without the shield the same source gets through: the sender was live.
+	after := l.sender(t, "198.18.0.2", 9999, time.Millisecond, 5)
+	after.wg.Wait()
+	waitFor(t, "traffic after detach", func() bool { return received.Load() >= before+5 })
+
+	// Mode: generic as asked, kept across a restart, a different one refused.
+	s3 := l.serve(t, "-mode", "generic")
+	if _, mode := xdpAttached(t, l); mode != 2 { // XDP_ATTACHED_SKB
+		t.Errorf("attach mode = %d, want generic (2)", mode)
+	}
+	s3.stop(t)
+	cmd, out = l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile, "-mode", "native")
+	if err := cmd.Run(); err == nil || !strings.Contains(out.String(), "attached in generic mode, native was asked") {
+		t.Errorf("serve -mode native over a generic link = %v:\n%s", err, out)
+	}
+	if ok, mode := xdpAttached(t, l); !ok || mode != 2 {
+		t.Errorf("after the refused restart: attached %v mode %d, want the generic program kept", ok, mode)
+	}
+	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
+		t.Fatalf("detach failed:\n%s", out)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
