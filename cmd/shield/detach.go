@@ -20,7 +20,7 @@ func runDetach(ctx context.Context, args []string) error {
 	iface := fs.String("iface", "", "interface to unprotect")
 	pinRoot := fs.String("pin-root", shield.DefaultPinRoot, "bpffs directory of the pins")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpOK(err)
 	}
 	if *iface == "" {
 		return errors.New("detach: -iface is required")

@@ -26,7 +26,7 @@ func runLimits(ctx context.Context, args []string) error {
 	aburst := fs.Uint64("admission-burst", 0, "new sources admitted at once")
 	dry := fs.Bool("dry-run", false, "count would-be drops and pass them")
 	if err := fs.Parse(args[1:]); err != nil {
-		return err
+		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("limits %s: unexpected arguments %q", sub, fs.Args())

@@ -30,7 +30,7 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 	cf.register(fs)
 	file := fs.String("f", "", "read CIDRs from FILE too, one per line (# comments; - is stdin)")
 	if err := fs.Parse(args[1:]); err != nil {
-		return err
+		return helpOK(err)
 	}
 	cidrs := fs.Args()
 	if *file != "" {

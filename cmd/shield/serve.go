@@ -63,7 +63,7 @@ func runServe(ctx context.Context, args []string) error {
 	tableSize := fs.Uint("table-size", 0, "capacity of the per-source table (default 1048576)")
 	logFormat := fs.String("log-format", "", "text or json (default text)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())

@@ -28,7 +28,7 @@ func runStatus(ctx context.Context, args []string) error {
 	var cf clientFlags
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpOK(err)
 	}
 	cl, err := cf.client(false)
 	if err != nil {

@@ -21,7 +21,7 @@ func runTop(ctx context.Context, args []string) error {
 	n := fs.Int("n", 10, fmt.Sprintf("how many sources (1-%d)", shield.MaxTop))
 	byName := fs.String("by", "dropped", "rank by dropped or passed")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return helpOK(err)
 	}
 	by, err := shield.ParseTopOrder(*byName)
 	if err != nil {
