@@ -1,0 +1,104 @@
+package shield_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/shield"
+	"xdpshield/sim"
+)
+
+// TestTopFromProgram builds a population through the program itself
+// (BPF_PROG_TEST_RUN, virtual clock frozen): source i sends burst+d(i)
+// packets, so it passes exactly burst and drops d(i). Top must rank them.
+func TestTopFromProgram(t *testing.T) {
+	testutil.Root(t)
+	const sources, burst = 300, 5
+	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 4096,
+		Limits: shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1, AdmissionBurst: sources}})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer sh.Close()
+	drops := func(i int) int { return (i * 37) % 101 } // distinct for i < 101, repeats after
+	addr := func(i int) string {
+		if i%3 == 0 {
+			return fmt.Sprintf("2001:db8::%x", i+1)
+		}
+		return fmt.Sprintf("198.18.%d.%d", i/250, i%250+1)
+	}
+	for i := range sources {
+		frame := sim.From(addr(i), sim.UDP).Bytes()
+		for range burst + drops(i) {
+			if _, err := sh.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 1}); err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		}
+	}
+	n, err := sh.CountSources(context.Background())
+	if err != nil || n != sources {
+		t.Fatalf("CountSources() = %d, %v; want %d", n, err, sources)
+	}
+	top, st, err := sh.Top(context.Background(), 10, shield.ByDropped)
+	if err != nil {
+		t.Fatalf("Top: %v", err)
+	}
+	if st.Scanned != sources {
+		t.Errorf("Top scanned %d, want %d", st.Scanned, sources)
+	}
+	// drops(i) = 100 for the i with 37i = 100 mod 101, and so on down; among
+	// equal counts the lower address comes first.
+	want := 100
+	for k, s := range top {
+		if s.Dropped != uint64(want) && !(k > 0 && s.Dropped == top[k-1].Dropped) {
+			t.Fatalf("Top[%d] = %+v, want %d dropped", k, s, want)
+		}
+		if s.Passed != burst || !s.Limited {
+			t.Errorf("Top[%d] = %+v, want %d passed and limited", k, s, burst)
+		}
+		if k > 0 && s.Dropped == top[k-1].Dropped && s.Addr.Less(top[k-1].Addr) {
+			t.Errorf("Top[%d] %s listed after %s with the same count", k, s.Addr, top[k-1].Addr)
+		}
+		if k+1 < len(top) && top[k+1].Dropped != s.Dropped {
+			want--
+		}
+	}
+	// The sources with zero drops never show up by dropped, all do by passed.
+	all, _, err := sh.Top(context.Background(), shield.MaxTop, shield.ByDropped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := 0
+	for i := range sources {
+		if drops(i) == 0 {
+			zero++
+		}
+	}
+	if len(all) != sources-zero {
+		t.Errorf("Top(MaxTop, dropped) has %d sources, want %d", len(all), sources-zero)
+	}
+	for _, s := range all {
+		if s.Dropped == 0 {
+			t.Errorf("Top by dropped lists %s with no drops", s.Addr)
+		}
+	}
+	byPassed, _, err := sh.Top(context.Background(), shield.MaxTop, shield.ByPassed)
+	if err != nil || len(byPassed) != sources {
+		t.Fatalf("Top(MaxTop, passed) = %d sources, %v; want %d", len(byPassed), err, sources)
+	}
+	// Equal passed counts rank by total packets: the order by dropped.
+	for k := range all {
+		if byPassed[k] != all[k] {
+			t.Fatalf("Top by passed [%d] = %+v, want %+v", k, byPassed[k], all[k])
+		}
+	}
+	for _, bad := range []int{0, -1, shield.MaxTop + 1} {
+		if _, _, err := sh.Top(context.Background(), bad, shield.ByDropped); err == nil {
+			t.Errorf("Top(%d) succeeded, want an error", bad)
+		}
+	}
+}
