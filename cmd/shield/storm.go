@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"xdpshield/e2e"
+)
+
+func init() {
+	commands["storm"] = command{
+		summary: "raise a storm against the shield in throwaway namespaces (root)",
+		run:     runStorm,
+	}
+}
+
+// errAssertions makes the exit code non-zero when an assertion failed.
+var errAssertions = errors.New("storm: assertions failed")
+
+func runStorm(ctx context.Context, args []string) error {
+	cfg := e2e.DefaultConfig()
+	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
+	fs.StringVar(&cfg.Sources, "sources", cfg.Sources, "storms to raise: few, many or both")
+	fs.DurationVar(&cfg.PhaseDuration, "duration", cfg.PhaseDuration, "length of each phase")
+	fs.Uint64Var(&cfg.Rate, "rate", cfg.Rate, "generator frames per second (0: full speed)")
+	jsonPath := fs.String("json", "", "write the result as JSON to this file")
+	fs.StringVar(&cfg.Generator, "generator", cfg.Generator, "auto, xdp (live frames, 5.18+) or af_packet")
+	fs.Float64Var(&cfg.Budget.P99Ratio, "p99-ratio", cfg.Budget.P99Ratio, "p99 budget as a multiple of the baseline p99")
+	fs.DurationVar(&cfg.Budget.P99Floor, "p99-floor", cfg.Budget.P99Floor, "least baseline p99 the ratio applies to")
+	fs.DurationVar(&cfg.Budget.P99Cap, "p99-cap", cfg.Budget.P99Cap, "absolute p99 cap under storm")
+	fs.Float64Var(&cfg.Budget.MinSuccess, "min-success", cfg.Budget.MinSuccess, "least share of legitimate requests that succeed")
+	many := fs.Uint("many", uint(cfg.ManySources), "forged IPv6 sources in the many storm (IPv4 uses up to 65536)")
+	few := fs.Uint("few", uint(cfg.FewSources), "sources per family in the few storm (1-16)")
+	table := fs.Uint("table", uint(cfg.TableSize), "capacity of the shield's sources table")
+	fs.BoolVar(&cfg.Contrast, "contrast", cfg.Contrast, "also run the storms with no program attached (reported, not asserted)")
+	quiet := fs.Bool("quiet", false, "no live progress line")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("storm: unexpected arguments %q", fs.Args())
+	}
+	cfg.ManySources, cfg.FewSources, cfg.TableSize = uint32(*many), uint32(*few), uint32(*table)
+	if os.Geteuid() != 0 {
+		return errors.New("storm: needs root (namespaces, XDP)")
+	}
+	_, terr := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)
+	tty := terr == nil
+	last := ""
+	if !*quiet {
+		cfg.Progress = func(p e2e.Progress) {
+			line := e2e.ProgressLine(p)
+			if tty {
+				fmt.Fprintf(os.Stderr, "\r\033[K%s", line)
+				last = p.Phase
+				return
+			}
+			// Not a terminal: one line a second is plenty.
+			if int(p.Elapsed.Seconds()*2)%2 == 0 || p.Phase != last {
+				fmt.Fprintln(os.Stderr, line)
+				last = p.Phase
+			}
+		}
+	}
+	res, err := e2e.Run(ctx, cfg)
+	if tty && !*quiet {
+		fmt.Fprint(os.Stderr, "\r\033[K")
+	}
+	if res != nil {
+		e2e.PrintTable(os.Stdout, res)
+		if *jsonPath != "" {
+			if jerr := e2e.WriteJSON(*jsonPath, res); jerr != nil {
+				err = errors.Join(err, jerr)
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("storm: %w", err)
+	}
+	if !res.OK {
+		return fmt.Errorf("%w:\n  %s", errAssertions, strings.Join(res.Failed, "\n  "))
+	}
+	return nil
+}

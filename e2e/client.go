@@ -1,0 +1,227 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"xdpshield/internal/topo"
+)
+
+// Kind is how the legitimate client reaches the edge.
+type Kind uint8
+
+const (
+	NewConn   Kind = iota // a TCP and TLS handshake per request
+	KeepAlive             // requests on one open connection
+	numKinds
+)
+
+func (k Kind) String() string { return [...]string{"new_conn", "keep_alive"}[k] }
+
+// Recorder collects the legitimate client's results for the phase in
+// progress; between phases (Switch(nil)) results are discarded.
+type Recorder struct {
+	mu  sync.Mutex
+	cur *Samples
+}
+
+// Samples are one phase's request results.
+type Samples struct {
+	Start, End time.Time
+	Lat        [numKinds][]time.Duration // successful requests
+	Fail       [numKinds]int
+	Errors     map[string]int // a few failure messages, by text
+}
+
+// Switch starts collecting into a fresh Samples (or stops, with nil-able
+// start false) and returns the Samples just finished.
+func (r *Recorder) Switch(start bool) *Samples {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev := r.cur
+	if prev != nil {
+		prev.End = time.Now()
+	}
+	r.cur = nil
+	if start {
+		r.cur = &Samples{Start: time.Now(), Errors: map[string]int{}}
+	}
+	return prev
+}
+
+func (r *Recorder) add(k Kind, began time.Time, d time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.cur
+	if s == nil || began.Before(s.Start) {
+		return // between phases, or begun in the previous one
+	}
+	if err != nil {
+		s.Fail[k]++
+		if len(s.Errors) < 8 {
+			s.Errors[err.Error()]++
+		}
+		return
+	}
+	s.Lat[k] = append(s.Lat[k], d)
+}
+
+// Quantile returns the q-quantile (nearest rank) of d, which it sorts.
+func Quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	i := int(float64(len(d))*q+0.999999) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+// ClientConfig is the legitimate client's pace.
+type ClientConfig struct {
+	NewConnRate   float64       // new-connection requests per second, per family
+	KeepAliveRate float64       // keep-alive requests per second, per family
+	Timeout       time.Duration // per request; a slower answer is a failure
+}
+
+// DefaultClientConfig keeps one source well under the shield's default
+// limit of 1000 packets/s: a TLS request on a new connection costs the
+// client about 8 packets, one on a kept-alive connection about 2, so
+// 20 + 50 requests/s per family is about 300 packets/s per source. 40 new
+// connections a second make 320 samples in an 8 s phase, so the p99 is
+// the 4th slowest rather than the slowest.
+func DefaultClientConfig() ClientConfig {
+	return ClientConfig{NewConnRate: 20, KeepAliveRate: 50, Timeout: 2 * time.Second}
+}
+
+// Client is the legitimate client: it runs in the storm namespace from its
+// own addresses (Client4, Client6) and asks the edge server for a page.
+type Client struct {
+	cfg    ClientConfig
+	rec    *Recorder
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// dialer dials from inside ns: the socket is created on a thread that has
+// entered the namespace, and stays there.
+func dialer(ns *topo.NS) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := ns.Do(func() error {
+			var d net.Dialer
+			var err error
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
+}
+
+// StartClient starts one new-connection and one keep-alive loop per family
+// against targets, recording into rec.
+func StartClient(ns *topo.NS, pool *x509.CertPool, cfg ClientConfig, rec *Recorder, targets ...netip.Addr) *Client {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, rec: rec, cancel: cancel}
+	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12} // no session cache: every new connection is a full handshake
+	for _, dst := range targets {
+		url := fmt.Sprintf("https://%s/", netip.AddrPortFrom(dst, EdgePort))
+		for _, k := range []Kind{NewConn, KeepAlive} {
+			tr := &http.Transport{
+				DialContext:         dialer(ns),
+				TLSClientConfig:     tlsCfg,
+				DisableKeepAlives:   k == NewConn,
+				MaxIdleConnsPerHost: 1,
+				ForceAttemptHTTP2:   false,
+			}
+			hc := &http.Client{Transport: tr, Timeout: cfg.Timeout}
+			rate := cfg.NewConnRate
+			if k == KeepAlive {
+				rate = cfg.KeepAliveRate
+			}
+			if rate <= 0 {
+				continue
+			}
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				defer tr.CloseIdleConnections()
+				c.loop(ctx, hc, url, k, time.Duration(float64(time.Second)/rate))
+			}()
+		}
+	}
+	return c
+}
+
+func (c *Client) loop(ctx context.Context, hc *http.Client, url string, k Kind, every time.Duration) {
+	next := time.Now()
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := get(ctx, hc, url)
+		if ctx.Err() != nil {
+			return // cancelled mid-request: not a failure of the edge
+		}
+		c.rec.add(k, began, time.Since(began), err)
+		next = next.Add(every)
+		if now := time.Now(); next.Before(now) {
+			next = now // late: go on at once, no catch-up burst
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(next)):
+		}
+	}
+}
+
+func get(ctx context.Context, hc *http.Client, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return fmt.Errorf("read body: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %s", resp.Status)
+	}
+	return nil
+}
+
+// Stop ends the loops and waits for them.
+func (c *Client) Stop() {
+	c.cancel()
+	c.wg.Wait()
+}
+
+// peek returns the p99 of each kind so far in the phase, with the request
+// and failure counts.
+func (r *Recorder) peek() (p99 [numKinds]time.Duration, reqs, fails int) {
+	r.mu.Lock()
+	s := r.cur
+	var lat [numKinds][]time.Duration
+	if s != nil {
+		for k := range lat {
+			lat[k] = slices.Clone(s.Lat[k])
+			reqs += len(s.Lat[k]) + s.Fail[k]
+			fails += s.Fail[k]
+		}
+	}
+	r.mu.Unlock()
+	for k := range lat {
+		p99[k] = Quantile(lat[k], 0.99)
+	}
+	return p99, reqs, fails
+}

@@ -1,0 +1,18 @@
+// Package e2e raises storms against the shield inside throwaway network
+// namespaces and checks that the edge holds: an `edge` namespace (the shield
+// on its veth end, an HTTPS server with a certificate made at start-up) and a
+// `storm` namespace (a legitimate HTTPS client measuring latency, and the
+// packet generators with forged sources).
+//
+// It owns the topology of a storm, the generators (the XDP live-frames
+// program of bpf/storm.c, kernel 5.18+, and an AF_PACKET fallback), the
+// scenario phases (baseline, few sources, many forged sources, recovery, and
+// a contrast run with no program attached), their assertions and their
+// report (table and JSON).
+//
+// It must not touch anything outside the namespaces it creates (internal/topo
+// creates and removes them; the root namespace is never changed), must use
+// addresses only from 198.18.0.0/15 and 2001:db8::/32, and every generator it
+// starts is bounded in packets and in time. It reads the shield through
+// shield.Shield and never writes the program's maps except through it.
+package e2e

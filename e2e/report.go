@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// WriteJSON writes res to path, indented.
+func WriteJSON(path string, res *Result) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode result: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func human(x float64) string {
+	switch {
+	case x >= 1e6:
+		return fmt.Sprintf("%.2fM", x/1e6)
+	case x >= 1e4:
+		return fmt.Sprintf("%.0fk", x/1e3)
+	case x >= 1e3:
+		return fmt.Sprintf("%.1fk", x/1e3)
+	}
+	return fmt.Sprintf("%.0f", x)
+}
+
+// ProgressLine renders p on one line (without newline).
+func ProgressLine(p Progress) string {
+	var drops []string
+	keys := make([]string, 0, len(p.DropPPS))
+	for k := range p.DropPPS {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		drops = append(drops, fmt.Sprintf("%s %s", k, human(p.DropPPS[k])))
+	}
+	d := strings.Join(drops, " ")
+	if d == "" {
+		d = "-"
+	}
+	api := "ok"
+	if !p.APIOK {
+		api = "FAIL"
+	}
+	return fmt.Sprintf("%-22s %4.1f/%.0fs  sent %7s pps  pass %6s pps  drop/s [%s]  legit %d req (%d failed) p99 new %.1f ms ka %.1f ms  api %s  table %d",
+		p.Phase, p.Elapsed.Seconds(), p.Length.Seconds(), human(p.SentPPS), human(p.PassPPS), d,
+		p.Requests, p.Failures, ms(p.P99[NewConn]), ms(p.P99[KeepAlive]), api, p.Sources)
+}
+
+// PrintTable writes the final table and the assertions.
+func PrintTable(w io.Writer, res *Result) {
+	fmt.Fprintf(w, "\nxdpshield storm: kernel %s, generator %s, rate %s, %.0fs phases, table %d, limit %d/s burst %d, admission %d/s\n",
+		res.Kernel, res.Generator, rateName(res.Rate), res.Phase, res.TableSize, res.Limits.Rate, res.Limits.Burst, res.Limits.AdmissionRate)
+	fmt.Fprintf(w, "legitimate client: %s\n\n", res.LegitNote)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\treq/s\tsuccess\tnew p50\tnew p99\tka p50\tka p99\tsent\tsent pps\tpass ok\tallow\tdrop limit\tadmission\tdeny\tveth drop\tapi\ttable max\t")
+	rows := append(append([]*Phase{}, res.Phases...), res.Contrast...)
+	for _, p := range rows {
+		n, k := p.Legit.Kinds[NewConn.String()], p.Legit.Kinds[KeepAlive.String()]
+		c := p.Counters
+		get := func(m map[string]uint64, key string) string {
+			if c == nil {
+				return "-"
+			}
+			return human(float64(m[key]))
+		}
+		var pm, am map[string]uint64
+		if c != nil {
+			pm, am = c.Pass, c.Drop
+		}
+		api := "-"
+		if p.API != nil {
+			api = fmt.Sprintf("%d/%d", p.API.Polls-p.API.Failures, p.API.Polls)
+		}
+		table := "-"
+		if p.Shield {
+			table = fmt.Sprint(p.Table.Max)
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f%%\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			p.Name, p.Legit.RatePerSec, 100*p.Legit.Success, n.P50Ms, n.P99Ms, k.P50Ms, k.P99Ms,
+			human(float64(p.Sent.Frames)), human(p.Sent.PPS),
+			get(pm, "ok"), get(pm, "allow"), get(am, "limit"), get(am, "admission"), get(am, "deny"),
+			human(float64(p.Veth.Dropped)), api, table)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nassertions:")
+	for _, p := range res.Phases {
+		for _, c := range p.Checks {
+			mark := "ok  "
+			if !c.OK {
+				mark = "FAIL"
+			}
+			fmt.Fprintf(w, "  %s %-12s %-32s %s\n", mark, p.Name, c.Name, c.Detail)
+		}
+	}
+	if len(res.Contrast) > 0 {
+		fmt.Fprintln(w, "\ncontrast, no program attached (reported, not asserted):")
+		base := map[Kind]float64{}
+		for _, p := range res.Phases {
+			if p.Name == "baseline" {
+				base[NewConn] = p.Legit.Kinds[NewConn.String()].P99Ms
+				base[KeepAlive] = p.Legit.Kinds[KeepAlive.String()].P99Ms
+			}
+		}
+		for _, p := range res.Contrast {
+			n, k := p.Legit.Kinds[NewConn.String()], p.Legit.Kinds[KeepAlive.String()]
+			within := n.P99Ms <= ms(res.Budget.Limit(time.Duration(base[NewConn]*1e6))) &&
+				k.P99Ms <= ms(res.Budget.Limit(time.Duration(base[KeepAlive]*1e6))) &&
+				p.Legit.Success >= res.Budget.MinSuccess
+			verdict := "breaks the budget"
+			if within {
+				verdict = "within the budget"
+			}
+			fmt.Fprintf(w, "  %-24s success %.2f%%, p99 new %.1f ms (%.1fx baseline), keep-alive %.1f ms (%.1fx): %s\n",
+				p.Name, 100*p.Legit.Success, n.P99Ms, ratio(n.P99Ms, base[NewConn]), k.P99Ms, ratio(k.P99Ms, base[KeepAlive]), verdict)
+		}
+	}
+	if res.OK {
+		fmt.Fprintln(w, "\nPASS: every assertion held")
+	} else {
+		fmt.Fprintf(w, "\nFAIL: %d assertion(s) failed\n", len(res.Failed))
+	}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func rateName(r uint64) string {
+	if r == 0 {
+		return "full speed"
+	}
+	return human(float64(r)) + " pps"
+}

@@ -1,0 +1,125 @@
+package e2e
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"time"
+
+	"xdpshield/internal/topo"
+)
+
+// NewCertificate makes a self-signed ECDSA P-256 certificate for addrs,
+// valid for a day, and the pool a client needs to trust it.
+func NewCertificate(addrs ...netip.Addr) (tls.Certificate, *x509.CertPool, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("generate key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("serial: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: "xdpshield e2e edge"},
+		NotBefore:             time.Now().Add(-time.Minute),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	for _, a := range addrs {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.IP(a.AsSlice()))
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("create certificate: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("parse certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool, nil
+}
+
+// EdgeServer is the HTTPS server of the edge namespace.
+type EdgeServer struct {
+	srv  *http.Server
+	Pool *x509.CertPool // what a client must trust
+	done chan error
+}
+
+// StartEdgeServer listens on addrs:EdgePort inside ns and serves a tiny
+// page over TLS with a certificate made now.
+func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
+	cert, pool, err := NewCertificate(addrs...)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fmt.Fprintln(w, "edge ok")
+	})
+	s := &EdgeServer{
+		srv: &http.Server{
+			Handler:           mux,
+			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+			ReadHeaderTimeout: 5 * time.Second,
+			ErrorLog:          nil,
+		},
+		Pool: pool,
+		done: make(chan error, len(addrs)),
+	}
+	var lns []net.Listener
+	err = ns.Do(func() error {
+		for _, a := range addrs {
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, EdgePort).String())
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", a, err)
+			}
+			lns = append(lns, ln)
+		}
+		return nil
+	})
+	if err != nil {
+		for _, ln := range lns {
+			ln.Close()
+		}
+		return nil, err
+	}
+	for _, ln := range lns {
+		go func() {
+			err := s.srv.ServeTLS(ln, "", "")
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			s.done <- err
+		}()
+	}
+	return s, nil
+}
+
+// Close stops the server.
+func (s *EdgeServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		return s.srv.Close()
+	}
+	return nil
+}
