@@ -177,6 +177,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg config, set settings) erro
 		TopTimeout: cfg.API.TopTimeout.Duration,
 		Logger:     log.With(keyIface, a.Iface),
 		Build:      api.BuildInfo{Version: version, Revision: revision},
+		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
+			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: version},
 	})
 	ln, err := net.Listen("tcp", cfg.API.Listen)
 	if err != nil {
@@ -186,6 +188,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg config, set settings) erro
 		IdleTimeout: time.Minute}
 	done := make(chan error, 1)
 	go func() { done <- hs.Serve(ln) }()
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ap.Addr().IsLoopback() && !cfg.API.AuthReads {
+		log.Warn("the API listens beyond loopback and reads need no token (api.auth_reads = true closes them)",
+			keyListen, ln.Addr().String())
+	}
 	log.Info("serving", keyIface, a.Iface, keyListen, ln.Addr().String(), keyToken, tokenState(cfg.API.TokenFile))
 
 	select {

@@ -379,6 +379,11 @@ func TestServeLifecycle(t *testing.T) {
 		t.Errorf("restart log does not name the replaced program %d:\n%s", info1.Program, s2.out)
 	}
 
+	if in, err := l.client.Info(ctx); err != nil || !in.Adopted || in.Iface != "va" || in.LinkID != uint32(info2.ID) ||
+		in.ProgramID != uint32(info2.Program) || in.Mode != "native" {
+		t.Errorf("Info after restart = %+v, %v; want adopted, va, native, link %d, program %d", in, err, info2.ID, info2.Program)
+	}
+
 	// State survived.
 	if got, err := l.client.Limits(ctx); err != nil || got != limits {
 		t.Errorf("Limits after restart = %+v, %v; want %+v", got, err, limits)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"xdpshield/shield"
 	"xdpshield/shield/api"
@@ -17,6 +18,7 @@ func init() {
 
 // statusReport is what `shield status -json` prints.
 type statusReport struct {
+	Info     api.Info             `json:"info"`
 	Counters api.CountersResponse `json:"counters"`
 	Limits   shield.Limits        `json:"limits"`
 	Allow    int                  `json:"allow_prefixes"`
@@ -35,6 +37,9 @@ func runStatus(ctx context.Context, args []string) error {
 		return err
 	}
 	var r statusReport
+	if r.Info, err = cl.Info(ctx); err != nil {
+		return err
+	}
 	if r.Counters, err = cl.Counters(ctx); err != nil {
 		return err
 	}
@@ -54,6 +59,14 @@ func runStatus(ctx context.Context, args []string) error {
 		return printJSON(r)
 	}
 	c := r.Counters
+	if in := r.Info; in.Iface != "" {
+		how := "attached"
+		if in.Adopted {
+			how = "adopted"
+		}
+		fmt.Printf("shield   %s on %s (%s XDP), link %d, program %d, %s, up %s\n", in.Version, in.Iface, in.Mode,
+			in.LinkID, in.ProgramID, how, time.Duration(in.UptimeSeconds*float64(time.Second)).Round(time.Second))
+	}
 	fmt.Printf("sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
 		100*float64(c.Sources.Tracked)/float64(max(c.Sources.Capacity, 1)))
 	l := r.Limits

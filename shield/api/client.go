@@ -93,6 +93,12 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	return nil
 }
 
+// Info reads GET /v1/info.
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var r Info
+	return r, c.do(ctx, http.MethodGet, "/v1/info", nil, &r)
+}
+
 // Counters reads GET /v1/counters.
 func (c *Client) Counters(ctx context.Context) (CountersResponse, error) {
 	var r CountersResponse

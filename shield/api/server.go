@@ -67,6 +67,8 @@ type Options struct {
 	Logger *slog.Logger
 	// Build labels shield_build_info.
 	Build BuildInfo
+	// Info is answered by GET /v1/info.
+	Info Info
 	// NoProcessMetrics leaves the Go and process collectors out of the
 	// registry (for several servers in one test process).
 	NoProcessMetrics bool
@@ -109,6 +111,10 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	}
 	s.reg, s.reqs = newRegistry(s, opts)
 
+	if s.opts.Info.Started.IsZero() {
+		s.opts.Info.Started = time.Now()
+	}
+	s.mux.HandleFunc("GET /v1/info", s.read(s.getInfo))
 	s.mux.HandleFunc("GET /v1/counters", s.read(s.getCounters))
 	s.mux.HandleFunc("GET /v1/top", s.read(s.getTop))
 	s.mux.HandleFunc("GET /v1/limits", s.read(s.getLimits))
@@ -122,7 +128,7 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
 	s.mux.HandleFunc("GET /metrics", s.read(metrics.ServeHTTP))
 	allowed := map[string]string{
-		"/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
+		"/v1/info": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
 		"/v1/allow": "GET, POST, DELETE", "/v1/deny": "GET, POST, DELETE", "/metrics": "GET",
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -316,6 +322,12 @@ func (s *Server) sourceCount(ctx context.Context) (int, error) {
 	}
 	s.count, s.countAt = n, time.Now()
 	return n, nil
+}
+
+func (s *Server) getInfo(w http.ResponseWriter, r *http.Request) {
+	info := s.opts.Info
+	info.UptimeSeconds = time.Since(info.Started).Round(time.Millisecond).Seconds()
+	writeJSON(w, http.StatusOK, info)
 }
 
 func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {

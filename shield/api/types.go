@@ -1,6 +1,10 @@
 package api
 
-import "xdpshield/shield"
+import (
+	"time"
+
+	"xdpshield/shield"
+)
 
 // PacketCount is one counter: packets given verdict for reason and proto,
 // summed over CPUs.
@@ -60,4 +64,19 @@ type ListResponse struct {
 // ErrorResponse is the body of every 4xx and 5xx answer.
 type ErrorResponse struct {
 	Error string `json:"error"`
+}
+
+// Info describes the running service; GET /v1/info answers it. Every field
+// is optional (a Server run in-process by tests leaves them empty).
+type Info struct {
+	Iface     string    `json:"iface,omitempty"`
+	Mode      string    `json:"mode,omitempty"`    // native or generic
+	PinDir    string    `json:"pin_dir,omitempty"` // bpffs directory of the link and maps
+	LinkID    uint32    `json:"link_id,omitempty"`
+	ProgramID uint32    `json:"program_id,omitempty"`
+	Adopted   bool      `json:"adopted"` // the pinned link was adopted at start
+	Started   time.Time `json:"started"`
+	Version   string    `json:"version,omitempty"`
+	// UptimeSeconds is filled in by the server when it answers.
+	UptimeSeconds float64 `json:"uptime_seconds"`
 }
