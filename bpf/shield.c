@@ -11,8 +11,9 @@
  *
  * Loads on 5.10 and later: LRU hash (4.10), LPM trie (4.11), array of maps
  * (4.12), global data (5.2), bpf_jiffies64 (5.5), mmapable .bss (5.5).
- * Atomics are plain lock-add (BPF_XADD, every kernel): no fetch variants,
- * which need 5.12.
+ * Atomics: lock-add (BPF_XADD) everywhere; the refill's compare-and-exchange
+ * (BPF_CMPXCHG) needs 5.12, so shield_compat, without it, stands in for
+ * shield on older kernels (the loader probes and chooses).
  */
 #include "shield.h"
 
@@ -164,28 +165,63 @@ static __always_inline __u64 now_ns(void)
 }
 
 /*
- * take refills b for the time since its last refill and takes one token.
+ * refill adds the credit earned since the bucket's last refill, capped at a
+ * full bucket.
  *
- * Accuracy with several CPUs on one bucket: a debit is an atomic add, so no
- * passed packet goes uncharged. Two CPUs may read the same credit before
- * either debits, so each time the bucket runs dry up to (CPUs - 1) extra
- * packets pass; and two CPUs refilling in the same clock tick may both add
- * the tick's credit (at most one extra refill per extra CPU per tick).
+ * With cas (the `shield` program, kernel 5.12+), a refill is claimed by
+ * moving last_ns with a compare-and-exchange: every nanosecond of credit is
+ * added by exactly one CPU. A CPU that loses the exchange skips the refill;
+ * the winner moved last_ns to a time at least that CPU's reading or the next
+ * refill adds the difference, so no credit is lost. The cap is applied to
+ * the credit read after the claim: a debit racing in between only lowers the
+ * result; two refills of two different instants racing each other can
+ * overshoot the cap by the later one's credit, rate * (the gap between the
+ * two clock readings), far under one packet for any gap of nanoseconds.
+ *
+ * Without cas (`shield_compat`, kernels 5.10 and 5.11, which lack
+ * BPF_CMPXCHG and refuse the instruction even in dead code), two CPUs that
+ * read the same last_ns both add the credit earned since: each extra CPU
+ * can add up to one more full refill per clock reading.
  */
-static __always_inline int take(struct bucket *b, const struct limit *l, __u64 now)
+static __always_inline void refill(struct bucket *b, const struct limit *l, __u64 now, const int cas)
 {
 	__u64 last = b->last_ns;
 
-	if (now > last) {
-		__u64 elapsed = now - last;
-		__s64 credit = b->credit;
-		__s64 add = elapsed >= l->fill_ns ? (__s64)l->cap : (__s64)(elapsed * l->rate);
-
-		if (credit + add > (__s64)l->cap)
-			add = (__s64)l->cap - credit;
+	if (now <= last)
+		return;
+	if (cas) {
+		if (__sync_val_compare_and_swap(&b->last_ns, last, now) != last)
+			return;
+	} else {
 		b->last_ns = now;
-		__sync_fetch_and_add(&b->credit, add);
 	}
+
+	__u64 elapsed = now - last;
+	__s64 credit = b->credit;
+	__s64 add = elapsed >= l->fill_ns ? (__s64)l->cap : (__s64)(elapsed * l->rate);
+
+	if (credit + add > (__s64)l->cap)
+		add = (__s64)l->cap - credit;
+	__sync_fetch_and_add(&b->credit, add);
+}
+
+/*
+ * take refills b and takes one packet's credit; it returns whether the
+ * packet may pass.
+ *
+ * Accuracy with several CPUs on one bucket (the clock frozen, e.g. within
+ * one clock reading): a debit is an atomic add, so no passed packet goes
+ * uncharged, but the check and the debit are two steps: when the bucket runs
+ * dry, each of the other CPUs may have checked and not yet debited, so a
+ * drain of a bucket holding burst packets passes at most burst + (CPUs - 1).
+ * The overshoot leaves the credit negative, a debt the next refill repays
+ * (the cap applies to credit + refill), so over any number of drains the
+ * total passed is at most drains * burst + (CPUs - 1), and at least
+ * drains * burst. sim.TestConcurrentAccuracy checks both on two CPUs.
+ */
+static __always_inline int take(struct bucket *b, const struct limit *l, __u64 now, const int cas)
+{
+	refill(b, l, now, cas);
 	if (b->credit < TOKEN)
 		return 0;
 	__sync_fetch_and_add(&b->credit, -TOKEN);
@@ -221,8 +257,7 @@ static __always_inline int listed(void *trie4, void *trie6, const struct packet 
 	return bpf_map_lookup_elem(trie4, &k) != NULL;
 }
 
-SEC("xdp")
-int shield(struct xdp_md *ctx)
+static __always_inline int run(struct xdp_md *ctx, const int cas)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -251,7 +286,7 @@ int shield(struct xdp_md *ctx)
 	__u64 now = now_ns();
 	struct source *src = bpf_map_lookup_elem(&sources, pkt.src);
 	if (src) {
-		if (take(&src->bucket, &cfg->source, now)) {
+		if (take(&src->bucket, &cfg->source, now, cas)) {
 			__sync_fetch_and_add(&src->passed, 1);
 			return account(VERDICT_PASS, REASON_OK, pkt.proto);
 		}
@@ -263,7 +298,7 @@ int shield(struct xdp_md *ctx)
 	 * token, so a forged flood neither fills the table nor gets a burst per
 	 * forged address. Refused strangers are not inserted. */
 	struct bucket *adm = bpf_map_lookup_elem(&admission, &zero);
-	if (!adm || !take(adm, &cfg->admission, now))
+	if (!adm || !take(adm, &cfg->admission, now, cas))
 		return account(limited, REASON_ADMISSION, pkt.proto);
 
 	struct source fresh = {
@@ -272,6 +307,21 @@ int shield(struct xdp_md *ctx)
 	};
 	bpf_map_update_elem(&sources, pkt.src, &fresh, BPF_NOEXIST);
 	return account(VERDICT_PASS, REASON_OK, pkt.proto);
+}
+
+/* shield is the program to attach (kernel 5.12+: cmpxchg refills). */
+SEC("xdp")
+int shield(struct xdp_md *ctx)
+{
+	return run(ctx, 1);
+}
+
+/* shield_compat is shield for kernels without BPF_CMPXCHG (5.10, 5.11):
+ * the loader loads it in shield's place there. See refill(). */
+SEC("xdp")
+int shield_compat(struct xdp_md *ctx)
+{
+	return run(ctx, 0);
 }
 
 /* clock_probe records jiffies and ktime together so the loader can measure

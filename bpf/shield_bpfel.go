@@ -62,22 +62,23 @@ type ShieldSrcKey struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ShieldMapAdmission    = "admission"
-	ShieldMapAllow4       = "allow4"
-	ShieldMapAllow6       = "allow6"
-	ShieldMapConfigMap    = "config_map"
-	ShieldMapCounters     = "counters"
-	ShieldMapDeny4        = "deny4"
-	ShieldMapDeny6        = "deny6"
-	ShieldMapSources      = "sources"
-	ShieldProgClockProbe  = "clock_probe"
-	ShieldProgShield      = "shield"
-	ShieldVarClockMode    = "clock_mode"
-	ShieldVarNsPerJiffy   = "ns_per_jiffy"
-	ShieldVarProbeJiffies = "probe_jiffies"
-	ShieldVarProbeKtimeNs = "probe_ktime_ns"
-	ShieldVarUnusedConfig = "unused_config"
-	ShieldVarVirtualNowNs = "virtual_now_ns"
+	ShieldMapAdmission     = "admission"
+	ShieldMapAllow4        = "allow4"
+	ShieldMapAllow6        = "allow6"
+	ShieldMapConfigMap     = "config_map"
+	ShieldMapCounters      = "counters"
+	ShieldMapDeny4         = "deny4"
+	ShieldMapDeny6         = "deny6"
+	ShieldMapSources       = "sources"
+	ShieldProgClockProbe   = "clock_probe"
+	ShieldProgShield       = "shield"
+	ShieldProgShieldCompat = "shield_compat"
+	ShieldVarClockMode     = "clock_mode"
+	ShieldVarNsPerJiffy    = "ns_per_jiffy"
+	ShieldVarProbeJiffies  = "probe_jiffies"
+	ShieldVarProbeKtimeNs  = "probe_ktime_ns"
+	ShieldVarUnusedConfig  = "unused_config"
+	ShieldVarVirtualNowNs  = "virtual_now_ns"
 )
 
 // LoadShield returns the embedded CollectionSpec for Shield.
@@ -122,8 +123,9 @@ type ShieldSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldProgramSpecs struct {
-	ClockProbe *ebpf.ProgramSpec `ebpf:"clock_probe"`
-	Shield     *ebpf.ProgramSpec `ebpf:"shield"`
+	ClockProbe   *ebpf.ProgramSpec `ebpf:"clock_probe"`
+	Shield       *ebpf.ProgramSpec `ebpf:"shield"`
+	ShieldCompat *ebpf.ProgramSpec `ebpf:"shield_compat"`
 }
 
 // ShieldMapSpecs contains maps before they are loaded into the kernel.
@@ -211,14 +213,16 @@ type ShieldVariables struct {
 //
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldPrograms struct {
-	ClockProbe *ebpf.Program `ebpf:"clock_probe"`
-	Shield     *ebpf.Program `ebpf:"shield"`
+	ClockProbe   *ebpf.Program `ebpf:"clock_probe"`
+	Shield       *ebpf.Program `ebpf:"shield"`
+	ShieldCompat *ebpf.Program `ebpf:"shield_compat"`
 }
 
 func (p *ShieldPrograms) Close() error {
 	return _ShieldClose(
 		p.ClockProbe,
 		p.Shield,
+		p.ShieldCompat,
 	)
 }
 

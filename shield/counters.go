@@ -137,3 +137,28 @@ func readCounters(m *ebpf.Map) (Counters, error) {
 	}
 	return c, nil
 }
+
+// CountersByCPU reads the packet counters of each possible CPU, unsummed.
+func (s *Shield) CountersByCPU() ([]Counters, error) { return readCountersByCPU(s.objs.Counters) }
+
+func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
+	var out []Counters
+	var perCPU []uint64
+	for v := range numVerdicts {
+		for r := range numReasons {
+			for p := range numProtos {
+				idx := uint32((int(v)*int(numReasons)+int(r))*int(numProtos) + int(p))
+				if err := m.Lookup(idx, &perCPU); err != nil {
+					return nil, fmt.Errorf("read counter %d: %w", idx, err)
+				}
+				if out == nil {
+					out = make([]Counters, len(perCPU))
+				}
+				for cpu, x := range perCPU {
+					out[cpu][v][r][p] = x
+				}
+			}
+		}
+	}
+	return out, nil
+}

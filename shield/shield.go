@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
 
 	"xdpshield/bpf"
@@ -59,6 +60,7 @@ type Shield struct {
 	innerSpec *ebpf.MapSpec
 	clock     Clock
 	tableSize uint32
+	compat    bool // shield_compat loaded as the program (no cmpxchg refills)
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
@@ -91,6 +93,12 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
+	compat := forceCompat || !haveCmpxchg()
+	if compat {
+		// The kernel refuses BPF_CMPXCHG anywhere in a program (5.10,
+		// 5.11): load the variant without it in shield's place.
+		spec.Programs["shield"] = spec.Programs["shield_compat"].Copy()
+	}
 	spec.Maps["sources"].MaxEntries = opts.TableSize
 	if err := spec.Variables["clock_mode"].Set(mode); err != nil {
 		return nil, fmt.Errorf("set clock_mode: %w", err)
@@ -119,7 +127,7 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
-	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tableSize: opts.TableSize}
+	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tableSize: opts.TableSize, compat: compat}
 	if err := spec.LoadAndAssign(&s.objs, &collOpts); err != nil {
 		var ve *ebpf.VerifierError
 		if errors.As(err, &ve) {
@@ -150,6 +158,11 @@ func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
 
 // TableSize is the capacity of the sources table.
 func (s *Shield) TableSize() uint32 { return s.tableSize }
+
+// Compat reports whether the kernel lacks BPF_CMPXCHG (before 5.12), so the
+// program in use is shield_compat, whose refills can race (bpf/shield.c,
+// refill()).
+func (s *Shield) Compat() bool { return s.compat }
 
 // Clock is the time source the program was loaded with.
 func (s *Shield) Clock() Clock { return s.clock }
@@ -238,6 +251,32 @@ func (s *Shield) start(l Limits) error {
 	}
 	return s.publish(l)
 }
+
+// forceCompat makes Load use shield_compat whatever the kernel (tests).
+var forceCompat bool
+
+// haveCmpxchg probes whether the kernel accepts BPF_CMPXCHG (Linux 5.12) by
+// loading a six-instruction XDP program that uses it on the stack.
+var haveCmpxchg = sync.OnceValue(func() bool {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "probe_cmpxchg",
+		Type:    ebpf.XDP,
+		License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.CmpXchg.Mem(asm.RFP, asm.R1, asm.DWord, -8),
+			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return false
+	}
+	prog.Close()
+	return true
+})
 
 var jiffy struct {
 	once sync.Once
