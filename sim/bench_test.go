@@ -217,4 +217,3 @@ func BenchmarkShield(b *testing.B) {
 		})
 	}
 }
-
