@@ -1,0 +1,246 @@
+package sim
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/shield"
+)
+
+var update = flag.Bool("update", false, "rewrite fixtures/sim: pcaps from their definitions, goldens from the program's verdicts")
+
+const fixtureDir = "../fixtures/sim"
+
+// fixtureDefs generate the fixture pcaps (with -update). Each frame's
+// capture time is the virtual time it is replayed at.
+var fixtureDefs = []struct {
+	name   string
+	config FixtureConfig
+	frames func() []Packet
+}{
+	{
+		name:   "burst-refill",
+		config: FixtureConfig{TableSize: 4096, Rate: 10, Burst: 5, AdmissionRate: 100, AdmissionBurst: 100},
+		frames: func() []Packet {
+			f := From("198.18.0.1", UDP).Bytes()
+			var out []Packet
+			for range 7 {
+				out = append(out, Packet{At: time.Second, Data: f})
+			}
+			for _, at := range []time.Duration{1100*time.Millisecond - 1, 1100 * time.Millisecond, 1100 * time.Millisecond, 1250 * time.Millisecond, 10 * time.Second} {
+				out = append(out, Packet{At: at, Data: f})
+			}
+			for range 6 {
+				out = append(out, Packet{At: 10 * time.Second, Data: f})
+			}
+			return out
+		},
+	},
+	{
+		name: "lists",
+		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
+			Allow: []string{"198.18.1.0/24", "2001:db8:1::/48"}, Deny: []string{"198.18.0.0/15", "2001:db8::/32"}},
+		frames: func() []Packet {
+			var out []Packet
+			for _, f := range []Frame{
+				From("198.18.1.1", TCP), From("198.18.1.1", TCP), From("198.18.1.1", TCP),
+				From("2001:db8:1::1", UDP, Single...), From("198.19.0.1", UDP), From("2001:db8:2::1", ICMP, Double...),
+				From("203.0.113.9", TCP), From("203.0.113.9", TCP), From("203.0.113.9", TCP),
+			} {
+				out = append(out, Packet{At: time.Second, Data: f.Bytes()})
+			}
+			return out
+		},
+	},
+	{
+		name:   "families-and-tags",
+		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100},
+		frames: func() []Packet {
+			var out []Packet
+			n := 0
+			for _, src := range []string{"198.18.2.%d", "2001:db8:2::%d"} {
+				for _, tags := range [][]Tag{nil, Single, Double} {
+					for _, l4 := range []L4{TCP, UDP, ICMP} {
+						n++
+						f := From(fmt.Sprintf(src, n), l4, tags...).Bytes()
+						for range 3 {
+							out = append(out, Packet{At: time.Second, Data: f})
+						}
+					}
+				}
+			}
+			return out
+		},
+	},
+	{
+		name:   "malformed",
+		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, Deny: []string{"0.0.0.0/0", "::/0"}},
+		frames: func() []Packet {
+			var out []Packet
+			for i, b := range badCorpus() {
+				if i%7 == 0 { // a sample: the test covers every frame
+					out = append(out, Packet{At: time.Second, Data: b.frame})
+				}
+			}
+			return out
+		},
+	},
+	{
+		name:   "forged-flood",
+		config: FixtureConfig{TableSize: 64, Rate: 100, Burst: 10, AdmissionRate: 10, AdmissionBurst: 5},
+		frames: func() []Packet {
+			heavy := From("198.18.0.1", UDP).Bytes()
+			out := []Packet{{At: time.Second, Data: heavy}}
+			for i := range 640 {
+				at := time.Second + time.Duration(i)*time.Millisecond
+				a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
+				out = append(out, Packet{At: at, Data: From(a.String(), TCP).Bytes()})
+				if i%16 == 0 {
+					out = append(out, Packet{At: at, Data: heavy})
+				}
+			}
+			return out
+		},
+	},
+	{
+		name:   "dry-run",
+		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true, Deny: []string{"198.18.9.0/24"}},
+		frames: func() []Packet {
+			var out []Packet
+			for _, f := range []Frame{
+				From("198.18.0.1", UDP), From("198.18.0.1", UDP), From("198.18.0.1", UDP), From("198.18.0.1", UDP),
+				From("198.18.0.2", TCP), From("198.18.9.1", UDP),
+			} {
+				out = append(out, Packet{At: time.Second, Data: f.Bytes()})
+			}
+			return out
+		},
+	},
+}
+
+// loadFixture loads a shield configured as c, virtual clock at 0.
+func loadFixture(t *testing.T, c FixtureConfig) *shield.Shield {
+	t.Helper()
+	s := load(t, c.TableSize, shield.Limits{Rate: c.Rate, Burst: c.Burst, AdmissionRate: c.AdmissionRate, AdmissionBurst: c.AdmissionBurst, DryRun: c.DryRun})
+	if len(c.Allow) > 0 {
+		addList(t, s, shield.AllowList, c.Allow...)
+	}
+	if len(c.Deny) > 0 {
+		addList(t, s, shield.DenyList, c.Deny...)
+	}
+	return s
+}
+
+// TestFixtures replays every fixtures/sim/*.pcap through a shield set up as
+// its golden says and compares every verdict and counter with the golden.
+// With -update it first rewrites the pcaps of fixtureDefs and then every
+// golden from what the program does.
+func TestFixtures(t *testing.T) {
+	testutil.Root(t)
+	if *update {
+		require.NoError(t, os.MkdirAll(fixtureDir, 0o755))
+		for _, d := range fixtureDefs {
+			require.NoError(t, WritePcap(filepath.Join(fixtureDir, d.name+".pcap"), d.frames()))
+			path := filepath.Join(fixtureDir, d.name+".golden.json")
+			g, err := ReadGolden(path)
+			if err != nil && !os.IsNotExist(err) {
+				require.NoError(t, err)
+			}
+			g.Config = d.config
+			require.NoError(t, WriteGolden(path, g))
+		}
+	}
+	pcaps, err := filepath.Glob(filepath.Join(fixtureDir, "*.pcap"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pcaps, "no fixtures in %s", fixtureDir)
+	for _, path := range pcaps {
+		name := strings.TrimSuffix(filepath.Base(path), ".pcap")
+		t.Run(name, func(t *testing.T) {
+			goldenPath := strings.TrimSuffix(path, ".pcap") + ".golden.json"
+			g, err := ReadGolden(goldenPath)
+			require.NoError(t, err, "every fixture pcap needs a golden with its config")
+			frames, err := ReadPcap(path)
+			require.NoError(t, err)
+			require.NotEmpty(t, frames, "ReadPcap(%s)", path)
+			s := loadFixture(t, g.Config)
+			target := ShieldTarget(s)
+
+			if *update {
+				g.Packets = nil
+				start, err := target.Counters()
+				require.NoError(t, err)
+				for i, f := range frames {
+					before, err := target.Counters()
+					require.NoError(t, err)
+					require.NoError(t, s.SetTime(uint64(f.At)))
+					got, err := Run(s.Program(), f.Data)
+					require.NoError(t, err, "frame %d", i)
+					after, err := target.Counters()
+					require.NoError(t, err)
+					d := Delta(before, after)
+					require.Len(t, d, 1, "frame %d moved %v, want exactly one counter", i, d)
+					var key string
+					for k := range d {
+						key = k
+					}
+					g.Packets = append(g.Packets, GoldenPacket{N: i, AtNs: int64(f.At), Summary: Summary(f.Data), Verdict: got, Counter: key})
+				}
+				end, err := target.Counters()
+				require.NoError(t, err)
+				g.Totals = Delta(start, end)
+				require.NoError(t, WriteGolden(goldenPath, g))
+				t.Logf("rewrote %s", goldenPath)
+				return
+			}
+
+			require.Len(t, g.Packets, len(frames), "%s: golden packets vs pcap frames", name)
+			steps := make([]Step, len(frames))
+			for i, f := range frames {
+				gp := g.Packets[i]
+				require.Equal(t, int64(f.At), gp.AtNs, "frame %d: pcap time vs golden", i)
+				steps[i] = Step{Name: fmt.Sprintf("frame %d: %s", i, gp.Summary), At: f.At, Frame: f.Data, Want: gp.Verdict, Delta: map[string]uint64{gp.Counter: 1}}
+			}
+			before, err := target.Counters()
+			require.NoError(t, err)
+			Scenario{Name: "fixture-" + name, Target: target, Steps: steps}.Run(t)
+			after, err := target.Counters()
+			require.NoError(t, err)
+			assert.Equal(t, g.Totals, Delta(before, after), "%s: counter totals", name)
+		})
+	}
+}
+
+// TestFixturesReadByTcpdump: tcpdump reads every fixture pcap whole.
+func TestFixturesReadByTcpdump(t *testing.T) {
+	tcpdump, err := exec.LookPath("tcpdump")
+	if err != nil {
+		testutil.SkipOrFail(t, "tcpdump not installed (ci/deps.sh installs it)")
+	}
+	pcaps, err := filepath.Glob(filepath.Join(fixtureDir, "*.pcap"))
+	require.NoError(t, err)
+	require.NotEmpty(t, pcaps)
+	for _, path := range pcaps {
+		frames, err := ReadPcap(path)
+		require.NoError(t, err)
+		out, err := exec.Command(tcpdump, "-nner", path).CombinedOutput()
+		require.NoError(t, err, "tcpdump -nner %s:\n%s", path, out)
+		lines := 0
+		for _, l := range strings.Split(string(out), "\n") {
+			if len(l) > 0 && l[0] >= '0' && l[0] <= '9' { // a packet line starts with its timestamp
+				lines++
+			}
+		}
+		assert.Equal(t, len(frames), lines, "packets tcpdump printed for %s", path)
+	}
+}
