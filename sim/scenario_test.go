@@ -86,4 +86,3 @@ func TestRunRefusesBadSizes(t *testing.T) {
 		assert.Equal(t, Drop, got, "Run(%d bytes)", n)
 	}
 }
-
