@@ -30,3 +30,15 @@ lint: ## gofmt and go vet
 
 bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./sim
+
+# The VM matrix (vmtest/): packages run in every kernel, and flags for each
+# test binary (-test.short shortens the storms).
+VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./internal/...
+VMTEST_FLAGS ?= -test.short -test.v
+
+vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
+	@ci/deps.sh
+	$(GO) run ./vmtest/cmd/vmtest matrix -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
+
+kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-amd64 kernel
+	$(GO) run ./vmtest/cmd/vmtest repin -kernels "$(KERNELS)"

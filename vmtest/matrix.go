@@ -51,6 +51,7 @@ type KernelReport struct {
 	Verdict                string  `json:"verdict"`
 	Code                   int     `json:"exit_code"`
 	Error                  string  `json:"error,omitempty"`
+	BootToInitSeconds      float64 `json:"boot_to_init_seconds"`
 	BootToFirstTestSeconds float64 `json:"boot_to_first_test_seconds"`
 	Seconds                float64 `json:"seconds"`
 }
@@ -230,6 +231,7 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 			m.logger().Error("kernel", "kernel", pin.Name, "err", err)
 		} else {
 			kr.Code, kr.Verdict = int(res.Code), res.Code.String()
+			kr.BootToInitSeconds = res.BootToInit.Seconds()
 			kr.BootToFirstTestSeconds = res.BootToFirstTest.Seconds()
 			kr.Seconds = res.Wall.Seconds()
 			if res.Err != nil {
@@ -378,7 +380,7 @@ func (r *Report) Render(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "vmtest matrix: %d kernel(s) x %d package(s), accel %s, wall %s\n\n",
 		len(r.Kernels), len(r.Packages), r.Accel, fmtDur(r.Seconds))
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	cell := map[[2]string]Cell{}
 	for _, c := range r.Cells {
 		cell[[2]string{c.Kernel, c.Package}] = c
@@ -415,6 +417,7 @@ func (r *Report) Render(w io.Writer) error {
 		fmt.Fprintln(tw)
 	}
 	row("release", func(k KernelReport) string { return k.Release })
+	row("boot to init", func(k KernelReport) string { return fmtDur(k.BootToInitSeconds) })
 	row("boot to first test", func(k KernelReport) string { return fmtDur(k.BootToFirstTestSeconds) })
 	row("VM wall time", func(k KernelReport) string { return fmtDur(k.Seconds) })
 	row("verdict", func(k KernelReport) string { return strings.ToUpper(k.Verdict) })

@@ -14,11 +14,9 @@ import (
 // DefaultModules are the modules the suites need, by name; whatever a
 // kernel has built in is skipped, dependencies are added.
 var DefaultModules = []string{
-	"veth",                                       // topo, storms
-	"sch_ingress", "sch_netem", "sch_htb", "ifb", // qdiscs, shaping
-	"cls_bpf", "act_bpf", "cls_u32", "act_mirred", "act_gact",
-	"nf_tables", "nft_ct", "nft_limit", "nf_conntrack", "nft_chain_nat", // the nftables baseline
-	"bridge", "8021q", "tun",
+	"veth",                              // topo, storms
+	"sch_ingress", "cls_bpf", "act_bpf", // clsact and tc BPF (generators, probes)
+	"nf_tables", "nft_limit", // the nftables baseline
 }
 
 // moduleName normalises a module file or name: "nf_tables.ko.xz" and

@@ -103,6 +103,7 @@ type Result struct {
 	Err             error // why, when Code is not ExitPass or ExitTestFailure
 	Accel           string
 	Release         string        // uname -r in the guest
+	BootToInit      time.Duration // qemu start to the guest's init running
 	BootToFirstTest time.Duration // qemu start to the first test binary's start
 	Wall            time.Duration
 	Runs            []RunResult
@@ -427,6 +428,9 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 	}
 	res := &Result{Accel: "tcg"}
 	cpu := "max"
+	if c := os.Getenv("VMTEST_CPU"); c != "" {
+		cpu = c
+	}
 	if kvmUsable() {
 		res.Accel, cpu = "kvm", "host"
 	}
@@ -436,10 +440,10 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 	}
 	args := []string{
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-machine", "q35", "-accel", res.Accel, "-cpu", cpu,
+		"-machine", machine(), "-accel", res.Accel, "-cpu", cpu,
 		"-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
 		"-kernel", vm.Kernel.Vmlinuz, "-initrd", initrd,
-		"-append", "console=ttyS0 quiet loglevel=4 panic=-1 rdinit=/init random.trust_cpu=on mitigations=off tsc=reliable no_timer_check",
+		"-append", "console=ttyS0 panic=-1 rdinit=/init random.trust_cpu=on mitigations=off tsc=reliable no_timer_check " + cmdlineExtra(),
 		"-chardev", "file,id=con,path=" + consolePath, "-serial", "chardev:con",
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
 	}
@@ -513,6 +517,7 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 				res.Release = f[1]
 			}
 			bootTimer.Stop()
+			res.BootToInit = ev.at.Sub(start)
 			log.Debug("guest init running", "kernel", vm.Kernel.Pin.Name, "after", time.Since(start).Round(time.Millisecond))
 		case "BEGIN":
 			n, _ := strconv.Atoi(f[1])
@@ -603,6 +608,23 @@ loop:
 	return res, nil
 }
 
+// machine is qemu's machine type: pc (boots faster than q35 under TCG), or $VMTEST_MACHINE.
+func machine() string {
+	if s := os.Getenv("VMTEST_MACHINE"); s != "" {
+		return s
+	}
+	return "pc"
+}
+
+// cmdlineExtra is "quiet loglevel=4", or $VMTEST_CMDLINE (e.g.
+// "printk.time=1 initcall_debug" to see where a boot spends its time).
+func cmdlineExtra() string {
+	if s := os.Getenv("VMTEST_CMDLINE"); s != "" {
+		return s
+	}
+	return "quiet loglevel=4"
+}
+
 // follow copies path to w as it grows, until stop is closed (then copies
 // the rest).
 func follow(path string, w io.Writer, stop <-chan struct{}) {
@@ -642,7 +664,7 @@ func indent(s string) string {
 }
 
 // DefaultTools are the host programs the suites call.
-var DefaultTools = []string{"ip", "tc", "nft", "bpftool"}
+var DefaultTools = []string{"ip", "tc", "nft", "bpftool", "promtool"}
 
 // ErrNoTests is returned when a selection has no test binaries.
 var ErrNoTests = errors.New("no test binaries to run")
