@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"encoding/binary"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/shield"
+)
+
+// parsesAsIP is an independent model of what the shield must recognise as
+// IP: Ethernet, at most two 802.1Q/802.1ad tags, then an IPv4 header
+// (version 4, IHL >= 5, whole header present) or an IPv6 fixed header
+// (version 6). It returns the reason the shield must give a frame it does
+// not recognise (not_ip or malformed), or ok with the L4 protocol number.
+func parsesAsIP(b []byte) (shield.Reason, byte) {
+	if len(b) < 14 {
+		return shield.ReasonMalformed, 0
+	}
+	off, et := 14, binary.BigEndian.Uint16(b[12:])
+	for range 2 {
+		if et != 0x8100 && et != 0x88a8 {
+			break
+		}
+		if len(b) < off+4 {
+			return shield.ReasonMalformed, 0
+		}
+		et = binary.BigEndian.Uint16(b[off+2:])
+		off += 4
+	}
+	switch et {
+	case 0x0800:
+		if len(b) < off+20 || b[off]>>4 != 4 || b[off]&0xf < 5 || len(b) < off+int(b[off]&0xf)*4 {
+			return shield.ReasonMalformed, 0
+		}
+		return shield.ReasonOK, b[off+9]
+	case 0x86dd:
+		if len(b) < off+40 || b[off]>>4 != 6 {
+			return shield.ReasonMalformed, 0
+		}
+		return shield.ReasonOK, b[off+6]
+	}
+	return shield.ReasonNotIP, 0
+}
+
+func protoClass(p byte) shield.Proto {
+	switch p {
+	case 6:
+		return shield.ProtoTCP
+	case 17:
+		return shield.ProtoUDP
+	case 1, 58:
+		return shield.ProtoICMP
+	}
+	return shield.ProtoOther
+}
+
+// fuzzShield is one shield per fuzzing process, with both lists in use and
+// tight limits, so fuzzed frames reach every path.
+var fuzzShield = sync.OnceValues(func() (*shield.Shield, error) {
+	s, err := shield.Load(shield.Options{TableSize: 1024, Clock: shield.ClockVirtual,
+		Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 50}})
+	if err != nil {
+		return nil, err
+	}
+	for l, cidrs := range map[shield.List][]string{
+		shield.AllowList: {"198.18.1.0/24", "2001:db8:1::/48"},
+		shield.DenyList:  {"198.18.0.0/15", "2001:db8::/32", "10.9.0.0/16"},
+	} {
+		ps, err := shield.ParsePrefixes(cidrs)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Add(l, ps); err != nil {
+			return nil, err
+		}
+	}
+	return s, s.SetTime(1e9)
+})
+
+// FuzzShield: for any frame the kernel's test runner accepts, the verdict is
+// XDP_PASS or XDP_DROP and never an error; exactly one counter moves, by
+// one; a frame that does not parse as IP (by parsesAsIP, an independent
+// model) passes with reason not_ip or malformed as the model says; a frame
+// that parses is counted under its protocol with an IP reason.
+func FuzzShield(f *testing.F) {
+	for _, fr := range wellFormed() {
+		f.Add(fr.Bytes())
+	}
+	for _, src := range []string{"198.18.1.1", "198.19.0.1", "2001:db8:1::1", "2001:db8:5::1", "203.0.113.1", "2001:db8:ffff::1"} {
+		f.Add(From(src, TCP, Double...).Bytes())
+	}
+	for i, b := range badCorpus() {
+		if i%5 == 0 {
+			f.Add(b.frame)
+		}
+	}
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		if len(frame) < MinFrame || len(frame) > MaxFrame {
+			t.Skip("BPF_PROG_TEST_RUN refuses this size before the program runs")
+		}
+		testutil.Root(t)
+		s, err := fuzzShield()
+		require.NoError(t, err, "load the shield")
+		before, err := s.Counters()
+		require.NoError(t, err)
+		got, err := Run(s.Program(), frame)
+		require.NoError(t, err, "Run(%x)", frame)
+		after, err := s.Counters()
+		require.NoError(t, err)
+		d := after.Sub(before)
+		require.Equal(t, uint64(1), d.Total(), "counters moved by %d for one frame", d.Total())
+		var v shield.Verdict
+		var r shield.Reason
+		var p shield.Proto
+		d.Each(func(vv shield.Verdict, rr shield.Reason, pp shield.Proto, _ uint64) { v, r, p = vv, rr, pp })
+		wantV := shield.Pass
+		if got == Drop {
+			wantV = shield.Drop
+		}
+		require.Contains(t, []Action{Pass, Drop}, got, "Run(%x)", frame)
+		require.Equal(t, wantV, v, "counted verdict vs returned %s", got)
+
+		reason, l4 := parsesAsIP(frame)
+		if reason != shield.ReasonOK {
+			require.Equal(t, Pass, got, "Run(%x): a frame that does not parse as IP must pass", frame)
+			require.Equal(t, Key(shield.Pass, reason, shield.ProtoOther), Key(v, r, p), "counter for %x", frame)
+			return
+		}
+		require.NotContains(t, []shield.Reason{shield.ReasonNotIP, shield.ReasonMalformed}, r, "Run(%x): an IP frame counted as %s", frame, r)
+		require.Equal(t, protoClass(l4), p, "Run(%x): protocol", frame)
+	})
+}
