@@ -82,6 +82,8 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, per []uint64) 
 	}
 	ph.Veth.Dropped = after.edge.RxDropped - before.edge.RxDropped
 	ph.Veth.Received = after.edge.RxPackets - before.edge.RxPackets
+	ph.Veth.ClientDropped = after.front.RxDropped - before.front.RxDropped
+	ph.Veth.ClientRx = after.front.RxPackets - before.front.RxPackets
 	if ph.Shield {
 		d := after.counters.Sub(before.counters)
 		c := &CounterStats{Pass: map[string]uint64{}, Drop: map[string]uint64{}, Total: d.Total(), raw: d}

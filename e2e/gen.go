@@ -79,17 +79,8 @@ func (g *XDPGenerator) Send(t *Template, n uint32) (uint64, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	cfg := bpf.StormStormConfig{
-		Nsources:   t.Count,
-		Base:       t.Base,
-		AddrOff:    uint16(t.AddrOff),
-		IpCsumOff:  uint16(t.IPCsumOff),
-		L4CsumOff:  uint16(t.L4CsumOff),
-		IpCsumBase: t.IPCsumBase,
-		L4CsumBase: t.L4CsumBase,
-	}
-	if err := g.objs.Cfg.Set(cfg); err != nil {
-		return 0, fmt.Errorf("configure generator: %w", err)
+	if err := g.configure(t); err != nil {
+		return 0, err
 	}
 	var before, after uint64
 	if err := g.objs.Seq.Get(&before); err != nil {
@@ -113,6 +104,23 @@ func (g *XDPGenerator) Send(t *Template, n uint32) (uint64, error) {
 		return after - before, fmt.Errorf("live-frames run: %w", err)
 	}
 	return after - before, nil
+}
+
+// configure makes t the frame the program rewrites.
+func (g *XDPGenerator) configure(t *Template) error {
+	cfg := bpf.StormStormConfig{
+		Nsources:   t.Count,
+		Base:       t.Base,
+		AddrOff:    uint16(t.AddrOff),
+		IpCsumOff:  uint16(t.IPCsumOff),
+		L4CsumOff:  uint16(t.L4CsumOff),
+		IpCsumBase: t.IPCsumBase,
+		L4CsumBase: t.L4CsumBase,
+	}
+	if err := g.objs.Cfg.Set(cfg); err != nil {
+		return fmt.Errorf("configure generator: %w", err)
+	}
+	return nil
 }
 
 // PacketGenerator writes frames to an AF_PACKET socket: the fallback for

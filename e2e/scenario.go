@@ -97,7 +97,7 @@ func DefaultConfig() Config {
 		Budget:       DefaultBudget(),
 		ProbeShare:   0.005,
 		Contrast:     true,
-		NewProber:    CountersProber,
+		NewProber:    APIProber,
 		ProbeEvery:   200 * time.Millisecond,
 		ProbeTimeout: time.Second,
 	}
@@ -221,8 +221,10 @@ type CounterStats struct {
 
 // VethStats are what the veth itself did in a phase.
 type VethStats struct {
-	Dropped  uint64 `json:"dropped"` // frames the edge end's ring refused (XDP xmit overflow)
-	Received uint64 `json:"edge_rx_packets"`
+	Dropped       uint64 `json:"dropped"` // frames the storm link's edge ring refused (XDP xmit overflow)
+	Received      uint64 `json:"edge_rx_packets"`
+	ClientDropped uint64 `json:"client_link_dropped"` // the same on the client's link
+	ClientRx      uint64 `json:"client_link_rx_packets"`
 }
 
 // TableStats are the sources table's occupancy during a phase.
@@ -254,7 +256,7 @@ type run struct {
 	log    *slog.Logger
 	top    *Topology
 	sh     *shield.Shield
-	xdp    link.Link
+	xdp    []link.Link // the shield on edge0 and edge1
 	gen    Generator
 	rec    *Recorder
 	poll   *poller
@@ -339,8 +341,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	if cfg.Contrast {
-		if err := r.xdp.Close(); err != nil {
-			return r.res, fmt.Errorf("detach shield for the contrast run: %w", err)
+		for _, l := range r.xdp {
+			if err := l.Close(); err != nil {
+				return r.res, fmt.Errorf("detach shield for the contrast run: %w", err)
+			}
 		}
 		r.xdp = nil
 		for _, p := range phases {
@@ -391,13 +395,17 @@ func (r *run) setup() error {
 			return fmt.Errorf("%s list: %w", l, err)
 		}
 	}
-	err = r.top.Edge.Do(func() error {
-		var err error
-		r.xdp, err = link.AttachXDP(link.XDPOptions{Program: r.sh.Program(), Interface: r.top.EdgeIfindex})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("attach shield to %s: %w", EdgeDev, err)
+	for _, idx := range []int{r.top.EdgeIfindex, r.top.FrontIfindex} {
+		err = r.top.Edge.Do(func() error {
+			l, err := link.AttachXDP(link.XDPOptions{Program: r.sh.Program(), Interface: idx})
+			if err == nil {
+				r.xdp = append(r.xdp, l)
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("attach shield to ifindex %d in %s: %w", idx, r.top.Edge.Name, err)
+		}
 	}
 	if r.gen, err = NewGenerator(r.cfg.Generator, r.top.Storm, r.top.StormIfindex); err != nil {
 		return fmt.Errorf("generator: %w", err)
@@ -412,10 +420,10 @@ func (r *run) setup() error {
 	}
 	r.poll = &poller{p: p, timeout: r.cfg.ProbeTimeout}
 
-	if r.server, err = StartEdgeServer(r.top.Edge, Edge4, Edge6); err != nil {
+	if r.server, err = StartEdgeServer(r.top.Edge, Edge4, Edge6, Front4, Front6); err != nil {
 		return fmt.Errorf("edge server: %w", err)
 	}
-	r.client = StartClient(r.top.Storm, r.server.Pool, r.cfg.Client, r.rec, Edge4, Edge6)
+	r.client = StartClient(r.top.Storm, r.server.Pool, r.cfg.Client, r.rec, Front4, Front6)
 	// Warm up: neighbour resolution, the client's first (admitted) packets.
 	time.Sleep(time.Second)
 	return nil
@@ -434,8 +442,8 @@ func (r *run) close() {
 	if r.gen != nil {
 		r.gen.Close()
 	}
-	if r.xdp != nil {
-		r.xdp.Close()
+	for _, l := range r.xdp {
+		l.Close()
 	}
 	if r.sh != nil {
 		r.sh.Close()
@@ -506,7 +514,8 @@ func (r *run) buildStorms() error {
 type snapshot struct {
 	at       time.Time
 	counters shield.Counters
-	edge     LinkStats
+	edge     LinkStats // storm link
+	front    LinkStats // client link
 	client   map[netip.Addr]shield.Source
 }
 
@@ -525,7 +534,7 @@ func (r *run) snap() (snapshot, error) {
 			s.client[a] = src
 		}
 	}
-	if s.edge, _, err = r.top.VethStats(); err != nil {
+	if s.edge, s.front, err = r.top.VethStats(); err != nil {
 		return s, err
 	}
 	return s, nil

@@ -63,8 +63,9 @@ type EdgeServer struct {
 	done chan error
 }
 
-// StartEdgeServer listens on addrs:EdgePort inside ns and serves a tiny
-// page over TLS with a certificate made now.
+// StartEdgeServer listens on EdgePort of every address inside ns (one
+// dual-stack socket, so the SYN flood and the client share its queues) and
+// serves a tiny page over TLS with a certificate for addrs made now.
 func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 	cert, pool, err := NewCertificate(addrs...)
 	if err != nil {
@@ -83,17 +84,15 @@ func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 			ErrorLog:          nil,
 		},
 		Pool: pool,
-		done: make(chan error, len(addrs)),
+		done: make(chan error, 1),
 	}
 	var lns []net.Listener
 	err = ns.Do(func() error {
-		for _, a := range addrs {
-			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, EdgePort).String())
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", a, err)
-			}
-			lns = append(lns, ln)
+		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", EdgePort))
+		if err != nil {
+			return fmt.Errorf("listen on port %d: %w", EdgePort, err)
 		}
+		lns = append(lns, ln)
 		return nil
 	})
 	if err != nil {

@@ -14,14 +14,29 @@ import (
 	"xdpshield/internal/topo"
 )
 
-// Addresses of a storm. Edge and client share on-link /24 and /64 prefixes;
-// every generated source is off-link for the edge, which has no default
-// route, so nothing it answers a forged source with can leave the edge.
+// Addresses of a storm. Two veth pairs join the namespaces: the storm link
+// (edge0 <-> storm0) carries the generators' frames, the client link
+// (edge1 <-> client0) the legitimate client's requests. The shield is
+// attached to both edge ends and shares one set of maps; the edge's stack,
+// listener and CPUs are shared too. Only the veth rings are not: a veth
+// ring holds 256 frames, and a generator on the same 2-core machine
+// overflows it in bursts whatever the shield does (the loss is upstream of
+// any XDP program, as a saturated uplink's would be), so the client gets its
+// own ring, as it would get its own NIC queue under RSS.
+//
+// Every generated source is off-link for the edge, which has no default
+// route: its routes to 198.18.0.0/15 and 2001:db8::/32 lead to the storm
+// namespace, which does not forward, so what the edge answers forged sources
+// with dies there.
 var (
-	Edge4   = netip.MustParseAddr("198.18.0.1")
+	Edge4   = netip.MustParseAddr("198.18.0.1") // edge0: the storm's target
 	Edge6   = netip.MustParseAddr("2001:db8::1")
-	Client4 = netip.MustParseAddr("198.18.0.2")
-	Client6 = netip.MustParseAddr("2001:db8::2")
+	Gate4   = netip.MustParseAddr("198.18.0.254") // storm0: where the edge's answers go
+	Gate6   = netip.MustParseAddr("2001:db8::fe")
+	Front4  = netip.MustParseAddr("198.18.4.1") // edge1: what the client dials
+	Front6  = netip.MustParseAddr("2001:db8:0:4::1")
+	Client4 = netip.MustParseAddr("198.18.4.2") // client0: the legitimate client
+	Client6 = netip.MustParseAddr("2001:db8:0:4::2")
 
 	// Allow- and deny-listed probe sources, sent by the generator.
 	Allowed4 = netip.MustParseAddr("198.18.2.1")
@@ -48,30 +63,33 @@ const MaxMany4 = 1 << 16
 
 // Interface names inside the two namespaces.
 const (
-	EdgeDev  = "edge0"
-	StormDev = "storm0"
+	EdgeDev   = "edge0"   // storm link, edge end
+	StormDev  = "storm0"  // storm link, generator end
+	FrontDev  = "edge1"   // client link, edge end
+	ClientDev = "client0" // client link, client end
 )
 
-// Topology is the edge and storm namespaces joined by one veth pair.
+// Topology is the edge and storm namespaces joined by two veth pairs.
 type Topology struct {
 	Edge, Storm   *topo.NS
 	EdgeMAC       net.HardwareAddr
 	StormMAC      net.HardwareAddr
-	EdgeIfindex   int
-	StormIfindex  int
+	EdgeIfindex   int // edge0
+	FrontIfindex  int // edge1
+	StormIfindex  int // storm0
 	closed        bool
 	removedStales []string
 }
 
 // NewTopology removes what a crashed run left, then creates the namespaces,
-// the veth pair, the addresses, and turns GRO on at the edge end (a veth
-// only accepts XDP_TX/redirected frames from its peer when it runs NAPI: an
-// attached XDP program or GRO turns it on, and the contrast run has no
-// program).
+// the veth pairs, the addresses and routes, and turns GRO on at the edge
+// ends (a veth only accepts XDP_TX/redirected frames from its peer when it
+// runs NAPI: an attached XDP program or GRO turns it on, and the contrast
+// run has no program).
 func NewTopology() (t *Topology, err error) {
 	removed, err := topo.CleanupStale()
 	if err != nil {
-		slog.Warn("remove stale namespaces", "err", err)
+		slog.Warn("remove stale namespaces", logErr, err)
 	}
 	if len(removed) > 0 {
 		slog.Info("removed namespaces of a crashed run", "namespaces", removed)
@@ -91,18 +109,34 @@ func NewTopology() (t *Topology, err error) {
 	if err := topo.Veth(t.Storm, StormDev, t.Edge, EdgeDev); err != nil {
 		return nil, err
 	}
+	if err := topo.Veth(t.Storm, ClientDev, t.Edge, FrontDev); err != nil {
+		return nil, err
+	}
 	for _, a := range []struct {
 		ns   *topo.NS
 		dev  string
-		cidr string
+		addr netip.Addr
+		bits int
 	}{
-		{t.Edge, EdgeDev, Edge4.String() + "/24"},
-		{t.Edge, EdgeDev, Edge6.String() + "/64"},
-		{t.Storm, StormDev, Client4.String() + "/24"},
-		{t.Storm, StormDev, Client6.String() + "/64"},
+		{t.Edge, EdgeDev, Edge4, 24},
+		{t.Edge, EdgeDev, Edge6, 64},
+		{t.Storm, StormDev, Gate4, 24},
+		{t.Storm, StormDev, Gate6, 64},
+		{t.Edge, FrontDev, Front4, 24},
+		{t.Edge, FrontDev, Front6, 64},
+		{t.Storm, ClientDev, Client4, 24},
+		{t.Storm, ClientDev, Client6, 64},
 	} {
-		if err := a.ns.AddAddr(a.dev, a.cidr); err != nil {
+		if err := a.ns.AddAddr(a.dev, netip.PrefixFrom(a.addr, a.bits).String()); err != nil {
 			return nil, err
+		}
+	}
+	for _, r := range []struct {
+		dst netip.Prefix
+		via netip.Addr
+	}{{safe4, Gate4}, {safe6, Gate6}} {
+		if err := t.Edge.Do(func() error { return addRoute(EdgeDev, r.dst.String(), r.via.String()) }); err != nil {
+			return nil, fmt.Errorf("route %s via %s in %s: %w", r.dst, r.via, t.Edge.Name, err)
 		}
 	}
 	if t.EdgeMAC, err = t.Edge.HardwareAddr(EdgeDev); err != nil {
@@ -114,11 +148,16 @@ func NewTopology() (t *Topology, err error) {
 	if t.EdgeIfindex, err = t.Edge.LinkIndex(EdgeDev); err != nil {
 		return nil, err
 	}
+	if t.FrontIfindex, err = t.Edge.LinkIndex(FrontDev); err != nil {
+		return nil, err
+	}
 	if t.StormIfindex, err = t.Storm.LinkIndex(StormDev); err != nil {
 		return nil, err
 	}
-	if err := t.Edge.Do(func() error { return setGRO(EdgeDev, true) }); err != nil {
-		return nil, fmt.Errorf("gro on %s: %w", EdgeDev, err)
+	for _, dev := range []string{EdgeDev, FrontDev} {
+		if err := t.Edge.Do(func() error { return setGRO(dev, true) }); err != nil {
+			return nil, fmt.Errorf("gro on %s: %w", dev, err)
+		}
 	}
 	return t, nil
 }
@@ -148,26 +187,39 @@ func (s LinkStats) Sub(o LinkStats) LinkStats {
 	return LinkStats{s.RxPackets - o.RxPackets, s.RxDropped - o.RxDropped, s.TxPackets - o.TxPackets, s.TxDropped - o.TxDropped}
 }
 
-// VethStats reads both ends of the pair.
-func (t *Topology) VethStats() (edge, storm LinkStats, err error) {
-	read := func(ns interface{ Do(func() error) error }, dev string, out *LinkStats) error {
-		return ns.Do(func() error {
-			l, err := netlink.LinkByName(dev)
+// VethStats reads the edge ends of both pairs: the storm link's and the
+// client link's.
+func (t *Topology) VethStats() (storm, client LinkStats, err error) {
+	err = t.Edge.Do(func() error {
+		for _, x := range []struct {
+			dev string
+			out *LinkStats
+		}{{EdgeDev, &storm}, {FrontDev, &client}} {
+			l, err := netlink.LinkByName(x.dev)
 			if err != nil {
-				return fmt.Errorf("find %s: %w", dev, err)
+				return fmt.Errorf("find %s: %w", x.dev, err)
 			}
 			s := l.Attrs().Statistics
 			if s == nil {
-				return fmt.Errorf("%s has no statistics", dev)
+				return fmt.Errorf("%s has no statistics", x.dev)
 			}
-			*out = LinkStats{s.RxPackets, s.RxDropped, s.TxPackets, s.TxDropped}
-			return nil
-		})
+			*x.out = LinkStats{s.RxPackets, s.RxDropped, s.TxPackets, s.TxDropped}
+		}
+		return nil
+	})
+	return storm, client, err
+}
+
+func addRoute(dev, dst, via string) error {
+	l, err := netlink.LinkByName(dev)
+	if err != nil {
+		return err
 	}
-	if err := read(t.Edge, EdgeDev, &edge); err != nil {
-		return edge, storm, err
+	_, n, err := net.ParseCIDR(dst)
+	if err != nil {
+		return err
 	}
-	return edge, storm, read(t.Storm, StormDev, &storm)
+	return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: n, Gw: net.ParseIP(via)})
 }
 
 // setGRO switches generic receive offload on dev in the calling thread's

@@ -1,0 +1,213 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/shield"
+)
+
+// shieldedPair is a topology with the shield attached at the edge.
+func shieldedPair(t *testing.T) (*Topology, *shield.Shield) {
+	t.Helper()
+	top, err := NewTopology()
+	if err != nil {
+		t.Fatalf("NewTopology: %v", err)
+	}
+	t.Cleanup(func() { top.Close() })
+	sh, err := shield.Load(shield.Options{TableSize: 1 << 12})
+	if err != nil {
+		t.Fatalf("shield.Load: %v", err)
+	}
+	t.Cleanup(func() { sh.Close() })
+	var l link.Link
+	if err := top.Edge.Do(func() error {
+		l, err = link.AttachXDP(link.XDPOptions{Program: sh.Program(), Interface: top.EdgeIfindex})
+		return err
+	}); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return top, sh
+}
+
+// TestGenerators sends a bounded, paced storm with each generator and
+// checks what the shield counted against what the generator reported.
+func TestGenerators(t *testing.T) {
+	testutil.Root(t)
+	ran := 0
+	for _, tc := range []struct {
+		kind   string
+		kernel [2]int
+		rate   uint64
+		frames uint64
+	}{
+		{"xdp", [2]int{5, 18}, 200_000, 40_000},
+		{"af_packet", [2]int{3, 14}, 50_000, 10_000},
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			testutil.Kernel(t, tc.kernel[0], tc.kernel[1], tc.kind+" generator")
+			top, sh := shieldedPair(t)
+			g, err := NewGenerator(tc.kind, top.Storm, top.StormIfindex)
+			if err != nil {
+				t.Fatalf("NewGenerator(%q) = %v", tc.kind, err)
+			}
+			defer g.Close()
+			var tpls []Template
+			for _, f := range []Flow{{UDP, Few4, 4}, {TCPSYN, Few6, 4}, {ICMP, Many6, 1 << 20}, {ICMP, Many4, 100}} {
+				dst := Edge4
+				if f.First.Is6() {
+					dst = Edge6
+				}
+				tpl, err := BuildTemplate(f, top.StormMAC, top.EdgeMAC, dst)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tpls = append(tpls, tpl)
+			}
+			c0, _ := sh.Counters()
+			e0, _, _ := top.VethStats()
+			var live atomic.Uint64
+			start := time.Now()
+			per, err := Storm(context.Background(), g, StormSpec{Templates: tpls, Rate: tc.rate, Duration: 5 * time.Second, MaxFrames: tc.frames}, &live)
+			took := time.Since(start)
+			if err != nil {
+				t.Fatalf("Storm: %v", err)
+			}
+			var sent uint64
+			for _, n := range per {
+				sent += n
+			}
+			if sent != tc.frames || live.Load() != sent {
+				t.Errorf("Storm sent %d (live count %d), want the frame bound %d", sent, live.Load(), tc.frames)
+			}
+			// Paced: the bound in frames is reached at frames/rate seconds.
+			if want := time.Duration(float64(tc.frames) / float64(tc.rate) * float64(time.Second)); took < want*8/10 || took > want*3 {
+				t.Errorf("Storm took %v, want about %v at %d frames/s", took, want, tc.rate)
+			}
+			time.Sleep(200 * time.Millisecond)
+			c1, _ := sh.Counters()
+			e1, _, _ := top.VethStats()
+			d := c1.Sub(c0)
+			seen := d.Total() - d.Reason(shield.ReasonNotIP)
+			dropped := e1.RxDropped - e0.RxDropped
+			if seen+dropped < sent || seen > sent+20 {
+				t.Errorf("shield saw %d frames, veth dropped %d; generator sent %d", seen, dropped, sent)
+			}
+			if d.Reason(shield.ReasonAdmission) == 0 || d.Reason(shield.ReasonLimit) == 0 {
+				t.Errorf("counters %v: want both admission (forged) and limit (few) drops", d)
+			}
+			ran++
+		})
+	}
+	if ran == 0 && testutil.RequirePriv() {
+		t.Fatal("no generator ran")
+	}
+}
+
+// TestStormBoundedInTime: a full-speed storm with a huge frame bound stops
+// at its time bound, and a cancelled context stops it sooner.
+func TestStormBoundedInTime(t *testing.T) {
+	testutil.Root(t)
+	testutil.Kernel(t, 5, 18, "live frames")
+	top, _ := shieldedPair(t)
+	g, err := NewXDPGenerator(top.Storm, top.StormIfindex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	tpl, err := BuildTemplate(Flow{UDP, Few4, 1}, top.StormMAC, top.EdgeMAC, Edge4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		dur    time.Duration
+		cancel time.Duration
+		max    time.Duration
+	}{
+		{"deadline", 300 * time.Millisecond, 0, 600 * time.Millisecond},
+		{"cancel", 10 * time.Second, 200 * time.Millisecond, 600 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel > 0 {
+				time.AfterFunc(tc.cancel, cancel)
+			}
+			start := time.Now()
+			if _, err := Storm(ctx, g, StormSpec{Templates: []Template{tpl}, Duration: tc.dur, MaxFrames: 1 << 40}, nil); err != nil {
+				t.Fatalf("Storm: %v", err)
+			}
+			if took := time.Since(start); took > tc.max {
+				t.Errorf("Storm took %v, want at most %v", took, tc.max)
+			}
+		})
+	}
+	if _, err := Storm(context.Background(), g, StormSpec{Templates: []Template{tpl}, MaxFrames: 10}, nil); err == nil {
+		t.Error("Storm without a time bound = nil error, want a refusal")
+	}
+}
+
+// TestScenario runs the storm of `shield storm` with short phases: every
+// assertion of the demo must hold.
+func TestScenario(t *testing.T) {
+	testutil.Root(t)
+	testutil.Kernel(t, 5, 18, "live frames")
+	if testing.Short() {
+		t.Skip("the scenario takes about 25 s")
+	}
+	for _, sources := range []string{"both"} {
+		t.Run(sources, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Sources = sources
+			cfg.PhaseDuration = 4 * time.Second
+			cfg.Settle = 500 * time.Millisecond
+			cfg.Contrast = false
+			res, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			var b strings.Builder
+			PrintTable(&b, res)
+			t.Log(b.String())
+			if dir := os.Getenv("SHIELD_E2E_OUT"); dir != "" {
+				if err := WriteJSON(filepath.Join(dir, "storm-"+sources+".json"), res); err != nil {
+					t.Error(err)
+				}
+			}
+			if len(res.Phases) != 4 {
+				t.Errorf("ran %d phases, want 4", len(res.Phases))
+			}
+			if !res.OK {
+				t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
+			}
+			// Nothing is left behind.
+			for _, n := range []string{"edge", "storm"} {
+				if m, _ := filepath.Glob("/run/netns/xdps-" + n + "-" + itoa(os.Getpid())); len(m) > 0 {
+					t.Errorf("namespaces left behind: %v", m)
+				}
+			}
+		})
+	}
+}
+
+func itoa(n int) string {
+	const digits = "0123456789"
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{digits[n%10]}, b...)
+	}
+	return string(b)
+}

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/internal/testutil"
+)
+
+var (
+	testSrcMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 1}
+	testDstMAC = net.HardwareAddr{0x02, 0, 0, 0, 0, 2}
+)
+
+// verify sums big-endian words the textbook way: a correct checksum makes
+// the sum of the covered bytes 0xffff.
+func verify(b []byte) bool {
+	var s uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		s += uint32(binary.BigEndian.Uint16(b[i:]))
+	}
+	if len(b)%2 == 1 {
+		s += uint32(b[len(b)-1]) << 8
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return s == 0xffff
+}
+
+// checkFrame verifies every checksum of frame and returns its source.
+func checkFrame(t *testing.T, frame []byte) netip.Addr {
+	t.Helper()
+	switch binary.BigEndian.Uint16(frame[12:]) {
+	case 0x0800:
+		ip := frame[14:34]
+		if !verify(ip) {
+			t.Errorf("IPv4 header checksum wrong: % x", ip)
+		}
+		l4 := frame[34:]
+		if ip[9] == 1 {
+			if !verify(l4) {
+				t.Errorf("ICMP checksum wrong")
+			}
+		} else {
+			pseudo := append(append([]byte{}, ip[12:20]...), 0, ip[9], byte(len(l4)>>8), byte(len(l4)))
+			if !verify(append(pseudo, l4...)) {
+				t.Errorf("IPv4 L4 (proto %d) checksum wrong", ip[9])
+			}
+		}
+		return netip.AddrFrom4([4]byte(ip[12:16]))
+	case 0x86dd:
+		ip := frame[14:54]
+		l4 := frame[54:]
+		pseudo := append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, ip[6])
+		if !verify(append(pseudo, l4...)) {
+			t.Errorf("IPv6 L4 (next header %d) checksum wrong", ip[6])
+		}
+		return netip.AddrFrom16([16]byte(ip[8:24]))
+	}
+	t.Fatalf("unknown EtherType in % x", frame[:14])
+	return netip.Addr{}
+}
+
+var templateCases = []struct {
+	name string
+	flow Flow
+	dst  netip.Addr
+}{
+	{"ipv4 udp", Flow{UDP, Few4, 16}, Edge4},
+	{"ipv4 tcp syn", Flow{TCPSYN, Many4, MaxMany4}, Edge4},
+	{"ipv4 icmp", Flow{ICMP, Many4, 1000}, Edge4},
+	{"ipv6 udp", Flow{UDP, Many6, 1 << 22}, Edge6},
+	{"ipv6 tcp syn", Flow{TCPSYN, Few6, 3}, Edge6},
+	{"ipv6 icmp", Flow{ICMP, Many6, 1 << 30}, Edge6},
+}
+
+func TestTemplateChecksums(t *testing.T) {
+	for _, tc := range templateCases {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl, err := BuildTemplate(tc.flow, testSrcMAC, testDstMAC, tc.dst)
+			if err != nil {
+				t.Fatalf("BuildTemplate(%v) = %v", tc.flow, err)
+			}
+			frame := append([]byte{}, tpl.Frame...)
+			for _, i := range []uint64{0, 1, 2, 255, 256, 65535, 65536, 1 << 21, 1<<32 + 7} {
+				tpl.Rewrite(frame, i)
+				got := checkFrame(t, frame)
+				want := sourceN(tc.flow, i)
+				if got != want {
+					t.Errorf("Rewrite(%d): source %s, want %s", i, got, want)
+				}
+			}
+		})
+	}
+}
+
+func sourceN(f Flow, i uint64) netip.Addr {
+	a := f.First.As16()
+	low := binary.BigEndian.Uint32(a[12:]) + uint32(i%uint64(f.Count))
+	binary.BigEndian.PutUint32(a[12:], low)
+	if f.First.Is4() {
+		return netip.AddrFrom16(a).Unmap()
+	}
+	return netip.AddrFrom16(a)
+}
+
+func TestFlowValidate(t *testing.T) {
+	for _, tc := range []struct {
+		flow Flow
+		ok   bool
+	}{
+		{Flow{UDP, Few4, 16}, true},
+		{Flow{UDP, Many4, MaxMany4}, true},
+		{Flow{UDP, Many4, MaxMany4 + 1}, false}, // past 198.19.255.255
+		{Flow{UDP, netip.MustParseAddr("10.0.0.1"), 1}, false},
+		{Flow{UDP, netip.MustParseAddr("2001:db9::1"), 1}, false},
+		{Flow{UDP, Many6, 1 << 30}, true},
+		{Flow{UDP, netip.MustParseAddr("2001:db8::ffff:ffff"), 2}, false}, // wraps
+		{Flow{UDP, Few4, 0}, false},
+	} {
+		if err := tc.flow.Validate(); (err == nil) != tc.ok {
+			t.Errorf("%v.Validate() = %v, want ok %v", tc.flow, err, tc.ok)
+		}
+	}
+}
+
+// TestStormProgramMatchesRewrite runs bpf/storm.c (an ordinary test run, not
+// live frames) and compares its output with Template.Rewrite, frame by frame.
+func TestStormProgramMatchesRewrite(t *testing.T) {
+	testutil.Root(t)
+	g, err := NewXDPGenerator(nil, 0)
+	if err != nil {
+		t.Fatalf("NewXDPGenerator: %v", err)
+	}
+	defer g.Close()
+	for _, tc := range templateCases {
+		t.Run(tc.name, func(t *testing.T) {
+			tpl, err := BuildTemplate(tc.flow, testSrcMAC, testDstMAC, tc.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.configure(&tpl); err != nil {
+				t.Fatal(err)
+			}
+			for _, seq := range []uint64{0, 5, 65535, 1 << 22, 1<<32 + 9} {
+				if err := g.objs.Seq.Set(seq); err != nil {
+					t.Fatal(err)
+				}
+				out := make([]byte, len(tpl.Frame))
+				ret, err := g.objs.Storm.Run(&ebpf.RunOptions{Data: tpl.Frame, DataOut: out})
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				if ret != 3 { // XDP_TX
+					t.Fatalf("storm returned %d, want XDP_TX (3)", ret)
+				}
+				want := append([]byte{}, tpl.Frame...)
+				tpl.Rewrite(want, seq)
+				if !bytes.Equal(out, want) {
+					t.Errorf("seq %d: program wrote\n% x\nwant\n% x", seq, out, want)
+				}
+				checkFrame(t, out)
+			}
+		})
+	}
+}
