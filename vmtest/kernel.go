@@ -275,11 +275,14 @@ func (c *Cache) Repin(ctx context.Context, names []string, suites map[string]str
 	return &l, nil
 }
 
-// majorMinor turns a Debian version "6.12.117-1" into "6.12".
+// majorMinor turns a Debian version "6.12.117-1" (or "7.3~rc1-1") into
+// "6.12" ("7.3").
 func majorMinor(v string) string {
-	parts := strings.SplitN(v, ".", 3)
-	if len(parts) < 2 {
+	m := majorMinorRE.FindString(v)
+	if m == "" {
 		return v
 	}
-	return parts[0] + "." + strings.TrimFunc(parts[1], func(r rune) bool { return r < '0' || r > '9' })
+	return m
 }
+
+var majorMinorRE = regexp.MustCompile(`^\d+\.\d+`)

@@ -23,6 +23,7 @@ type Matrix struct {
 	Packages    []string // go package patterns; "./..." when empty
 	TestFlags   []string // for every binary, e.g. -test.short -test.v
 	Modules     []string // DefaultModules when nil
+	Tools       []string // DefaultTools when nil
 	BootTimeout time.Duration
 	Timeout     time.Duration // per kernel
 	MemoryMiB   int
@@ -98,14 +99,14 @@ func (m *Matrix) logger() *slog.Logger {
 }
 
 // build compiles a static test binary per package that has tests.
-func (m *Matrix) build(ctx context.Context, root, work string) ([]builtPkg, error) {
+func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error) {
 	pats := m.Packages
 	if len(pats) == 0 {
 		pats = []string{"./..."}
 	}
 	args := append([]string{"list", "-e", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{len .TestGoFiles}}\t{{len .XTestGoFiles}}"}, pats...)
 	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
+	cmd.Dir = dir
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -124,7 +125,7 @@ func (m *Matrix) build(ctx context.Context, root, work string) ([]builtPkg, erro
 		p := builtPkg{path: f[0], dir: f[1], bin: filepath.Join(work, strings.ReplaceAll(f[0], "/", "_")+".test")}
 		start := time.Now()
 		b := exec.CommandContext(ctx, "go", "test", "-c", "-o", p.bin, p.path)
-		b.Dir = root
+		b.Dir = dir
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := b.CombinedOutput(); err != nil {
 			p.buildErr = strings.TrimSpace(string(out))
@@ -199,7 +200,7 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 		return nil, ExitHarnessError, err
 	}
 	defer os.RemoveAll(work)
-	pkgs, err := m.build(ctx, root, work)
+	pkgs, err := m.build(ctx, dir, work)
 	if err != nil {
 		return nil, ExitHarnessError, err
 	}
@@ -274,7 +275,7 @@ func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, 
 		out = io.Discard
 	}
 	vm := &VM{
-		Kernel: k, Modules: m.Modules, Runs: runs, Data: data,
+		Kernel: k, Modules: m.Modules, Tools: m.Tools, Runs: runs, Data: data,
 		MemoryMiB: m.MemoryMiB, BootTimeout: m.BootTimeout, Timeout: m.Timeout,
 		Output: &prefixWriter{w: out, prefix: "[" + pin.Name + "] "}, Console: m.Console,
 		WorkDir: work, CacheDir: m.Cache.Dir, Log: m.Log,
@@ -416,6 +417,11 @@ func (r *Report) Render(w io.Writer) error {
 		}
 		fmt.Fprintln(tw)
 	}
+	fmt.Fprint(tw, "\t")
+	for range r.Kernels {
+		fmt.Fprint(tw, "\t")
+	}
+	fmt.Fprintln(tw)
 	row("release", func(k KernelReport) string { return k.Release })
 	row("boot to init", func(k KernelReport) string { return fmtDur(k.BootToInitSeconds) })
 	row("boot to first test", func(k KernelReport) string { return fmtDur(k.BootToFirstTestSeconds) })
@@ -424,6 +430,12 @@ func (r *Report) Render(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	trimmed := strings.Split(b.String(), "\n")
+	for i, l := range trimmed {
+		trimmed[i] = strings.TrimRight(l, " ")
+	}
+	b.Reset()
+	b.WriteString(strings.Join(trimmed, "\n"))
 	for _, k := range r.Kernels {
 		if k.Error != "" {
 			fmt.Fprintf(&b, "\nkernel %s: %s\n", k.Name, k.Error)

@@ -350,6 +350,10 @@ func requireStatic(path string) error {
 func sharedLibs(bin string) ([]string, error) {
 	f, err := elf.Open(bin)
 	if err != nil {
+		var fe *elf.FormatError
+		if errors.As(err, &fe) {
+			return nil, nil // a script
+		}
 		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
 	defer f.Close()

@@ -53,6 +53,8 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	timeout := fs.Duration("timeout", 12*time.Minute, "matrix: budget of one kernel's VM")
 	testFlags := fs.String("testflags", "-test.short -test.v", "matrix: flags for every test binary")
 	mem := fs.Int("memory", 1024, "matrix: guest memory, MiB")
+	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "matrix: host programs copied into the guest")
+	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "matrix: kernel modules loaded in the guest (with their dependencies)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return vmtest.ExitHarnessError, err
 	}
@@ -90,6 +92,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 			Cache: c, Kernels: names, Packages: fs.Args(),
 			TestFlags: strings.Fields(*testFlags), BootTimeout: *bootTimeout, Timeout: *timeout,
 			MemoryMiB: *mem, Output: os.Stdout, Log: log,
+			Tools: splitList(*tools), Modules: splitList(*modules),
 		}
 		if *verbose {
 			m.Console = os.Stderr
@@ -140,4 +143,12 @@ func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCod
 	}
 	slog.Info("lock rewritten", "path", path)
 	return vmtest.ExitPass, nil
+}
+
+func splitList(s string) []string {
+	out := []string{}
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		out = append(out, f)
+	}
+	return out
 }

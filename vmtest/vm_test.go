@@ -1,0 +1,85 @@
+package vmtest
+
+import (
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+func TestCPIO(t *testing.T) {
+	if _, err := exec.LookPath("cpio"); err != nil {
+		t.Skip("cpio not installed (ci/deps.sh installs it)")
+	}
+	var buf bytes.Buffer
+	c := newCPIO(&buf)
+	c.File("bin/x", 0o755, []byte("abc"))
+	c.Symlink("bin/sh", "busybox")
+	c.CharDev("dev/console", 5, 1)
+	c.File("init", 0o755, []byte("#!/bin/sh\n"))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("cpio", "-t", "-v")
+	cmd.Stdin = &buf
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("cpio -t: %v\n%s", err, out)
+	}
+	for _, want := range []string{"bin\n", "bin/x\n", "bin/sh -> busybox", "dev/console", "init\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("cpio -tv output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	tests := map[string]string{
+		"-test.v":           "-test.v",
+		"-test.run=^TestA$": `'-test.run=^TestA$'`,
+		"it's":              `'it'\''s'`,
+		"":                  "''",
+	}
+	for in, want := range tests {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestModuleName(t *testing.T) {
+	for in, want := range map[string]string{
+		"kernel/net/netfilter/nf_tables.ko.xz": "nf_tables",
+		"nf-tables":                            "nf_tables",
+		"veth.ko":                              "veth",
+		"sch_ingress.ko.zst":                   "sch_ingress",
+	} {
+		if got := moduleName(in); got != want {
+			t.Errorf("moduleName(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestInitScript(t *testing.T) {
+	vm := &VM{
+		Kernel: &Kernel{Pin: &Pin{Name: "6.1", Release: "6.1.0-50-cloud-amd64"}},
+		Runs:   []Run{{Name: "xdpshield/sim", Dir: "/work/main/sim", Args: []string{"-test.run=^TestA$", "-test.v"}}},
+		Env:    []string{"SHIELD_X=a b"},
+	}
+	s := vm.initScript([]Module{{Name: "veth"}})
+	for _, want := range []string{
+		`[ "$(uname -r)" = 6.1.0-50-cloud-amd64 ]`,
+		"insmod /lib/modules/veth.ko",
+		"export SHIELD_REQUIRE_PRIV=1",
+		"export SHIELD_X='a b'",
+		"(cd /work/main/sim && exec /tests/0.test '-test.run=^TestA$' -test.v)",
+		"mount -t bpf bpffs /sys/fs/bpf",
+		"mount -t cgroup2 cgroup2 /sys/fs/cgroup",
+		"mount -t debugfs debugfs /sys/kernel/debug",
+		"say EXIT $rc",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("init script lacks %q:\n%s", want, s)
+		}
+	}
+}
