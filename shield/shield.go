@@ -27,6 +27,18 @@ const (
 	ClockVirtual
 )
 
+func (c Clock) String() string {
+	switch c {
+	case ClockJiffies:
+		return "jiffies"
+	case ClockKtime:
+		return "ktime"
+	case ClockVirtual:
+		return "virtual"
+	}
+	return fmt.Sprintf("clock(%d)", uint8(c))
+}
+
 // clock_mode values in bpf/shield.c.
 var clockModes = map[Clock]uint8{ClockKtime: 0, ClockJiffies: 1, ClockVirtual: 2}
 

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 )
 
@@ -193,4 +194,26 @@ func TestDryRun(t *testing.T) {
 		{Name: "limited", At: sec, Frame: a, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
 		{Name: "not admitted", At: sec, Frame: b, Want: Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
 	}}.Run(t)
+}
+
+// TestRealClocks: the production clocks (jiffies, the default, and ktime)
+// load and limit. Only what cannot depend on timing is asserted: with a rate
+// of one packet per 1000 s, the burst passes and the next packets drop.
+func TestRealClocks(t *testing.T) {
+	testutil.Root(t)
+	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
+		t.Run(fmt.Sprint(c), func(t *testing.T) {
+			s, err := shield.Load(shield.Options{TableSize: 1024, Clock: c,
+				Limits: shield.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
+			require.NoError(t, err)
+			defer s.Close()
+			require.Error(t, s.SetTime(1), "SetTime() on a real clock")
+			f := From("198.18.0.1", UDP).Bytes()
+			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+				{Name: "burst", Frame: f, Times: 3, Want: Pass, Delta: N(3, pass, shield.ReasonOK, shield.ProtoUDP)},
+				{Name: "limited", Frame: f, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonLimit, shield.ProtoUDP)},
+				{Name: "admission spent", Frame: From("198.18.0.2", UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonAdmission, shield.ProtoUDP)},
+			}}.Run(t)
+		})
+	}
 }
