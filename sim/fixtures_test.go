@@ -20,7 +20,14 @@ import (
 
 var update = flag.Bool("update", false, "rewrite fixtures/sim: pcaps from their definitions, goldens from the program's verdicts")
 
-const fixtureDir = "../fixtures/sim"
+// fixtureDir is fixtures/sim of the repository; XDPSHIELD_FIXTURES points a
+// test binary run elsewhere (a VM) at a copy.
+var fixtureDir = func() string {
+	if d := os.Getenv("XDPSHIELD_FIXTURES"); d != "" {
+		return filepath.Join(d, "sim")
+	}
+	return "../fixtures/sim"
+}()
 
 // fixtureDefs generate the fixture pcaps (with -update). Each frame's
 // capture time is the virtual time it is replayed at.
