@@ -1,10 +1,12 @@
 package vmtest
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -122,8 +124,18 @@ func (a *Apt) run(ctx context.Context, dir string, name string, args ...string) 
 }
 
 // Update refreshes the package lists unless they are younger than maxAge
-// (0 forces the update).
+// (0 forces the update). When a suite's Release file is signed by a key the
+// machine's keyring lacks (a keyring older than sid or testing), it fetches
+// the newest debian-archive-keyring package through the suites the
+// machine's keyring does verify, into the private directory (nothing is
+// installed), and retries with it.
 func (a *Apt) Update(ctx context.Context, maxAge time.Duration) error {
+	if a.Keyring == "" {
+		a.Keyring = DefaultKeyring
+		if _, err := os.Stat(a.cachedKeyring()); err == nil {
+			a.Keyring = a.cachedKeyring()
+		}
+	}
 	if err := a.setup(); err != nil {
 		return err
 	}
@@ -133,16 +145,82 @@ func (a *Apt) Update(ctx context.Context, maxAge time.Duration) error {
 			return nil
 		}
 	}
-	a.logger().Info("apt update (private configuration)", "dir", a.Dir, "suites", strings.Join(a.Suites, " "))
+	err := a.update(ctx)
+	if errors.Is(err, errSignature) && a.Keyring == DefaultKeyring {
+		a.logger().Warn("the machine's archive keyring does not verify every suite; fetching a newer debian-archive-keyring into the cache", "err", err)
+		if kerr := a.fetchKeyring(ctx); kerr != nil {
+			return fmt.Errorf("%w; and fetching a newer keyring failed: %v", err, kerr)
+		}
+		a.Keyring = a.cachedKeyring()
+		if err := a.setup(); err != nil {
+			return err
+		}
+		err = a.update(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(stamp, nil, 0o644)
+}
+
+var errSignature = errors.New("signature check failed")
+
+func (a *Apt) update(ctx context.Context) error {
+	a.logger().Info("apt update (private configuration)", "dir", a.Dir, "suites", strings.Join(a.Suites, " "), "keyring", a.Keyring)
 	out, err := a.run(ctx, a.Dir, "apt-get", "-q", "update")
+	msg := string(out)
+	if err != nil {
+		msg += err.Error()
+	}
+	// apt-get update may exit 0 when a suite's signature fails; say so.
+	if strings.Contains(msg, "NO_PUBKEY") || strings.Contains(msg, "is not signed") || strings.Contains(msg, "EXPKEYSIG") {
+		return fmt.Errorf("update the private package lists (keyring %s): %w: %s", a.Keyring, errSignature, strings.TrimSpace(msg))
+	}
 	if err != nil {
 		return fmt.Errorf("update the private package lists: %w", err)
 	}
-	// apt-get update exits 0 when a suite's signature fails; say so.
-	if bytes.Contains(out, []byte("NO_PUBKEY")) || bytes.Contains(out, []byte("is not signed")) {
-		return fmt.Errorf("update the private package lists: signature check failed (keyring %s may be too old for a suite: install a newer debian-archive-keyring): %s", a.Keyring, out)
+	return nil
+}
+
+func (a *Apt) cachedKeyring() string {
+	return filepath.Join(a.Dir, "keyrings", "debian-archive-keyring.gpg")
+}
+
+// fetchKeyring downloads debian-archive-keyring from the stable suites
+// (verified by the machine's keyring) and extracts its keyring file.
+func (a *Apt) fetchKeyring(ctx context.Context) error {
+	k := &Apt{Dir: filepath.Join(a.Dir, "keyring-apt"), Mirror: a.Mirror, Keyring: DefaultKeyring,
+		Suites: []string{"bookworm", "bookworm-updates", "trixie", "trixie-updates"}, Log: a.Log}
+	if err := k.setup(); err != nil {
+		return err
 	}
-	return os.WriteFile(stamp, nil, 0o644)
+	if err := k.update(ctx); err != nil && !errors.Is(err, errSignature) {
+		return err
+	}
+	dir := filepath.Join(a.Dir, "keyrings")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if _, err := k.run(ctx, dir, "apt-get", "-q", "download", "debian-archive-keyring"); err != nil {
+		return err
+	}
+	debs, _ := filepath.Glob(filepath.Join(dir, "debian-archive-keyring_*.deb"))
+	if len(debs) == 0 {
+		return errors.New("apt-get download debian-archive-keyring left no package")
+	}
+	found := false
+	err := walkDeb(debs[len(debs)-1], func(name string, _ *tar.Header, r io.Reader) error {
+		// .pgp since 2025.1, .gpg (now a symlink) before.
+		if name == "usr/share/keyrings/debian-archive-keyring.pgp" || name == "usr/share/keyrings/debian-archive-keyring.gpg" {
+			found = true
+			return writeFile(a.cachedKeyring(), r)
+		}
+		return nil
+	})
+	if err == nil && !found {
+		err = errors.New("debian-archive-keyring has no usr/share/keyrings/debian-archive-keyring.{pgp,gpg}")
+	}
+	return err
 }
 
 // Download fetches package=version from suite into dir.

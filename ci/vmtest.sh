@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The multi-kernel VM matrix as CI runs it: the simulator, storm (short),
+# shield and topology suites in qemu on every kernel pinned in
+# fixtures/kernels.lock (override with KERNELS="5.10 7.2"). Kernels are cached
+# outside the clone ($XDPSHIELD_CACHE, else ~/.cache/xdpshield); results go
+# to out/vmtest/matrix.{txt,json}. Exit codes: see vmtest/doc.go.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin"
+KERNELS="${KERNELS:-5.10 6.1 6.12 7.2}"
+
+start=$(date +%s)
+rc=0
+make vmtest KERNELS="$KERNELS" || rc=$?
+echo "vmtest: matrix on $KERNELS took $(( $(date +%s) - start ))s (exit $rc)"
+exit "$rc"
