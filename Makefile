@@ -9,9 +9,10 @@ KERNELS ?= 5.10 6.1 6.12 7.2
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-demo: ## the main job: a storm against the shield in throwaway namespaces (root)
+demo: ## the main job: a storm against the shield in throwaway namespaces (root); JSON in out/storm.json
 	@ci/deps.sh
-	$(GO) run ./cmd/shield storm
+	@mkdir -p out
+	$(GO) run ./cmd/shield storm -json out/storm.json
 
 test: ## every test (root for the privileged ones); installs missing packages
 	@ci/deps.sh

@@ -128,7 +128,9 @@ func PrintTable(w io.Writer, res *Result) {
 				p.Name, 100*p.Legit.Success, n.P99Ms, ratio(n.P99Ms, base[NewConn]), k.P99Ms, ratio(k.P99Ms, base[KeepAlive]), verdict)
 		}
 	}
-	if res.OK {
+	if res.Error != "" {
+		fmt.Fprintf(w, "\nINCOMPLETE: %s\n", res.Error)
+	} else if res.OK {
 		fmt.Fprintln(w, "\nPASS: every assertion held")
 	} else {
 		fmt.Fprintf(w, "\nFAIL: %d assertion(s) failed\n", len(res.Failed))

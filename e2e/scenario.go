@@ -158,6 +158,7 @@ type Result struct {
 	Phases     []*Phase      `json:"phases"`
 	Contrast   []*Phase      `json:"contrast"`
 	OK         bool          `json:"ok"`
+	Error      string        `json:"error,omitempty"` // the run stopped early (interrupted, or broken)
 	Failed     []string      `json:"failed"`
 	RemovedOld []string      `json:"removed_stale_namespaces,omitempty"`
 }
@@ -308,6 +309,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := r.setup(); err != nil {
 		return nil, err
 	}
+	res, err := r.phases(ctx)
+	if err != nil {
+		res.OK = false
+		res.Error = err.Error()
+	}
+	return res, err
+}
+
+func (r *run) phases(ctx context.Context) (*Result, error) {
+	cfg := r.cfg
 
 	phases := []struct {
 		name  string
