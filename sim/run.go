@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/cilium/ebpf"
 )
@@ -31,21 +32,11 @@ func (a Action) String() string {
 // ParseAction returns the action named s ("XDP_PASS" or "pass").
 func ParseAction(s string) (Action, error) {
 	for i, n := range actionNames {
-		if s == n || "XDP_"+upper(s) == n {
+		if s == n || "XDP_"+strings.ToUpper(s) == n {
 			return Action(i), nil
 		}
 	}
 	return 0, fmt.Errorf("unknown XDP action %q", s)
-}
-
-func upper(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c >= 'a' && c <= 'z' {
-			b[i] = c - 'a' + 'A'
-		}
-	}
-	return string(b)
 }
 
 // MarshalText writes the action's name, for goldens.
