@@ -457,20 +457,36 @@ func (r *Report) Render(w io.Writer) error {
 	}
 	if len(r.Failures) > 0 {
 		b.WriteString("\nFailures:\n")
+		shown := map[[2]string]int{}
 		for _, f := range r.Failures {
+			cell := [2]string{f.Kernel, f.Package}
+			if shown[cell]++; shown[cell] > maxFailuresShown {
+				continue
+			}
 			fmt.Fprintf(&b, "  [%s] %s %s\n", f.Kernel, f.Package, f.Test)
 			out := f.Output
-			if len(out) > 60 {
-				out = append(append([]string{}, out[:60]...), fmt.Sprintf("... %d more lines in matrix.json", len(f.Output)-60))
+			if len(out) > 40 {
+				out = append(append([]string{}, out[:40]...), fmt.Sprintf("... %d more lines in matrix.json", len(f.Output)-40))
 			}
 			for _, l := range out {
 				fmt.Fprintf(&b, "      %s\n", l)
+			}
+		}
+		for _, k := range r.Kernels {
+			for _, p := range r.Packages {
+				if n := shown[[2]string{k.Name, p}]; n > maxFailuresShown {
+					fmt.Fprintf(&b, "  [%s] %s: %d more failures, in matrix.json\n", k.Name, p, n-maxFailuresShown)
+				}
 			}
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// maxFailuresShown bounds the failures printed per kernel and package;
+// matrix.json has them all.
+const maxFailuresShown = 5
 
 func fmtDur(secs float64) string {
 	d := time.Duration(secs * float64(time.Second))
