@@ -54,7 +54,7 @@ struct limit {
 };
 
 #define CONFIG_DRY_RUN (1 << 0) /* count would-be limit/admission drops, pass them */
-#define CONFIG_ALLOW4 (1 << 1)  /* allow4 has entries (an empty trie is not looked up) */
+#define CONFIG_ALLOW4 (1 << 1)  /* allow4 has entries; with DENY4: lists4 is looked up */
 #define CONFIG_ALLOW6 (1 << 2)
 #define CONFIG_DENY4 (1 << 3)
 #define CONFIG_DENY6 (1 << 4)
@@ -111,7 +111,9 @@ struct {
 	__type(value, struct source);
 } sources SEC(".maps");
 
-/* Allow and deny lists. LPM tries need BPF_F_NO_PREALLOC. The value is unused. */
+/* Allow and deny lists as the operator wrote them (one trie per list and
+ * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
+ * keeps them as the record of membership; the program reads lists4/lists6. */
 #define MAX_LIST_ENTRIES 65536
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -128,6 +130,31 @@ struct {
 	__type(key, struct lpm6_key);
 	__type(value, __u8);
 } allow6 SEC(".maps"), deny6 SEC(".maps");
+
+/* The verdict tries: every prefix of either list, per family, valued with
+ * what a packet whose longest match it is gets. Every list prefix containing
+ * an address contains that address's longest match, so the address is
+ * allowed iff an allow prefix contains the match: the loader computes that
+ * per entry. One lookup decides both lists, and allow wins over deny even
+ * when the deny prefix is the more specific. */
+#define LIST_ALLOW 1 /* an allow prefix covers the entry: pass, never limited */
+#define LIST_DENY 2  /* only deny prefixes cover it: drop */
+#define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES)
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_VERDICT_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm4_key);
+	__type(value, __u8); /* LIST_ALLOW or LIST_DENY */
+} lists4 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_VERDICT_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm6_key);
+	__type(value, __u8); /* LIST_ALLOW or LIST_DENY */
+} lists6 SEC(".maps");
 
 /* The configuration lives in an inner array that user space replaces whole:
  * the outer slot is swapped atomically and a running program keeps the map it
@@ -238,23 +265,28 @@ static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
-static __always_inline int listed(void *trie4, void *trie6, const struct packet *pkt,
-				  __u32 flags, __u32 has4, __u32 has6)
+/* listed returns LIST_ALLOW, LIST_DENY or 0 (on neither list). A family
+ * whose lists are both empty costs no lookup. */
+static __always_inline int listed(const struct packet *pkt, __u32 flags)
 {
+	__u8 *v;
+
 	if (pkt->is_v6) {
 		struct lpm6_key k = {.prefixlen = 128};
 
-		if (!(flags & has6))
+		if (!(flags & (CONFIG_ALLOW6 | CONFIG_DENY6)))
 			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
-		return bpf_map_lookup_elem(trie6, &k) != NULL;
-	}
-	struct lpm4_key k = {.prefixlen = 32};
+		v = bpf_map_lookup_elem(&lists6, &k);
+	} else {
+		struct lpm4_key k = {.prefixlen = 32};
 
-	if (!(flags & has4))
-		return 0;
-	__builtin_memcpy(k.addr, &pkt->src[12], 4);
-	return bpf_map_lookup_elem(trie4, &k) != NULL;
+		if (!(flags & (CONFIG_ALLOW4 | CONFIG_DENY4)))
+			return 0;
+		__builtin_memcpy(k.addr, &pkt->src[12], 4);
+		v = bpf_map_lookup_elem(&lists4, &k);
+	}
+	return v ? *v : 0;
 }
 
 static __always_inline int run(struct xdp_md *ctx, const int cas)
@@ -278,9 +310,10 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	__u32 flags = cfg->flags;
 	__u32 limited = flags & CONFIG_DRY_RUN ? VERDICT_PASS : VERDICT_DROP;
 
-	if (listed(&allow4, &allow6, &pkt, flags, CONFIG_ALLOW4, CONFIG_ALLOW6))
+	int list = listed(&pkt, flags);
+	if (list == LIST_ALLOW)
 		return account(VERDICT_PASS, REASON_ALLOW, pkt.proto);
-	if (listed(&deny4, &deny6, &pkt, flags, CONFIG_DENY4, CONFIG_DENY6))
+	if (list == LIST_DENY)
 		return account(VERDICT_DROP, REASON_DENY, pkt.proto);
 
 	__u64 now = now_ns();

@@ -69,6 +69,8 @@ const (
 	ShieldMapCounters      = "counters"
 	ShieldMapDeny4         = "deny4"
 	ShieldMapDeny6         = "deny6"
+	ShieldMapLists4        = "lists4"
+	ShieldMapLists6        = "lists6"
 	ShieldMapSources       = "sources"
 	ShieldProgClockProbe   = "clock_probe"
 	ShieldProgShield       = "shield"
@@ -139,6 +141,8 @@ type ShieldMapSpecs struct {
 	Counters  *ebpf.MapSpec `ebpf:"counters"`
 	Deny4     *ebpf.MapSpec `ebpf:"deny4"`
 	Deny6     *ebpf.MapSpec `ebpf:"deny6"`
+	Lists4    *ebpf.MapSpec `ebpf:"lists4"`
+	Lists6    *ebpf.MapSpec `ebpf:"lists6"`
 	Sources   *ebpf.MapSpec `ebpf:"sources"`
 }
 
@@ -181,6 +185,8 @@ type ShieldMaps struct {
 	Counters  *ebpf.Map `ebpf:"counters"`
 	Deny4     *ebpf.Map `ebpf:"deny4"`
 	Deny6     *ebpf.Map `ebpf:"deny6"`
+	Lists4    *ebpf.Map `ebpf:"lists4"`
+	Lists6    *ebpf.Map `ebpf:"lists6"`
 	Sources   *ebpf.Map `ebpf:"sources"`
 }
 
@@ -193,6 +199,8 @@ func (m *ShieldMaps) Close() error {
 		m.Counters,
 		m.Deny4,
 		m.Deny6,
+		m.Lists4,
+		m.Lists6,
 		m.Sources,
 	)
 }

@@ -185,6 +185,13 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 			return fmt.Errorf("add %s to %s list: %w", p, l, err)
 		}
 	}
+	if err := s.syncVerdicts(); err != nil {
+		s.removeLocked(l, fresh)
+		if err2 := s.syncVerdicts(); err2 != nil {
+			err = errors.Join(err, fmt.Errorf("undo: %w", err2))
+		}
+		return fmt.Errorf("add to %s list: %w", l, err)
+	}
 	// Entries first, then the flag that makes the program look them up.
 	return s.publish(s.limits)
 }
@@ -221,7 +228,10 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	if err := s.publishFlags(s.limits, flags); err != nil {
 		return err
 	}
-	return s.removeLocked(l, prefixes)
+	if err := s.removeLocked(l, prefixes); err != nil {
+		return err
+	}
+	return s.syncVerdicts()
 }
 
 func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {
@@ -273,4 +283,114 @@ func (s *Shield) listFlags() (uint32, error) {
 		}
 	}
 	return flags, nil
+}
+
+// Verdicts in the verdict tries lists4/lists6, mirroring LIST_* in
+// bpf/shield.c.
+const (
+	verdictAllow uint8 = 1
+	verdictDeny  uint8 = 2
+)
+
+func (s *Shield) verdictTries() (v4, v6 trie) {
+	return trie{m: s.objs.Lists4}, trie{m: s.objs.Lists6, v6: true}
+}
+
+// wantVerdicts is what the verdict tries must hold for the two lists: every
+// prefix of either, valued allow when an allow prefix contains it (itself
+// included), deny otherwise. The program looks up an address's longest
+// match; every listed prefix containing the address contains that match, so
+// this gives "allow wins over deny" at any prefix length.
+func wantVerdicts(allow, deny []netip.Prefix) map[netip.Prefix]uint8 {
+	allowed := make(map[netip.Prefix]bool, len(allow))
+	out := make(map[netip.Prefix]uint8, len(allow)+len(deny))
+	for _, p := range allow {
+		allowed[p] = true
+		out[p] = verdictAllow
+	}
+	for _, p := range deny {
+		if out[p] != 0 {
+			continue
+		}
+		out[p] = verdictDeny
+		for b := range p.Bits() {
+			if allowed[netip.PrefixFrom(p.Addr(), b).Masked()] {
+				out[p] = verdictAllow
+				break
+			}
+		}
+	}
+	return out
+}
+
+// readVerdicts returns what the verdict tries hold.
+func (s *Shield) readVerdicts() (map[netip.Prefix]uint8, error) {
+	out := map[netip.Prefix]uint8{}
+	v4, v6 := s.verdictTries()
+	var v uint8
+	var k4 bpf.ShieldLpm4Key
+	it := v4.m.Iterate()
+	for it.Next(&k4, &v) {
+		out[netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen))] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read IPv4 verdicts: %w", err)
+	}
+	var k6 bpf.ShieldLpm6Key
+	it = v6.m.Iterate()
+	for it.Next(&k6, &v) {
+		out[netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen))] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read IPv6 verdicts: %w", err)
+	}
+	return out, nil
+}
+
+// syncVerdicts makes the verdict tries match the lists: allow verdicts are
+// written first, then deny verdicts, then stale entries are deleted, so a
+// change widens what is allowed before it narrows anything. Callers hold
+// s.mu (or own s exclusively).
+func (s *Shield) syncVerdicts() error {
+	allow, err := s.listLocked(AllowList)
+	if err != nil {
+		return err
+	}
+	deny, err := s.listLocked(DenyList)
+	if err != nil {
+		return err
+	}
+	want := wantVerdicts(allow, deny)
+	have, err := s.readVerdicts()
+	if err != nil {
+		return err
+	}
+	v4, v6 := s.verdictTries()
+	pick := func(p netip.Prefix) trie {
+		if p.Addr().Is4() {
+			return v4
+		}
+		return v6
+	}
+	for _, pass := range []uint8{verdictAllow, verdictDeny} {
+		for p, v := range want {
+			if v != pass || have[p] == v {
+				continue
+			}
+			t := pick(p)
+			if err := t.m.Put(t.key(p), v); err != nil {
+				return fmt.Errorf("write verdict of %s: %w", p, err)
+			}
+		}
+	}
+	for p := range have {
+		if _, ok := want[p]; ok {
+			continue
+		}
+		t := pick(p)
+		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete verdict of %s: %w", p, err)
+		}
+	}
+	return nil
 }

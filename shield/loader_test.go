@@ -37,6 +37,8 @@ type state struct {
 	Allow  []netip.Prefix
 	Deny   []netip.Prefix
 	Limits Limits
+	// Verdicts is what the program reads: lists4/lists6.
+	Verdicts map[netip.Prefix]uint8
 }
 
 func snapshot(t *testing.T, s *Shield) state {
@@ -48,7 +50,9 @@ func snapshot(t *testing.T, s *Shield) state {
 	require.NoError(t, err, "List(allow)")
 	deny, err := s.List(DenyList)
 	require.NoError(t, err, "List(deny)")
-	return state{Config: cfg, Allow: allow, Deny: deny, Limits: s.Limits()}
+	verdicts, err := s.readVerdicts()
+	require.NoError(t, err, "readVerdicts()")
+	return state{Config: cfg, Allow: allow, Deny: deny, Limits: s.Limits(), Verdicts: verdicts}
 }
 
 // frame4 is a minimal Ethernet + IPv4 + UDP frame from src.
@@ -300,6 +304,7 @@ func TestRemove(t *testing.T) {
 
 	require.NoError(t, s.Remove(DenyList, ps))
 	after := snapshot(t, s)
+	assert.Equal(t, map[netip.Prefix]uint8{netip.MustParsePrefix("2001:db8::/32"): verdictDeny}, after.Verdicts, "verdict tries")
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, after.Deny, "List(deny)")
 	assert.Equal(t, flagDeny6, after.Config.Flags&(flagDeny4|flagDeny6), "flags after the last IPv4 prefix left")
 }
@@ -352,4 +357,35 @@ func TestCountersByCPU(t *testing.T) {
 	}
 	assert.Equal(t, total, sum, "sum of CountersByCPU()")
 	assert.Equal(t, uint64(6), total.Total(), "Counters().Total()")
+}
+
+func TestWantVerdicts(t *testing.T) {
+	pp := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name        string
+		allow, deny []netip.Prefix
+		want        map[string]uint8
+	}{
+		{"empty", nil, nil, map[string]uint8{}},
+		{"disjoint", pp("10.0.0.0/8"), pp("192.0.2.0/24"), map[string]uint8{"10.0.0.0/8": verdictAllow, "192.0.2.0/24": verdictDeny}},
+		{"deny inside allow is allowed", pp("198.18.0.0/15"), pp("198.18.1.0/24", "198.18.1.7/32"),
+			map[string]uint8{"198.18.0.0/15": verdictAllow, "198.18.1.0/24": verdictAllow, "198.18.1.7/32": verdictAllow}},
+		{"allow inside deny", pp("198.18.1.0/24"), pp("198.18.0.0/15"), map[string]uint8{"198.18.0.0/15": verdictDeny, "198.18.1.0/24": verdictAllow}},
+		{"on both lists", pp("2001:db8::/32"), pp("2001:db8::/32", "2001:db8:1::/48", "2001:db9::/32"),
+			map[string]uint8{"2001:db8::/32": verdictAllow, "2001:db8:1::/48": verdictAllow, "2001:db9::/32": verdictDeny}},
+		{"allow everything", pp("0.0.0.0/0"), pp("203.0.113.0/24"), map[string]uint8{"0.0.0.0/0": verdictAllow, "203.0.113.0/24": verdictAllow}},
+		{"families apart", pp("0.0.0.0/0"), pp("::/0"), map[string]uint8{"0.0.0.0/0": verdictAllow, "::/0": verdictDeny}},
+	} {
+		got := map[string]uint8{}
+		for p, v := range wantVerdicts(tc.allow, tc.deny) {
+			got[p.String()] = v
+		}
+		assert.Equal(t, tc.want, got, "wantVerdicts(%v, %v) (%s)", tc.allow, tc.deny, tc.name)
+	}
 }

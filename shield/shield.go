@@ -153,6 +153,12 @@ func Load(opts Options) (*Shield, error) {
 		s.Close()
 		return nil, err
 	}
+	// Adopted lists are rewritten into the verdict tries the program reads
+	// (a no-op when they already match, and on a fresh load).
+	if err := s.syncVerdicts(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if ok {
 		s.limits = limitsOf(cfg)
 	} else if err := s.start(opts.Limits); err != nil {

@@ -122,6 +122,11 @@ var (
 			mustRun(tb, s, f, Pass)
 			return f, Pass, shield.ReasonOK
 		}},
+		{name: "deny+allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
+			addList(tb, s, shield.DenyList, "198.18.0.0/15")
+			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonDeny
+		}},
 		{name: "ok-ktime", clock: shield.ClockKtime, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			f := From(benchSrc, UDP).Bytes()

@@ -1,0 +1,136 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/shield"
+)
+
+// TestListsNested: allow beats deny at any prefix length, in both nestings,
+// and removing the covering allow prefix exposes the deny prefix inside it.
+func TestListsNested(t *testing.T) {
+	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	addList(t, s, shield.AllowList, "198.18.0.0/15", "2001:db8:1:2::/64")
+	addList(t, s, shield.DenyList, "198.18.1.0/24", "198.18.1.7/32", "2001:db8::/32")
+	udp := shield.ProtoUDP
+	step := func(name, src string, want Action, r shield.Reason) Step {
+		v := pass
+		if want == Drop {
+			v = drop
+		}
+		return Step{Name: name, Frame: From(src, UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
+	}
+	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+		step("deny /24 inside allow /15", "198.18.1.1", Pass, shield.ReasonAllow),
+		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", Pass, shield.ReasonAllow),
+		step("allow /64 inside deny /32", "2001:db8:1:2::9", Pass, shield.ReasonAllow),
+		step("deny /32 outside the allow /64", "2001:db8:1:3::9", Drop, shield.ReasonDeny),
+		step("unlisted", "203.0.113.1", Pass, shield.ReasonOK),
+	}}.Run(t)
+
+	ps, err := shield.ParsePrefixes([]string{"198.18.0.0/15"})
+	require.NoError(t, err)
+	require.NoError(t, s.Remove(shield.AllowList, ps))
+	Scenario{Name: t.Name() + "/allow removed", Target: ShieldTarget(s), Steps: []Step{
+		step("deny /24 now applies", "198.18.1.1", Drop, shield.ReasonDeny),
+		step("deny /32 now applies", "198.18.1.7", Drop, shield.ReasonDeny),
+		step("no longer listed", "198.18.2.1", Pass, shield.ReasonOK),
+	}}.Run(t)
+}
+
+// TestListsModel applies random adds and removes to both lists and after
+// every change checks the program's verdict on addresses around every
+// listed prefix against the definition: allowed if any allow prefix
+// contains the address, else denied if any deny prefix does, else neither.
+func TestListsModel(t *testing.T) {
+	s := load(t, 65536, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	rng := rand.New(rand.NewPCG(2, 7))
+	lists := map[shield.List]map[netip.Prefix]bool{shield.AllowList: {}, shield.DenyList: {}}
+	randPrefix := func() netip.Prefix {
+		if rng.IntN(3) == 0 {
+			a := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte(rng.IntN(4)), byte(rng.IntN(4)), 0, byte(rng.IntN(2))}
+			return netip.PrefixFrom(netip.AddrFrom16(a), []int{24, 32, 40, 48, 64, 128}[rng.IntN(6)]).Masked()
+		}
+		a := [4]byte{198, 18 + byte(rng.IntN(2)), byte(rng.IntN(4)), byte(rng.IntN(8))}
+		return netip.PrefixFrom(netip.AddrFrom4(a), []int{8, 15, 16, 22, 24, 30, 32}[rng.IntN(7)]).Masked()
+	}
+	model := func(a netip.Addr) shield.Reason {
+		for p := range lists[shield.AllowList] {
+			if p.Contains(a) {
+				return shield.ReasonAllow
+			}
+		}
+		for p := range lists[shield.DenyList] {
+			if p.Contains(a) {
+				return shield.ReasonDeny
+			}
+		}
+		return shield.ReasonOK
+	}
+	checks := 0
+	for op := range 60 {
+		l := shield.List(rng.IntN(2))
+		p := randPrefix()
+		if lists[l][p] && rng.IntN(2) == 0 {
+			require.NoError(t, s.Remove(l, []netip.Prefix{p}), "op %d: Remove(%s, %s)", op, l, p)
+			delete(lists[l], p)
+		} else {
+			require.NoError(t, s.Add(l, []netip.Prefix{p}), "op %d: Add(%s, %s)", op, l, p)
+			lists[l][p] = true
+		}
+		// Probe the first and last address of every listed prefix and
+		// their neighbours.
+		var probes []netip.Addr
+		for _, set := range lists {
+			for q := range set {
+				first := q.Addr()
+				last := lastAddr(q)
+				probes = append(probes, first, last, first.Prev(), last.Next())
+			}
+		}
+		var steps []Step
+		for _, a := range probes {
+			if !a.IsValid() {
+				continue
+			}
+			r := model(a)
+			want, v := Pass, pass
+			if r == shield.ReasonDeny {
+				want, v = Drop, drop
+			}
+			steps = append(steps, Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: From(a.String(), UDP).Bytes(), Want: want, Delta: One(v, r, shield.ProtoUDP)})
+		}
+		if len(steps) == 0 {
+			continue
+		}
+		res := Scenario{Name: fmt.Sprintf("%s/op-%d", t.Name(), op), Target: ShieldTarget(s), Steps: steps}.Run(t)
+		checks += res.Steps
+		if t.Failed() {
+			t.Fatalf("after op %d: allow %v, deny %v", op, keys(lists[shield.AllowList]), keys(lists[shield.DenyList]))
+		}
+	}
+	t.Logf("%d verdicts checked against the model", checks)
+}
+
+// lastAddr is the highest address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+func keys(m map[netip.Prefix]bool) []netip.Prefix {
+	var out []netip.Prefix
+	for p := range m {
+		out = append(out, p)
+	}
+	return out
+}
