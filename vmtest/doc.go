@@ -2,19 +2,53 @@
 // under qemu and runs the repository's test binaries inside them: the
 // multi-kernel matrix that turns "works on 5.10 and up" into a test result.
 //
-// It owns the kernel cache (outside the repository: $XDPSHIELD_CACHE, else
-// $XDG_CACHE_HOME/xdpshield or ~/.cache/xdpshield), the private apt
-// configuration that fills it (its own sources list, state and cache
-// directories; the machine's /etc/apt and apt state are never read for
-// sources nor written), the initramfs it builds per run and the qemu
-// processes it starts, one at a time (a file lock in the cache serialises VMs
-// across processes).
+// # Commands
 //
-// It must not touch the host's network namespaces, modules or apt setup: all
-// privileged work happens inside the guest.
+//	make vmtest KERNELS="5.10 6.1 6.12 7.2"   # the matrix; out/vmtest/matrix.{txt,json}
+//	make vmtest KERNELS=5.10 VMTEST_PKGS=./sim/...
+//	make kernels-repin                         # rewrite the lock from the archive
+//	CGO_ENABLED=0 go test -exec 'go run xdpshield/vmtest/cmd/vmexec -kernel 6.1' ./sim/...
+//	go run ./vmtest/cmd/vmtest fetch -kernels 7.2   # download and verify only
 //
-// Exit codes of the commands built on it (see ExitCode):
+// In -exec mode go test runs the command in each package's directory, so
+// vmexec is named by import path. CGO_ENABLED=0 gives static binaries; a
+// dynamic one still runs (its libraries are copied in).
+//
+// # What a boot is
+//
+// The lock pins, per kernel, the Debian suite, the packages (with the sha256
+// of each .deb) and the kernel image inside them (with its sha256). Fetch
+// downloads what the cache lacks with `apt-get download` through a private
+// apt configuration (APT_CONFIG pointing at its own sources list, state and
+// cache under the cache directory; /etc/apt and /var/lib/apt are neither
+// read for sources nor written), verifies every hash, and extracts the image
+// and modules. When the machine's archive keyring cannot verify a suite, a
+// newer debian-archive-keyring package is fetched through the stable suites
+// into the cache (nothing is installed). A pin the archive no longer serves
+// fails naming the package and `make kernels-repin`.
+//
+// The initramfs (newc cpio, written here) holds busybox-static, the modules
+// of DefaultModules with their dependencies (depends= of each module's
+// .modinfo, what depmod writes to modules.dep; .ko.xz/.ko.zst are
+// decompressed with the xz/zstd tools), the host tools of DefaultTools with
+// their shared libraries, the test binaries, and mirrors of the packages'
+// testdata/ and of fixtures/. Its /init mounts proc, sysfs, devtmpfs, bpffs,
+// cgroup2, debugfs and tracefs, checks `uname -r` against the pin, loads the
+// modules, sets SHIELD_REQUIRE_PRIV=1 and runs each binary in its package
+// directory. qemu runs with KVM when a probe shows it works (VMTEST_ACCEL
+// forces kvm or tcg), TCG otherwise, 2 vCPUs, machine pc; the kernel console
+// goes to ttyS0 (a file, dumped on a panic or a timeout, live with -v), the
+// test output to ttyS1 (streamed live, framed by @@VMTEST markers).
+//
+// # Exit codes
 //
 //	0 pass, 1 test failure, 2 harness error, 3 kernel panic,
-//	4 boot timeout, 5 run timeout (VM killed past its budget).
+//	4 boot timeout (init never reported), 5 run timeout (VM killed past its budget).
+//
+// It owns the kernel cache (outside the repository: $XDPSHIELD_CACHE, else
+// $XDG_CACHE_HOME/xdpshield or ~/.cache/xdpshield) and the qemu processes it
+// starts, one at a time (a file lock in the cache serialises VMs across
+// processes, so `go test -exec` over several packages queues them). It must
+// not touch the host's network namespaces, modules or apt setup: all
+// privileged work happens inside the guest.
 package vmtest
