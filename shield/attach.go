@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -374,6 +375,14 @@ func EnsureBPFFS(dir string) error {
 		if clean != bpffsMount && !strings.HasPrefix(clean, bpffsMount+"/") {
 			return fmt.Errorf("%s is not on a bpf filesystem", dir)
 		}
+		// A bpffs mounted in a private mount namespace (`ip netns exec`
+		// makes one) dies with it, and the pinned link with it: the
+		// program would be detached when the service stops.
+		if privateMountNS() {
+			return fmt.Errorf("no bpffs on %s in this private mount namespace (ip netns exec?): pins made here would vanish, "+
+				"detaching the program, when the service exits; enter only the network namespace "+
+				"(nsenter --net=/run/netns/NAME keeps the host's mounts) or give a pin root on a bpffs that outlives the service", bpffsMount)
+		}
 		if err := unix.Mount("bpf", bpffsMount, "bpf", 0, "mode=0700"); err != nil {
 			return fmt.Errorf("mount bpffs on %s: %w", bpffsMount, err)
 		}
@@ -382,6 +391,27 @@ func EnsureBPFFS(dir string) error {
 		return fmt.Errorf("create %s: %w", dir, err)
 	}
 	return nil
+}
+
+// privateMountNS reports whether this process runs in a mount namespace
+// other than init's or its parent's: one made for it, that dies with it.
+func privateMountNS() bool {
+	self := mountNS("self")
+	for _, other := range []string{"1", strconv.Itoa(os.Getppid())} {
+		if ns := mountNS(other); self != "" && ns != "" && ns != self {
+			return true
+		}
+	}
+	return false
+}
+
+// mountNS names the mount namespace of pid ("self" or a number), or "".
+func mountNS(pid string) string {
+	s, err := os.Readlink("/proc/" + pid + "/ns/mnt")
+	if err != nil {
+		return ""
+	}
+	return s
 }
 
 // lockDir takes an exclusive, non-blocking flock on directory dir. bpffs
