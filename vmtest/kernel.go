@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 )
@@ -40,8 +42,19 @@ func (c *Cache) logger() *slog.Logger {
 	return c.Log
 }
 
+// apt returns the private apt configuration. Its sources list always
+// holds the suites of DefaultSuites plus those asked for, so one kernel's
+// fetch does not drop another suite's lists.
 func (c *Cache) apt(suites ...string) *Apt {
-	return &Apt{Dir: filepath.Join(c.Dir, "apt"), Suites: suites, Log: c.Log}
+	seen := map[string]bool{}
+	var all []string
+	for _, s := range append(slices.Sorted(maps.Values(DefaultSuites)), suites...) {
+		if !seen[s] {
+			seen[s] = true
+			all = append(all, s)
+		}
+	}
+	return &Apt{Dir: filepath.Join(c.Dir, "apt"), Suites: all, Log: c.Log}
 }
 
 // Kernel is a pinned kernel, verified and extracted.
