@@ -21,7 +21,7 @@ func kernelRelease() string {
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // fill computes a phase's figures from what was recorded and read.
-func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, per []uint64) {
+func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[stormKind][]uint64) {
 	ph.Legit.Kinds = map[string]Dist{}
 	if s != nil {
 		secs := s.End.Sub(s.Start).Seconds()
@@ -63,17 +63,19 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, per []uint64) 
 
 	ph.Sent.Generator = r.gen.Name()
 	ph.Sent.ByFlow = map[string]uint64{}
-	if k := stormKind(ph.Storm); k != stormNone {
-		for i, n := range per {
-			ph.Sent.ByFlow[r.names[k][i]] += n
-			ph.Sent.Frames += n
-			switch r.roles[k][i] {
-			case "allowed":
-				ph.Sent.Allowed += n
-			case "denied":
-				ph.Sent.Denied += n
-			default:
-				ph.Sent.Storm += n
+	if stormKind(ph.Storm) != stormNone {
+		for k, per := range sent {
+			for i, n := range per {
+				ph.Sent.ByFlow[r.names[k][i]] += n
+				ph.Sent.Frames += n
+				switch r.roles[k][i] {
+				case "allowed":
+					ph.Sent.Allowed += n
+				case "denied":
+					ph.Sent.Denied += n
+				default:
+					ph.Sent.Storm += n
+				}
 			}
 		}
 		if ph.Seconds > 0 {

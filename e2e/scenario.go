@@ -68,7 +68,7 @@ type Config struct {
 	Limits        shield.Limits
 	Client        ClientConfig
 	Budget        Budget
-	ProbeShare    float64 // share of the storm sent by each allow/deny probe source
+	ProbeRate     uint64  // frames/s of each allow/deny-listed probe source (AF_PACKET, beside the storm)
 	Contrast      bool    // also run the storms with no program attached
 	NewProber     NewProber
 	ProbeEvery    time.Duration
@@ -95,7 +95,7 @@ func DefaultConfig() Config {
 		Limits:       shield.DefaultLimits(),
 		Client:       DefaultClientConfig(),
 		Budget:       DefaultBudget(),
-		ProbeShare:   0.005,
+		ProbeRate:    2000, // twice the per-source limit: an allow-listed source is not limited
 		Contrast:     true,
 		NewProber:    APIProber,
 		ProbeEvery:   200 * time.Millisecond,
@@ -122,8 +122,8 @@ func (c *Config) validate() error {
 	if c.MaxRate == 0 || (c.Rate > c.MaxRate) {
 		errs = append(errs, fmt.Errorf("rate %d above the bound %d", c.Rate, c.MaxRate))
 	}
-	if c.ProbeShare < 0 || c.ProbeShare > 0.1 {
-		errs = append(errs, fmt.Errorf("probe share %g out of [0, 0.1]", c.ProbeShare))
+	if c.ProbeRate < 1 || c.ProbeRate > 100_000 {
+		errs = append(errs, fmt.Errorf("probe rate %d out of [1, 100000]", c.ProbeRate))
 	}
 	return errors.Join(errs...)
 }
@@ -249,6 +249,7 @@ const (
 	stormNone stormKind = "none"
 	stormFew  stormKind = "few"
 	stormMany stormKind = "many"
+	probes    stormKind = "probes" // allow- and deny-listed sources, sent beside either storm
 )
 
 // run holds what a Run needs across phases.
@@ -259,6 +260,7 @@ type run struct {
 	sh     *shield.Shield
 	xdp    []link.Link // the shield on edge0 and edge1
 	gen    Generator
+	probe  Generator // AF_PACKET: a few thousand frames/s need no 28 ms live-frames runs
 	rec    *Recorder
 	poll   *poller
 	res    *Result
@@ -421,7 +423,10 @@ func (r *run) setup() error {
 	if r.gen, err = NewGenerator(r.cfg.Generator, r.top.Storm, r.top.StormIfindex); err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
-	r.res.Generator = r.gen.Name()
+	r.res.Generator = r.gen.Name() + " (allow/deny probes: af_packet)"
+	if r.probe, err = NewPacketGenerator(r.top.Storm, r.top.StormIfindex); err != nil {
+		return fmt.Errorf("probe generator: %w", err)
+	}
 	if err := r.buildStorms(); err != nil {
 		return err
 	}
@@ -452,6 +457,9 @@ func (r *run) close() {
 	}
 	if r.gen != nil {
 		r.gen.Close()
+	}
+	if r.probe != nil {
+		r.probe.Close()
 	}
 	for _, l := range r.xdp {
 		l.Close()
@@ -486,7 +494,7 @@ func (r *run) buildStorms() error {
 	}
 	many4 := min(r.cfg.ManySources, MaxMany4)
 	many6 := r.cfg.ManySources
-	stormShare := 1 - 4*r.cfg.ProbeShare
+	const stormShare = 1.0
 	for _, p := range []Proto{UDP, TCPSYN, ICMP} {
 		// Few: every source of both families at the same rate.
 		if err := add(stormFew, Flow{p, Few4, r.cfg.FewSources}, stormShare/6, "storm"); err != nil {
@@ -506,16 +514,14 @@ func (r *run) buildStorms() error {
 			return err
 		}
 	}
-	for _, k := range []stormKind{stormFew, stormMany} {
-		for _, a := range []netip.Addr{Allowed4, Allowed6} {
-			if err := add(k, Flow{UDP, a, 1}, r.cfg.ProbeShare, "allowed"); err != nil {
-				return err
-			}
+	for _, a := range []netip.Addr{Allowed4, Allowed6} {
+		if err := add(probes, Flow{UDP, a, 1}, 1, "allowed"); err != nil {
+			return err
 		}
-		for _, a := range []netip.Addr{Denied4, Denied6} {
-			if err := add(k, Flow{TCPSYN, a, 1}, r.cfg.ProbeShare, "denied"); err != nil {
-				return err
-			}
+	}
+	for _, a := range []netip.Addr{Denied4, Denied6} {
+		if err := add(probes, Flow{TCPSYN, a, 1}, 1, "denied"); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -570,9 +576,20 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	start := time.Now()
 
 	var sent atomic.Uint64
-	var per []uint64
-	var genErr error
+	var per, perProbe []uint64
+	var genErr, probeErr error
 	if k != stormNone {
+		probeSpec := StormSpec{
+			Templates: r.tpls[probes],
+			Rate:      r.cfg.ProbeRate * uint64(len(r.tpls[probes])),
+			Duration:  r.cfg.PhaseDuration,
+			MaxFrames: r.cfg.ProbeRate * uint64(len(r.tpls[probes])) * uint64(r.cfg.PhaseDuration/time.Second+1),
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			perProbe, probeErr = Storm(pctx, r.probe, probeSpec, &sent)
+		}()
 		spec := StormSpec{
 			Templates: r.tpls[k],
 			Weights:   r.weight[k],
@@ -648,8 +665,8 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	samples := r.rec.Switch(false)
 	ph.API = r.poll.switchPhase(false)
 	ph.Seconds = time.Since(start).Seconds()
-	if genErr != nil {
-		return nil, genErr
+	if err := errors.Join(genErr, probeErr); err != nil {
+		return nil, err
 	}
 
 	// Let the veth ring and the stack drain before reading the counters.
@@ -668,7 +685,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 			ph.Table.Samples++
 		}
 	}
-	r.fill(ph, samples, before, after, per)
+	r.fill(ph, samples, before, after, map[stormKind][]uint64{k: per, probes: perProbe})
 	if name == "baseline" {
 		for kind := range numKinds {
 			r.base[kind] = time.Duration(ph.Legit.Kinds[Kind(kind).String()].P99Ms * 1e6)
