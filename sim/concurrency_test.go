@@ -67,7 +67,10 @@ func TestConcurrentAccuracy(t *testing.T) {
 	testutil.Root(t)
 	cpus := []int{0, 1}
 	if runtime.NumCPU() < len(cpus) {
-		testutil.SkipOrFail(t, fmt.Sprintf("needs %d CPUs, have %d", len(cpus), runtime.NumCPU()))
+		// A machine property, not a missing privilege or kernel feature:
+		// a one-CPU VM of the kernel matrix skips even under
+		// SHIELD_REQUIRE_PRIV.
+		t.Skipf("needs %d CPUs, have %d", len(cpus), runtime.NumCPU())
 	}
 	for _, tc := range []struct {
 		name  string

@@ -11,7 +11,16 @@
 //   - fixtures: replaying fixtures/sim/*.pcap against their golden verdict
 //     JSON (`go test ./sim -update` rewrites the goldens);
 //   - the benchmarks of every path of the shield next to an XDP_DROP
-//     reference program measured in the same run.
+//     reference program measured in the same run (`make bench`), reported
+//     as ns/pkt and x-ref (the ratio to the reference);
+//   - the tests that prove the shield's data plane: exact burst and refill
+//     under virtual time, lists (allow beats deny at any prefix length),
+//     IPv6 and VLAN sources, a malformed corpus, a forged flood, dry-run,
+//     two-CPU accuracy (stated in bpf/shield.c, take()), FuzzShield.
+//
+// Test data: fixtures/sim (XDPSHIELD_FIXTURES=<dir> points elsewhere). A
+// failing scenario writes its frames to $SIM_PCAP_DIR, or
+// $TMPDIR/xdpshield-sim, and logs the path.
 //
 // It loads programs only through xdpshield/bpf and xdpshield/shield, writes
 // no map itself (configuration goes through the shield package), attaches
