@@ -56,7 +56,9 @@ type WalkStats struct {
 
 // Top returns up to n tracked sources (1 <= n <= MaxTop) with the most
 // packets dropped or passed, highest first, ties broken by address. Sources
-// whose count is zero are left out. The table is read in chunks of walkChunk
+// whose count is zero are left out. Limited is computed as of now: the
+// bucket refilled for the time since its last packet holds less than one
+// packet, so the next packet from the source would be dropped. The table is read in chunks of walkChunk
 // entries into a bounded min-heap of n entries, so memory is O(n + chunk)
 // whatever the table holds; ctx ends the walk early with its error.
 func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkStats, error) {
@@ -68,6 +70,9 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 		score = func(v *bpf.ShieldSource) uint64 { return v.Passed }
 	}
 	h := &topHeap{by: by}
+	now, nowErr := s.clockNow()
+	src := s.Limits()
+	lim := bucketLimit(src.Rate, src.Burst)
 	stats, err := s.walkSources(ctx, func(k *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
 		sc := score(v)
 		if sc == 0 {
@@ -80,6 +85,9 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 			}
 		}
 		src := sourceOf(*k, *v)
+		if nowErr == nil {
+			src.Limited = limitedAt(&v.Bucket, lim, now)
+		}
 		if len(h.s) < n {
 			heap.Push(h, src)
 			return
@@ -95,6 +103,51 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 	out := h.s
 	slices.SortFunc(out, func(a, b Source) int { return -h.cmp(a, b) })
 	return out, stats, nil
+}
+
+// limitedAt says whether bucket b, refilled up to now as the program would
+// refill it on the next packet, holds less than one packet's credit: the
+// source's next packet would be dropped.
+func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
+	credit := b.Credit
+	if now > b.LastNs {
+		elapsed := now - b.LastNs
+		add := int64(l.Cap)
+		if elapsed < l.FillNs {
+			add = int64(elapsed * l.Rate)
+		}
+		credit = min(credit+add, int64(l.Cap))
+	}
+	return credit < token
+}
+
+// clockNow reads the program's clock as the program reads it: through
+// clock_probe (one BPF_PROG_TEST_RUN) for jiffies and ktime.
+func (s *Shield) clockNow() (uint64, error) {
+	if s.clock == ClockVirtual {
+		var v uint64
+		if err := s.objs.VirtualNowNs.Get(&v); err != nil {
+			return 0, fmt.Errorf("read virtual clock: %w", err)
+		}
+		return v, nil
+	}
+	if _, err := s.objs.ClockProbe.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
+		return 0, fmt.Errorf("run clock probe: %w", err)
+	}
+	var j, k, nsPerJiffy uint64
+	if s.clock == ClockKtime {
+		if err := s.objs.ProbeKtimeNs.Get(&k); err != nil {
+			return 0, fmt.Errorf("read probe: %w", err)
+		}
+		return k, nil
+	}
+	if err := s.objs.ProbeJiffies.Get(&j); err != nil {
+		return 0, fmt.Errorf("read probe: %w", err)
+	}
+	if err := s.objs.NsPerJiffy.Get(&nsPerJiffy); err != nil {
+		return 0, fmt.Errorf("read ns_per_jiffy: %w", err)
+	}
+	return j * nsPerJiffy, nil
 }
 
 // CountSources counts the tracked sources with the same chunked walk as Top.
