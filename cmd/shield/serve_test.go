@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -329,6 +330,12 @@ func TestServeLifecycle(t *testing.T) {
 	s1 := l.serve(t)
 	if !strings.Contains(s1.out.String(), "msg=attached") {
 		t.Fatalf("first serve did not log a fresh attach:\n%s", s1.out)
+	}
+
+	// Safe default: the machine's own addresses are allow-listed.
+	if al, err := l.client.List(ctx, shield.AllowList); err != nil || !slices.Contains(al.Prefixes, "198.18.0.1/32") ||
+		!slices.Contains(al.Prefixes, "127.0.0.1/32") {
+		t.Errorf("allow list = %v, %v; want the edge's own addresses", al.Prefixes, err)
 	}
 
 	// The path works: an unlisted source gets through.
