@@ -36,17 +36,18 @@ type Budget struct {
 	MinSuccess float64 `json:"min_success"`
 }
 
-// DefaultBudget: on this 2-core box the generator and the shield's softirq
-// take one core at full rate, and the HTTPS client and server share the other
-// with whatever else runs (qemu VMs of the test matrix). Measured baselines
-// are 1-3 ms p99 for a new TLS connection and under 1 ms kept alive; under a
-// full-rate storm with the shield attached they stay within 2x, while without
-// the shield new connections time out (p99 of seconds). 5x of a baseline
-// floored at 4 ms (one jiffy at HZ=250: the scheduler's granularity), capped
-// at 50 ms absolute, leaves room for a busy neighbour and still fails a
-// shield that lets the storm reach the stack.
+// DefaultBudget, from full-rate demo runs on this 2-core box while qemu VMs
+// and compiles of the other suites ran beside it: baselines were 10-26 ms
+// p99 for a request on a new TLS connection and 2-4 ms kept alive; with the
+// shield, storm phases stayed within 1.3-4.5x (new) and 1.4-3.7x (kept
+// alive), under 60 ms; with no program attached the same storms took the
+// kept-alive p99 to 8-23x. So: 5x the baseline p99, the baseline floored at
+// 4 ms (one jiffy at HZ=250, what one preemption costs a request on a busy
+// box), capped at 100 ms absolute (a lost SYN costs 1 s, a lost segment
+// 200 ms or more: both are caught whatever the baseline). Success at least
+// 99.9%, as the issue asks.
 func DefaultBudget() Budget {
-	return Budget{P99Ratio: 5, P99Floor: 4 * time.Millisecond, P99Cap: 50 * time.Millisecond, MinSuccess: 0.999}
+	return Budget{P99Ratio: 5, P99Floor: 4 * time.Millisecond, P99Cap: 100 * time.Millisecond, MinSuccess: 0.999}
 }
 
 // Limit returns the p99 a storm phase may reach given the baseline p99.
@@ -98,7 +99,7 @@ func DefaultConfig() Config {
 		ProbeRate:    2000, // twice the per-source limit: an allow-listed source is not limited
 		Contrast:     true,
 		NewProber:    APIProber,
-		ProbeEvery:   200 * time.Millisecond,
+		ProbeEvery:   250 * time.Millisecond,
 		ProbeTimeout: time.Second,
 	}
 }
@@ -679,7 +680,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		return nil, err
 	}
 	if shielded {
-		if n, err := r.sh.SourceCount(); err == nil {
+		if n, err := r.sh.CountSources(ctx); err == nil {
 			ph.Table.End = n
 			ph.Table.Max = max(ph.Table.Max, n)
 			ph.Table.Samples++
@@ -706,7 +707,7 @@ func (r *run) watchTable(ctx context.Context, t *TableStats, mu *sync.Mutex) {
 			return
 		case <-tk.C:
 		}
-		n, err := r.sh.SourceCount()
+		n, err := r.sh.CountSources(ctx)
 		if err != nil {
 			continue
 		}

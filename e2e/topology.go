@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -158,6 +159,15 @@ func NewTopology() (t *Topology, err error) {
 		if err := t.Edge.Do(func() error { return setGRO(dev, true) }); err != nil {
 			return nil, fmt.Errorf("gro on %s: %w", dev, err)
 		}
+	}
+	// RPS on the storm link: what the XDP stage passes is handed to the
+	// stack on every core by flow hash, as RSS spreads a NIC's queues over
+	// an edge's cores. Without it a veth does all of the edge's receive work
+	// in softirq on the sender's core, so a storm would slow the generator
+	// instead of the edge.
+	mask := fmt.Sprintf("%x", (1<<min(runtime.NumCPU(), 32))-1)
+	if out, err := t.Edge.Command("sh", "-c", "echo "+mask+" > /sys/class/net/"+EdgeDev+"/queues/rx-0/rps_cpus").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("rps on %s: %v: %s", EdgeDev, err, out)
 	}
 	return t, nil
 }
