@@ -69,8 +69,8 @@ type Config struct {
 	Limits        shield.Limits
 	Client        ClientConfig
 	Budget        Budget
-	ProbeRate     uint64  // frames/s of each allow/deny-listed probe source (AF_PACKET, beside the storm)
-	Contrast      bool    // also run the storms with no program attached
+	ProbeRate     uint64 // frames/s of each allow/deny-listed probe source (AF_PACKET, beside the storm)
+	Contrast      bool   // also run the storms with no program attached
 	NewProber     NewProber
 	ProbeEvery    time.Duration
 	ProbeTimeout  time.Duration
