@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,19 +96,21 @@ func (e *env) do(t *testing.T, method, path, token, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// state is everything a change could touch, read from the maps themselves.
+// state is everything a change could touch, read from the maps themselves:
+// the configuration in force and every entry of every list map (the
+// membership tries and the program's verdict tries), as raw bytes.
 type state struct {
 	config     bpf.ShieldConfig
-	allow4     []bpf.ShieldLpm4Key
-	allow6     []bpf.ShieldLpm6Key
-	deny4      []bpf.ShieldLpm4Key
-	deny6      []bpf.ShieldLpm6Key
 	configSlot ebpf.MapID
+	lists      map[string][]string
 }
+
+// listMaps are the pinned maps that hold list entries.
+var listMaps = []string{"allow4", "allow6", "deny4", "deny6", "lists4", "lists6"}
 
 func (e *env) state(t *testing.T) state {
 	t.Helper()
-	var st state
+	st := state{lists: map[string][]string{}}
 	outer := e.pinned(t, "config_map")
 	if err := outer.Lookup(uint32(0), &st.configSlot); err != nil {
 		t.Fatalf("read config slot: %v", err)
@@ -120,34 +123,20 @@ func (e *env) state(t *testing.T) state {
 	if err := inner.Lookup(uint32(0), &st.config); err != nil {
 		t.Fatalf("read config: %v", err)
 	}
-	keys4 := func(name string) []bpf.ShieldLpm4Key {
-		var out []bpf.ShieldLpm4Key
-		var k bpf.ShieldLpm4Key
-		var v uint8
+	for _, name := range listMaps {
+		if _, err := os.Stat(filepath.Join(e.dir, name)); err != nil {
+			continue // not in this version of the program
+		}
+		var k, v []byte
 		it := e.pinned(t, name).Iterate()
 		for it.Next(&k, &v) {
-			out = append(out, k)
+			st.lists[name] = append(st.lists[name], fmt.Sprintf("%x=%x", k, v))
 		}
 		if err := it.Err(); err != nil {
-			t.Fatal(err)
+			t.Fatalf("walk %s: %v", name, err)
 		}
-		return out
+		slices.Sort(st.lists[name])
 	}
-	keys6 := func(name string) []bpf.ShieldLpm6Key {
-		var out []bpf.ShieldLpm6Key
-		var k bpf.ShieldLpm6Key
-		var v uint8
-		it := e.pinned(t, name).Iterate()
-		for it.Next(&k, &v) {
-			out = append(out, k)
-		}
-		if err := it.Err(); err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	st.allow4, st.allow6 = keys4("allow4"), keys6("allow6")
-	st.deny4, st.deny6 = keys4("deny4"), keys6("deny6")
 	return st
 }
 
