@@ -1,8 +1,9 @@
 // Package e2e raises storms against the shield inside throwaway network
 // namespaces and checks that the edge holds: an `edge` namespace (the shield
-// on its veth end, an HTTPS server with a certificate made at start-up) and a
-// `storm` namespace (a legitimate HTTPS client measuring latency, and the
-// packet generators with forged sources).
+// on its veth ends, an HTTPS server with a certificate made at start-up, the
+// service's API on loopback) and a `storm` namespace (a legitimate HTTPS
+// client measuring latency, and the packet generators with forged sources),
+// joined by a storm link and a client link (see Topology for why two).
 //
 // It owns the topology of a storm, the generators (the XDP live-frames
 // program of bpf/storm.c, kernel 5.18+, and an AF_PACKET fallback), the

@@ -149,6 +149,7 @@ type Result struct {
 	Started    time.Time     `json:"started"`
 	Kernel     string        `json:"kernel"`
 	Generator  string        `json:"generator"`
+	RPS        bool          `json:"rps"`      // the edge's stack work spread over every core
 	Rate       uint64        `json:"rate_pps"` // 0: full speed
 	Phase      float64       `json:"phase_seconds"`
 	TableSize  uint32        `json:"table_size"`
@@ -166,18 +167,17 @@ type Result struct {
 
 // Phase is one phase's figures and assertions.
 type Phase struct {
-	Name      string          `json:"name"`
-	Storm     string          `json:"storm"` // none, few, many
-	Shield    bool            `json:"shield_attached"`
-	Seconds   float64         `json:"seconds"`
-	Legit     LegitStats      `json:"legit"`
-	Sent      SentStats       `json:"sent"`
-	Counters  *CounterStats   `json:"counters,omitempty"`
-	Veth      VethStats       `json:"veth"`
-	API       *APIStats       `json:"api"`
-	Table     TableStats      `json:"table"`
-	Checks    []Check         `json:"assertions"`
-	Latencies *[numKinds]Dist `json:"-"`
+	Name     string        `json:"name"`
+	Storm    string        `json:"storm"` // none, few, many
+	Shield   bool          `json:"shield_attached"`
+	Seconds  float64       `json:"seconds"`
+	Legit    LegitStats    `json:"legit"`
+	Sent     SentStats     `json:"sent"`
+	Counters *CounterStats `json:"counters,omitempty"`
+	Veth     VethStats     `json:"veth"`
+	API      *APIStats     `json:"api"`
+	Table    TableStats    `json:"table"`
+	Checks   []Check       `json:"assertions"`
 }
 
 // LegitStats are the legitimate client's figures in a phase.
@@ -393,6 +393,7 @@ func (r *run) setup() error {
 		return fmt.Errorf("topology: %w", err)
 	}
 	r.res.RemovedOld = r.top.RemovedStale()
+	r.res.RPS = r.top.RPS
 	if r.sh, err = shield.Load(shield.Options{TableSize: r.cfg.TableSize, Limits: r.cfg.Limits}); err != nil {
 		return fmt.Errorf("load shield: %w", err)
 	}
