@@ -158,6 +158,10 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	opts.Load.PinPath = dir
 	sh, err := Load(opts.Load)
 	if err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("the maps pinned in %s belong to an incompatible version of the program, which stays attached; "+
+				"`shield detach -iface %s` drops it and its state: %w", dir, opts.Iface, err)
+		}
 		return nil, err
 	}
 	a.Shield = sh
