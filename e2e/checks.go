@@ -141,10 +141,10 @@ func (r *run) assert(ph *Phase, k stormKind) {
 	c := ph.Counters
 	// Everything the shield saw is what the generator sent, less what the
 	// veth refused, plus the client's packets and ARP/NDP (not_ip, and a
-	// few link-local ones: the slack).
+	// few link-local ones: the slack, 0.01%).
 	expect := int64(ph.Sent.Frames) - int64(ph.Veth.Dropped)
 	got := int64(c.Total) - int64(l.Seen) - int64(c.Pass["not_ip"])
-	slack := 50 + expect/1000
+	slack := 20 + expect/10000 // NDP and the like from the storm namespace
 	r.check(ph, "counters add up", got >= expect-slack && got <= expect+slack,
 		"shield saw %d storm frames; generator sent %d, veth dropped %d: want %d ± %d",
 		got, ph.Sent.Frames, ph.Veth.Dropped, expect, slack)

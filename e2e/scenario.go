@@ -694,7 +694,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		}
 	}
 	r.assert(ph, k)
-	log.Info("phase done", "requests", ph.Legit.Requests, "sent", ph.Sent.Frames)
+	log.Debug("phase done", "requests", ph.Legit.Requests, "sent", ph.Sent.Frames)
 	return ph, nil
 }
 

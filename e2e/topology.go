@@ -141,6 +141,15 @@ func NewTopology() (t *Topology, err error) {
 			return nil, fmt.Errorf("route %s via %s in %s: %w", r.dst, r.via, t.Edge.Name, err)
 		}
 	}
+	// The storm namespace swallows the edge's answers to generated sources
+	// silently: without these, IPv6 would answer each with an ICMPv6
+	// "no route" (sent even when not forwarding), which the shield would
+	// count beside the storm.
+	for _, p := range []netip.Prefix{safe4, safe6} {
+		if err := t.Storm.Do(func() error { return addBlackhole(p.String()) }); err != nil {
+			return nil, fmt.Errorf("blackhole %s in %s: %w", p, t.Storm.Name, err)
+		}
+	}
 	if t.EdgeMAC, err = t.Edge.HardwareAddr(EdgeDev); err != nil {
 		return nil, err
 	}
@@ -235,6 +244,14 @@ func addRoute(dev, dst, via string) error {
 		return err
 	}
 	return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: n, Gw: net.ParseIP(via)})
+}
+
+func addBlackhole(dst string) error {
+	_, n, err := net.ParseCIDR(dst)
+	if err != nil {
+		return err
+	}
+	return netlink.RouteAdd(&netlink.Route{Dst: n, Type: unix.RTN_BLACKHOLE})
 }
 
 // setGRO switches generic receive offload on dev in the calling thread's
