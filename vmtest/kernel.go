@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -61,6 +62,7 @@ func (c *Cache) apt(suites ...string) *Apt {
 type Kernel struct {
 	Pin     *Pin
 	Vmlinuz string // path of the verified kernel image
+	Vmlinux string // the ELF kernel derived from it, when it boots through PVH; "" otherwise
 	Modules string // directory holding the package's kernel/ module tree
 }
 
@@ -162,6 +164,21 @@ func (c *Cache) extract(pin *Pin) (*Kernel, error) {
 	if err := VerifyFile("vmlinuz of kernel "+pin.Name, k.Vmlinuz, pin.Vmlinuz.SHA256); err != nil {
 		os.Remove(done)
 		return nil, err
+	}
+	// The vmlinux is derived from the vmlinuz just verified; a marker
+	// records a kernel without PVH so the extraction is not retried.
+	vmlinux, noPVH := filepath.Join(dir, "vmlinux"), filepath.Join(dir, "vmlinux.none")
+	if _, err := os.Stat(vmlinux); err == nil {
+		k.Vmlinux = vmlinux
+	} else if _, err := os.Stat(noPVH); err != nil {
+		if err := extractVmlinux(k.Vmlinuz, vmlinux+".tmp"); err != nil {
+			c.logger().Info("booting the bzImage: no PVH vmlinux", "kernel", pin.Name, "why", err)
+			if !errors.Is(err, exec.ErrNotFound) {
+				os.WriteFile(noPVH, []byte(err.Error()+"\n"), 0o644)
+			}
+		} else if err := os.Rename(vmlinux+".tmp", vmlinux); err == nil {
+			k.Vmlinux = vmlinux
+		}
 	}
 	return k, nil
 }

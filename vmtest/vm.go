@@ -268,8 +268,30 @@ func (vm *VM) buildInitramfs(path string, log *slog.Logger) error {
 	if tools == nil {
 		tools = DefaultTools
 	}
+	// A tool goes in only when some test binary names it (they find tools
+	// with exec.LookPath("name")): promtool alone is 48 MB, and every
+	// megabyte is unpacked at boot.
+	var bins [][]byte
+	for _, r := range vm.Runs {
+		b, err := os.ReadFile(r.Binary)
+		if err != nil {
+			return err
+		}
+		bins = append(bins, b)
+	}
 	libs := map[string]bool{}
 	for _, t := range tools {
+		named := false
+		for _, b := range bins {
+			if bytes.Contains(b, []byte(t)) {
+				named = true
+				break
+			}
+		}
+		if !named {
+			log.Debug("no test binary names the tool; left out of the guest", "tool", t)
+			continue
+		}
 		p, err := exec.LookPath(t)
 		if err != nil {
 			log.Debug("tool not on the host; left out of the guest", "tool", t)
@@ -446,7 +468,7 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-machine", machine(), "-accel", res.Accel, "-cpu", cpu,
 		"-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
-		"-kernel", vm.Kernel.Vmlinuz, "-initrd", initrd,
+		"-kernel", vm.Kernel.bootImage(), "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 rdinit=/init random.trust_cpu=on mitigations=off tsc=reliable no_timer_check " + cmdlineExtra(),
 		"-chardev", "file,id=con,path=" + consolePath, "-serial", "chardev:con",
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",

@@ -2,7 +2,9 @@ package vmtest
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -81,5 +83,19 @@ func TestInitScript(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("init script lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+func TestExtractVmlinuxRejects(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "vmlinuz")
+	if err := os.WriteFile(src, bytes.Repeat([]byte{0}, 4096), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := extractVmlinux(src, filepath.Join(dir, "vmlinux")); err == nil || !strings.Contains(err.Error(), "not a bzImage") {
+		t.Fatalf("extractVmlinux(zeros) = %v, want a not-a-bzImage error", err)
+	}
+	if hasPVHNote([]byte("not an elf")) {
+		t.Fatal("hasPVHNote(garbage) = true")
 	}
 }

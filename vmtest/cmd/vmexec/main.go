@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,6 +47,8 @@ func run(ctx context.Context, args []string) (int, error) {
 	bootTimeout := fs.Duration("boot-timeout", 60*time.Second, "budget from qemu start to the guest's init")
 	timeout := fs.Duration("timeout", 15*time.Minute, "budget of the whole VM")
 	mem := fs.Int("memory", 1024, "guest memory, MiB")
+	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "host programs copied into the guest")
+	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "kernel modules loaded in the guest (with their dependencies)")
 	console := fs.Bool("console", false, "stream the kernel console to stderr")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
@@ -86,6 +89,7 @@ func run(ctx context.Context, args []string) (int, error) {
 		Data:      []string{filepath.Join(wd, "testdata"), filepath.Join(root, "fixtures")},
 		MemoryMiB: *mem, BootTimeout: *bootTimeout, Timeout: *timeout,
 		Output: os.Stdout, CacheDir: *cache, Log: log,
+		Tools: splitList(*tools), Modules: splitList(*modules),
 	}
 	if *console {
 		vm.Console = os.Stderr
@@ -105,4 +109,12 @@ func run(ctx context.Context, args []string) (int, error) {
 		return 1, nil
 	}
 	return int(res.Code), res.Err
+}
+
+func splitList(s string) []string {
+	out := []string{}
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		out = append(out, f)
+	}
+	return out
 }
