@@ -37,17 +37,18 @@ type Budget struct {
 }
 
 // DefaultBudget, from full-rate demo runs on this 2-core box while qemu VMs
-// and compiles of the other suites ran beside it: baselines were 10-26 ms
-// p99 for a request on a new TLS connection and 2-4 ms kept alive; with the
-// shield, storm phases stayed within 1.3-4.5x (new) and 1.4-3.7x (kept
-// alive), under 60 ms; with no program attached the same storms took the
-// kept-alive p99 to 8-23x. So: 5x the baseline p99, the baseline floored at
-// 4 ms (one jiffy at HZ=250, what one preemption costs a request on a busy
-// box), capped at 100 ms absolute (a lost SYN costs 1 s, a lost segment
-// 200 ms or more: both are caught whatever the baseline). Success at least
-// 99.9%, as the issue asks.
+// and compiles of the other suites ran beside it (one core busy with qemu
+// alone): baselines were 5-26 ms p99 for a request on a new TLS connection
+// and 1-4 ms kept alive; with the shield, storm phases stayed within 0.5-5x
+// and under 60 ms; with no program attached the same storms reached 2-14x
+// (new) and 4-23x (kept alive), up to 100 ms; a phase with no storm at all
+// (recovery) reached 40-75 ms p99 now and then, a neighbour's doing. So: 5x
+// the baseline p99, the baseline floored at 10 ms (below that the ratio
+// measures the neighbours, not the edge), capped at 100 ms absolute (a lost
+// SYN costs 1 s, a lost segment 200 ms or more: both caught whatever the
+// baseline). Success at least 99.9%, as the issue asks.
 func DefaultBudget() Budget {
-	return Budget{P99Ratio: 5, P99Floor: 4 * time.Millisecond, P99Cap: 100 * time.Millisecond, MinSuccess: 0.999}
+	return Budget{P99Ratio: 5, P99Floor: 10 * time.Millisecond, P99Cap: 100 * time.Millisecond, MinSuccess: 0.999}
 }
 
 // Limit returns the p99 a storm phase may reach given the baseline p99.
@@ -698,9 +699,11 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	return ph, nil
 }
 
-// watchTable samples the table's occupancy once a second.
+// watchTable samples the table's occupancy every two seconds (a walk of a
+// full table costs the edge some CPU; the API probe reports the count too,
+// from its own cached walk, and fails if it exceeds the capacity).
 func (r *run) watchTable(ctx context.Context, t *TableStats, mu *sync.Mutex) {
-	tk := time.NewTicker(time.Second)
+	tk := time.NewTicker(2 * time.Second)
 	defer tk.Stop()
 	for {
 		select {
