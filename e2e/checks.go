@@ -123,10 +123,14 @@ func (r *run) assert(ph *Phase, k stormKind) {
 		for kind := range numKinds {
 			name := Kind(kind).String()
 			p99 := time.Duration(l.Kinds[name].P99Ms * 1e6)
-			limit := b.Limit(r.base[kind])
+			limit := b.Limit(Kind(kind), r.base[kind])
+			floor := b.P99Floor
+			if Kind(kind) == KeepAlive {
+				floor = b.P99FloorKeep
+			}
 			r.check(ph, "p99 "+name+" within budget", p99 > 0 && p99 <= limit,
 				"p99 %.2f ms, baseline %.2f ms, budget %.2f ms (%.0fx baseline floored at %v, cap %v)",
-				ms(p99), ms(r.base[kind]), ms(limit), b.P99Ratio, b.P99Floor, b.P99Cap)
+				ms(p99), ms(r.base[kind]), ms(limit), b.P99Ratio, floor, b.P99Cap)
 		}
 	}
 	if a := ph.API; a != nil {

@@ -117,15 +117,15 @@ func PrintTable(w io.Writer, res *Result) {
 		}
 		for _, p := range res.Contrast {
 			n, k := p.Legit.Kinds[NewConn.String()], p.Legit.Kinds[KeepAlive.String()]
-			within := n.P99Ms <= ms(res.Budget.Limit(time.Duration(base[NewConn]*1e6))) &&
-				k.P99Ms <= ms(res.Budget.Limit(time.Duration(base[KeepAlive]*1e6))) &&
-				p.Legit.Success >= res.Budget.MinSuccess
+			ln := ms(res.Budget.Limit(NewConn, time.Duration(base[NewConn]*1e6)))
+			lk := ms(res.Budget.Limit(KeepAlive, time.Duration(base[KeepAlive]*1e6)))
+			within := n.P99Ms <= ln && k.P99Ms <= lk && p.Legit.Success >= res.Budget.MinSuccess
 			verdict := "breaks the budget"
 			if within {
 				verdict = "within the budget"
 			}
-			fmt.Fprintf(w, "  %-24s success %.2f%%, p99 new %.1f ms (%.1fx baseline), keep-alive %.1f ms (%.1fx): %s\n",
-				p.Name, 100*p.Legit.Success, n.P99Ms, ratio(n.P99Ms, base[NewConn]), k.P99Ms, ratio(k.P99Ms, base[KeepAlive]), verdict)
+			fmt.Fprintf(w, "  %-24s sent %s pps; success %.2f%%, p99 new %.1f ms (%.1fx baseline, budget %.0f ms), keep-alive %.1f ms (%.1fx, budget %.0f ms): %s\n",
+				p.Name, human(p.Sent.PPS), 100*p.Legit.Success, n.P99Ms, ratio(n.P99Ms, base[NewConn]), ln, k.P99Ms, ratio(k.P99Ms, base[KeepAlive]), lk, verdict)
 		}
 	}
 	if res.Error != "" {
