@@ -54,9 +54,13 @@ func ProgressLine(p Progress) string {
 	if !p.APIOK {
 		api = "FAIL"
 	}
-	return fmt.Sprintf("%-22s %4.1f/%.0fs  sent %7s pps  pass %6s pps  drop/s [%s]  legit %d req (%d failed) p99 new %.1f ms ka %.1f ms  api %s  table %d",
-		p.Phase, p.Elapsed.Seconds(), p.Length.Seconds(), human(p.SentPPS), human(p.PassPPS), d,
-		p.Requests, p.Failures, ms(p.P99[NewConn]), ms(p.P99[KeepAlive]), api, p.Sources)
+	pass, table := human(p.PassPPS), fmt.Sprint(p.Sources)
+	if !p.Shield {
+		pass, d, table = "-", "no program", "-"
+	}
+	return fmt.Sprintf("%-22s %4.1f/%.0fs  sent %7s pps  pass %6s pps  drop/s [%s]  legit %d req (%d failed) p99 new %.1f ms ka %.1f ms  api %s  table %s",
+		p.Phase, p.Elapsed.Seconds(), p.Length.Seconds(), human(p.SentPPS), pass, d,
+		p.Requests, p.Failures, ms(p.P99[NewConn]), ms(p.P99[KeepAlive]), api, table)
 }
 
 // PrintTable writes the final table and the assertions.

@@ -152,6 +152,7 @@ type Progress struct {
 	Failures int
 	APIOK    bool
 	Sources  int
+	Shield   bool // attached: pass and drop rates are meaningful
 }
 
 // Result is a whole run, as printed and written to JSON.
@@ -644,7 +645,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 			if r.cfg.Progress == nil {
 				continue
 			}
-			p := Progress{Phase: name, Elapsed: now.Sub(start), Length: r.cfg.PhaseDuration, APIOK: r.poll.ok(), DropPPS: map[string]float64{}}
+			p := Progress{Phase: name, Elapsed: now.Sub(start), Length: r.cfg.PhaseDuration, APIOK: r.poll.ok(), DropPPS: map[string]float64{}, Shield: shielded}
 			dt := now.Sub(lastAt).Seconds()
 			s := sent.Load()
 			p.SentPPS = float64(s-lastSent) / dt
