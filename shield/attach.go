@@ -117,6 +117,13 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	if opts.Iface == "" || strings.ContainsAny(opts.Iface, "/\x00") || opts.Iface == "." || opts.Iface == ".." {
 		return nil, fmt.Errorf("invalid interface name %q", opts.Iface)
 	}
+	if opts.Mode > ModeGeneric {
+		return nil, fmt.Errorf("unknown mode %d", uint8(opts.Mode))
+	}
+	// Bad options change nothing: not even the pin directory is made.
+	if err := opts.Load.validate(); err != nil {
+		return nil, err
+	}
 	ifc, err := net.InterfaceByName(opts.Iface)
 	if err != nil {
 		return nil, fmt.Errorf("find interface %q: %w", opts.Iface, err)
@@ -145,12 +152,8 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "sources"), nil); err == nil {
 		pinned := m.MaxEntries()
 		m.Close()
-		want := opts.Load.TableSize
-		if want == 0 {
-			want = DefaultTableSize
-		}
-		if pinned != want {
-			a.Notes = append(a.Notes, fmt.Sprintf("keeping the pinned table size %d (configured %d): `shield detach` first to change it", pinned, want))
+		if pinned != opts.Load.TableSize {
+			a.Notes = append(a.Notes, fmt.Sprintf("keeping the pinned table size %d (configured %d): `shield detach` first to change it", pinned, opts.Load.TableSize))
 		}
 		opts.Load.TableSize = pinned
 	}

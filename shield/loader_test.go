@@ -90,8 +90,9 @@ func TestLoadRejects(t *testing.T) {
 		opts Options
 		want []string // substrings of the error
 	}{
-		{"table too large", Options{TableSize: MaxTableSize + 1, Limits: good}, []string{"table size 16777217 exceeds the maximum 16777216"}},
-		{"table absurd", Options{TableSize: 1<<32 - 1, Limits: good}, []string{"exceeds the maximum"}},
+		{"table 0", Options{TableSize: 0, Limits: good}, []string{"table size 0 out of range [1, 16777216]"}},
+		{"table too large", Options{TableSize: MaxTableSize + 1, Limits: good}, []string{"table size 16777217 out of range [1, 16777216]"}},
+		{"table absurd", Options{TableSize: 1<<32 - 1, Limits: good}, []string{"table size 4294967295 out of range"}},
 		{"rate 0", Options{Limits: with(func(l *Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
 		{"burst 0", Options{Limits: with(func(l *Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
 		{"admission rate 0", Options{Limits: with(func(l *Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
@@ -101,6 +102,9 @@ func TestLoadRejects(t *testing.T) {
 			[]string{"rate 0", "burst 1000000001", "admission_burst 0"}},
 		{"unknown clock", Options{Clock: 9, Limits: good}, []string{"unknown clock 9"}},
 	} {
+		if tc.opts.TableSize == 0 && tc.name != "table 0" {
+			tc.opts.TableSize = 4096
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			// Rejected before anything exists: not even the pin directory.
 			tc.opts.PinPath = filepath.Join(t.TempDir(), "pins")
@@ -114,16 +118,28 @@ func TestLoadRejects(t *testing.T) {
 			}
 			_, err = os.Stat(tc.opts.PinPath)
 			assert.True(t, os.IsNotExist(err), "pin directory after a rejected Load: %v", err)
+
+			// Attach checks the same options before it touches bpffs.
+			root := filepath.Join(t.TempDir(), "root")
+			a, err := Attach(AttachOptions{Iface: "lo", PinRoot: root, Load: tc.opts})
+			if err == nil {
+				a.Close()
+				t.Fatalf("Attach(%+v) = nil error, want one containing %q", tc.opts, tc.want)
+			}
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w, "Attach(%+v) error", tc.opts)
+			}
+			_, err = os.Stat(root)
+			assert.True(t, os.IsNotExist(err), "pin root after a rejected Attach: %v", err)
 		})
 	}
 }
 
-// TestLoadDefaults: a zero TableSize means DefaultTableSize (Options follows
-// the Go zero-value convention; user input is validated before it gets
-// here), zero Limits mean DefaultLimits.
+// TestLoadDefaults: zero Limits mean DefaultLimits; the table is as large
+// as asked.
 func TestLoadDefaults(t *testing.T) {
 	testutil.Root(t)
-	s, err := Load(Options{Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, uint32(DefaultTableSize), s.TableSize(), "TableSize()")

@@ -52,7 +52,9 @@ const (
 
 // Options configure Load.
 type Options struct {
-	// TableSize is the capacity of the per-source table (default 1,048,576).
+	// TableSize is the capacity of the per-source table, from 1 to
+	// MaxTableSize (DefaultTableSize, 1,048,576, is the usual choice). Zero
+	// is an error, not a default: a size is always the caller's decision.
 	TableSize uint32
 	// Clock is the program's time source (default ClockJiffies).
 	Clock Clock
@@ -78,24 +80,34 @@ type Shield struct {
 	limits Limits
 }
 
-// Load loads the program and its maps. Nothing is attached.
-func Load(opts Options) (*Shield, error) {
-	if opts.TableSize == 0 {
-		opts.TableSize = DefaultTableSize
+// validate checks opts whole, before anything is created. Zero Limits
+// stand for DefaultLimits.
+func (o Options) validate() error {
+	var errs []error
+	if o.TableSize == 0 || o.TableSize > MaxTableSize {
+		errs = append(errs, fmt.Errorf("table size %d out of range [1, %d]", o.TableSize, MaxTableSize))
 	}
-	if opts.TableSize > MaxTableSize {
-		return nil, fmt.Errorf("table size %d exceeds the maximum %d", opts.TableSize, MaxTableSize)
+	if o.Limits != (Limits{}) {
+		if err := o.Limits.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("limits: %w", err))
+		}
+	}
+	if _, ok := clockModes[o.Clock]; !ok {
+		errs = append(errs, fmt.Errorf("unknown clock %d", o.Clock))
+	}
+	return errors.Join(errs...)
+}
+
+// Load loads the program and its maps. Nothing is attached. Bad options are
+// rejected before anything is created (the pin directory included).
+func Load(opts Options) (*Shield, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	if opts.Limits == (Limits{}) {
 		opts.Limits = DefaultLimits()
 	}
-	if err := opts.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("limits: %w", err)
-	}
-	mode, ok := clockModes[opts.Clock]
-	if !ok {
-		return nil, fmt.Errorf("unknown clock %d", opts.Clock)
-	}
+	mode := clockModes[opts.Clock]
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)

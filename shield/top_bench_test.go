@@ -14,7 +14,7 @@ import (
 // implementation would use, measured in the same run.
 func BenchmarkTop(b *testing.B) {
 	testutil.Root(b)
-	s, err := Load(Options{Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
 	if err != nil {
 		b.Fatal(err)
 	}

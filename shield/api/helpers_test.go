@@ -42,7 +42,7 @@ func newEnv(t *testing.T, opts api.Options) *env {
 		t.Fatalf("EnsureBPFFS: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, PinPath: dir})
+	sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Clock: shield.ClockVirtual, PinPath: dir})
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
