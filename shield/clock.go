@@ -30,9 +30,14 @@ func measureJiffy() (uint64, error) {
 			return 0, 0, fmt.Errorf("run clock probe: %w", err)
 		}
 		if err := objs.Jiffies.Get(&j); err != nil {
-			return 0, 0, err
+			return 0, 0, fmt.Errorf("read probe_jiffies: %w", err)
 		}
-		return j, k, objs.Ktime.Get(&k)
+		// k is read before it is returned: in `return j, k, Get(&k)` the
+		// order of k and the call is unspecified.
+		if err := objs.Ktime.Get(&k); err != nil {
+			return 0, 0, fmt.Errorf("read probe_ktime_ns: %w", err)
+		}
+		return j, k, nil
 	}
 	j0, k0, err := read()
 	if err != nil {
