@@ -19,7 +19,7 @@ type config struct {
 	Iface     string `toml:"iface"`
 	Mode      string `toml:"mode"`
 	PinRoot   string `toml:"pin_root"`
-	TableSize uint32 `toml:"table_size"`
+	TableSize uint64 `toml:"table_size"` // uint64, so a too large value is reported as written
 	Clock     string `toml:"clock"`
 
 	API struct {

@@ -42,6 +42,8 @@ func TestConfigErrors(t *testing.T) {
 		{"unknown nested key", "iface = \"eth0\"\n[limits]\nrte = 5", "unknown keys: limits.rte"},
 		{"no iface", "", "iface: an interface is required"},
 		{"rate 0", "iface = \"eth0\"\n[limits]\nrate = 0", "rate 0 out of range"},
+		{"table 0", "iface = \"eth0\"\ntable_size = 0", "table_size: 0 out of range [1024, 16777216]"},
+		{"table absurd", "iface = \"eth0\"\ntable_size = 5000000000", "table_size: 5000000000 out of range"},
 		{"negative", "iface = \"eth0\"\n[limits]\nburst = -1", "burst"},
 		{"bad cidr", "iface = \"eth0\"\n[lists]\ndeny = [\"198.18.0.0/24\", \"198.18.0.999\"]", `lists.deny: "198.18.0.999"`},
 		{"bad mode", "iface = \"eth0\"\nmode = \"fast\"", `unknown mode "fast"`},

@@ -85,7 +85,7 @@ func runServe(ctx context.Context, args []string) error {
 		case "pin-root":
 			cfg.PinRoot = *pinRoot
 		case "table-size":
-			cfg.TableSize = uint32(min(*tableSize, 1<<32-1))
+			cfg.TableSize = uint64(*tableSize)
 		case "log-format":
 			cfg.Log.Format = *logFormat
 		}
@@ -126,7 +126,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg config, set settings) erro
 		Iface:   cfg.Iface,
 		Mode:    set.mode,
 		PinRoot: cfg.PinRoot,
-		Load:    shield.Options{TableSize: cfg.TableSize, Clock: set.clock, Limits: set.limits},
+		Load:    shield.Options{TableSize: uint32(cfg.TableSize), Clock: set.clock, Limits: set.limits},
 	})
 	if err != nil {
 		if errors.Is(err, shield.ErrLocked) {
