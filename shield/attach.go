@@ -264,14 +264,6 @@ func (a *Attachment) attach(mode Mode, linkPath string) error {
 	return nil
 }
 
-// Replace swaps the attached program for prog through the link, atomically.
-func (a *Attachment) Replace(prog *ebpf.Program) error {
-	if err := a.link.Update(prog); err != nil {
-		return fmt.Errorf("replace program on %q: %w", a.Iface, err)
-	}
-	return nil
-}
-
 // Close releases this process's handles and the lock. The pinned link keeps
 // the program attached and the pinned maps keep the state.
 func (a *Attachment) Close() error {
@@ -342,12 +334,6 @@ func Detach(pinRoot, iface string) error {
 	}
 	os.Remove(filepath.Dir(dir)) // the root, when this was the last interface
 	return nil
-}
-
-// Pinned reports whether iface has a pinned link under pinRoot.
-func Pinned(pinRoot, iface string) bool {
-	_, err := os.Stat(filepath.Join(PinDir(pinRoot, iface), linkPin))
-	return err == nil
 }
 
 // EnsureBPFFS makes sure dir (created if missing) lives on a bpf filesystem,

@@ -56,16 +56,6 @@ func Reasons() []Reason {
 }
 func Protos() []Proto { return []Proto{ProtoTCP, ProtoUDP, ProtoICMP, ProtoOther} }
 
-// ParseReason returns the reason named s.
-func ParseReason(s string) (Reason, error) {
-	for i, n := range reasonNames {
-		if n == s {
-			return Reason(i), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown reason %q", s)
-}
-
 // Counters are packet counts summed over CPUs, by verdict, reason and protocol.
 type Counters [numVerdicts][numReasons][numProtos]uint64
 

@@ -50,8 +50,7 @@ const walkChunk = 4096
 
 // WalkStats describes one walk of the sources table.
 type WalkStats struct {
-	Scanned int  // entries read
-	Batched bool // read with BPF_MAP_LOOKUP_BATCH (false: key by key)
+	Scanned int // entries read
 }
 
 // Top returns up to n tracked sources (1 <= n <= MaxTop) with the most
@@ -172,7 +171,6 @@ func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bp
 		if errors.Is(err, ebpf.ErrNotSupported) && st.Scanned == 0 && n == 0 {
 			return s.iterateSources(ctx, fn)
 		}
-		st.Batched = true
 		for i := 0; i < n; i++ {
 			fn(&keys[i], &vals[i])
 		}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -69,9 +70,9 @@ func TestForgedFlood(t *testing.T) {
 
 	allowed := l.AdmissionBurst + uint64(span)*l.AdmissionRate/uint64(sec)
 	assert.LessOrEqual(t, admitted, allowed, "strangers admitted during the flood")
-	n, err := s.SourceCount()
+	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, int(admitted)+1, n, "SourceCount() after the flood")
+	assert.Equal(t, int(admitted)+1, n, "CountSources() after the flood")
 	assert.Less(t, n, table, "the flood must not fill the table")
 
 	got := source(t, s, "198.18.0.1")

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -28,9 +29,9 @@ func TestMalformedPasses(t *testing.T) {
 	assert.Equal(t, len(corpus), res.Steps, "steps run")
 	assert.NotZero(t, counts[shield.ReasonMalformed], "malformed frames in the corpus")
 	assert.NotZero(t, counts[shield.ReasonNotIP], "non-IP frames in the corpus")
-	n, err := s.SourceCount()
+	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
-	assert.Zero(t, n, "SourceCount() after the corpus")
+	assert.Zero(t, n, "CountSources() after the corpus")
 
 	// The well-formed originals are denied: the corpus's verdicts come from
 	// parsing, not from a shield that passes everything.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -114,9 +115,9 @@ func TestLists(t *testing.T) {
 		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
 		{Name: "unlisted over burst", At: sec, Frame: outside, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
 	}}.Run(t)
-	n, err := s.SourceCount()
+	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, 1, n, "SourceCount() after listed traffic")
+	assert.Equal(t, 1, n, "CountSources() after listed traffic")
 
 	// Removing the allow entry exposes the deny list, without a reload.
 	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
