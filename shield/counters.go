@@ -109,21 +109,15 @@ func (c *Counters) Each(fn func(Verdict, Reason, Proto, uint64)) {
 	}
 }
 
+// readCounters sums readCountersByCPU over CPUs.
 func readCounters(m *ebpf.Map) (Counters, error) {
 	var c Counters
-	var perCPU []uint64
-	for v := range c {
-		for r := range c[v] {
-			for p := range c[v][r] {
-				idx := uint32((v*int(numReasons)+r)*int(numProtos) + p)
-				if err := m.Lookup(idx, &perCPU); err != nil {
-					return c, fmt.Errorf("read counter %d: %w", idx, err)
-				}
-				for _, x := range perCPU {
-					c[v][r][p] += x
-				}
-			}
-		}
+	per, err := readCountersByCPU(m)
+	if err != nil {
+		return c, err
+	}
+	for _, pc := range per {
+		pc.Each(func(v Verdict, r Reason, p Proto, n uint64) { c[v][r][p] += n })
 	}
 	return c, nil
 }

@@ -90,23 +90,29 @@ func (t trie) key(p netip.Prefix) any {
 	return bpf.ShieldLpm4Key{Prefixlen: uint32(p.Bits()), Addr: p.Addr().As4()}
 }
 
-func (t trie) list() ([]netip.Prefix, error) {
-	var out []netip.Prefix
+// each calls fn for every entry of the trie.
+func (t trie) each(fn func(netip.Prefix, uint8)) error {
 	var v uint8
 	if t.v6 {
 		var k bpf.ShieldLpm6Key
 		it := t.m.Iterate()
 		for it.Next(&k, &v) {
-			out = append(out, netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)))
+			fn(netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)), v)
 		}
-		return out, it.Err()
+		return it.Err()
 	}
 	var k bpf.ShieldLpm4Key
 	it := t.m.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)))
+		fn(netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)), v)
 	}
-	return out, it.Err()
+	return it.Err()
+}
+
+func (t trie) list() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	err := t.each(func(p netip.Prefix, _ uint8) { out = append(out, p) })
+	return out, err
 }
 
 // List returns the prefixes of list l, IPv4 first, sorted.
@@ -326,22 +332,12 @@ func wantVerdicts(allow, deny []netip.Prefix) map[netip.Prefix]uint8 {
 // readVerdicts returns what the verdict tries hold.
 func (s *Shield) readVerdicts() (map[netip.Prefix]uint8, error) {
 	out := map[netip.Prefix]uint8{}
+	put := func(p netip.Prefix, v uint8) { out[p] = v }
 	v4, v6 := s.verdictTries()
-	var v uint8
-	var k4 bpf.ShieldLpm4Key
-	it := v4.m.Iterate()
-	for it.Next(&k4, &v) {
-		out[netip.PrefixFrom(netip.AddrFrom4(k4.Addr), int(k4.Prefixlen))] = v
-	}
-	if err := it.Err(); err != nil {
+	if err := v4.each(put); err != nil {
 		return nil, fmt.Errorf("read IPv4 verdicts: %w", err)
 	}
-	var k6 bpf.ShieldLpm6Key
-	it = v6.m.Iterate()
-	for it.Next(&k6, &v) {
-		out[netip.PrefixFrom(netip.AddrFrom16(k6.Addr), int(k6.Prefixlen))] = v
-	}
-	if err := it.Err(); err != nil {
+	if err := v6.each(put); err != nil {
 		return nil, fmt.Errorf("read IPv6 verdicts: %w", err)
 	}
 	return out, nil
