@@ -309,8 +309,9 @@ func (vm *VM) buildInitramfs(path string, log *slog.Logger) error {
 	if _, err := os.Stat("/etc/iproute2"); err == nil {
 		c.HostTree("/etc/iproute2", "/etc/iproute2", nil)
 	}
-	c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/tmp:/bin/sh\n"))
-	c.File("etc/group", 0o644, []byte("root:x:0:\n"))
+	// tcpdump drops privileges to its own user; nobody for the rest.
+	c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/tmp:/bin/sh\ntcpdump:x:100:101::/nonexistent:/bin/false\nnobody:x:65534:65534::/nonexistent:/bin/false\n"))
+	c.File("etc/group", 0o644, []byte("root:x:0:\ntcpdump:x:101:\nnogroup:x:65534:\n"))
 	c.File("etc/hosts", 0o644, []byte("127.0.0.1 localhost\n::1 localhost\n"))
 	for _, m := range mods {
 		c.File("lib/modules/"+m.Name+".ko", 0o644, m.ELF)
