@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Cache is the on-disk kernel cache: the private apt configuration, the
@@ -58,6 +60,23 @@ func (c *Cache) apt(suites ...string) *Apt {
 	return &Apt{Dir: filepath.Join(c.Dir, "apt"), Suites: all, Log: c.Log}
 }
 
+// lock serialises fetches, extractions and repins across processes (go
+// test -exec runs several vmexec at once).
+func (c *Cache) lock() (func(), error) {
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("kernel cache: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(c.Dir, "fetch.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("kernel cache lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("kernel cache lock: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
 // Kernel is a pinned kernel, verified and extracted.
 type Kernel struct {
 	Pin     *Pin
@@ -72,6 +91,11 @@ type Kernel struct {
 // image's hash. A version the archive no longer serves fails naming the pin
 // and RepinCommand.
 func (c *Cache) Fetch(ctx context.Context, pin *Pin) (*Kernel, error) {
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	debDir := filepath.Join(c.Dir, "debs")
 	if err := os.MkdirAll(debDir, 0o755); err != nil {
 		return nil, fmt.Errorf("kernel cache: %w", err)
@@ -217,6 +241,11 @@ func (c *Cache) Repin(ctx context.Context, names []string, suites map[string]str
 		}
 		all = append(all, s)
 	}
+	unlock, err := c.lock()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	a := c.apt(all...)
 	if err := a.Update(ctx, 0); err != nil {
 		return nil, err
