@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 
@@ -25,6 +26,15 @@ func (l List) String() string {
 	}
 	return "deny"
 }
+
+// ErrInvalid marks the errors of Add and Remove that their input caused (a
+// bad prefix, a list over capacity, a prefix not listed): nothing changed.
+var ErrInvalid = errors.New("invalid list change")
+
+// inputError is an error that errors.Is(err, ErrInvalid), with its own text.
+type inputError struct{ error }
+
+func (inputError) Is(target error) bool { return target == ErrInvalid }
 
 // maxListEntries mirrors MAX_LIST_ENTRIES in bpf/shield.c (per family).
 const maxListEntries = 65536
@@ -160,7 +170,7 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 	var fresh []netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return fmt.Errorf("invalid prefix %q", p)
+			return inputError{fmt.Errorf("invalid prefix %q", p)}
 		}
 		if have[p] {
 			continue
@@ -176,7 +186,7 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		}
 	}
 	if n4 > maxListEntries || n6 > maxListEntries {
-		return fmt.Errorf("%s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)
+		return inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
 	}
 
 	v4, v6 := s.tries(l)
@@ -202,8 +212,8 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 	return s.publish(s.limits)
 }
 
-// Remove takes prefixes off list l. Every prefix must be listed; otherwise
-// nothing is removed.
+// Remove takes prefixes off list l (a prefix given twice is removed once).
+// Every prefix must be listed; otherwise nothing is removed.
 func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -215,16 +225,21 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	for _, p := range cur {
 		have[p] = true
 	}
-	var missing []error
+	var missing []string
+	var gone []netip.Prefix
 	for _, p := range prefixes {
+		if slices.Contains(gone, p) {
+			continue
+		}
 		if !have[p] {
-			missing = append(missing, fmt.Errorf("%s is not on the %s list", p, l))
+			missing = append(missing, p.String())
 			continue
 		}
 		delete(have, p)
+		gone = append(gone, p)
 	}
 	if len(missing) > 0 {
-		return errors.Join(missing...)
+		return inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
 	}
 	// The flag goes first when a trie empties, then the entries.
 	flags, err := s.flagsWith(l, have)
@@ -234,7 +249,7 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	if err := s.publishFlags(s.limits, flags); err != nil {
 		return err
 	}
-	if err := s.removeLocked(l, prefixes); err != nil {
+	if err := s.removeLocked(l, gone); err != nil {
 		return err
 	}
 	return s.syncVerdicts()

@@ -272,6 +272,7 @@ func TestAddAllOrNothing(t *testing.T) {
 				err := s.Add(l, batch)
 				require.Error(t, err, "Add(%s, %v)", l, batch)
 				assert.Contains(t, err.Error(), tc.want)
+				assert.ErrorIs(t, err, ErrInvalid)
 				assert.Equal(t, before, snapshot(t, s), "state after a rejected Add")
 			})
 		}
@@ -286,6 +287,7 @@ func TestAddAllOrNothing(t *testing.T) {
 	err := s.Add(DenyList, many)
 	require.Error(t, err, "Add(%d prefixes)", len(many))
 	assert.Contains(t, err.Error(), "the limit is 65536")
+	assert.ErrorIs(t, err, ErrInvalid)
 	assert.Equal(t, before, snapshot(t, s), "state after an over-capacity Add")
 
 	// Adding what is already there changes nothing either.
@@ -310,7 +312,8 @@ func TestRemove(t *testing.T) {
 		require.NoError(t, err)
 		err = s.Remove(DenyList, ps)
 		require.Error(t, err, "Remove(deny, %q)", missing)
-		assert.Contains(t, err.Error(), "is not on the deny list")
+		assert.Contains(t, err.Error(), "not on the deny list: ")
+		assert.ErrorIs(t, err, ErrInvalid)
 		assert.Equal(t, before, snapshot(t, s), "state after Remove(deny, %q)", missing)
 	}
 	// The allow list does not hold the deny list's prefixes.

@@ -469,57 +469,18 @@ func (s *Server) prefixes(w http.ResponseWriter, r *http.Request) ([]netip.Prefi
 }
 
 func (s *Server) addList(w http.ResponseWriter, r *http.Request, l shield.List) {
-	ps, err := s.prefixes(w, r)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	before, err := s.sh.List(l)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	have := make(map[netip.Prefix]bool, len(before))
-	n4, n6 := 0, 0
-	count := func(p netip.Prefix) {
-		if p.Addr().Is4() {
-			n4++
-		} else {
-			n6++
-		}
-	}
-	for _, p := range before {
-		have[p] = true
-		count(p)
-	}
-	var added []netip.Prefix
-	for _, p := range ps {
-		if !have[p] {
-			have[p] = true
-			count(p)
-			added = append(added, p)
-		}
-	}
-	if n4 > shield.MaxListEntries || n6 > shield.MaxListEntries {
-		s.fail(w, badf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each",
-			l, n4, n6, shield.MaxListEntries))
-		return
-	}
-	if err := s.sh.Add(l, ps); err != nil {
-		s.fail(w, fmt.Errorf("add to %s list: %w", l, err))
-		return
-	}
-	after, err := s.sh.List(l)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	s.log.Info("list changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, l.String()+" add",
-		keyItems, prefixStrings(added), keyOld, len(before), keyNew, len(after))
-	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(after), Added: prefixStrings(added)})
+	s.changeList(w, r, l, "add", s.sh.Add)
 }
 
 func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) {
+	s.changeList(w, r, l, "del", s.sh.Remove)
+}
+
+// changeList applies a validated batch to list l with apply (shield's Add
+// or Remove, which check it whole against the list: shield.ErrInvalid is
+// the client's error), then answers and logs what changed.
+func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.List, verb string,
+	apply func(shield.List, []netip.Prefix) error) {
 	ps, err := s.prefixes(w, r)
 	if err != nil {
 		s.fail(w, err)
@@ -530,28 +491,12 @@ func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) 
 		s.fail(w, err)
 		return
 	}
-	have := make(map[netip.Prefix]bool, len(before))
-	for _, p := range before {
-		have[p] = true
-	}
-	var missing []string
-	seen := map[netip.Prefix]bool{}
-	var uniq []netip.Prefix
-	for _, p := range ps {
-		if !have[p] {
-			missing = append(missing, p.String())
+	if err := apply(l, ps); err != nil {
+		if errors.Is(err, shield.ErrInvalid) {
+			s.fail(w, badRequest{err})
+			return
 		}
-		if !seen[p] {
-			seen[p] = true
-			uniq = append(uniq, p)
-		}
-	}
-	if len(missing) > 0 {
-		s.fail(w, badf("not on the %s list: %s", l, strings.Join(missing, ", ")))
-		return
-	}
-	if err := s.sh.Remove(l, uniq); err != nil {
-		s.fail(w, fmt.Errorf("remove from %s list: %w", l, err))
+		s.fail(w, fmt.Errorf("%s %s list: %w", verb, l, err))
 		return
 	}
 	after, err := s.sh.List(l)
@@ -559,9 +504,33 @@ func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) 
 		s.fail(w, err)
 		return
 	}
-	s.log.Info("list changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, l.String()+" del",
-		keyItems, prefixStrings(uniq), keyOld, len(before), keyNew, len(after))
-	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(after), Removed: prefixStrings(uniq)})
+	resp := ListResponse{List: l.String(), Prefixes: prefixStrings(after)}
+	var changed []string
+	if verb == "add" {
+		changed = prefixStrings(missingFrom(before, after))
+		resp.Added = changed
+	} else {
+		changed = prefixStrings(missingFrom(after, before))
+		resp.Removed = changed
+	}
+	s.log.Info("list changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, l.String()+" "+verb,
+		keyItems, changed, keyOld, len(before), keyNew, len(after))
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// missingFrom returns the prefixes of b that a lacks.
+func missingFrom(a, b []netip.Prefix) []netip.Prefix {
+	in := make(map[netip.Prefix]bool, len(a))
+	for _, p := range a {
+		in[p] = true
+	}
+	var out []netip.Prefix
+	for _, p := range b {
+		if !in[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // slogPrinter adapts a slog.Logger to promhttp's ErrorLog.

@@ -342,3 +342,28 @@ func TestReadsNeedTokenWhenAsked(t *testing.T) {
 		}
 	}
 }
+
+// TestListCapacity: a batch that would take a list over its capacity gets
+// 400 from the shield's own check and changes nothing; the other family,
+// which has room, still takes prefixes.
+func TestListCapacity(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	full := make([]netip.Prefix, shield.MaxListEntries)
+	for i := range full {
+		full[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)
+	}
+	if err := e.sh.Add(shield.DenyList, full); err != nil {
+		t.Fatalf("fill the deny list: %v", err)
+	}
+	before := e.state(t)
+	code, body := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["203.0.113.0/24"]}`)
+	if code != http.StatusBadRequest || !strings.Contains(body, "the limit is 65536") {
+		t.Errorf("POST /v1/deny over capacity = %d %s, want 400 naming the limit", code, body)
+	}
+	if after := e.state(t); !reflect.DeepEqual(before, after) {
+		t.Error("state changed after a refused over-capacity POST")
+	}
+	if code, body := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["2001:db8::/32"]}`); code != http.StatusOK {
+		t.Errorf("POST /v1/deny IPv6 with room = %d %s, want 200", code, body)
+	}
+}
