@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/user"
 	"strings"
@@ -18,6 +19,9 @@ const (
 	envToken     = "SHIELD_TOKEN"
 	envTokenFile = "SHIELD_TOKEN_FILE"
 )
+
+// stdout is where the API commands print (tests capture it).
+var stdout io.Writer = os.Stdout
 
 // clientFlags are the flags every API command takes.
 type clientFlags struct {
@@ -77,7 +81,7 @@ func operator() string {
 }
 
 func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }

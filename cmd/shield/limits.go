@@ -81,6 +81,6 @@ func runLimits(ctx context.Context, args []string) error {
 }
 
 func printLimits(prefix string, l shield.Limits) {
-	fmt.Printf("%srate %d/s burst %d, admission %d/s burst %d, dry-run %v\n",
+	fmt.Fprintf(stdout, "%srate %d/s burst %d, admission %d/s burst %d, dry-run %v\n",
 		prefix, l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun)
 }

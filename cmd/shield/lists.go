@@ -74,14 +74,14 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 			return printJSON(r)
 		}
 		if sub == "add" {
-			fmt.Printf("added %d new prefixes; the %s list holds %d\n", len(r.Added), l, len(r.Prefixes))
+			fmt.Fprintf(stdout, "added %d new prefixes; the %s list holds %d\n", len(r.Added), l, len(r.Prefixes))
 		} else {
-			fmt.Printf("removed %d prefixes; the %s list holds %d\n", len(r.Removed), l, len(r.Prefixes))
+			fmt.Fprintf(stdout, "removed %d prefixes; the %s list holds %d\n", len(r.Removed), l, len(r.Prefixes))
 		}
 		return nil
 	}
 	for _, p := range prefixes {
-		fmt.Println(p)
+		fmt.Fprintln(stdout, p)
 	}
 	return nil
 }

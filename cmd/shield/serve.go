@@ -95,7 +95,7 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	if *check {
-		fmt.Printf("configuration OK: iface %s, mode %s, table %d, api %s, token %s, limits %+v, allow %d (+own addresses: %v), deny %d\n",
+		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s, token %s, limits %+v, allow %d (+own addresses: %v), deny %d\n",
 			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, tokenState(cfg.API.TokenFile), set.limits,
 			len(set.allow), cfg.Lists.AllowOwnAddresses, len(set.deny))
 		return nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"text/tabwriter"
 	"time"
 
@@ -31,6 +30,9 @@ func runStatus(ctx context.Context, args []string) error {
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("status: unexpected arguments %q", fs.Args())
 	}
 	cl, err := cf.client(false)
 	if err != nil {
@@ -64,17 +66,15 @@ func runStatus(ctx context.Context, args []string) error {
 		if in.Adopted {
 			how = "adopted"
 		}
-		fmt.Printf("shield   %s on %s (%s XDP), link %d, program %d, %s, up %s\n", in.Version, in.Iface, in.Mode,
+		fmt.Fprintf(stdout, "shield   %s on %s (%s XDP), link %d, program %d, %s, up %s\n", in.Version, in.Iface, in.Mode,
 			in.LinkID, in.ProgramID, how, time.Duration(in.UptimeSeconds*float64(time.Second)).Round(time.Second))
 	}
-	fmt.Printf("sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
+	fmt.Fprintf(stdout, "sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
 		100*float64(c.Sources.Tracked)/float64(max(c.Sources.Capacity, 1)))
-	l := r.Limits
-	fmt.Printf("limits   rate %d/s burst %d, admission %d/s burst %d, dry-run %v\n",
-		l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun)
-	fmt.Printf("lists    allow %d prefixes, deny %d prefixes\n", r.Allow, r.Deny)
-	fmt.Printf("packets  passed %d, dropped %d\n\n", c.Verdicts["pass"], c.Verdicts["drop"])
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	printLimits("limits   ", r.Limits)
+	fmt.Fprintf(stdout, "lists    allow %d prefixes, deny %d prefixes\n", r.Allow, r.Deny)
+	fmt.Fprintf(stdout, "packets  passed %d, dropped %d\n\n", c.Verdicts["pass"], c.Verdicts["drop"])
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "VERDICT\tREASON\tTCP\tUDP\tICMP\tOTHER\t")
 	type row struct{ v, r string }
 	var rows []row

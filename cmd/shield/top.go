@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"text/tabwriter"
 
 	"xdpshield/shield"
@@ -23,6 +22,9 @@ func runTop(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("top: unexpected arguments %q", fs.Args())
+	}
 	by, err := shield.ParseTopOrder(*byName)
 	if err != nil {
 		return err
@@ -38,7 +40,7 @@ func runTop(ctx context.Context, args []string) error {
 	if cf.json {
 		return printJSON(r)
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tADDRESS\tPASSED\tDROPPED\tLIMITED")
 	for i, s := range r.Sources {
 		lim := ""
@@ -50,6 +52,6 @@ func runTop(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Printf("(%d sources scanned in %.0f ms, by %s)\n", r.Scanned, r.ElapsedMs, r.By)
+	fmt.Fprintf(stdout, "(%d sources scanned in %.0f ms, by %s)\n", r.Scanned, r.ElapsedMs, r.By)
 	return nil
 }

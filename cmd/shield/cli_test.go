@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/shield"
+	"xdpshield/shield/api"
+	"xdpshield/sim"
+)
+
+// TestCLI runs every API command (status, top, limits get|set, allow and
+// deny add|del|list) against an in-process service, as a table and with
+// -json, and checks that refused changes are errors that change nothing.
+func TestCLI(t *testing.T) {
+	testutil.Root(t)
+	for _, k := range []string{envAPI, envToken, envTokenFile} {
+		t.Setenv(k, "")
+	}
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer sh.Close()
+	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	defer srv.Close()
+	tok := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	// run runs `shield NAME [SUB] -api URL [-token-file F] ARGS...` and
+	// returns what it printed.
+	run := func(auth bool, words ...string) (string, error) {
+		t.Helper()
+		name, rest := words[0], words[1:]
+		var args []string
+		if name == "limits" || name == "allow" || name == "deny" {
+			args, rest = append(args, rest[0]), rest[1:]
+		}
+		args = append(args, "-api", srv.URL)
+		if auth {
+			args = append(args, "-token-file", tok)
+		}
+		var out bytes.Buffer
+		stdout = &out
+		defer func() { stdout = os.Stdout }()
+		err := commands[name].run(context.Background(), append(args, rest...))
+		return out.String(), err
+	}
+	mustRun := func(auth bool, words ...string) string {
+		t.Helper()
+		out, err := run(auth, words...)
+		if err != nil {
+			t.Fatalf("shield %s: %v", strings.Join(words, " "), err)
+		}
+		return out
+	}
+	decode := func(out string, v any) {
+		t.Helper()
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			t.Fatalf("-json output %q: %v", out, err)
+		}
+	}
+	contains := func(what, out string, wants ...string) {
+		t.Helper()
+		for _, w := range wants {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s printed %q, want it to contain %q", what, out, w)
+			}
+		}
+	}
+
+	contains("allow add", mustRun(true, "allow", "add", "198.18.1.0/24", "2001:db8:1::/48"), "added 2 new prefixes; the allow list holds 2")
+	var lr api.ListResponse
+	decode(mustRun(true, "deny", "add", "-json", "198.19.0.0/16", "198.18.0.9"), &lr)
+	if got := strings.Join(lr.Added, " "); lr.List != "deny" || got != "198.18.0.9/32 198.19.0.0/16" {
+		t.Errorf("deny add -json = %+v, want deny with both added", lr)
+	}
+	if out := mustRun(false, "deny", "list"); out != "198.18.0.9/32\n198.19.0.0/16\n" {
+		t.Errorf("deny list = %q", out)
+	}
+	decode(mustRun(false, "deny", "list", "-json"), &lr)
+	if len(lr.Prefixes) != 2 {
+		t.Errorf("deny list -json = %+v, want 2 prefixes", lr)
+	}
+	contains("deny del", mustRun(true, "deny", "del", "198.19.0.0/16"), "removed 1 prefixes; the deny list holds 1")
+
+	contains("limits set", mustRun(true, "limits", "set", "-rate", "7", "-burst", "9"),
+		"old rate 1000/s burst 2000", "new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
+	want := shield.Limits{Rate: 7, Burst: 9, AdmissionRate: 10000, AdmissionBurst: 10000}
+	var got shield.Limits
+	decode(mustRun(false, "limits", "get", "-json"), &got)
+	if got != want {
+		t.Errorf("limits get -json = %+v, want %+v", got, want)
+	}
+	contains("limits get", mustRun(false, "limits", "get"), "rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
+	var ch api.LimitsChange
+	decode(mustRun(true, "limits", "set", "-json", "-dry-run=false"), &ch)
+	if ch.Old != want || ch.New != want {
+		t.Errorf("limits set -json = %+v, want old and new %+v", ch, want)
+	}
+
+	// Traffic: 198.18.0.7 passes its burst of 9, then 3 drop; a deny-listed
+	// source drops.
+	for i, src := range []string{"198.18.0.7", "198.18.0.9"} {
+		f := sim.From(src, sim.UDP).Bytes()
+		for range 12 - 10*i {
+			if _, err := sh.Program().Run(&ebpf.RunOptions{Data: f, Repeat: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	top := mustRun(false, "top", "-n", "3")
+	contains("top", top, "ADDRESS", "198.18.0.7", "(1 sources scanned")
+	if fs := strings.Fields(strings.Split(top, "\n")[1]); strings.Join(fs, " ") != "1 198.18.0.7 9 3 yes" {
+		t.Errorf("top row = %q, want 1 198.18.0.7 9 3 yes", fs)
+	}
+	var tr api.TopResponse
+	decode(mustRun(false, "top", "-json", "-by", "passed"), &tr)
+	if tr.By != "passed" || len(tr.Sources) != 1 || tr.Sources[0].Passed != 9 || !tr.Sources[0].Limited {
+		t.Errorf("top -json -by passed = %+v", tr)
+	}
+	contains("status", mustRun(false, "status"), "sources  1 tracked of 4096", "limits   rate 7/s burst 9",
+		"lists    allow 2 prefixes, deny 1 prefixes", "packets  passed 9, dropped 5")
+	var st statusReport
+	decode(mustRun(false, "status", "-json"), &st)
+	if st.Limits != want || st.Allow != 2 || st.Deny != 1 || st.Counters.Reasons["limit"] != 3 || st.Counters.Reasons["deny"] != 2 {
+		t.Errorf("status -json = %+v", st)
+	}
+
+	// Refusals: errors, and the state is as it was.
+	for _, tc := range []struct {
+		auth  bool
+		words []string
+		want  string
+	}{
+		{false, []string{"limits", "set", "-rate", "1"}, "changes need the operator token"},
+		{true, []string{"limits", "set"}, "nothing to change"},
+		{true, []string{"limits", "set", "-rate", "0"}, "400 Bad Request: limits: rate 0 out of range"},
+		{true, []string{"allow", "add", "198.18.2.0/24", "198.18.0.999"}, `400 Bad Request: prefixes: "198.18.0.999" is not an address or CIDR`},
+		{true, []string{"deny", "del", "203.0.113.0/24"}, "400 Bad Request: not on the deny list: 203.0.113.0/24"},
+		{true, []string{"deny", "list", "198.18.0.0/15"}, "deny list takes no CIDRs"},
+		{false, []string{"top", "-n", "0"}, "400 Bad Request"},
+		{false, []string{"top", "extra"}, "unexpected arguments"},
+		{false, []string{"status", "extra"}, "unexpected arguments"},
+		{false, []string{"limits", "show"}, "want `limits get`"},
+	} {
+		if _, err := run(tc.auth, tc.words...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("shield %s = %v, want an error containing %q", strings.Join(tc.words, " "), err, tc.want)
+		}
+	}
+	if l := sh.Limits(); l != want {
+		t.Errorf("limits after the refusals = %+v, want %+v", l, want)
+	}
+	for l, n := range map[shield.List]int{shield.AllowList: 2, shield.DenyList: 1} {
+		if ps, err := sh.List(l); err != nil || len(ps) != n {
+			t.Errorf("%s list after the refusals = %v, %v; want %d prefixes", l, ps, err, n)
+		}
+	}
+}
