@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -107,8 +108,8 @@ type settings struct {
 	mode   shield.Mode
 	clock  shield.Clock
 	limits shield.Limits
-	allow  []string
-	deny   []string
+	allow  []netip.Prefix
+	deny   []netip.Prefix
 	token  string
 }
 
@@ -149,13 +150,12 @@ func (c *config) validate() (settings, error) {
 	if err := s.limits.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if _, err := shield.ParsePrefixes(c.Lists.Allow); err != nil {
+	if s.allow, err = shield.ParsePrefixes(c.Lists.Allow); err != nil {
 		errs = append(errs, fmt.Errorf("lists.allow: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if _, err := shield.ParsePrefixes(c.Lists.Deny); err != nil {
+	if s.deny, err = shield.ParsePrefixes(c.Lists.Deny); err != nil {
 		errs = append(errs, fmt.Errorf("lists.deny: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	s.allow, s.deny = c.Lists.Allow, c.Lists.Deny
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:

@@ -211,13 +211,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg config, set settings) erro
 
 // applyList puts the configured prefixes on list l (already listed ones are
 // kept) and logs what it added.
-func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, entries []string) error {
-	if len(entries) == 0 {
+func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Prefix) error {
+	if len(ps) == 0 {
 		return nil
-	}
-	ps, err := shield.ParsePrefixes(entries)
-	if err != nil {
-		return fmt.Errorf("%s list: %w", l, err)
 	}
 	before, err := sh.List(l)
 	if err != nil {
@@ -246,12 +242,12 @@ func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, entries []str
 // ownAddresses lists this machine's addresses (in the service's network
 // namespace) as host prefixes: the operator is never limited when talking
 // from the machine itself.
-func ownAddresses() ([]string, error) {
+func ownAddresses() ([]netip.Prefix, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, fmt.Errorf("list own addresses: %w", err)
 	}
-	var out []string
+	var out []netip.Prefix
 	for _, a := range addrs {
 		n, ok := a.(*net.IPNet)
 		if !ok {
@@ -262,7 +258,7 @@ func ownAddresses() ([]string, error) {
 			continue
 		}
 		ip = ip.Unmap()
-		out = append(out, netip.PrefixFrom(ip, ip.BitLen()).String())
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
 	}
 	return out, nil
 }
