@@ -50,7 +50,7 @@ func main() {
 	err := cmd.run(ctx, os.Args[2:])
 	stop()
 	if err != nil {
-		slog.Error("shield "+os.Args[1], "err", err)
+		slog.Error("shield "+os.Args[1], keyErr, err)
 		os.Exit(1)
 	}
 }

@@ -187,9 +187,7 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 			a = netip.AddrFrom16(b)
 		} else {
 			b := base4
-			b[1] |= byte(i>>16) & 1
-			b[2], b[3] = byte(i>>8), byte(i)
-			b[1] = 18 + byte(i>>16)&1
+			b[1], b[2], b[3] = 18+byte(i>>16)&1, byte(i>>8), byte(i)
 			a = netip.AddrFrom4(b)
 			if i>>17 > 0 {
 				// Beyond 2^17 the /15 is exhausted: spread over the
@@ -293,11 +291,9 @@ func TestMetricsPromtool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []string{"198.18.5.5", "198.18.5.6", "198.18.6.1"} {
-		ret, err := e.sh.Program().Run(&ebpf.RunOptions{Data: udp4(src), Repeat: 1})
-		if err != nil {
+		if _, err := e.sh.Program().Run(&ebpf.RunOptions{Data: udp4(src), Repeat: 1}); err != nil {
 			t.Fatalf("run program: %v", err)
 		}
-		_ = ret
 	}
 	text, err := c.Metrics(ctx)
 	if err != nil {
