@@ -39,12 +39,27 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.Status, http.StatusText(e.Status), e.Message)
 }
 
+// do sends a request with body (JSON, when not nil) and decodes a 2xx
+// answer into out (when not nil).
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	data, err := c.request(ctx, method, path, body)
+	if err != nil || out == nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// request sends a request and returns a 2xx answer's body; other answers
+// are an *Error.
+func (c *Client) request(ctx context.Context, method, path string, body any) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
+			return nil, fmt.Errorf("encode request: %w", err)
 		}
 		rd = bytes.NewReader(b)
 	}
@@ -54,7 +69,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
 	if err != nil {
-		return fmt.Errorf("build request: %w", err)
+		return nil, fmt.Errorf("build request: %w", err)
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -71,26 +86,21 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", method, path, err)
+		return nil, fmt.Errorf("%s %s: read answer: %w", method, path, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		var e ErrorResponse
 		if json.Unmarshal(data, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(data))
 		}
-		return &Error{Status: resp.StatusCode, Message: e.Error}
+		return nil, &Error{Status: resp.StatusCode, Message: e.Error}
 	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-		}
-	}
-	return nil
+	return data, nil
 }
 
 // Info reads GET /v1/info.
@@ -144,29 +154,6 @@ func (c *Client) Remove(ctx context.Context, l shield.List, prefixes []string) (
 
 // Metrics reads GET /metrics as text.
 func (c *Client) Metrics(ctx context.Context) (string, error) {
-	base := strings.TrimSuffix(c.Base, "/")
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
-	if err != nil {
-		return "", err
-	}
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("get /metrics: %w", err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", fmt.Errorf("get /metrics: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return "", &Error{Status: resp.StatusCode, Message: strings.TrimSpace(string(b))}
-	}
-	return string(b), nil
+	b, err := c.request(ctx, http.MethodGet, "/metrics", nil)
+	return string(b), err
 }
