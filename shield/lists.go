@@ -152,21 +152,30 @@ func (s *Shield) listLocked(l List) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// listedLocked returns the prefixes of list l as a set.
+func (s *Shield) listedLocked(l List) (map[netip.Prefix]bool, error) {
+	cur, err := s.listLocked(l)
+	if err != nil {
+		return nil, err
+	}
+	have := make(map[netip.Prefix]bool, len(cur))
+	for _, p := range cur {
+		have[p] = true
+	}
+	return have, nil
+}
+
 // Add puts prefixes on list l. The batch is checked whole (capacity
 // included) before anything is written; if a write still fails, what the
 // batch wrote is removed again. Prefixes already listed are kept as they are.
 func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, err := s.listLocked(l)
+	have, err := s.listedLocked(l)
 	if err != nil {
 		return err
 	}
-	have := make(map[netip.Prefix]bool, len(cur))
 	n4, n6 := 0, 0
-	for _, p := range cur {
-		have[p] = true
-	}
 	var fresh []netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
@@ -217,13 +226,9 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur, err := s.listLocked(l)
+	have, err := s.listedLocked(l)
 	if err != nil {
 		return err
-	}
-	have := make(map[netip.Prefix]bool, len(cur))
-	for _, p := range cur {
-		have[p] = true
 	}
 	var missing []string
 	var gone []netip.Prefix
