@@ -6,7 +6,7 @@ import (
 )
 
 func TestBudgetLimit(t *testing.T) {
-	b := DefaultBudget()
+	b := Budget{P99Ratio: 5, P99Floor: 15 * time.Millisecond, P99FloorKeep: 5 * time.Millisecond, P99Cap: 100 * time.Millisecond}
 	for _, tc := range []struct {
 		kind     Kind
 		baseline time.Duration

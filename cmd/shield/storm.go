@@ -28,7 +28,7 @@ func runStorm(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
 	fs.StringVar(&cfg.Sources, "sources", cfg.Sources, "storms to raise: few, many or both")
 	fs.DurationVar(&cfg.PhaseDuration, "duration", cfg.PhaseDuration, "length of each phase")
-	fs.Uint64Var(&cfg.Rate, "rate", cfg.Rate, "generator frames per second (0: full speed)")
+	fs.Uint64Var(&cfg.Rate, "rate", cfg.Rate, "generator frames per second (0: full speed; see e2e.DefaultConfig for the default)")
 	jsonPath := fs.String("json", "", "write the result as JSON to this file")
 	fs.StringVar(&cfg.Generator, "generator", cfg.Generator, "auto, xdp (live frames, 5.18+) or af_packet")
 	fs.Float64Var(&cfg.Budget.P99Ratio, "p99-ratio", cfg.Budget.P99Ratio, "p99 budget as a multiple of the baseline p99")
