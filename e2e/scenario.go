@@ -18,8 +18,12 @@ import (
 
 // Log attribute keys.
 const (
-	logPhase = "phase"
-	logErr   = "err"
+	logPhase    = "phase"
+	logErr      = "err"
+	logDev      = "dev"
+	logNS       = "namespaces"
+	logRequests = "requests"
+	logSent     = "sent"
 )
 
 // Budget is what the legitimate client must keep during a storm.
@@ -715,7 +719,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		}
 	}
 	r.assert(ph, k)
-	log.Debug("phase done", "requests", ph.Legit.Requests, "sent", ph.Sent.Frames)
+	log.Debug("phase done", logRequests, ph.Legit.Requests, logSent, ph.Sent.Frames)
 	return ph, nil
 }
 

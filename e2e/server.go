@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -81,7 +82,9 @@ func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 			Handler:           mux,
 			TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
 			ReadHeaderTimeout: 5 * time.Second,
-			ErrorLog:          nil,
+			// Handshakes cut short when the client stops are expected:
+			// debug level, not the storm's output.
+			ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
 		},
 		Pool: pool,
 		done: make(chan error, 1),

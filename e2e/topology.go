@@ -94,7 +94,7 @@ func NewTopology() (t *Topology, err error) {
 		slog.Warn("remove stale namespaces", logErr, err)
 	}
 	if len(removed) > 0 {
-		slog.Info("removed namespaces of a crashed run", "namespaces", removed)
+		slog.Info("removed namespaces of a crashed run", logNS, removed)
 	}
 	t = &Topology{removedStales: removed}
 	defer func() {
@@ -179,7 +179,7 @@ func NewTopology() (t *Topology, err error) {
 	// Best effort: sysfs shows a namespace's devices only when mounted from
 	// inside it, which `ip netns exec` does; a VM's initramfs may lack it.
 	if out, err := t.Edge.Command("sh", "-c", "echo "+mask+" > /sys/class/net/"+EdgeDev+"/queues/rx-0/rps_cpus").CombinedOutput(); err != nil {
-		slog.Warn("no RPS on the storm link: the edge's stack work stays on the generator's core", "dev", EdgeDev, logErr, fmt.Sprintf("%v: %s", err, out))
+		slog.Warn("no RPS on the storm link: the edge's stack work stays on the generator's core", logDev, EdgeDev, logErr, fmt.Sprintf("%v: %s", err, out))
 	} else {
 		t.RPS = true
 	}
