@@ -340,26 +340,27 @@ func TestReadsNeedTokenWhenAsked(t *testing.T) {
 }
 
 // TestListCapacity: a batch that would take a list over its capacity gets
-// 400 from the shield's own check and changes nothing; the other family,
-// which has room, still takes prefixes.
+// 400 from the shield's own check (the list holds one prefix, the batch
+// adds MaxListEntries more) and changes nothing.
 func TestListCapacity(t *testing.T) {
-	e := newEnv(t, api.Options{})
-	full := make([]netip.Prefix, shield.MaxListEntries)
-	for i := range full {
-		full[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32)
-	}
-	if err := e.sh.Add(shield.DenyList, full); err != nil {
-		t.Fatalf("fill the deny list: %v", err)
+	e := newEnv(t, api.Options{MaxBody: 4 << 20})
+	if code, body := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["203.0.113.0/24","2001:db8::/32"]}`); code != http.StatusOK {
+		t.Fatalf("POST /v1/deny = %d %s, want 200", code, body)
 	}
 	before := e.state(t)
-	code, body := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["203.0.113.0/24"]}`)
-	if code != http.StatusBadRequest || !strings.Contains(body, "the limit is 65536") {
-		t.Errorf("POST /v1/deny over capacity = %d %s, want 400 naming the limit", code, body)
+	batch := make([]string, shield.MaxListEntries)
+	for i := range batch {
+		batch[i] = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String()
+	}
+	body, err := json.Marshal(api.PrefixesRequest{Prefixes: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, answer := e.do(t, "POST", "/v1/deny", bearer, string(body))
+	if code != http.StatusBadRequest || !strings.Contains(answer, "would hold 65537 IPv4 and 1 IPv6 prefixes; the limit is 65536 each") {
+		t.Errorf("POST /v1/deny over capacity = %d %s, want 400 naming the limit", code, answer)
 	}
 	if after := e.state(t); !reflect.DeepEqual(before, after) {
 		t.Error("state changed after a refused over-capacity POST")
-	}
-	if code, body := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["2001:db8::/32"]}`); code != http.StatusOK {
-		t.Errorf("POST /v1/deny IPv6 with room = %d %s, want 200", code, body)
 	}
 }
