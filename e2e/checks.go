@@ -82,10 +82,12 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[storm
 			ph.Sent.PPS = float64(ph.Sent.Frames) / ph.Seconds
 		}
 	}
-	ph.Veth.Dropped = after.edge.RxDropped - before.edge.RxDropped
-	ph.Veth.Received = after.edge.RxPackets - before.edge.RxPackets
-	ph.Veth.ClientDropped = after.front.RxDropped - before.front.RxDropped
-	ph.Veth.ClientRx = after.front.RxPackets - before.front.RxPackets
+	a, b := after.veth, before.veth
+	ph.Veth.Dropped = a.Storm.TxDropped - b.Storm.TxDropped
+	ph.Veth.Received = a.Edge.RxPackets - b.Edge.RxPackets
+	ph.Veth.EdgeRxDropped = a.Edge.RxDropped - b.Edge.RxDropped
+	ph.Veth.ClientDropped = a.Front.RxDropped - b.Front.RxDropped
+	ph.Veth.ClientRx = a.Front.RxPackets - b.Front.RxPackets
 	if ph.Shield {
 		d := after.counters.Sub(before.counters)
 		c := &CounterStats{Pass: map[string]uint64{}, Drop: map[string]uint64{}, Total: d.Total(), raw: d}

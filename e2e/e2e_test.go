@@ -75,7 +75,7 @@ func TestGenerators(t *testing.T) {
 				tpls = append(tpls, tpl)
 			}
 			c0, _ := sh.Counters()
-			e0, _, _ := top.VethStats()
+			v0, _ := top.VethStats()
 			var live atomic.Uint64
 			start := time.Now()
 			per, err := Storm(context.Background(), g, StormSpec{Templates: tpls, Rate: tc.rate, Duration: 5 * time.Second, MaxFrames: tc.frames}, &live)
@@ -97,10 +97,10 @@ func TestGenerators(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 			c1, _ := sh.Counters()
-			e1, _, _ := top.VethStats()
+			v1, _ := top.VethStats()
 			d := c1.Sub(c0)
 			seen := d.Total() - d.Reason(shield.ReasonNotIP)
-			dropped := e1.RxDropped - e0.RxDropped
+			dropped := v1.Storm.TxDropped - v0.Storm.TxDropped
 			if seen+dropped < sent || seen > sent+20 {
 				t.Errorf("shield saw %d frames, veth dropped %d; generator sent %d", seen, dropped, sent)
 			}

@@ -248,8 +248,9 @@ type CounterStats struct {
 
 // VethStats are what the veth itself did in a phase.
 type VethStats struct {
-	Dropped       uint64 `json:"dropped"` // frames the storm link's edge ring refused (XDP xmit overflow)
-	Received      uint64 `json:"edge_rx_packets"`
+	Dropped       uint64 `json:"dropped"`             // frames the storm link refused before the edge's XDP stage (storm0 tx_dropped)
+	Received      uint64 `json:"edge_rx_packets"`     // frames edge0 received
+	EdgeRxDropped uint64 `json:"edge_rx_dropped"`     // edge0 rx_dropped: the above plus what the stack dropped after the shield passed it
 	ClientDropped uint64 `json:"client_link_dropped"` // the same on the client's link
 	ClientRx      uint64 `json:"client_link_rx_packets"`
 }
@@ -558,8 +559,7 @@ func (r *run) buildStorms() error {
 type snapshot struct {
 	at       time.Time
 	counters shield.Counters
-	edge     LinkStats // storm link
-	front    LinkStats // client link
+	veth     VethCounters
 	client   map[netip.Addr]shield.Source
 }
 
@@ -578,7 +578,7 @@ func (r *run) snap() (snapshot, error) {
 			s.client[a] = src
 		}
 	}
-	if s.edge, s.front, err = r.top.VethStats(); err != nil {
+	if s.veth, err = r.top.VethStats(); err != nil {
 		return s, err
 	}
 	return s, nil

@@ -211,27 +211,42 @@ func (s LinkStats) Sub(o LinkStats) LinkStats {
 	return LinkStats{s.RxPackets - o.RxPackets, s.RxDropped - o.RxDropped, s.TxPackets - o.TxPackets, s.TxDropped - o.TxDropped}
 }
 
-// VethStats reads the edge ends of both pairs: the storm link's and the
-// client link's.
-func (t *Topology) VethStats() (storm, client LinkStats, err error) {
-	err = t.Edge.Do(func() error {
-		for _, x := range []struct {
-			dev string
-			out *LinkStats
-		}{{EdgeDev, &storm}, {FrontDev, &client}} {
-			l, err := netlink.LinkByName(x.dev)
-			if err != nil {
-				return fmt.Errorf("find %s: %w", x.dev, err)
+// VethCounters are the counters of the veth ends that matter.
+type VethCounters struct {
+	Edge  LinkStats // edge0
+	Front LinkStats // edge1
+	Storm LinkStats // storm0
+}
+
+// VethStats reads edge0, edge1 and storm0.
+//
+// What the storm link itself dropped is storm0's tx_dropped: a veth counts
+// there what its peer's ring refused (XDP xmit errors of redirected
+// frames) and skbs it could not hand over, i.e. frames the edge's XDP stage
+// never saw. edge0's rx_dropped is no such measure: it also counts what the
+// stack dropped after the shield passed it (an RPS backlog overflow, say).
+func (t *Topology) VethStats() (VethCounters, error) {
+	var c VethCounters
+	read := func(ns *topo.NS, devs map[string]*LinkStats) error {
+		return ns.Do(func() error {
+			for dev, out := range devs {
+				l, err := netlink.LinkByName(dev)
+				if err != nil {
+					return fmt.Errorf("find %s: %w", dev, err)
+				}
+				s := l.Attrs().Statistics
+				if s == nil {
+					return fmt.Errorf("%s has no statistics", dev)
+				}
+				*out = LinkStats{s.RxPackets, s.RxDropped, s.TxPackets, s.TxDropped}
 			}
-			s := l.Attrs().Statistics
-			if s == nil {
-				return fmt.Errorf("%s has no statistics", x.dev)
-			}
-			*x.out = LinkStats{s.RxPackets, s.RxDropped, s.TxPackets, s.TxDropped}
-		}
-		return nil
-	})
-	return storm, client, err
+			return nil
+		})
+	}
+	if err := read(t.Edge, map[string]*LinkStats{EdgeDev: &c.Edge, FrontDev: &c.Front}); err != nil {
+		return c, err
+	}
+	return c, read(t.Storm, map[string]*LinkStats{StormDev: &c.Storm})
 }
 
 func addRoute(dev, dst, via string) error {
