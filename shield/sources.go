@@ -15,7 +15,9 @@ type Source struct {
 	Addr    netip.Addr `json:"addr"`
 	Passed  uint64     `json:"passed"`
 	Dropped uint64     `json:"dropped"`
-	// Limited says the bucket held less than one packet's credit when read.
+	// Limited says the source's next packet would be dropped: its bucket,
+	// refilled to the program's clock as the program would refill it,
+	// holds less than one packet's credit.
 	Limited bool `json:"limited"`
 }
 
@@ -23,12 +25,12 @@ func sourceKey(a netip.Addr) bpf.ShieldSrcKey {
 	return bpf.ShieldSrcKey{Addr: a.Unmap().As16()}
 }
 
-func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource) Source {
+func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBucket) bool) Source {
 	return Source{
 		Addr:    netip.AddrFrom16(k.Addr).Unmap(),
 		Passed:  v.Passed,
 		Dropped: v.Dropped,
-		Limited: v.Bucket.Credit < token,
+		Limited: limited(&v.Bucket),
 	}
 }
 
@@ -44,5 +46,5 @@ func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
 		}
 		return Source{}, false, fmt.Errorf("look up source %s: %w", a, err)
 	}
-	return sourceOf(k, v), true, nil
+	return sourceOf(k, v, s.limitedNow()), true, nil
 }

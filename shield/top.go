@@ -55,11 +55,10 @@ type WalkStats struct {
 
 // Top returns up to n tracked sources (1 <= n <= MaxTop) with the most
 // packets dropped or passed, highest first, ties broken by address. Sources
-// whose count is zero are left out. Limited is computed as of now: the
-// bucket refilled for the time since its last packet holds less than one
-// packet, so the next packet from the source would be dropped. The table is read in chunks of walkChunk
-// entries into a bounded min-heap of n entries, so memory is O(n + chunk)
-// whatever the table holds; ctx ends the walk early with its error.
+// whose count is zero are left out. Limited is computed as of now (see
+// Source). The table is read in chunks of walkChunk entries into a bounded
+// min-heap of n entries, so memory is O(n + chunk) whatever the table
+// holds; ctx ends the walk early with its error.
 func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkStats, error) {
 	if n < 1 || n > MaxTop {
 		return nil, WalkStats{}, fmt.Errorf("top n %d out of range [1, %d]", n, MaxTop)
@@ -69,9 +68,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 		score = func(v *bpf.ShieldSource) uint64 { return v.Passed }
 	}
 	h := &topHeap{by: by}
-	now, nowErr := s.clockNow()
-	src := s.Limits()
-	lim := bucketLimit(src.Rate, src.Burst)
+	limited := s.limitedNow()
 	stats, err := s.walkSources(ctx, func(k *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
 		sc := score(v)
 		if sc == 0 {
@@ -83,10 +80,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 				return
 			}
 		}
-		src := sourceOf(*k, *v)
-		if nowErr == nil {
-			src.Limited = limitedAt(&v.Bucket, lim, now)
-		}
+		src := sourceOf(*k, *v, limited)
 		if len(h.s) < n {
 			heap.Push(h, src)
 			return
@@ -102,6 +96,19 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 	out := h.s
 	slices.SortFunc(out, func(a, b Source) int { return -h.cmp(a, b) })
 	return out, stats, nil
+}
+
+// limitedNow returns limitedAt for the source limits in force and the
+// program's clock as it reads now (a bucket is judged as stored when the
+// clock cannot be read).
+func (s *Shield) limitedNow() func(*bpf.ShieldBucket) bool {
+	l := s.Limits()
+	lim := bucketLimit(l.Rate, l.Burst)
+	now, err := s.clockNow()
+	if err != nil {
+		now = 0 // no refill
+	}
+	return func(b *bpf.ShieldBucket) bool { return limitedAt(b, lim, now) }
 }
 
 // limitedAt says whether bucket b, refilled up to now as the program would

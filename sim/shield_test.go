@@ -45,6 +45,10 @@ func TestBurstThenRefill(t *testing.T) {
 			assert.Equal(t, 2*tc.burst+1, src.Passed, "Source().Passed")
 			assert.Equal(t, uint64(4), src.Dropped, "Source().Dropped")
 			assert.True(t, src.Limited, "Source().Limited")
+			// Limited is as of the program's clock: one token later, the
+			// next packet would pass.
+			require.NoError(t, s.SetTime(uint64(t0+1000*sec+gap)))
+			assert.False(t, source(t, s, "198.18.0.1").Limited, "Source().Limited a token later")
 		})
 	}
 }
