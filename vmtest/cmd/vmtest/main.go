@@ -50,7 +50,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	verbose := fs.Bool("v", false, "debug logs and the live kernel console")
 	out := fs.String("out", "out/vmtest", "matrix: directory for matrix.txt and matrix.json")
 	bootTimeout := fs.Duration("boot-timeout", 60*time.Second, "matrix: budget from qemu start to the guest's init")
-	timeout := fs.Duration("timeout", 12*time.Minute, "matrix: budget of one kernel's VM")
+	timeout := fs.Duration("timeout", 8*time.Minute, "matrix: budget of one kernel's VM (a binary stuck in the kernel outlives -test.timeout)")
 	testFlags := fs.String("testflags", "-test.short -test.v", "matrix: flags for every test binary")
 	mem := fs.Int("memory", 1024, "matrix: guest memory, MiB")
 	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "matrix: host programs copied into the guest")
