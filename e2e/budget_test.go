@@ -23,6 +23,11 @@ func TestBudgetLimit(t *testing.T) {
 			t.Errorf("Limit(%s, %v) = %v, want %v", tc.kind, tc.baseline, got, tc.want)
 		}
 	}
+	// No cap: the ratio alone.
+	b.P99Cap = 0
+	if got, want := b.Limit(NewConn, 40*time.Millisecond), 200*time.Millisecond; got != want {
+		t.Errorf("Limit(new_conn, 40ms) with no cap = %v, want %v", got, want)
+	}
 }
 
 func TestQuantile(t *testing.T) {

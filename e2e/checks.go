@@ -130,9 +130,13 @@ func (r *run) assert(ph *Phase, k stormKind) {
 			if Kind(kind) == KeepAlive {
 				floor = b.P99FloorKeep
 			}
+			capped := "no cap"
+			if b.P99Cap > 0 {
+				capped = "cap " + b.P99Cap.String()
+			}
 			r.check(ph, "p99 "+name+" within budget", p99 > 0 && p99 <= limit,
-				"p99 %.2f ms, baseline %.2f ms, budget %.2f ms (%.0fx baseline floored at %v, cap %v)",
-				ms(p99), ms(r.base[kind]), ms(limit), b.P99Ratio, floor, b.P99Cap)
+				"p99 %.2f ms, baseline %.2f ms, budget %.2f ms (%.0fx baseline floored at %v, %s)",
+				ms(p99), ms(r.base[kind]), ms(limit), b.P99Ratio, floor, capped)
 		}
 	}
 	if a := ph.API; a != nil {

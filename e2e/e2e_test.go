@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
 	"xdpshield/shield"
 )
 
@@ -161,60 +164,78 @@ func TestStormBoundedInTime(t *testing.T) {
 }
 
 // TestScenario runs the storm of `shield storm` with short phases: every
-// assertion of the demo must hold.
+// assertion of the demo must hold. Before 5.18 the storm comes from the
+// AF_PACKET generator, as `shield storm` would raise it there.
+//
+// With -short (the VM matrix, on emulated CPUs) it runs the same phases and
+// assertions, shorter, at a 50th of the rate, with the latency budget as a
+// ratio to the baseline alone (no absolute cap means anything under TCG),
+// and with the AF_PACKET generator on every kernel: each live-frames run
+// repatches the kernel's XDP dispatcher while the shield runs through it on
+// the other vCPU, and a TCG guest (7.2) was seen to oops on that (int3 in
+// bpf_dispatcher_xdp_func), a fault of the emulation, not of the shield.
+// The live-frames generator keeps its own tests there (TestGenerators,
+// TestStormBoundedInTime), where nothing else runs beside it.
 func TestScenario(t *testing.T) {
 	testutil.Root(t)
-	testutil.Kernel(t, 5, 18, "live frames")
+	cfg := DefaultConfig()
+	cfg.PhaseDuration = 5 * time.Second
+	cfg.Settle = 500 * time.Millisecond
+	cfg.Contrast = false
+	// 5 s phases give ~250 new-connection samples, whose p99 is the 3rd
+	// slowest: wider than the demo's 5x, still far below what a lost SYN
+	// (1 s) costs.
+	cfg.Budget.P99Ratio = 8
 	if testing.Short() {
-		t.Skip("the scenario takes about 30 s")
+		cfg.PhaseDuration = 2 * time.Second
+		cfg.Settle = 300 * time.Millisecond
+		cfg.Rate = 10_000
+		cfg.Generator = "af_packet"
+		// At a 50th of the rate, 2 sources per family (not 16) still
+		// send each past its limit, and a fifth of the admission rate
+		// still turns most forged sources away: what the shield passes
+		// costs emulated CPUs dearly.
+		cfg.FewSources = 2
+		cfg.Limits.AdmissionRate /= 5
+		// The listed probes are judged by the reason the shield gives
+		// them, not by their rate: a quarter of it spares the emulated
+		// CPUs 6,000 writes a second.
+		cfg.ProbeRate /= 4
+		cfg.Budget.P99Cap = 0
 	}
-	for _, sources := range []string{"both"} {
-		t.Run(sources, func(t *testing.T) {
-			cfg := DefaultConfig()
-			cfg.Sources = sources
-			cfg.PhaseDuration = 5 * time.Second
-			cfg.Settle = 500 * time.Millisecond
-			cfg.Contrast = false
-			// 5 s phases give ~250 new-connection samples, whose p99 is
-			// the 3rd slowest: wider than the demo's 5x, still far below
-			// what a lost SYN (1 s) costs.
-			cfg.Budget.P99Ratio = 8
-			res, err := Run(context.Background(), cfg)
-			if err != nil {
-				t.Fatalf("Run: %v", err)
-			}
-			var b strings.Builder
-			PrintTable(&b, res)
-			t.Log(b.String())
-			if dir := os.Getenv("SHIELD_E2E_OUT"); dir != "" {
-				if err := WriteJSON(filepath.Join(dir, "storm-"+sources+".json"), res); err != nil {
-					t.Error(err)
-				}
-			}
-			if len(res.Phases) != 4 {
-				t.Errorf("ran %d phases, want 4", len(res.Phases))
-			}
-			if !res.OK {
-				t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
-			}
-			// Nothing is left behind.
-			for _, n := range []string{"edge", "storm"} {
-				if m, _ := filepath.Glob("/run/netns/xdps-" + n + "-" + itoa(os.Getpid())); len(m) > 0 {
-					t.Errorf("namespaces left behind: %v", m)
-				}
-			}
-		})
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
 	}
+	var b strings.Builder
+	PrintTable(&b, res)
+	t.Log(b.String())
+	if dir := os.Getenv("SHIELD_E2E_OUT"); dir != "" {
+		if err := WriteJSON(filepath.Join(dir, "storm.json"), res); err != nil {
+			t.Error(err)
+		}
+	}
+	var names []string
+	for _, p := range res.Phases {
+		names = append(names, p.Name)
+	}
+	if want := []string{"baseline", "few-sources", "many-forged", "recovery"}; !slices.Equal(names, want) {
+		t.Errorf("ran phases %q, want %q", names, want)
+	}
+	if !res.OK {
+		t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
+	}
+	checkNoLeftovers(t)
 }
 
-func itoa(n int) string {
-	const digits = "0123456789"
-	if n == 0 {
-		return "0"
+// checkNoLeftovers fails t if a namespace of this process remains.
+func checkNoLeftovers(t *testing.T) {
+	t.Helper()
+	m, err := filepath.Glob(fmt.Sprintf("/run/netns/%s*-%d", topo.Prefix, os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{digits[n%10]}, b...)
+	if len(m) > 0 {
+		t.Errorf("namespaces left behind: %v", m)
 	}
-	return string(b)
 }

@@ -36,7 +36,9 @@ type Budget struct {
 	// few scheduler ticks.
 	P99Floor     time.Duration `json:"p99_floor_new_conn_ns"`
 	P99FloorKeep time.Duration `json:"p99_floor_keep_alive_ns"`
-	// P99Cap bounds a storm phase's p99 absolutely, whatever the baseline.
+	// P99Cap bounds a storm phase's p99 absolutely, whatever the baseline;
+	// 0: no cap, the ratio alone (emulated CPUs, where absolute time means
+	// nothing).
 	P99Cap time.Duration `json:"p99_cap_ns"`
 	// MinSuccess is the least share of legitimate requests that succeed.
 	MinSuccess float64 `json:"min_success"`
@@ -68,7 +70,11 @@ func (b Budget) Limit(k Kind, baseline time.Duration) time.Duration {
 	if k == KeepAlive {
 		floor = b.P99FloorKeep
 	}
-	return min(time.Duration(b.P99Ratio*float64(max(baseline, floor))), b.P99Cap)
+	limit := time.Duration(b.P99Ratio * float64(max(baseline, floor)))
+	if b.P99Cap > 0 {
+		limit = min(limit, b.P99Cap)
+	}
+	return limit
 }
 
 // Config is one storm run.

@@ -34,7 +34,7 @@ func runStorm(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.Budget.P99Ratio, "p99-ratio", cfg.Budget.P99Ratio, "p99 budget as a multiple of the baseline p99")
 	fs.DurationVar(&cfg.Budget.P99Floor, "p99-floor", cfg.Budget.P99Floor, "least baseline p99 the ratio applies to (new connections)")
 	fs.DurationVar(&cfg.Budget.P99FloorKeep, "p99-floor-keepalive", cfg.Budget.P99FloorKeep, "least baseline p99 the ratio applies to (kept-alive connections)")
-	fs.DurationVar(&cfg.Budget.P99Cap, "p99-cap", cfg.Budget.P99Cap, "absolute p99 cap under storm")
+	fs.DurationVar(&cfg.Budget.P99Cap, "p99-cap", cfg.Budget.P99Cap, "absolute p99 cap under storm (0: none, the ratio alone)")
 	fs.Float64Var(&cfg.Budget.MinSuccess, "min-success", cfg.Budget.MinSuccess, "least share of legitimate requests that succeed")
 	many := fs.Uint("many", uint(cfg.ManySources), "forged IPv6 sources in the many storm (IPv4 uses up to 65536)")
 	few := fs.Uint("few", uint(cfg.FewSources), "sources per family in the few storm (1-16)")
