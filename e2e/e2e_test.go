@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -224,6 +225,28 @@ func TestScenario(t *testing.T) {
 	}
 	if !res.OK {
 		t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
+	}
+	checkNoLeftovers(t)
+}
+
+// TestScenarioInterrupted: a run cancelled mid-phase (Ctrl-C) returns the
+// cancellation, is not OK, and removes everything it made.
+func TestScenarioInterrupted(t *testing.T) {
+	testutil.Root(t)
+	cfg := DefaultConfig()
+	cfg.PhaseDuration = 10 * time.Second
+	cfg.Rate = 50_000
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Setup takes a second (the client's warm-up): cancel inside the
+	// baseline.
+	time.AfterFunc(2*time.Second, cancel)
+	res, err := Run(ctx, cfg)
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Run cancelled = %v, want %v", err, context.Canceled)
+	}
+	if res == nil || res.OK || res.Error == "" {
+		t.Errorf("Run cancelled: result %+v, want not OK, with the error", res)
 	}
 	checkNoLeftovers(t)
 }
