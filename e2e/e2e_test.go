@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
@@ -279,4 +281,92 @@ func checkNoLeftovers(t *testing.T) {
 	if len(m) > 0 {
 		t.Errorf("namespaces left behind: %v", m)
 	}
+}
+
+// TestTopologySafety: the edge has no default route, both namespaces hold
+// only addresses and routes of the benchmarking and documentation ranges
+// (besides loopback and link-local), and the root namespace's links,
+// addresses and routes are the same before, during and after a topology.
+func TestTopologySafety(t *testing.T) {
+	testutil.Root(t)
+	before := rootNetwork(t)
+	top, err := NewTopology()
+	if err != nil {
+		t.Fatalf("NewTopology: %v", err)
+	}
+	defer top.Close()
+	if got := rootNetwork(t); got != before {
+		t.Errorf("root namespace changed by NewTopology:\nbefore:\n%s\nafter:\n%s", before, got)
+	}
+	for _, ns := range []*topo.NS{top.Edge, top.Storm} {
+		err := ns.Do(func() error {
+			addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+			if err != nil {
+				return err
+			}
+			for _, a := range addrs {
+				ip, _ := netip.AddrFromSlice(a.IP)
+				ip = ip.Unmap()
+				if !Safe(ip) && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
+					t.Errorf("%s: address %s outside %s and %s", ns.Name, a.IPNet, safe4, safe6)
+				}
+			}
+			routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+			if err != nil {
+				return err
+			}
+			for _, r := range routes {
+				if r.Dst == nil || r.Dst.IP.IsUnspecified() {
+					if ns == top.Edge {
+						t.Errorf("%s: default route %s", ns.Name, r)
+					}
+					continue
+				}
+				ip, _ := netip.AddrFromSlice(r.Dst.IP)
+				if ip = ip.Unmap(); !Safe(ip) && !ip.IsLinkLocalUnicast() && !ip.IsMulticast() {
+					t.Errorf("%s: route to %s outside %s and %s", ns.Name, r.Dst, safe4, safe6)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("read %s: %v", ns.Name, err)
+		}
+	}
+	if err := top.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if got := rootNetwork(t); got != before {
+		t.Errorf("root namespace changed after Close:\nbefore:\n%s\nafter:\n%s", before, got)
+	}
+	checkNoLeftovers(t)
+}
+
+// rootNetwork describes the calling namespace's links, addresses and main
+// routes (the test runs in the root namespace: Do returns there).
+func rootNetwork(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatalf("list links: %v", err)
+	}
+	for _, l := range links {
+		fmt.Fprintf(&b, "link %d %s\n", l.Attrs().Index, l.Attrs().Name)
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatalf("list addresses: %v", err)
+	}
+	for _, a := range addrs {
+		fmt.Fprintf(&b, "addr %d %s\n", a.LinkIndex, a.IPNet)
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		t.Fatalf("list routes: %v", err)
+	}
+	for _, r := range routes {
+		fmt.Fprintf(&b, "route %s\n", r)
+	}
+	return b.String()
 }
