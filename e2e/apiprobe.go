@@ -17,11 +17,11 @@ import (
 	"xdpshield/shield/api"
 )
 
-// APIProber runs the service's HTTP API in-process on a loopback listener
+// newAPIProber runs the service's HTTP API in-process on a loopback listener
 // inside the edge namespace, as `shield serve` would beside the edge, and
 // probes it with the service's own client: GET /v1/counters, whose answer
 // must also show the table within its capacity.
-func APIProber(sh *shield.Shield, edge *topo.NS) (Prober, error) {
+func newAPIProber(sh *shield.Shield, edge *topo.NS) (*apiProber, error) {
 	tok := make([]byte, 16)
 	if _, err := rand.Read(tok); err != nil {
 		return nil, fmt.Errorf("token: %w", err)

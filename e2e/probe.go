@@ -5,37 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
 )
-
-// Prober asks the service whether it still answers. The storm polls it
-// throughout; a failed or slow answer is counted against the phase.
-type Prober interface {
-	Name() string
-	Probe(ctx context.Context) error
-	Close() error
-}
-
-// NewProber makes the prober of a storm, given the loaded shield and the
-// edge namespace (where a service would run).
-type NewProber func(sh *shield.Shield, edge *topo.NS) (Prober, error)
-
-// CountersProber reads the counters straight from the shield: what the
-// service does for GET /v1/counters, without HTTP.
-func CountersProber(sh *shield.Shield, _ *topo.NS) (Prober, error) {
-	return countersProber{sh}, nil
-}
-
-type countersProber struct{ sh *shield.Shield }
-
-func (p countersProber) Name() string { return "shield.Counters" }
-func (p countersProber) Close() error { return nil }
-func (p countersProber) Probe(context.Context) error {
-	_, err := p.sh.Counters()
-	return err
-}
 
 // APIStats are one phase's probes.
 type APIStats struct {
@@ -46,9 +16,11 @@ type APIStats struct {
 	LastErr  string  `json:"last_error,omitempty"`
 }
 
-// poller probes every period and keeps per-phase stats.
+// poller asks the service's API every period whether it still answers
+// (a failed or slow answer is counted against the phase) and keeps
+// per-phase stats.
 type poller struct {
-	p       Prober
+	p       *apiProber
 	timeout time.Duration
 	mu      sync.Mutex
 	cur     *APIStats

@@ -91,11 +91,10 @@ type Config struct {
 	Limits        shield.Limits
 	Client        ClientConfig
 	Budget        Budget
-	ProbeRate     uint64 // frames/s of each allow/deny-listed probe source (AF_PACKET, beside the storm)
-	Contrast      bool   // also run the storms with no program attached
-	NewProber     NewProber
-	ProbeEvery    time.Duration
-	ProbeTimeout  time.Duration
+	ProbeRate     uint64        // frames/s of each allow/deny-listed probe source (AF_PACKET, beside the storm)
+	Contrast      bool          // also run the storms with no program attached
+	ProbeEvery    time.Duration // how often the service's API is asked
+	ProbeTimeout  time.Duration // a slower answer is a failure
 	// Progress, when set, is called about twice a second.
 	Progress func(Progress)
 	Logger   *slog.Logger
@@ -128,7 +127,6 @@ func DefaultConfig() Config {
 		Budget:       DefaultBudget(),
 		ProbeRate:    2000, // twice the per-source limit: an allow-listed source is not limited
 		Contrast:     true,
-		NewProber:    APIProber,
 		ProbeEvery:   250 * time.Millisecond,
 		ProbeTimeout: time.Second,
 	}
@@ -314,9 +312,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if cfg.NewProber == nil {
-		cfg.NewProber = CountersProber
-	}
 	r := &run{cfg: cfg, log: cfg.Logger, rec: &Recorder{}}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -464,7 +459,7 @@ func (r *run) setup() error {
 	if err := r.buildStorms(); err != nil {
 		return err
 	}
-	p, err := r.cfg.NewProber(r.sh, r.top.Edge)
+	p, err := newAPIProber(r.sh, r.top.Edge)
 	if err != nil {
 		return fmt.Errorf("prober: %w", err)
 	}
