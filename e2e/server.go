@@ -61,7 +61,6 @@ func NewCertificate(addrs ...netip.Addr) (tls.Certificate, *x509.CertPool, error
 type EdgeServer struct {
 	srv  *http.Server
 	Pool *x509.CertPool // what a client must trust
-	done chan error
 }
 
 // StartEdgeServer listens on EdgePort of every address inside ns (one
@@ -87,32 +86,20 @@ func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 			ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
 		},
 		Pool: pool,
-		done: make(chan error, 1),
 	}
-	var lns []net.Listener
-	err = ns.Do(func() error {
-		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", EdgePort))
-		if err != nil {
-			return fmt.Errorf("listen on port %d: %w", EdgePort, err)
+	var ln net.Listener
+	if err := ns.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", EdgePort))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("listen on port %d in %s: %w", EdgePort, ns.Name, err)
+	}
+	go func() {
+		if err := s.srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
+			slog.Warn("edge server", logErr, err)
 		}
-		lns = append(lns, ln)
-		return nil
-	})
-	if err != nil {
-		for _, ln := range lns {
-			ln.Close()
-		}
-		return nil, err
-	}
-	for _, ln := range lns {
-		go func() {
-			err := s.srv.ServeTLS(ln, "", "")
-			if errors.Is(err, http.ErrServerClosed) {
-				err = nil
-			}
-			s.done <- err
-		}()
-	}
+	}()
 	return s, nil
 }
 
