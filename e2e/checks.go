@@ -90,20 +90,21 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[storm
 	ph.Veth.ClientRx = a.Front.RxPackets - b.Front.RxPackets
 	if ph.Shield {
 		d := after.counters.Sub(before.counters)
-		c := &CounterStats{Pass: map[string]uint64{}, Drop: map[string]uint64{}, Total: d.Total(), raw: d}
-		for _, reason := range shield.Reasons() {
-			var p, x uint64
-			for _, n := range d[shield.Pass][reason] {
-				p += n
-			}
-			for _, n := range d[shield.Drop][reason] {
-				x += n
-			}
-			c.Pass[reason.String()] = p
-			c.Drop[reason.String()] = x
-		}
-		ph.Counters = c
+		ph.Counters = &CounterStats{Pass: byReason(d, shield.Pass), Drop: byReason(d, shield.Drop), Total: d.Total()}
 	}
+}
+
+// byReason sums c's packets of verdict v over protocols, by reason name.
+func byReason(c shield.Counters, v shield.Verdict) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, reason := range shield.Reasons() {
+		var n uint64
+		for _, x := range c[v][reason] {
+			n += x
+		}
+		m[reason.String()] = n
+	}
+	return m
 }
 
 func (r *run) check(ph *Phase, name string, ok bool, format string, args ...any) {

@@ -247,7 +247,6 @@ type CounterStats struct {
 	Pass  map[string]uint64 `json:"pass"` // by reason
 	Drop  map[string]uint64 `json:"drop"`
 	Total uint64            `json:"total"`
-	raw   shield.Counters
 }
 
 // VethStats are what the veth itself did in a phase.
@@ -350,26 +349,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 func (r *run) phases(ctx context.Context) (*Result, error) {
 	cfg := r.cfg
 
-	phases := []struct {
+	type plan struct {
 		name  string
 		storm stormKind
-	}{{"baseline", stormNone}}
+	}
+	phases := []plan{{"baseline", stormNone}}
 	if cfg.Sources != "many" {
-		phases = append(phases, struct {
-			name  string
-			storm stormKind
-		}{"few-sources", stormFew})
+		phases = append(phases, plan{"few-sources", stormFew})
 	}
 	if cfg.Sources != "few" {
-		phases = append(phases, struct {
-			name  string
-			storm stormKind
-		}{"many-forged", stormMany})
+		phases = append(phases, plan{"many-forged", stormMany})
 	}
-	phases = append(phases, struct {
-		name  string
-		storm stormKind
-	}{"recovery", stormNone})
+	phases = append(phases, plan{"recovery", stormNone})
 
 	for _, p := range phases {
 		ph, err := r.phase(ctx, p.name, p.storm, true)
@@ -668,13 +659,9 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 			if c, err := r.sh.Counters(); err == nil && shielded {
 				d := c.Sub(lastC)
 				lastC = c
-				for _, reason := range shield.Reasons() {
-					var n uint64
-					for _, x := range d[shield.Drop][reason] {
-						n += x
-					}
+				for reason, n := range byReason(d, shield.Drop) {
 					if n > 0 {
-						p.DropPPS[reason.String()] = float64(n) / dt
+						p.DropPPS[reason] = float64(n) / dt
 					}
 				}
 				p.PassPPS = float64(d.Verdict(shield.Pass)) / dt
