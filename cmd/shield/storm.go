@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 
@@ -50,7 +51,18 @@ func runStorm(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("storm: unexpected arguments %q", fs.Args())
 	}
-	cfg.ManySources, cfg.FewSources, cfg.TableSize = uint32(*many), uint32(*few), uint32(*table)
+	// Checked before narrowing: -table 4294967296 must be refused, not
+	// wrap to 0.
+	for _, f := range []struct {
+		name string
+		v    uint
+		to   *uint32
+	}{{"many", *many, &cfg.ManySources}, {"few", *few, &cfg.FewSources}, {"table", *table, &cfg.TableSize}} {
+		if f.v > math.MaxUint32 {
+			return fmt.Errorf("storm: -%s %d out of range", f.name, f.v)
+		}
+		*f.to = uint32(f.v)
+	}
 	if os.Geteuid() != 0 {
 		return errors.New("storm: needs root (namespaces, XDP)")
 	}
