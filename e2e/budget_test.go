@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -57,6 +58,27 @@ func TestQuantile(t *testing.T) {
 	} {
 		if got := Quantile(tc.d, tc.q); got != tc.want {
 			t.Errorf("%s: Quantile(%v) = %v, want %v", tc.name, tc.q, got, tc.want)
+		}
+	}
+}
+
+// TestPhasePlan: `-sources few|many|both` picks the storm phases between
+// the baseline and the recovery.
+func TestPhasePlan(t *testing.T) {
+	for _, tc := range []struct {
+		sources string
+		want    []string
+	}{
+		{"few", []string{"baseline", "few-sources", "recovery"}},
+		{"many", []string{"baseline", "many-forged", "recovery"}},
+		{"both", []string{"baseline", "few-sources", "many-forged", "recovery"}},
+	} {
+		var got []string
+		for _, p := range phasePlan(tc.sources) {
+			got = append(got, p.name)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("phasePlan(%q) = %q, want %q", tc.sources, got, tc.want)
 		}
 	}
 }

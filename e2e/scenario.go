@@ -346,22 +346,28 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	return res, err
 }
 
-func (r *run) phases(ctx context.Context) (*Result, error) {
-	cfg := r.cfg
+// plan is one phase to run.
+type plan struct {
+	name  string
+	storm stormKind
+}
 
-	type plan struct {
-		name  string
-		storm stormKind
-	}
+// phasePlan lists the phases of a run raising the storms of sources (few,
+// many or both).
+func phasePlan(sources string) []plan {
 	phases := []plan{{"baseline", stormNone}}
-	if cfg.Sources != "many" {
+	if sources != "many" {
 		phases = append(phases, plan{"few-sources", stormFew})
 	}
-	if cfg.Sources != "few" {
+	if sources != "few" {
 		phases = append(phases, plan{"many-forged", stormMany})
 	}
-	phases = append(phases, plan{"recovery", stormNone})
+	return append(phases, plan{"recovery", stormNone})
+}
 
+func (r *run) phases(ctx context.Context) (*Result, error) {
+	cfg := r.cfg
+	phases := phasePlan(cfg.Sources)
 	for _, p := range phases {
 		ph, err := r.phase(ctx, p.name, p.storm, true)
 		if err != nil {
