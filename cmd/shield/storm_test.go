@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
+)
+
+// stormCmd is this test binary run as `shield storm args...` (see TestMain),
+// light enough for a busy 2-core box: 1 s phases of the few-sources storm
+// (2 sources a family, each past its limit) at 20,000 frames/s, no
+// contrast.
+func stormCmd(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	base := []string{"storm", "-quiet", "-sources", "few", "-few", "2", "-duration", "1s", "-rate", "20000", "-contrast=false"}
+	cmd := exec.Command(os.Args[0], append(base, args...)...)
+	cmd.Env = append(os.Environ(), envAsMain+"=1")
+	return cmd
+}
+
+// TestStormExitCode: `shield storm` exits 0 only when every assertion held,
+// and writes its JSON either way.
+func TestStormExitCode(t *testing.T) {
+	testutil.Root(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		wantOK bool
+	}{
+		// A budget no latency meets: the p99 assertions fail.
+		{"assertion fails", []string{"-p99-ratio", "0"}, false},
+		// A budget any latency meets: what is left must all hold.
+		{"every assertion holds", []string{"-p99-ratio", "1000", "-p99-cap", "0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "storm.json")
+			out, err := stormCmd(t, append(tc.args, "-json", path)...).CombinedOutput()
+			var ee *exec.ExitError
+			if err != nil && !errors.As(err, &ee) {
+				t.Fatalf("run shield storm: %v", err)
+			}
+			if gotOK := err == nil; gotOK != tc.wantOK {
+				t.Errorf("shield storm %q: exit %v, want success %v\n%s", tc.args, err, tc.wantOK, out)
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read the JSON: %v", err)
+			}
+			var res struct {
+				OK     bool              `json:"ok"`
+				Phases []json.RawMessage `json:"phases"`
+			}
+			if err := json.Unmarshal(b, &res); err != nil {
+				t.Fatalf("decode the JSON: %v", err)
+			}
+			if res.OK != tc.wantOK || len(res.Phases) != 3 {
+				t.Errorf("JSON: ok %v with %d phases, want ok %v with 3", res.OK, len(res.Phases), tc.wantOK)
+			}
+		})
+	}
+}
+
+// TestStormInterrupt: SIGINT (Ctrl-C) stops `shield storm` early, with a
+// non-zero exit, and its namespaces are gone.
+func TestStormInterrupt(t *testing.T) {
+	testutil.Root(t)
+	cmd := stormCmd(t, "-duration", "30s")
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Inside the baseline: setup takes about a second.
+	time.Sleep(2500 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("shield storm interrupted exited 0, want non-zero\n%s", out.String())
+		}
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("shield storm still running 20 s after SIGINT\n%s", out.String())
+	}
+	m, err := filepath.Glob(fmt.Sprintf("/run/netns/%s*-%d", topo.Prefix, cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m) > 0 {
+		t.Errorf("namespaces left behind after SIGINT: %v", m)
+	}
+	if !strings.Contains(out.String(), "INCOMPLETE") {
+		t.Errorf("output does not say the run is incomplete:\n%s", out.String())
+	}
+}
