@@ -419,7 +419,7 @@ func (r *run) setup() error {
 	r.res.RemovedOld = r.top.RemovedStale()
 	r.res.RPS = r.top.RPS
 	if r.sh, err = shield.Load(shield.Options{TableSize: r.cfg.TableSize, Limits: r.cfg.Limits}); err != nil {
-		return fmt.Errorf("load shield: %w", err)
+		return err // shield.Load says "load shield: ..."
 	}
 	lists := map[shield.List][]netip.Addr{
 		shield.AllowList: {Allowed4, Allowed6},
