@@ -39,7 +39,8 @@ VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 
 vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
 	@ci/deps.sh
-	$(GO) run ./vmtest/cmd/vmtest matrix -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
+	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
+	out/bin/vmtest matrix -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
 
 kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-amd64 kernel
 	$(GO) run ./vmtest/cmd/vmtest repin -kernels "$(KERNELS)"

@@ -38,6 +38,8 @@ type Report struct {
 	Started   time.Time      `json:"started"`
 	Seconds   float64        `json:"seconds"`
 	Accel     string         `json:"accel"`
+	ExitCode  int            `json:"exit_code"` // the matrix's: the worst of its kernels'
+	Verdict   string         `json:"verdict"`
 	Kernels   []KernelReport `json:"kernels"`
 	Packages  []string       `json:"packages"`
 	Cells     []Cell         `json:"cells"`
@@ -264,6 +266,7 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 	}
 	rep.SkipDiffs = skipDiffs(rep.Cells)
 	rep.Seconds = time.Since(rep.Started).Seconds()
+	rep.ExitCode, rep.Verdict = int(code), code.String()
 	return rep, code, nil
 }
 
@@ -381,8 +384,8 @@ func skipDiffs(cells []Cell) []SkipDiff {
 // on one kernel but passed on another, and the failures with their output.
 func (r *Report) Render(w io.Writer) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "vmtest matrix: %d kernel(s) x %d package(s), accel %s, wall %s\n\n",
-		len(r.Kernels), len(r.Packages), r.Accel, fmtDur(r.Seconds))
+	fmt.Fprintf(&b, "vmtest matrix: %d kernel(s) x %d package(s), accel %s, wall %s: %s\n\n",
+		len(r.Kernels), len(r.Packages), r.Accel, fmtDur(r.Seconds), strings.ToUpper(r.Verdict))
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	cell := map[[2]string]Cell{}
 	for _, c := range r.Cells {
@@ -521,6 +524,11 @@ func (r *Report) Write(dir string, w io.Writer) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(dir, "matrix.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write matrix: %w", err)
+	}
+	// make and go run turn every failure into 2 and 1: scripts read the
+	// harness's own code here.
+	if err := os.WriteFile(filepath.Join(dir, "exit-code"), fmt.Appendf(nil, "%d\n", r.ExitCode), 0o644); err != nil {
 		return fmt.Errorf("write matrix: %w", err)
 	}
 	fmt.Fprintf(w, "\nwritten: %s, %s\n", filepath.Join(dir, "matrix.txt"), filepath.Join(dir, "matrix.json"))

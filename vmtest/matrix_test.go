@@ -81,7 +81,7 @@ FAIL
 }
 
 func sampleReport() *Report {
-	r := &Report{Accel: "tcg", Seconds: 312,
+	r := &Report{Accel: "tcg", Seconds: 312, ExitCode: 1, Verdict: "test failure",
 		Packages: []string{"xdpshield/sim", "xdpshield/e2e"},
 		Kernels: []KernelReport{
 			{Name: "5.10", Release: "5.10.0-32-cloud-amd64", Verdict: "test failure", Code: 1, BootToInitSeconds: 2.1, BootToFirstTestSeconds: 2.4, Seconds: 80},
