@@ -11,7 +11,9 @@
 //	go run ./vmtest/cmd/vmtest fetch -kernels 7.2   # download and verify only
 //
 // In -exec mode go test runs the command in each package's directory, so
-// vmexec is named by import path. CGO_ENABLED=0 gives static binaries; a
+// vmexec is named by import path. go run reports every failure as exit
+// status 1 (go test only needs non-zero); build vmexec to see the distinct
+// codes below, or read out/vmtest/exit-code after a matrix. CGO_ENABLED=0 gives static binaries; a
 // dynamic one still runs (its libraries are copied in).
 //
 // # What a boot is
