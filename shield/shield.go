@@ -117,12 +117,6 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	compat := forceCompat || !haveCmpxchg()
-	if compat {
-		// The kernel refuses BPF_CMPXCHG anywhere in a program (5.10,
-		// 5.11): load the variant without it in shield's place.
-		spec.Programs["shield"] = spec.Programs["shield_compat"].Copy()
-	}
 	spec.Maps["sources"].MaxEntries = opts.TableSize
 	if err := spec.Variables["clock_mode"].Set(mode); err != nil {
 		return nil, fmt.Errorf("set clock_mode: %w", err)
@@ -151,9 +145,18 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
-	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tableSize: opts.TableSize, compat: compat}
-	if err := spec.LoadAndAssign(&s.objs, &collOpts); err != nil {
-		var ve *ebpf.VerifierError
+	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tableSize: opts.TableSize}
+	s.compat = forceCompat || !haveCmpxchg()
+	err = s.loadObjects(spec, &collOpts)
+	var ve *ebpf.VerifierError
+	if err != nil && !s.compat && errors.As(err, &ve) {
+		// A kernel may pass the probe and still refuse BPF_CMPXCHG in the
+		// program: Debian's 5.10.0-32 does ("BPF_STX uses reserved
+		// fields"). The compat program is the answer there too.
+		s.compat = true
+		err = s.loadObjects(spec, &collOpts)
+	}
+	if err != nil {
 		if errors.As(err, &ve) {
 			return nil, fmt.Errorf("load shield: %+v", ve)
 		}
@@ -178,6 +181,16 @@ func Load(opts Options) (*Shield, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// loadObjects loads the collection, with shield_compat in shield's place
+// when s.compat says the kernel refuses BPF_CMPXCHG (5.10, 5.11).
+func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
+	if s.compat {
+		spec = spec.Copy()
+		spec.Programs["shield"] = spec.Programs["shield_compat"].Copy()
+	}
+	return spec.LoadAndAssign(&s.objs, opts)
 }
 
 // Close releases the program and maps (pinned maps stay pinned).
