@@ -118,7 +118,7 @@ func (a *Apt) run(ctx context.Context, dir string, name string, args ...string) 
 		return out.Bytes(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
 	}
 	if w := strings.TrimSpace(errb.String()); w != "" {
-		a.logger().Debug("apt stderr", "cmd", name, "stderr", w)
+		a.logger().Debug("apt stderr", LogCmd, name, LogStderr, w)
 	}
 	return out.Bytes(), nil
 }
@@ -147,7 +147,7 @@ func (a *Apt) Update(ctx context.Context, maxAge time.Duration) error {
 	}
 	err := a.update(ctx)
 	if errors.Is(err, errSignature) && a.Keyring == DefaultKeyring {
-		a.logger().Warn("the machine's archive keyring does not verify every suite; fetching a newer debian-archive-keyring into the cache", "err", err)
+		a.logger().Warn("the machine's archive keyring does not verify every suite; fetching a newer debian-archive-keyring into the cache", LogErr, err)
 		if kerr := a.fetchKeyring(ctx); kerr != nil {
 			return fmt.Errorf("%w; and fetching a newer keyring failed: %v", err, kerr)
 		}
@@ -166,7 +166,7 @@ func (a *Apt) Update(ctx context.Context, maxAge time.Duration) error {
 var errSignature = errors.New("signature check failed")
 
 func (a *Apt) update(ctx context.Context) error {
-	a.logger().Info("apt update (private configuration)", "dir", a.Dir, "suites", strings.Join(a.Suites, " "), "keyring", a.Keyring)
+	a.logger().Info("apt update (private configuration)", LogDir, a.Dir, LogSuites, strings.Join(a.Suites, " "), LogKeyring, a.Keyring)
 	out, err := a.run(ctx, a.Dir, "apt-get", "-q", "update")
 	msg := string(out)
 	if err != nil {

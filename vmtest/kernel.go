@@ -116,7 +116,7 @@ func (c *Cache) Fetch(ctx context.Context, pin *Pin) (*Kernel, error) {
 			}
 			updated = true
 		}
-		c.logger().Info("download kernel package", "kernel", pin.Name, "deb", d.String(), "suite", pin.Suite)
+		c.logger().Info("download kernel package", LogKernel, pin.Name, LogDeb, d.String(), LogSuite, pin.Suite)
 		err := a.Download(ctx, debDir, d, pin.Suite)
 		if errors.Is(err, ErrNotServed) {
 			// The lists may be a day old: refresh once before giving up.
@@ -196,7 +196,7 @@ func (c *Cache) extract(pin *Pin) (*Kernel, error) {
 		k.Vmlinux = vmlinux
 	} else if _, err := os.Stat(noPVH); err != nil {
 		if err := extractVmlinux(k.Vmlinuz, vmlinux+".tmp"); err != nil {
-			c.logger().Info("booting the bzImage: no PVH vmlinux", "kernel", pin.Name, "why", err)
+			c.logger().Info("booting the bzImage: no PVH vmlinux", LogKernel, pin.Name, LogWhy, err)
 			if !errors.Is(err, exec.ErrNotFound) {
 				os.WriteFile(noPVH, []byte(err.Error()+"\n"), 0o644)
 			}
@@ -286,7 +286,7 @@ func (c *Cache) Repin(ctx context.Context, names []string, suites map[string]str
 		}
 		pin := Pin{Name: majorMinor(img["Version"]), Suite: suite, Release: release}
 		if pin.Name != n {
-			c.logger().Warn("suite moved to another kernel: pin renamed; update KERNELS", "suite", suite, "was", n, "now", pin.Name)
+			c.logger().Warn("suite moved to another kernel: pin renamed; update KERNELS", LogSuite, suite, LogWas, n, LogNow, pin.Name)
 		}
 		for _, p := range pkgs {
 			f, err := a.Show(ctx, p, suite)
@@ -328,7 +328,7 @@ func (c *Cache) Repin(ctx context.Context, names []string, suites map[string]str
 		if pin.Vmlinuz.Path == "" {
 			return nil, fmt.Errorf("repin %s: no kernel image in %s", n, strings.Join(pkgs, ", "))
 		}
-		c.logger().Info("pinned", "kernel", pin.Name, "suite", suite, "release", release)
+		c.logger().Info("pinned", LogKernel, pin.Name, LogSuite, suite, LogRelease, release)
 		l.Kernels = append(l.Kernels, pin)
 	}
 	return &l, nil

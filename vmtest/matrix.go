@@ -116,7 +116,7 @@ func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error
 		return nil, fmt.Errorf("go list %s: %w: %s", strings.Join(pats, " "), err, stderr.String())
 	}
 	if s := strings.TrimSpace(stderr.String()); s != "" {
-		m.logger().Warn("go list", "stderr", s)
+		m.logger().Warn("go list", LogStderr, s)
 	}
 	var pkgs []builtPkg
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -133,9 +133,9 @@ func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error
 		b.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := b.CombinedOutput(); err != nil {
 			p.buildErr = strings.TrimSpace(string(out))
-			m.logger().Error("build test binary", "package", p.path, "err", err)
+			m.logger().Error("build test binary", LogPackage, p.path, LogErr, err)
 		} else {
-			m.logger().Info("built test binary", "package", p.path, "took", time.Since(start).Round(time.Millisecond))
+			m.logger().Info("built test binary", LogPackage, p.path, LogTook, time.Since(start).Round(time.Millisecond))
 		}
 		pkgs = append(pkgs, p)
 	}
@@ -233,7 +233,7 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 		if err != nil {
 			kr.Code, kr.Verdict, kr.Error = int(ExitHarnessError), ExitHarnessError.String(), err.Error()
 			code = worse(code, ExitHarnessError)
-			m.logger().Error("kernel", "kernel", pin.Name, "err", err)
+			m.logger().Error("kernel", LogKernel, pin.Name, LogErr, err)
 		} else {
 			kr.Code, kr.Verdict = int(res.Code), res.Code.String()
 			kr.BootToInitSeconds = res.BootToInit.Seconds()
@@ -289,8 +289,8 @@ func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, 
 	if err != nil {
 		return nil, err
 	}
-	m.logger().Info("kernel done", "kernel", pin.Name, "verdict", res.Code.String(),
-		"boot_to_first_test", res.BootToFirstTest.Round(10*time.Millisecond), "wall", res.Wall.Round(100*time.Millisecond))
+	m.logger().Info("kernel done", LogKernel, pin.Name, LogVerdict, res.Code.String(),
+		LogBootToFirstTest, res.BootToFirstTest.Round(10*time.Millisecond), LogWall, res.Wall.Round(100*time.Millisecond))
 	return res, nil
 }
 

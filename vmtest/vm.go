@@ -160,7 +160,7 @@ func lockVM(dir string, log *slog.Logger) (func(), error) {
 		return nil, fmt.Errorf("vm lock: %w", err)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		log.Info("waiting for another VM to finish", "lock", f.Name())
+		log.Info("waiting for another VM to finish", LogLock, f.Name())
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 			f.Close()
 			return nil, fmt.Errorf("vm lock: %w", err)
@@ -236,7 +236,7 @@ func (vm *VM) buildInitramfs(path string, log *slog.Logger) error {
 		return err
 	}
 	if len(missing) > 0 {
-		log.Debug("modules not shipped as modules (built in or absent)", "kernel", vm.Kernel.Pin.Name, "modules", strings.Join(missing, " "))
+		log.Debug("modules not shipped as modules (built in or absent)", LogKernel, vm.Kernel.Pin.Name, LogModules, strings.Join(missing, " "))
 	}
 	bb, err := exec.LookPath("busybox")
 	if err != nil {
@@ -289,12 +289,12 @@ func (vm *VM) buildInitramfs(path string, log *slog.Logger) error {
 			}
 		}
 		if !named {
-			log.Debug("no test binary names the tool; left out of the guest", "tool", t)
+			log.Debug("no test binary names the tool; left out of the guest", LogTool, t)
 			continue
 		}
 		p, err := exec.LookPath(t)
 		if err != nil {
-			log.Debug("tool not on the host; left out of the guest", "tool", t)
+			log.Debug("tool not on the host; left out of the guest", LogTool, t)
 			continue
 		}
 		c.HostFile("usr/sbin/"+t, p, 0o755)
@@ -474,7 +474,7 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 		"-chardev", "file,id=con,path=" + consolePath, "-serial", "chardev:con",
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
 	}
-	log.Info("boot", "kernel", vm.Kernel.Pin.Name, "release", vm.Kernel.Pin.Release, "accel", res.Accel, "cpus", cpus, "memory_mib", mem)
+	log.Info("boot", LogKernel, vm.Kernel.Pin.Name, LogRelease, vm.Kernel.Pin.Release, LogAccel, res.Accel, LogCpus, cpus, LogMemoryMib, mem)
 	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -545,7 +545,7 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 			}
 			bootTimer.Stop()
 			res.BootToInit = ev.at.Sub(start)
-			log.Debug("guest init running", "kernel", vm.Kernel.Pin.Name, "after", time.Since(start).Round(time.Millisecond))
+			log.Debug("guest init running", LogKernel, vm.Kernel.Pin.Name, LogAfter, time.Since(start).Round(time.Millisecond))
 		case "BEGIN":
 			n, _ := strconv.Atoi(f[1])
 			if n < 0 || n >= len(vm.Runs) {

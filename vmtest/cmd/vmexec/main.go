@@ -98,7 +98,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return int(vmtest.ExitHarnessError), err
 	}
-	log.Debug("vm done", "kernel", pin.Name, "accel", res.Accel, "boot_to_init", res.BootToInit, "boot_to_first_test", res.BootToFirstTest, "wall", res.Wall)
+	log.Debug("vm done", vmtest.LogKernel, pin.Name, vmtest.LogAccel, res.Accel, vmtest.LogBootToInit, res.BootToInit, vmtest.LogBootToFirstTest, res.BootToFirstTest, vmtest.LogWall, res.Wall)
 	switch res.Code {
 	case vmtest.ExitPass:
 		return 0, nil

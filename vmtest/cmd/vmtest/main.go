@@ -28,7 +28,7 @@ func main() {
 	code, err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
-		slog.Error("vmtest", "err", err)
+		slog.Error("vmtest", vmtest.LogErr, err)
 		if code == vmtest.ExitPass {
 			code = vmtest.ExitHarnessError
 		}
@@ -141,7 +141,7 @@ func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCod
 	if err := os.Rename(path+".tmp", path); err != nil {
 		return vmtest.ExitHarnessError, err
 	}
-	slog.Info("lock rewritten", "path", path)
+	slog.Info("lock rewritten", vmtest.LogPath, path)
 	return vmtest.ExitPass, nil
 }
 

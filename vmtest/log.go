@@ -1,0 +1,32 @@
+package vmtest
+
+// Attribute keys of the harness's structured logs (log/slog).
+const (
+	LogAccel           = "accel"
+	LogAfter           = "after"
+	LogBootToFirstTest = "boot_to_first_test"
+	LogBootToInit      = "boot_to_init"
+	LogCmd             = "cmd"
+	LogCpus            = "cpus"
+	LogDeb             = "deb"
+	LogDir             = "dir"
+	LogErr             = "err"
+	LogKernel          = "kernel"
+	LogKeyring         = "keyring"
+	LogLock            = "lock"
+	LogMemoryMib       = "memory_mib"
+	LogModules         = "modules"
+	LogNow             = "now"
+	LogPackage         = "package"
+	LogPath            = "path"
+	LogRelease         = "release"
+	LogStderr          = "stderr"
+	LogSuite           = "suite"
+	LogSuites          = "suites"
+	LogTook            = "took"
+	LogTool            = "tool"
+	LogVerdict         = "verdict"
+	LogWall            = "wall"
+	LogWas             = "was"
+	LogWhy             = "why"
+)
