@@ -36,8 +36,9 @@
 // their shared libraries, the test binaries, and mirrors of the packages'
 // testdata/ and of fixtures/. Its /init mounts proc, sysfs, devtmpfs, bpffs,
 // cgroup2, debugfs and tracefs, checks `uname -r` against the pin, loads the
-// modules, sets SHIELD_REQUIRE_PRIV=1 and runs each binary in its package
-// directory. qemu runs with KVM when a probe shows it works (VMTEST_ACCEL
+// modules, sets SHIELD_REQUIRE_PRIV=1 (and VMTEST=1, VMTEST_KERNEL=<name>,
+// VMTEST_ACCEL=kvm|tcg, for timing budgets that must widen under emulation)
+// and runs each binary in its package directory. qemu runs with KVM when a probe shows it works (VMTEST_ACCEL
 // forces kvm or tcg), TCG otherwise, 2 vCPUs, machine pc; the kernel console
 // goes to ttyS0 (a file, dumped on a panic or a timeout, live with -v), the
 // test output to ttyS1 (streamed live, framed by @@VMTEST markers).

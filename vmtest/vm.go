@@ -87,6 +87,8 @@ type VM struct {
 	WorkDir  string
 	CacheDir string // where the VM lock lives: one VM at a time per cache
 	Log      *slog.Logger
+
+	accel string // kvm or tcg, decided at boot
 }
 
 // RunResult is the outcome of one Run.
@@ -134,6 +136,10 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 	}
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, err
+	}
+	vm.accel = "tcg"
+	if kvmUsable() {
+		vm.accel = "kvm"
 	}
 	initrd := filepath.Join(work, "initramfs-"+vm.Kernel.Pin.Name+".cpio")
 	if err := vm.buildInitramfs(initrd, log); err != nil {
@@ -205,6 +211,8 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 	}
 	b.WriteString("ip link set lo up\n")
 	b.WriteString("export SHIELD_REQUIRE_PRIV=1\n")
+	// Tests may widen timing budgets under emulation (TCG is ~10x slower).
+	fmt.Fprintf(&b, "export VMTEST=1 VMTEST_KERNEL=%s VMTEST_ACCEL=%s\n", shellQuote(vm.Kernel.Pin.Name), vm.accel)
 	for _, e := range vm.Env {
 		k, v, _ := strings.Cut(e, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
@@ -453,13 +461,13 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 	if timeout == 0 {
 		timeout = 15 * time.Minute
 	}
-	res := &Result{Accel: "tcg"}
+	res := &Result{Accel: vm.accel}
 	cpu := "max"
 	if c := os.Getenv("VMTEST_CPU"); c != "" {
 		cpu = c
 	}
-	if kvmUsable() {
-		res.Accel, cpu = "kvm", "host"
+	if res.Accel == "kvm" {
+		cpu = "host"
 	}
 	bin, err := exec.LookPath("qemu-system-x86_64")
 	if err != nil {

@@ -67,6 +67,7 @@ func TestInitScript(t *testing.T) {
 		Kernel: &Kernel{Pin: &Pin{Name: "6.1", Release: "6.1.0-50-cloud-amd64"}},
 		Runs:   []Run{{Name: "xdpshield/sim", Dir: "/work/main/sim", Args: []string{"-test.run=^TestA$", "-test.v"}}},
 		Env:    []string{"SHIELD_X=a b"},
+		accel:  "tcg",
 	}
 	s := vm.initScript([]Module{{Name: "veth"}})
 	for _, want := range []string{
@@ -74,6 +75,7 @@ func TestInitScript(t *testing.T) {
 		"insmod /lib/modules/veth.ko",
 		"export SHIELD_REQUIRE_PRIV=1",
 		"export SHIELD_X='a b'",
+		"export VMTEST=1 VMTEST_KERNEL=6.1 VMTEST_ACCEL=tcg",
 		"(cd /work/main/sim && exec /tests/0.test '-test.run=^TestA$' -test.v)",
 		"mount -t bpf bpffs /sys/fs/bpf",
 		"mount -t cgroup2 cgroup2 /sys/fs/cgroup",

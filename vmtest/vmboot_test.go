@@ -127,3 +127,33 @@ func TestExitCodes(t *testing.T) {
 		})
 	}
 }
+
+// TestGoTestExec runs `go test -exec vmexec` on the topology package in 6.1:
+// the documented way to run one package in one kernel. One more boot, so
+// only with VMTEST_ALL=1.
+func TestGoTestExec(t *testing.T) {
+	needVM(t)
+	if os.Getenv("VMTEST_ALL") != "1" {
+		t.Skip("one more boot; set VMTEST_ALL=1")
+	}
+	root, err := ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vmexec := filepath.Join(t.TempDir(), "vmexec")
+	if out, err := exec.Command("go", "build", "-o", vmexec, "xdpshield/vmtest/cmd/vmexec").CombinedOutput(); err != nil {
+		t.Fatalf("build vmexec: %v\n%s", err, out)
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-v", "-exec", vmexec+" -kernel 6.1", "./internal/topo")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go test -exec: %v\n%s", err, out)
+	}
+	for _, want := range []string{"--- PASS: TestPairPingAndCleanup", "ok  \txdpshield/internal/topo"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("go test -exec output lacks %q:\n%s", want, out)
+		}
+	}
+}
