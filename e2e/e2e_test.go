@@ -243,6 +243,15 @@ func TestScenario(t *testing.T) {
 		cfg.ProbeRate /= 4
 		cfg.Budget.P99Cap = 0
 	}
+	if os.Getenv("VMTEST_ACCEL") == "tcg" {
+		// Under TCG both vCPUs share one host thread: a 2 s phase's p99 is
+		// the emulator's scheduling more than the edge's (a 6.1 guest saw
+		// 27 ms baseline, 225 ms under a storm the shield dropped, on a
+		// loaded host). The ratio stays, wide enough for that; a storm
+		// reaching the stack unfiltered costs far more, and the counters
+		// are asserted exactly as on the host.
+		cfg.Budget.P99Ratio = 20
+	}
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
