@@ -195,7 +195,8 @@ mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm /run /tmp
-mount -t tmpfs tmpfs /tmp
+# No tmpfs on /tmp: the package mirrors live at the host's paths, and a
+# clone under /tmp would vanish under it (the rootfs is writable anyway).
 mount -t tmpfs tmpfs /run
 mkdir -p /run/netns
 mount -t bpf bpffs /sys/fs/bpf
