@@ -173,7 +173,7 @@ func drainAdmission(tb testing.TB, s *shield.Shield) {
 	tb.Helper()
 	for range 1000 {
 		strangerN++
-		a := netip.AddrFrom4([4]byte{10, byte(strangerN >> 16), byte(strangerN >> 8), byte(strangerN)})
+		a := netip.AddrFrom4([4]byte{198, 19, byte(strangerN >> 8), byte(strangerN)})
 		got, err := Run(s.Program(), From(a.String(), UDP).Bytes())
 		require.NoError(tb, err)
 		if got == Drop {

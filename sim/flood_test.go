@@ -44,7 +44,7 @@ func TestForgedFlood(t *testing.T) {
 	var admitted, heavyPassed, heavySent uint64
 	for i := range forged {
 		at := t0 + time.Duration(i)*gap
-		a := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		a := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}) // 10,240 forged: fits 198.19.0.0/16
 		f := From(a.String(), TCP).Bytes()
 		st := Step{Name: fmt.Sprintf("forged %s", a), At: at, Frame: f}
 		if admitted < admBudget+uint64(at-t0)*l.AdmissionRate/uint64(sec) {
