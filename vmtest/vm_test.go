@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"xdpshield/internal/testutil"
 )
 
 func TestCPIO(t *testing.T) {
 	if _, err := exec.LookPath("cpio"); err != nil {
-		t.Skip("cpio not installed (ci/deps.sh installs it)")
+		testutil.SkipOrFail(t, "cpio not installed (ci/deps.sh installs it)")
 	}
 	var buf bytes.Buffer
 	c := newCPIO(&buf)
