@@ -211,15 +211,14 @@ type Phase struct {
 
 // LegitStats are the legitimate client's figures in a phase.
 type LegitStats struct {
-	Requests   int               `json:"requests"`
-	Failures   int               `json:"failures"`
-	RatePerSec float64           `json:"rate_per_second"`
-	Success    float64           `json:"success"`
-	Kinds      map[string]Dist   `json:"by_kind"`
-	Errors     map[string]int    `json:"errors,omitempty"`
-	Dropped    uint64            `json:"shield_dropped"` // packets of the client's sources the shield dropped
-	Seen       uint64            `json:"shield_seen"`    // packets of the client's sources the shield saw
-	Addrs      map[string]string `json:"-"`
+	Requests   int             `json:"requests"`
+	Failures   int             `json:"failures"`
+	RatePerSec float64         `json:"rate_per_second"`
+	Success    float64         `json:"success"`
+	Kinds      map[string]Dist `json:"by_kind"`
+	Errors     map[string]int  `json:"errors,omitempty"`
+	Dropped    uint64          `json:"shield_dropped"` // packets of the client's sources the shield dropped
+	Seen       uint64          `json:"shield_seen"`    // packets of the client's sources the shield saw
 }
 
 // Dist is one request kind's latency distribution.
