@@ -61,9 +61,6 @@ func New(role string) (*NS, error) {
 	return ns, nil
 }
 
-// Handle is the namespace's file descriptor handle.
-func (n *NS) Handle() netns.NsHandle { return n.handle }
-
 // Do runs fn on a locked OS thread inside the namespace.
 func (n *NS) Do(fn func() error) error {
 	runtime.LockOSThread()
