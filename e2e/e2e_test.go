@@ -243,7 +243,7 @@ func TestScenario(t *testing.T) {
 		cfg.ProbeRate /= 4
 		cfg.Budget.P99Cap = 0
 	}
-	if os.Getenv("VMTEST_ACCEL") == "tcg" {
+	if testutil.Emulated() {
 		// Under TCG both vCPUs share one host thread: a 2 s phase's p99 is
 		// the emulator's scheduling more than the edge's (a 6.1 guest saw
 		// 27 ms baseline, 225 ms under a storm the shield dropped, on a

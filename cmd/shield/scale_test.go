@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -17,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"xdpshield/bpf"
+	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 )
 
@@ -99,7 +99,7 @@ func TestServeMillionSources(t *testing.T) {
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
 	t.Logf("GET /v1/top with %d sources: %v (walk ms %v)", c.Sources.Tracked, lat, walk)
-	if med := sorted[len(sorted)/2]; med > time.Second && emulated() {
+	if med := sorted[len(sorted)/2]; med > time.Second && testutil.Emulated() {
 		t.Logf("median /v1/top latency %v: not held to the 1 s bound under CPU emulation (TCG)", med)
 	} else if med > time.Second {
 		t.Errorf("median /v1/top latency %v with %d sources, want < 1 s", med, c.Sources.Tracked)
@@ -118,13 +118,6 @@ func TestServeMillionSources(t *testing.T) {
 	if hwm >= 100 {
 		t.Errorf("service peak RSS %.1f MiB, want < 100 MiB", hwm)
 	}
-}
-
-// emulated reports a CPU emulated by qemu's TCG (the VM matrix here), where
-// latency bounds meant for real hardware do not apply.
-func emulated() bool {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	return err == nil && (bytes.Contains(b, []byte("QEMU Virtual CPU")) || bytes.Contains(b, []byte("QEMU TCG")))
 }
 
 func cmpU(a, b uint64) int {
