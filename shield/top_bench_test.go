@@ -2,7 +2,6 @@ package shield
 
 import (
 	"context"
-	"net/netip"
 	"testing"
 
 	"xdpshield/bpf"
@@ -19,21 +18,8 @@ func BenchmarkTop(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	const n, chunk = 1_000_000, 50_000
-	keys := make([]bpf.ShieldSrcKey, chunk)
-	vals := make([]bpf.ShieldSource, chunk)
-	base := netip.MustParseAddr("2001:db8::").As16()
-	for i := 0; i < n; i += chunk {
-		for j := range chunk {
-			v := uint32(i + j)
-			a := base
-			a[12], a[13], a[14], a[15] = byte(v>>24), byte(v>>16), byte(v>>8), byte(v)
-			keys[j] = bpf.ShieldSrcKey{Addr: a}
-			vals[j] = bpf.ShieldSource{Passed: uint64(v % 1000), Dropped: uint64(v*2654435761) % 100_000}
-		}
-		if _, err := s.objs.Sources.BatchUpdate(keys, vals, nil); err != nil {
-			b.Fatal(err)
-		}
+	if err := testutil.FillSources(s.objs.Sources, 1_000_000); err != nil {
+		b.Fatal(err)
 	}
 	ctx := context.Background()
 	b.Run("iterate-reference", func(b *testing.B) {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 )
@@ -43,22 +41,9 @@ func TestServeMillionSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	const chunk = 50_000
-	keys := make([]bpf.ShieldSrcKey, chunk)
-	vals := make([]bpf.ShieldSource, chunk)
-	base := netip.MustParseAddr("2001:db8::").As16()
 	fillStart := time.Now()
-	for i := 0; i < millionSources; i += chunk {
-		for j := range chunk {
-			n := uint32(i + j)
-			a := base
-			a[12], a[13], a[14], a[15] = byte(n>>24), byte(n>>16), byte(n>>8), byte(n)
-			keys[j] = bpf.ShieldSrcKey{Addr: a}
-			vals[j] = bpf.ShieldSource{Passed: uint64(n % 1000), Dropped: uint64(n*2654435761) % 100_000}
-		}
-		if _, err := m.BatchUpdate(keys, vals, nil); err != nil {
-			t.Fatalf("fill sources at %d: %v", i, err)
-		}
+	if err := testutil.FillSources(m, millionSources); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("filled %d sources in %v", millionSources, time.Since(fillStart).Round(time.Millisecond))
 
