@@ -30,7 +30,7 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-8s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(os.Stderr, "\n`shield <command> -h` shows a command's flags.")
+	fmt.Fprintln(os.Stderr, "\n`shield <command> -h` shows a command's flags (`shield <command> <sub> -h` for allow, deny and limits).")
 }
 
 func main() {
