@@ -60,7 +60,7 @@ func runServe(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "", "API address (default "+api.DefaultListen+")")
 	tokenFile := fs.String("token-file", "", "file holding the operator token (mode 0600); without one the API is read-only")
 	pinRoot := fs.String("pin-root", "", "bpffs directory for pins, one subdirectory per interface (default "+shield.DefaultPinRoot+")")
-	tableSize := fs.Uint("table-size", 0, "capacity of the per-source table (default 1048576)")
+	tableSize := fs.Uint("table-size", 0, fmt.Sprintf("capacity of the per-source table (default %d)", shield.DefaultTableSize))
 	logFormat := fs.String("log-format", "", "text or json (default text)")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
