@@ -29,7 +29,7 @@ func runStorm(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("storm", flag.ContinueOnError)
 	fs.StringVar(&cfg.Sources, "sources", cfg.Sources, "storms to raise: few, many or both")
 	fs.DurationVar(&cfg.PhaseDuration, "duration", cfg.PhaseDuration, "length of each phase")
-	fs.Uint64Var(&cfg.Rate, "rate", cfg.Rate, "generator frames per second (0: full speed; see e2e.DefaultConfig for the default)")
+	fs.Uint64Var(&cfg.Rate, "rate", cfg.Rate, "generator frames per second (0: full speed)")
 	jsonPath := fs.String("json", "", "write the result as JSON to this file")
 	fs.StringVar(&cfg.Generator, "generator", cfg.Generator, "auto, xdp (live frames, 5.18+) or af_packet")
 	fs.Float64Var(&cfg.Budget.P99Ratio, "p99-ratio", cfg.Budget.P99Ratio, "p99 budget as a multiple of the baseline p99")
@@ -43,10 +43,7 @@ func runStorm(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.Contrast, "contrast", cfg.Contrast, "also run the storms with no program attached (reported, not asserted)")
 	quiet := fs.Bool("quiet", false, "no live progress line")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("storm: unexpected arguments %q", fs.Args())
