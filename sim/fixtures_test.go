@@ -171,6 +171,9 @@ func TestFixtures(t *testing.T) {
 	pcaps, err := filepath.Glob(filepath.Join(fixtureDir, "*.pcap"))
 	require.NoError(t, err)
 	require.NotEmpty(t, pcaps, "no fixtures in %s", fixtureDir)
+	for _, d := range fixtureDefs {
+		require.Contains(t, pcaps, filepath.Join(fixtureDir, d.name+".pcap"), "fixture %q is defined but its pcap is missing (go test ./sim -update)", d.name)
+	}
 	for _, path := range pcaps {
 		name := strings.TrimSuffix(filepath.Base(path), ".pcap")
 		t.Run(name, func(t *testing.T) {
