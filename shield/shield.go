@@ -73,7 +73,6 @@ type Shield struct {
 	objs      bpf.ShieldObjects
 	innerSpec *ebpf.MapSpec
 	clock     Clock
-	tableSize uint32
 	compat    bool // shield_compat loaded as the program (no cmpxchg refills)
 
 	mu     sync.Mutex // serialises changes of configuration and lists
@@ -145,7 +144,7 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
-	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tableSize: opts.TableSize}
+	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock}
 	s.compat = forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, &collOpts)
 	var ve *ebpf.VerifierError
@@ -200,7 +199,7 @@ func (s *Shield) Close() error { return s.objs.Close() }
 func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
 
 // TableSize is the capacity of the sources table.
-func (s *Shield) TableSize() uint32 { return s.tableSize }
+func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() }
 
 // Compat reports whether the kernel lacks BPF_CMPXCHG (before 5.12), so the
 // program in use is shield_compat, whose refills can race (bpf/shield.c,
