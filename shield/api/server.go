@@ -34,7 +34,6 @@ const (
 	keyMethod = "method"
 	keyPath   = "path"
 	keyReason = "reason"
-	keyList   = "list"
 	keyItems  = "prefixes"
 )
 
