@@ -14,9 +14,7 @@ import (
 // DefaultModules are the modules the suites need, by name; whatever a
 // kernel has built in is skipped, dependencies are added.
 var DefaultModules = []string{
-	"veth",                              // topo, storms
-	"sch_ingress", "cls_bpf", "act_bpf", // clsact and tc BPF (generators, probes)
-	"nf_tables", "nft_limit", // the nftables baseline
+	"veth", // topo, storms
 }
 
 // moduleName normalises a module file or name: "nf_tables.ko.xz" and

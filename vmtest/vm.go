@@ -717,7 +717,7 @@ func indent(s string) string {
 }
 
 // DefaultTools are the host programs the suites call.
-var DefaultTools = []string{"ip", "tc", "nft", "bpftool", "promtool", "tcpdump"}
+var DefaultTools = []string{"ip", "promtool", "tcpdump"}
 
 // ErrNoTests is returned when a selection has no test binaries.
 var ErrNoTests = errors.New("no test binaries to run")
