@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(
 	clang llvm libbpf-dev    # make generate (bpf2go)
-	iproute2 iputils-ping nftables # namespaces, veths, the nftables baseline
+	iproute2 iputils-ping     # namespaces, veths
 	qemu-system-x86 busybox-static cpio zstd xz-utils lz4 # the VM matrix
 	prometheus               # promtool, to check /metrics
 	tcpdump                  # reading failure pcaps
