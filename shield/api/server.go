@@ -86,6 +86,10 @@ type Server struct {
 	countMu sync.Mutex
 	count   int
 	countAt time.Time
+	// listMu makes a list change and the reads around it one step, so
+	// the response and the log say what this request changed, not what a
+	// concurrent one did.
+	listMu sync.Mutex
 }
 
 // NewServer returns a Server for sh. It does not listen: serve it with
@@ -485,6 +489,8 @@ func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.Lis
 		s.fail(w, err)
 		return
 	}
+	s.listMu.Lock()
+	defer s.listMu.Unlock()
 	before, err := s.sh.List(l)
 	if err != nil {
 		s.fail(w, err)

@@ -364,3 +364,38 @@ func TestListCapacity(t *testing.T) {
 		t.Error("state changed after a refused over-capacity POST")
 	}
 }
+
+// TestConcurrentListChangesReportTheirOwn: list changes racing each other
+// each answer with exactly the prefixes they added, not a neighbour's.
+func TestConcurrentListChangesReportTheirOwn(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	c := e.client()
+	const workers, per = 16, 4
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			var mine []string
+			for i := range per {
+				mine = append(mine, fmt.Sprintf("198.19.%d.%d/32", w, i))
+			}
+			r, err := c.Add(context.Background(), shield.DenyList, mine)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if !slices.Equal(r.Added, mine) {
+				errs <- fmt.Errorf("worker %d: Add(%v).Added = %v, want its own prefixes", w, mine, r.Added)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if got, err := e.sh.List(shield.DenyList); err != nil || len(got) != workers*per {
+		t.Errorf("List(deny) = %d prefixes, %v; want %d", len(got), err, workers*per)
+	}
+}
