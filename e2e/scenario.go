@@ -380,7 +380,7 @@ type run struct {
 	client *Client
 	tpls   map[stormKind][]Template
 	flows  map[stormKind][]stormFlow // what each template is, in the same order
-	few    []netip.Addr           // the few storm's sources, both families
+	few    []netip.Addr              // the few storm's sources, both families
 	base   [numKinds]time.Duration
 }
 
