@@ -95,8 +95,9 @@ type Attachment struct {
 	// Notes are things the caller should log (fallbacks, kept settings).
 	Notes []string
 
-	link link.Link
-	lock *os.File
+	link     link.Link
+	lock     *os.File
+	detached bool
 }
 
 // PinDir is the pin directory of iface under root (DefaultPinRoot if empty).
@@ -278,6 +279,22 @@ func (a *Attachment) Close() error {
 		errs = append(errs, a.lock.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// Detach takes the program off the interface now and removes the link's
+// pin; the maps stay pinned. The Attachment must still be closed.
+func (a *Attachment) Detach() error {
+	if a.link == nil || a.detached {
+		return nil
+	}
+	a.detached = true
+	if err := a.link.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detach link: %w", err)
+	}
+	if err := a.link.Unpin(); err != nil {
+		return fmt.Errorf("unpin link: %w", err)
+	}
+	return nil
 }
 
 // Detach removes the program from iface and deletes its pins (link and maps)
