@@ -92,7 +92,7 @@ func (r *run) stopService() {
 		}
 	}
 	if r.pins != "" {
-		if err := shield.Detach(r.pins, EdgeDev); err != nil {
+		if err := r.top.Edge.Do(func() error { return shield.Detach(r.pins, EdgeDev) }); err != nil {
 			r.log.Warn("remove the storm's pins", logErr, err)
 		}
 		os.RemoveAll(r.pins)
@@ -100,7 +100,8 @@ func (r *run) stopService() {
 }
 
 // removeStalePins removes the pin roots of storms whose process is gone
-// (killed before it could clean up).
+// (killed before it could clean up). Only names this package makes are
+// touched, and only on bpffs.
 func removeStalePins(log interface{ Warn(string, ...any) }) {
 	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/bpf", stormPinPrefix+"*"))
 	for _, d := range dirs {
@@ -108,9 +109,9 @@ func removeStalePins(log interface{ Warn(string, ...any) }) {
 		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
 			continue
 		}
-		if err := shield.Detach(d, EdgeDev); err != nil {
+		// Its namespaces, and so its interfaces and links, died with it.
+		if err := os.RemoveAll(d); err != nil {
 			log.Warn("remove a dead storm's pins", logErr, err)
 		}
-		os.RemoveAll(d)
 	}
 }
