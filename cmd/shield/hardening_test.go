@@ -1,14 +1,28 @@
 package main
 
 import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"xdpshield/shield"
+	"xdpshield/shield/api"
 )
 
 // Tests named after the findings of issue 10 ("the service under attack and
@@ -123,4 +137,95 @@ func plainCmd(args ...string) (*exec.Cmd, *syncBuffer) {
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	return cmd, out
+}
+
+// TestExposedAPIRefusedWithoutProtection (issue 10, finding 6): a listener
+// beyond loopback without TLS and the token on reads is refused before
+// anything is attached; with them, a remote peer needs the token over TLS.
+func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
+	l := newLab(t, "expose")
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile,
+		"-listen", "198.18.0.1:9470")
+	if err := cmd.Run(); err == nil {
+		t.Errorf("serve -listen 198.18.0.1:9470 without TLS exited 0, want a refusal:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "beyond loopback") {
+		t.Errorf("serve's refusal does not say why:\n%s", out)
+	}
+	if ok, _ := xdpAttached(t, l); ok {
+		t.Errorf("the refused serve attached XDP to va:\n%s", out)
+	}
+
+	// Protected: TLS, reads behind the token.
+	dir := t.TempDir()
+	certPEM, keyPEM := selfSigned(t, netip.MustParseAddr("198.18.0.1"))
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	cfgFile := filepath.Join(dir, "shield.toml")
+	for f, b := range map[string][]byte{cert: certPEM, key: keyPEM, cfgFile: []byte("[api]\nauth_reads = true\n")} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd, out = l.shieldCmd("serve", "-config", cfgFile, "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile,
+		"-listen", "198.18.0.1:9470", "-tls-cert", cert, "-tls-key", key)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{cmd: cmd, out: out, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := l.storm.Do(func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}}
+	defer tr.CloseIdleConnections()
+	remote := &api.Client{Base: "https://198.18.0.1:9470", HTTP: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+	waitFor(t, "the TLS API to answer", func() bool {
+		_, err := remote.Info(context.Background())
+		var ae *api.Error
+		return errors.As(err, &ae)
+	})
+	if _, err := remote.Info(context.Background()); err == nil {
+		t.Error("a remote peer read /v1/info without the token")
+	}
+	remote.Token = testToken
+	if _, err := remote.Info(context.Background()); err != nil {
+		t.Errorf("a remote peer with the token over TLS: %v", err)
+	}
+	plain := &api.Client{Base: "http://198.18.0.1:9470", Token: testToken, HTTP: &http.Client{Transport: &http.Transport{DialContext: tr.DialContext}, Timeout: 5 * time.Second}}
+	if _, err := plain.Info(context.Background()); err == nil {
+		t.Error("the API answered plain HTTP beside TLS")
+	}
+}
+
+// selfSigned makes a certificate for ip and its key, PEM-encoded.
+func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "xdpshield test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{ip.AsSlice()}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
 }

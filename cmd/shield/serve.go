@@ -42,6 +42,9 @@ func runServe(ctx context.Context, args []string) error {
 	pinRoot := fs.String("pin-root", "", "bpffs directory for pins, one subdirectory per interface (default "+shield.DefaultPinRoot+")")
 	tableSize := fs.Uint("table-size", 0, fmt.Sprintf("capacity of the per-source table (default %d)", shield.DefaultTableSize))
 	logFormat := fs.String("log-format", "", "text or json (default text)")
+	tlsCert := fs.String("tls-cert", "", "PEM certificate: the API speaks HTTPS (with -tls-key)")
+	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	expose := fs.Bool("dangerously-expose-api", false, "serve a non-loopback -listen without TLS or without the token on reads")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
@@ -68,6 +71,12 @@ func runServe(ctx context.Context, args []string) error {
 			cfg.TableSize = uint64(*tableSize)
 		case "log-format":
 			cfg.Log.Format = *logFormat
+		case "tls-cert":
+			cfg.API.TLSCert = *tlsCert
+		case "tls-key":
+			cfg.API.TLSKey = *tlsKey
+		case "dangerously-expose-api":
+			cfg.API.DangerouslyExpose = *expose
 		}
 	})
 	set, err := cfg.validate()
@@ -75,8 +84,8 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	if *check {
-		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s, token %s, limits %+v, allow %d (+own addresses: %v), deny %d\n",
-			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, tokenState(cfg.API.TokenFile), set.limits,
+		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d (+own addresses: %v), deny %d\n",
+			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, cfg.API.TLSCert != "", cfg.API.AuthReads, tokenState(cfg.API.TokenFile), set.limits,
 			len(set.allow), cfg.Lists.AllowOwnAddresses, len(set.deny))
 		return nil
 	}
@@ -123,14 +132,7 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		Allow:             set.allow,
 		Deny:              set.deny,
 		AllowOwnAddresses: cfg.Lists.AllowOwnAddresses,
-		API: svc.API{
-			Listen:      cfg.API.Listen,
-			Token:       set.token,
-			TokenSource: cfg.API.TokenFile,
-			AuthReads:   cfg.API.AuthReads,
-			MaxBody:     cfg.API.MaxBodyBytes,
-			TopTimeout:  cfg.API.TopTimeout.Duration,
-		},
-		Build: api.BuildInfo{Version: version, Revision: revision},
+		API:               cfg.apiConfig(set.token),
+		Build:             api.BuildInfo{Version: version, Revision: revision},
 	}
 }

@@ -18,25 +18,27 @@ import (
 
 // Log attribute keys of the service's lifecycle logs.
 const (
-	keyIface   = "iface"
-	keyMode    = "mode"
-	keyPinDir  = "pin_dir"
-	keyLinkID  = "link_id"
-	keyProg    = "program_id"
-	keyOldProg = "old_program_id"
-	keyTable   = "table_size"
-	keyListen  = "listen"
-	keyLimits  = "limits"
-	keyConfig  = "configured"
-	keyNote    = "note"
-	keyWho     = "who"
-	keyWhat    = "what"
-	keyItems   = "prefixes"
-	keyOld     = "old"
-	keyNew     = "new"
-	keyErr     = "err"
-	keyVersion = "version"
-	keyToken   = "token"
+	keyIface     = "iface"
+	keyMode      = "mode"
+	keyPinDir    = "pin_dir"
+	keyLinkID    = "link_id"
+	keyProg      = "program_id"
+	keyOldProg   = "old_program_id"
+	keyTable     = "table_size"
+	keyListen    = "listen"
+	keyLimits    = "limits"
+	keyConfig    = "configured"
+	keyNote      = "note"
+	keyWho       = "who"
+	keyWhat      = "what"
+	keyItems     = "prefixes"
+	keyOld       = "old"
+	keyNew       = "new"
+	keyErr       = "err"
+	keyVersion   = "version"
+	keyToken     = "token"
+	keyAuthReads = "auth_reads"
+	keyTLS       = "tls"
 )
 
 // Config is a service's whole configuration, in the types it uses
@@ -81,6 +83,11 @@ type API struct {
 	// MaxBody and TopTimeout: see api.Options (zero: their defaults).
 	MaxBody    int64
 	TopTimeout time.Duration
+	// TLSCert and TLSKey are PEM files; with them the API speaks HTTPS.
+	TLSCert, TLSKey string
+	// DangerouslyExpose serves an address beyond loopback without a
+	// token on reads or without TLS (ValidateAPI refuses it otherwise).
+	DangerouslyExpose bool
 	// NoProcessMetrics leaves the Go and process collectors out of
 	// /metrics (several services in one process).
 	NoProcessMetrics bool
@@ -122,9 +129,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("limits: %w", err)
 	}
+	if err := ValidateAPI(cfg.API); err != nil {
+		return nil, err
+	}
 	// The listener first: an address that cannot be served must not leave
 	// a program attached with no API to manage it.
-	ln, err := net.Listen("tcp", cfg.API.Listen)
+	ln, err := listen(cfg.API)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (nothing was attached): %w", cfg.API.Listen, err)
 	}
@@ -221,8 +231,13 @@ func (s *Service) serve() {
 		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
 			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
 	})
+	topTimeout := cfg.API.TopTimeout
+	if topTimeout <= 0 {
+		topTimeout = api.DefaultTopTimeout
+	}
 	s.hs = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		IdleTimeout: time.Minute}
+		WriteTimeout: topTimeout + WriteTimeout, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	go func() {
 		err := s.hs.Serve(s.ln)
 		if !errors.Is(err, http.ErrServerClosed) {
@@ -231,9 +246,9 @@ func (s *Service) serve() {
 		close(s.done)
 	}()
 	addr := s.ln.Addr().String()
-	if ap, err := netip.ParseAddrPort(addr); err == nil && !ap.Addr().IsLoopback() && !cfg.API.AuthReads {
-		s.log.Warn("the API listens beyond loopback and reads need no token (api.auth_reads = true closes them)",
-			keyListen, addr)
+	if exposed(cfg.API) {
+		s.log.Error("DANGER: the API listens beyond loopback without a token on reads or without TLS (api.dangerously_expose)",
+			keyListen, addr, keyToken, cfg.API.Token != "", keyAuthReads, cfg.API.AuthReads, keyTLS, cfg.API.TLSCert != "")
 	}
 	src := cfg.API.TokenSource
 	if cfg.API.Token == "" {
