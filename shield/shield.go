@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"net/netip"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -77,6 +79,7 @@ type Shield struct {
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
+	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
@@ -162,6 +165,10 @@ func Load(opts Options) (*Shield, error) {
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
+	if err := s.loadSnapshots(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	cfg, ok, err := s.readConfig()
 	if err != nil {
 		s.Close()
