@@ -3,8 +3,8 @@ package shield
 import (
 	"errors"
 	"fmt"
-	"os"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
