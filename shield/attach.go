@@ -128,15 +128,15 @@ func netnsKey() (string, error) {
 	return fmt.Sprintf("netns-%d", st.Ino), nil
 }
 
-// ownedPins are the names Attach pins in a pin directory: the link and every
-// map of the program that is pinned by name. Detach removes these and only
+// ownedPins are the names Attach pins in a pin directory: the link, the
+// change journal and every map of the program that is pinned by name. Detach removes these and only
 // these.
 func ownedPins() (map[string]bool, error) {
 	spec, err := bpf.LoadShield()
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	names := map[string]bool{linkPin: true}
+	names := map[string]bool{linkPin: true, journalPin: true}
 	for name := range spec.Maps {
 		if filepath.Ext(name) == "" {
 			names[name] = true
@@ -265,6 +265,9 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		return nil, err
 	}
 	a.Shield = sh
+	if r, ok := sh.Recovered(); ok {
+		a.Notes = append(a.Notes, r.String())
+	}
 	progInfo, err := sh.Program().Info()
 	if err != nil {
 		return nil, fmt.Errorf("program info: %w", err)

@@ -235,6 +235,12 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		return inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
 	}
 
+	// The intent first: a crash from here on is rolled back at the next
+	// load, so the batch is in force whole or not at all.
+	j, err := s.beginJournal(l, journalAdded, fresh)
+	if err != nil {
+		return err
+	}
 	v4, v6 := s.tries(l)
 	one := uint8(1)
 	for i, p := range fresh {
@@ -243,22 +249,32 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 			t = v6
 		}
 		if err := t.m.Put(t.key(p), one); err != nil {
-			s.removeLocked(l, fresh[:i])
+			if s.removeLocked(l, fresh[:i]) == nil {
+				j.commit()
+			}
 			return fmt.Errorf("add %s to %s list: %w", p, l, err)
 		}
 	}
 	old := s.snap[l].Load()
 	s.setSnapshot(l, have)
 	if err := s.syncVerdicts(); err != nil {
-		s.removeLocked(l, fresh)
+		err2 := s.removeLocked(l, fresh)
 		s.snap[l].Store(old)
-		if err2 := s.syncVerdicts(); err2 != nil {
+		if err2 == nil {
+			err2 = s.syncVerdicts()
+		}
+		if err2 != nil {
 			err = errors.Join(err, fmt.Errorf("undo: %w", err2))
+		} else {
+			j.commit()
 		}
 		return fmt.Errorf("add to %s list: %w", l, err)
 	}
 	// Entries first, then the flag that makes the program look them up.
-	return s.publish(s.limits)
+	if err := s.publish(s.limits); err != nil {
+		return err
+	}
+	return j.commit()
 }
 
 // Remove takes prefixes off list l (a prefix given twice is removed once).
@@ -291,6 +307,10 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	if err != nil {
 		return err
 	}
+	j, err := s.beginJournal(l, journalRemoved, gone)
+	if err != nil {
+		return err
+	}
 	if err := s.publishFlags(s.limits, flags); err != nil {
 		return err
 	}
@@ -299,7 +319,10 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 		return err
 	}
 	s.setSnapshot(l, have)
-	return s.syncVerdicts()
+	if err := s.syncVerdicts(); err != nil {
+		return err
+	}
+	return j.commit()
 }
 
 func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {

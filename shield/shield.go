@@ -80,6 +80,9 @@ type Shield struct {
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
 	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
+
+	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
+	recovered *Recovery // what Load rolled back
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
@@ -165,6 +168,13 @@ func Load(opts Options) (*Shield, error) {
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
+	s.pinPath = opts.PinPath
+	if s.pinPath != "" {
+		if err := s.rollback(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	if err := s.loadSnapshots(); err != nil {
 		s.Close()
 		return nil, err
@@ -182,6 +192,13 @@ func Load(opts Options) (*Shield, error) {
 	}
 	if ok {
 		s.limits = limitsOf(cfg)
+		// A rollback may have refilled a trie whose flag was cleared.
+		if s.recovered != nil {
+			if err := s.publish(s.limits); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
 	} else if err := s.start(opts.Limits); err != nil {
 		s.Close()
 		return nil, err

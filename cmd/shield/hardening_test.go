@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -228,4 +230,71 @@ func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
 		t.Fatal(err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+}
+
+// TestListChangeAtomicAcrossKill (issue 10, finding 4): kill -9 of the
+// service while it writes a batch of 60,000 deny prefixes. After the
+// restart the batch is in force whole or not at all, and a rollback is
+// logged.
+func TestListChangeAtomicAcrossKill(t *testing.T) {
+	l := newLab(t, "kill")
+	cfg := filepath.Join(t.TempDir(), "shield.toml")
+	if err := os.WriteFile(cfg, []byte("[api]\nmax_body_bytes = 4194304\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s1 := l.serve(t, "-config", cfg)
+	const n = 60000
+	batch := make([]string, n)
+	for i := range batch {
+		batch[i] = netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}).String() + "/32"
+	}
+	// The deny trie, watched from here: the first entry of the batch
+	// means the service is writing it.
+	var deny4 *ebpf.Map
+	waitFor(t, "the pinned deny4 map", func() bool {
+		ms, _ := filepath.Glob(filepath.Join(l.pinRoot, "*", "va", "deny4"))
+		if old := filepath.Join(l.pinRoot, "va", "deny4"); len(ms) == 0 {
+			ms = []string{old}
+		}
+		m, err := ebpf.LoadPinnedMap(ms[0], nil)
+		deny4 = m
+		return err == nil
+	})
+	defer deny4.Close()
+	go l.client.Add(context.Background(), shield.DenyList, batch)
+	var k []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for deny4.NextKey(nil, &k) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch did not start within 30 s")
+		}
+	}
+	if err := s1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s1.done
+	s1.done <- nil
+
+	s2 := l.serve(t, "-config", cfg)
+	got, err := l.client.List(context.Background(), shield.DenyList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inForce := 0
+	for _, p := range got.Prefixes {
+		if strings.HasPrefix(p, "198.19.") {
+			inForce++
+		}
+	}
+	switch {
+	case inForce == 0:
+		if !strings.Contains(s2.out.String(), "rolled back") {
+			t.Errorf("the interrupted batch was rolled back, but no line says so:\n%s", s2.out)
+		}
+	case inForce == n:
+		t.Logf("the batch was complete when killed")
+	default:
+		t.Errorf("after kill -9 during a batch of %d deny prefixes, %d are in force: want all or none\n%s", n, inForce, s2.out)
+	}
+	t.Logf("kill -9 during the batch: %d of %d in force after the restart", inForce, n)
 }
