@@ -55,7 +55,7 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[storm
 		ph.Legit.Dropped += dropped
 	}
 
-	ph.Sent.Generator = r.gen.Name()
+	ph.Sent.Generator = r.storm.Name()
 	ph.Sent.ByFlow = map[string]uint64{}
 	if stormKind(ph.Storm) != stormNone {
 		perSource := map[bool]uint64{} // by family (is IPv4): the most frames one storm source got
@@ -342,4 +342,19 @@ func (r *run) assertHarm(ph *Phase) {
 		return
 	}
 	r.check(ph, "storm hurts an unprotected edge", true, "broke %s (%s)", strings.Join(broke, ", "), why)
+}
+
+// assertRestart checks a restart of the shield mid-storm (Restarter): the
+// new service adopted the pinned link (same link ID, and it says so), and
+// the program kept dropping the storm while no service ran.
+func (r *run) assertRestart(ph *Phase, err error) {
+	st := ph.Restart
+	if st == nil {
+		st = &RestartStats{}
+	}
+	r.check(ph, "shield restarted mid-storm", err == nil, "%v", err)
+	r.check(ph, "pinned link adopted by the new service", st.LinkBefore != 0 && st.LinkAfter == st.LinkBefore && st.Adopted,
+		"link %d before, %d after; adopted log: %q", st.LinkBefore, st.LinkAfter, st.AdoptedNote)
+	r.check(ph, "edge protected while no service ran", st.DropsDown > 0,
+		"%d drops counted in the %.0f ms between the stop and the new service answering", st.DropsDown, st.DownMs)
 }

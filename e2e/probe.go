@@ -25,6 +25,15 @@ type poller struct {
 	mu      sync.Mutex
 	cur     *APIStats
 	last    error
+	paused  bool // the service is being restarted on purpose (Restarter)
+}
+
+// pause stops (or resumes) probing: a restart's outage is the restart's
+// figure (RestartStats.DownMs), not the API's failure.
+func (pl *poller) pause(on bool) {
+	pl.mu.Lock()
+	pl.paused = on
+	pl.mu.Unlock()
 }
 
 func (pl *poller) run(ctx context.Context, every time.Duration) {
@@ -35,6 +44,12 @@ func (pl *poller) run(ctx context.Context, every time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		pl.mu.Lock()
+		paused := pl.paused
+		pl.mu.Unlock()
+		if paused {
+			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, pl.timeout)
 		began := time.Now()
@@ -48,6 +63,10 @@ func (pl *poller) run(ctx context.Context, every time.Duration) {
 			err = fmt.Errorf("answered after %v (timeout %v)", d, pl.timeout)
 		}
 		pl.mu.Lock()
+		if pl.paused {
+			pl.mu.Unlock()
+			continue // begun before the pause
+		}
 		pl.last = err
 		if s := pl.cur; s != nil {
 			s.Polls++

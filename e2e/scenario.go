@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"xdpshield/shield"
-	"xdpshield/shield/service"
 )
 
 // Log attribute keys.
@@ -107,6 +106,8 @@ type Config struct {
 	// Progress, when set, is called about twice a second.
 	Progress func(Progress)
 	Logger   *slog.Logger
+	// Deployment runs the storm's parts; nil: Local.
+	Deployment Deployment
 }
 
 // DefaultConfig is the `make demo` run: 4 phases of 8 s and 2 contrast
@@ -261,6 +262,7 @@ type Phase struct {
 	Table    TableStats    `json:"table"`
 	Few      []SourceStats `json:"few_sources,omitempty"` // each source of the few storm, with the shield attached
 	Service  ServiceStats  `json:"udp_service"`
+	Restart  *RestartStats `json:"shield_restart,omitempty"` // the shield restarted mid-phase (Restarter deployments)
 	Checks   []Check       `json:"assertions"`
 }
 
@@ -365,26 +367,24 @@ const (
 
 // run holds what a Run needs across phases.
 type run struct {
-	cfg    Config
-	log    *slog.Logger
-	top    *Topology
-	sh     *shield.Shield
-	svc    *service.Service // `shield serve`'s wiring, on edge0
-	pins   string           // the service's temporary pin root
-	token  string
-	xdp    []io.Closer // detach the shield from edge0 and edge1
-	gen    Generator
-	probe  Generator // AF_PACKET: a few thousand frames/s need no 28 ms live-frames runs
-	rec    *Recorder
-	poll   *poller
-	res    *Result
-	server *EdgeServer
-	udp    *DatagramService
-	client *Client
-	tpls   map[stormKind][]Template
-	flows  map[stormKind][]stormFlow // what each template is, in the same order
-	few    []netip.Addr              // the few storm's sources, both families
-	base   [numKinds]time.Duration
+	cfg   Config
+	log   *slog.Logger
+	dep   Deployment
+	top   *Topology
+	sh    *shield.Shield
+	svc   ShieldSide // `shield serve`'s wiring, on edge0
+	token string
+	xdp   []io.Closer // detach the shield from edge0 and edge1
+	storm StormSide   // generators (allow/deny probes on AF_PACKET: a few thousand frames/s need no 28 ms live-frames runs) and client
+	poll  *poller
+	res   *Result
+	edge  EdgeSide // HTTPS server and datagram service
+	tpls  map[stormKind][]Template
+	flows map[stormKind][]stormFlow // what each template is, in the same order
+	few   []netip.Addr              // the few storm's sources, both families
+	base  [numKinds]time.Duration
+	// restarted: the shield was restarted in a phase (Restarter).
+	restarted bool
 }
 
 // Run builds the topology, runs every phase and returns the result. An error
@@ -395,9 +395,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	r := &run{cfg: cfg, log: cfg.Logger, rec: &Recorder{}}
+	r := &run{cfg: cfg, log: cfg.Logger, dep: cfg.Deployment}
 	if r.log == nil {
 		r.log = slog.Default()
+	}
+	if r.dep == nil {
+		r.dep = Local{}
 	}
 	r.res = &Result{
 		Started:   time.Now().UTC(),
@@ -507,7 +510,7 @@ func (r *run) phases(ctx context.Context) (*Result, error) {
 
 func (r *run) setup() error {
 	var err error
-	if r.top, err = NewTopology(); err != nil {
+	if r.top, err = NewTopologyIn(r.dep); err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
 	r.res.RemovedOld = r.top.RemovedStale()
@@ -515,54 +518,49 @@ func (r *run) setup() error {
 	if err := r.startService(); err != nil {
 		return err
 	}
-	if r.gen, err = NewGenerator(r.cfg.Generator, r.top.Storm, r.top.StormIfindex); err != nil {
-		return fmt.Errorf("generator: %w", err)
+	if r.storm, err = r.dep.StartStorm(r.top, r.cfg.Generator); err != nil {
+		return fmt.Errorf("storm side: %w", err)
 	}
-	r.res.Generator = r.gen.Name() + " (allow/deny probes: af_packet)"
-	if r.probe, err = NewPacketGenerator(r.top.Storm, r.top.StormIfindex); err != nil {
-		return fmt.Errorf("probe generator: %w", err)
-	}
+	r.res.Generator = r.storm.Name() + " (allow/deny probes: af_packet)"
 	if err := r.buildStorms(); err != nil {
 		return err
 	}
-	p := newAPIProber(r.svc.Addr().String(), r.token, r.top.Edge)
+	p := newAPIProber(r.svc.APIAddr(), r.token, r.top.Edge)
 	r.poll = &poller{p: p, timeout: r.cfg.ProbeTimeout}
 
-	if r.server, err = StartEdgeServer(r.top.Edge, Edge4, Edge6, Front4, Front6); err != nil {
-		return fmt.Errorf("edge server: %w", err)
+	if r.edge, err = r.dep.StartEdge(r.top, r.cfg.UDPCapacity); err != nil {
+		return fmt.Errorf("edge: %w", err)
 	}
-	if r.udp, err = StartDatagramService(r.top.Edge, r.cfg.UDPCapacity); err != nil {
-		return fmt.Errorf("datagram service: %w", err)
+	if err := r.storm.StartClient(r.edge.CA(), r.cfg.Client, Front4, Front6); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
-	r.client = StartClient(r.top.Storm, r.server.Pool, r.cfg.Client, r.rec, Front4, Front6)
 	// Warm up: neighbour resolution, the client's first (admitted) packets.
 	time.Sleep(time.Second)
 	return nil
 }
 
 func (r *run) close() {
-	if r.client != nil {
-		r.client.Stop()
+	if r.storm != nil {
+		if err := r.storm.Close(); err != nil {
+			r.log.Warn("stop the storm side", logErr, err)
+		}
 	}
-	if r.server != nil {
-		r.server.Close()
-	}
-	if r.udp != nil {
-		r.udp.Close()
+	if r.edge != nil {
+		if err := r.edge.Close(); err != nil {
+			r.log.Warn("stop the edge", logErr, err)
+		}
 	}
 	if r.poll != nil {
 		r.poll.p.Close()
 	}
-	if r.gen != nil {
-		r.gen.Close()
-	}
-	if r.probe != nil {
-		r.probe.Close()
-	}
 	for _, l := range r.xdp {
 		l.Close()
 	}
-	r.stopService()
+	if r.svc != nil {
+		if err := r.svc.Close(); err != nil {
+			r.log.Warn("stop shield service", logErr, err)
+		}
+	}
 	if err := r.top.Close(); err != nil {
 		r.log.Warn("remove namespaces", logErr, err)
 	}
@@ -672,7 +670,9 @@ func (r *run) snap() (snapshot, error) {
 			s.sources[a] = src
 		}
 	}
-	s.served = r.udp.Served()
+	if s.served, err = r.edge.Served(); err != nil {
+		return s, err
+	}
 	if s.udp, err = ReadUDPCounters(r.top.Edge); err != nil {
 		return s, err
 	}
@@ -696,7 +696,9 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	r.rec.Switch(true)
+	if _, err := r.storm.Switch(true); err != nil {
+		return nil, err
+	}
 	r.poll.switchPhase(true)
 	start := time.Now()
 
@@ -713,7 +715,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			perProbe, probeErr = Storm(pctx, r.probe, probeSpec, &sent)
+			perProbe, probeErr = r.storm.Storm(pctx, true, probeSpec, &sent)
 		}()
 		spec := StormSpec{
 			Templates: r.tpls[k],
@@ -725,7 +727,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			per, genErr = Storm(pctx, r.gen, spec, &sent)
+			per, genErr = r.storm.Storm(pctx, false, spec, &sent)
 		}()
 	}
 	wg.Add(1)
@@ -733,6 +735,24 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		defer wg.Done()
 		r.poll.run(pctx, r.cfg.ProbeEvery)
 	}()
+	var restartErr error
+	if rs, ok := r.dep.(Restarter); ok && shielded && k != stormNone && !r.restarted {
+		r.restarted = true
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-pctx.Done():
+				restartErr = errors.New("the phase ended before the restart")
+				return
+			case <-time.After(r.cfg.PhaseDuration / 3):
+			}
+			r.poll.pause(true)
+			defer r.poll.pause(false)
+			st, err := rs.RestartShield(pctx)
+			ph.Restart, restartErr = &st, err
+		}()
+	}
 	var tableMu sync.Mutex
 	if shielded {
 		wg.Add(1)
@@ -772,7 +792,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 				}
 				p.PassPPS = float64(d.Verdict(shield.Pass)) / dt
 			}
-			p.P99, p.Requests, p.Failures = r.rec.peek()
+			p.P99, p.Requests, p.Failures = r.storm.Peek()
 			tableMu.Lock()
 			p.Sources = ph.Table.End
 			tableMu.Unlock()
@@ -783,10 +803,10 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	ticker.Stop()
 	cancel()
 	wg.Wait()
-	samples := r.rec.Switch(false)
+	samples, recErr := r.storm.Switch(false)
 	ph.API = r.poll.switchPhase(false)
 	ph.Seconds = time.Since(start).Seconds()
-	if err := errors.Join(genErr, probeErr); err != nil {
+	if err := errors.Join(genErr, probeErr, recErr); err != nil {
 		return nil, err
 	}
 
@@ -813,6 +833,9 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		}
 	}
 	r.assert(ph, k)
+	if ph.Restart != nil || restartErr != nil {
+		r.assertRestart(ph, restartErr)
+	}
 	log.Debug("phase done", logRequests, ph.Legit.Requests, logSent, ph.Sent.Frames)
 	return ph, nil
 }

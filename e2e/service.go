@@ -12,7 +12,11 @@ import (
 	"strings"
 	"syscall"
 
+	"log/slog"
+
 	"github.com/cilium/ebpf/link"
+
+	"xdpshield/internal/topo"
 
 	"xdpshield/shield"
 	"xdpshield/shield/service"
@@ -27,24 +31,11 @@ type closerFunc func() error
 
 func (f closerFunc) Close() error { return f() }
 
-// startService runs `shield serve`'s own wiring (shield/service) for edge0
-// inside the edge namespace: a temporary pin root on bpffs, the lock, the
-// configured limits and lists, and the API with a token (reads included),
-// bound on the edge namespace's loopback. The client link edge1 runs the
-// service's program too, attached here: the service protects one interface
-// (one pin directory, one lock), and edge1 shares its program and maps, so
-// one set of counters and buckets sees both links as before.
-func (r *run) startService() error {
-	removeStalePins(r.log)
-	r.pins = filepath.Join("/sys/fs/bpf", stormPinPrefix+strconv.Itoa(os.Getpid()))
-	if err := shield.EnsureBPFFS(r.pins); err != nil {
-		return fmt.Errorf("pin root: %w", err)
-	}
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
-		return fmt.Errorf("token: %w", err)
-	}
-	r.token = hex.EncodeToString(tok)
+// StormServiceConfig is the service configuration of a storm: the
+// configured limits and table size, the probes' addresses on the allow and
+// deny lists, and the API with token (reads included) on loopback. Iface,
+// PinRoot and API.Listen are the deployment's to fill.
+func StormServiceConfig(cfg Config, token string) service.Config {
 	host := func(as ...netip.Addr) []netip.Prefix {
 		var ps []netip.Prefix
 		for _, a := range as {
@@ -52,25 +43,40 @@ func (r *run) startService() error {
 		}
 		return ps
 	}
-	cfg := service.Config{
+	return service.Config{
 		Iface:     EdgeDev,
-		PinRoot:   r.pins,
-		TableSize: r.cfg.TableSize,
-		Limits:    r.cfg.Limits,
+		TableSize: cfg.TableSize,
+		Limits:    cfg.Limits,
 		Allow:     host(Allowed4, Allowed6),
 		Deny:      host(Denied4, Denied6),
-		API: service.API{Listen: "127.0.0.1:0", Token: r.token, TokenSource: "storm", AuthReads: true,
+		API: service.API{Listen: "127.0.0.1:0", Token: token, TokenSource: "storm", AuthReads: true,
 			NoProcessMetrics: true},
 	}
-	if err := r.top.Edge.Do(func() error {
-		var err error
-		r.svc, err = service.Start(context.Background(), cfg, r.log)
+}
+
+// newToken makes an operator token.
+func newToken() (string, error) {
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	return hex.EncodeToString(tok), nil
+}
+
+// startService starts the deployment's shield service and attaches its
+// program to the client link edge1 too: the service protects one interface
+// (one pin directory, one lock), and edge1 shares its program and maps, so
+// one set of counters and buckets sees both links.
+func (r *run) startService() error {
+	var err error
+	if r.token, err = newToken(); err != nil {
 		return err
-	}); err != nil {
+	}
+	if r.svc, err = r.dep.StartShield(r.top, StormServiceConfig(r.cfg, r.token)); err != nil {
 		return fmt.Errorf("shield service on %s in %s: %w", EdgeDev, r.top.Edge.Name, err)
 	}
 	r.sh = r.svc.Shield()
-	r.xdp = append(r.xdp, closerFunc(r.svc.Attachment().Detach))
+	r.xdp = append(r.xdp, closerFunc(r.svc.Detach))
 	if err := r.top.Edge.Do(func() error {
 		l, err := link.AttachXDP(link.XDPOptions{Program: r.sh.Program(), Interface: r.top.FrontIfindex})
 		if err == nil {
@@ -83,20 +89,48 @@ func (r *run) startService() error {
 	return nil
 }
 
-// stopService stops the service and removes its pins (link and maps) and
-// the temporary pin root.
-func (r *run) stopService() {
-	if r.svc != nil {
-		if err := r.svc.Close(); err != nil {
-			r.log.Warn("stop shield service", logErr, err)
-		}
+// StartShield runs `shield serve`'s own wiring (shield/service) for edge0
+// inside the edge namespace, with a temporary pin root on bpffs.
+func (Local) StartShield(top *Topology, cfg service.Config) (ShieldSide, error) {
+	log := slog.Default()
+	removeStalePins(log)
+	l := &localShield{edge: top.Edge, log: log}
+	l.pins = filepath.Join("/sys/fs/bpf", stormPinPrefix+strconv.Itoa(os.Getpid()))
+	if err := shield.EnsureBPFFS(l.pins); err != nil {
+		return nil, fmt.Errorf("pin root: %w", err)
 	}
-	if r.pins != "" {
-		if err := r.top.Edge.Do(func() error { return shield.Detach(r.pins, EdgeDev) }); err != nil {
-			r.log.Warn("remove the storm's pins", logErr, err)
-		}
-		os.RemoveAll(r.pins)
+	cfg.PinRoot = l.pins
+	if err := top.Edge.Do(func() error {
+		var err error
+		l.svc, err = service.Start(context.Background(), cfg, log)
+		return err
+	}); err != nil {
+		os.RemoveAll(l.pins)
+		return nil, err
 	}
+	return l, nil
+}
+
+type localShield struct {
+	edge *topo.NS
+	log  *slog.Logger
+	svc  *service.Service
+	pins string // the service's temporary pin root
+}
+
+func (l *localShield) Shield() *shield.Shield { return l.svc.Shield() }
+func (l *localShield) APIAddr() string        { return l.svc.Addr().String() }
+func (l *localShield) Detach() error          { return l.svc.Attachment().Detach() }
+
+// Close stops the service and removes its pins (link and maps) and the
+// temporary pin root.
+func (l *localShield) Close() error {
+	err := l.svc.Close()
+	if err := l.edge.Do(func() error { return shield.Detach(l.pins, EdgeDev) }); err != nil {
+		l.log.Warn("remove the storm's pins", logErr, err)
+	}
+	os.RemoveAll(l.pins)
+	return err
 }
 
 // removeStalePins removes the pin roots of storms whose process is gone

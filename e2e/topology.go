@@ -88,7 +88,12 @@ type Topology struct {
 // ends (a veth only accepts XDP_TX/redirected frames from its peer when it
 // runs NAPI: an attached XDP program or GRO turns it on, and the contrast
 // run has no program).
-func NewTopology() (t *Topology, err error) {
+func NewTopology() (*Topology, error) {
+	return NewTopologyIn(Local{})
+}
+
+// NewTopologyIn is NewTopology in the namespaces d provides.
+func NewTopologyIn(d Deployment) (t *Topology, err error) {
 	removed, err := topo.CleanupStale()
 	if err != nil {
 		slog.Warn("remove stale namespaces", logErr, err)
@@ -102,10 +107,7 @@ func NewTopology() (t *Topology, err error) {
 			t.Close()
 		}
 	}()
-	if t.Edge, err = topo.New("edge"); err != nil {
-		return nil, err
-	}
-	if t.Storm, err = topo.New("storm"); err != nil {
+	if t.Edge, t.Storm, err = d.Namespaces(); err != nil {
 		return nil, err
 	}
 	if err := topo.Veth(t.Storm, StormDev, t.Edge, EdgeDev); err != nil {
@@ -196,7 +198,13 @@ func (t *Topology) Close() error {
 		return nil
 	}
 	t.closed = true
-	return errors.Join(t.Storm.Close(), t.Edge.Close())
+	var errs []error
+	for _, ns := range []*topo.NS{t.Storm, t.Edge} {
+		if ns != nil {
+			errs = append(errs, ns.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // LinkStats are the counters of one veth end.

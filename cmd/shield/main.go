@@ -17,8 +17,9 @@ type command struct {
 	run     func(ctx context.Context, args []string) error
 }
 
-// commands is filled by the init functions of the subcommand files.
-var commands = map[string]command{}
+// commands is filled by the init functions of the subcommand files;
+// hidden ones are left out of the usage (the container lane's agents).
+var commands, hidden = map[string]command{}, map[string]command{}
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: shield <command> [flags]\n\ncommands:")
@@ -39,6 +40,9 @@ func main() {
 		os.Exit(2)
 	}
 	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		cmd, ok = hidden[os.Args[1]]
+	}
 	if !ok {
 		if os.Args[1] != "-h" && os.Args[1] != "help" && os.Args[1] != "--help" {
 			fmt.Fprintf(os.Stderr, "shield: unknown command %q\n\n", os.Args[1])

@@ -45,6 +45,9 @@ func runServe(ctx context.Context, args []string) error {
 	tlsCert := fs.String("tls-cert", "", "PEM certificate: the API speaks HTTPS (with -tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	expose := fs.Bool("dangerously-expose-api", false, "serve a non-loopback -listen without TLS or without the token on reads")
+	// Hidden: the container lane proves a capability is needed by the
+	// kernel's refusal, not only by this check.
+	noCapCheck := os.Getenv("SHIELD_NO_CAP_CHECK") == "1"
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
@@ -88,6 +91,11 @@ func runServe(ctx context.Context, args []string) error {
 			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, cfg.API.TLSCert != "", cfg.API.AuthReads, tokenState(cfg.API.TokenFile), set.limits,
 			len(set.allow), cfg.Lists.AllowOwnAddresses, len(set.deny))
 		return nil
+	}
+	if !noCapCheck {
+		if err := checkCaps(); err != nil {
+			return err
+		}
 	}
 	log := newLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	return serve(ctx, log, cfg, set)

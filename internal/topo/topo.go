@@ -26,6 +26,7 @@ const netnsDir = "/run/netns"
 type NS struct {
 	Name   string
 	handle netns.NsHandle
+	self   bool // Self: the process's own namespace, neither named nor removed
 }
 
 // prepareRunDir makes /run/netns a shared mount point, as `ip netns add`
@@ -93,6 +94,45 @@ func New(role string) (*NS, error) {
 	return ns, nil
 }
 
+// Attach names the network namespace of process pid (a container's) as
+// Prefix+role+"-"+ourPID under /run/netns, as `ip netns attach` does, so Do
+// and Command work in it as in one New made. Close removes the name only:
+// the namespace lives as long as its process.
+func Attach(role string, pid int) (*NS, error) {
+	name := fmt.Sprintf("%s%s-%d", Prefix, role, os.Getpid())
+	if err := prepareRunDir(); err != nil {
+		return nil, err
+	}
+	src := fmt.Sprintf("/proc/%d/ns/net", pid)
+	p := filepath.Join(netnsDir, name)
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", p, err)
+	}
+	f.Close()
+	if err := syscall.Mount(src, p, "none", syscall.MS_BIND, ""); err != nil {
+		os.Remove(p)
+		return nil, fmt.Errorf("bind %s to %s: %w", src, p, err)
+	}
+	h, err := netns.GetFromPath(p)
+	if err != nil {
+		deleteNamed(name)
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	return &NS{Name: name, handle: h}, nil
+}
+
+// Self is the calling thread's network namespace (a container's own, for a
+// process running in it). Command is not available; Close only closes the
+// handle.
+func Self() (*NS, error) {
+	h, err := netns.Get()
+	if err != nil {
+		return nil, fmt.Errorf("get current netns: %w", err)
+	}
+	return &NS{Name: "self", handle: h, self: true}, nil
+}
+
 // Do runs fn on a locked OS thread inside the namespace.
 func (n *NS) Do(fn func() error) error {
 	runtime.LockOSThread()
@@ -123,6 +163,9 @@ func (n *NS) Close() error {
 		return nil
 	}
 	n.handle.Close()
+	if n.self {
+		return nil
+	}
 	if err := deleteNamed(n.Name); err != nil {
 		return fmt.Errorf("delete netns %s: %w", n.Name, err)
 	}

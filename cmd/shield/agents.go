@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"xdpshield/e2e"
+)
+
+// The container lane's agents (e2e/agent.go): the edge image runs
+// `shield e2e-edge`, the storm image `shield e2e-storm`. Hidden: test
+// tooling, not the product.
+func init() {
+	hidden["e2e-edge"] = command{"the container lane's edge: HTTPS server and datagram service", runAgent(e2e.ServeEdgeAgent)}
+	hidden["e2e-storm"] = command{"the container lane's storm: generators and legitimate client", runAgent(e2e.ServeStormAgent)}
+}
+
+func runAgent(serve func(context.Context, string, *slog.Logger) error) func(context.Context, []string) error {
+	return func(ctx context.Context, args []string) error {
+		fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+		dir := fs.String("dir", "/run/xdps", "directory of the agent's socket")
+		if err := fs.Parse(args); err != nil {
+			return helpOK(err)
+		}
+		if fs.NArg() > 0 {
+			return fmt.Errorf("unexpected arguments %q", fs.Args())
+		}
+		log := newLogger(os.Stderr, "text", "info")
+		slog.SetDefault(log)
+		return serve(ctx, *dir, log)
+	}
+}
