@@ -116,8 +116,9 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 	}
 	defer ns.Close()
 	var (
-		mu sync.Mutex
-		s  *localStorm
+		mu      sync.Mutex
+		s       *localStorm
+		running = map[bool]context.CancelFunc{} // by probe: the storm in progress
 	)
 	get := func(w http.ResponseWriter) *localStorm {
 		mu.Lock()
@@ -156,7 +157,17 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		per, err := s.Storm(r.Context(), req.Probe, req.Spec, nil)
+		// A storm ends at its bound or at POST /stop, not when the
+		// caller's request is cancelled: the caller wants what was sent.
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		mu.Lock()
+		running[req.Probe] = cancel
+		mu.Unlock()
+		per, err := s.Storm(sctx, req.Probe, req.Spec, nil)
+		mu.Lock()
+		delete(running, req.Probe)
+		mu.Unlock()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -166,6 +177,13 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 			done.Next = append(done.Next, t.Next)
 		}
 		json.NewEncoder(w).Encode(done)
+	})
+	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cancel, ok := running[r.URL.Query().Get("probe") == "1"]; ok {
+			cancel()
+		}
 	})
 	mux.HandleFunc("POST /client", func(w http.ResponseWriter, r *http.Request) {
 		s := get(w)
@@ -333,12 +351,27 @@ type remoteStorm struct {
 func (s *remoteStorm) Name() string { return s.name }
 
 func (s *remoteStorm) Storm(ctx context.Context, probe bool, spec StormSpec, sent *atomic.Uint64) ([]uint64, error) {
-	var done stormDone
-	if err := s.c.call(ctx, "POST", "/storm", nil, stormRun{Probe: probe, Spec: spec}, &done); err != nil {
-		if ctx.Err() != nil {
-			// Cancelled early (an interrupted run): nothing counted.
-			return make([]uint64, len(spec.Templates)), nil
+	// When ctx ends first, the agent is asked to stop, and answers with
+	// what it sent, as Storm does.
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			q := url.Values{"probe": {"0"}}
+			if probe {
+				q.Set("probe", "1")
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s.c.call(sctx, "POST", "/stop", q, nil, nil)
 		}
+	}()
+	rctx, cancel := context.WithTimeout(context.Background(), spec.Duration+time.Minute)
+	defer cancel()
+	var done stormDone
+	if err := s.c.call(rctx, "POST", "/storm", nil, stormRun{Probe: probe, Spec: spec}, &done); err != nil {
 		return nil, err
 	}
 	if len(done.Per) != len(spec.Templates) || len(done.Next) != len(spec.Templates) {

@@ -741,15 +741,18 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Early, so the storm outlasts the restart on a slow
+			// machine; the restart itself is not cut short by the
+			// phase's end (only by the run's), which waits for it.
 			select {
 			case <-pctx.Done():
 				restartErr = errors.New("the phase ended before the restart")
 				return
-			case <-time.After(r.cfg.PhaseDuration / 3):
+			case <-time.After(r.cfg.PhaseDuration / 5):
 			}
 			r.poll.pause(true)
 			defer r.poll.pause(false)
-			st, err := rs.RestartShield(pctx)
+			st, err := rs.RestartShield(ctx)
 			ph.Restart, restartErr = &st, err
 		}()
 	}

@@ -180,7 +180,14 @@ func NewTopologyIn(d Deployment) (t *Topology, err error) {
 	mask := fmt.Sprintf("%x", (1<<min(runtime.NumCPU(), 32))-1)
 	// Best effort: sysfs shows a namespace's devices only when mounted from
 	// inside it, which `ip netns exec` does; a VM's initramfs may lack it.
-	if out, err := t.Edge.Command("sh", "-c", "echo "+mask+" > /sys/class/net/"+EdgeDev+"/queues/rx-0/rps_cpus").CombinedOutput(); err != nil {
+	//
+	// A container's namespace (the container lane) has its sysfs
+	// superblock read-only, made so by the container runtime's mount of
+	// it: `ip netns exec` mounts that same superblock, so it is made
+	// writable first, inside the private mount namespace ip netns exec
+	// runs the command in (the container's own mount stays read-only).
+	write := "echo " + mask + " > /sys/class/net/" + EdgeDev + "/queues/rx-0/rps_cpus"
+	if out, err := t.Edge.Command("sh", "-c", "("+write+") 2>/dev/null || { mount -o remount,rw /sys && "+write+"; }").CombinedOutput(); err != nil {
 		slog.Warn("no RPS on the storm link: the edge's stack work stays on the generator's core", logDev, EdgeDev, logErr, fmt.Sprintf("%v: %s", err, out))
 	} else {
 		t.RPS = true

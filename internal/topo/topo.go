@@ -135,6 +135,9 @@ func Self() (*NS, error) {
 
 // Do runs fn on a locked OS thread inside the namespace.
 func (n *NS) Do(fn func() error) error {
+	if n.self {
+		return fn() // every thread is there already (and setns may be denied)
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
