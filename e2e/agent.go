@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -227,6 +228,11 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 
 // serveAgent serves h on dir/AgentSocket until ctx is done.
 func serveAgent(ctx context.Context, dir string, h http.Handler, log *slog.Logger) error {
+	// One P more than cores, as Run gives itself: a generator's long
+	// syscalls must not hold the client's or the server's P.
+	if n := runtime.NumCPU() + 1; runtime.GOMAXPROCS(0) < n {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	}
 	path := filepath.Join(dir, AgentSocket)
 	os.Remove(path)
 	ln, err := net.Listen("unix", path)
