@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+
+	"xdpshield/shield"
 )
 
 // Capability numbers (linux/capability.h).
@@ -39,15 +42,22 @@ func effectiveCaps() (uint64, error) {
 }
 
 // missingCaps names what serve lacks of the capabilities it needs, given
-// the effective set eff. CAP_SYS_ADMIN alone is enough (the only way on
-// kernels before 5.8 and on engines that do not know CAP_BPF, such as
-// Docker 20.10); without it the modern set is needed: CAP_BPF to load the
-// program and its maps, CAP_NET_ADMIN to attach it, CAP_PERFMON for the
-// verifier to accept its pointer arithmetic unchanged.
-func missingCaps(eff uint64) []string {
+// the effective set eff and whether it will adopt pinned state. CAP_SYS_ADMIN
+// alone is enough (the only way on kernels before 5.8 and on engines that do
+// not know CAP_BPF, such as Docker 20.10). Without it the modern set loads
+// and attaches afresh: CAP_BPF to load the program and its maps,
+// CAP_NET_ADMIN to load an XDP program and attach it, CAP_PERFMON for the
+// verifier to accept the program's packet access. Adopting pins after a
+// restart needs CAP_SYS_ADMIN whatever else is there: the configuration
+// map is opened by id (BPF_MAP_GET_FD_BY_ID), which the kernel allows only
+// with it. Each was proven needed by taking it away (e2e/container).
+func missingCaps(eff uint64, adopting bool) []string {
 	has := func(c int) bool { return eff&(1<<c) != 0 }
 	if has(capSysAdmin) {
 		return nil
+	}
+	if adopting {
+		return []string{capNames[capSysAdmin]}
 	}
 	var miss []string
 	for _, c := range []int{capBPF, capNetAdmin, capPerfmon} {
@@ -62,13 +72,22 @@ func missingCaps(eff uint64) []string {
 // load and attach the program; an error that names the capability is
 // better than the one the kernel gives (EPERM, often as "failed to set
 // memlock rlimit").
-func checkCaps() error {
+func checkCaps(pinRoot, iface string) error {
 	eff, err := effectiveCaps()
 	if err != nil {
 		return err
 	}
-	if miss := missingCaps(eff); len(miss) > 0 {
-		return fmt.Errorf("missing capability %s: serve needs CAP_SYS_ADMIN, or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (kernel 5.8+)", strings.Join(miss, ", "))
+	adopting := false
+	if dir, err := shield.PinDir(pinRoot, iface); err == nil {
+		_, err := os.Stat(filepath.Join(dir, "link"))
+		adopting = err == nil
 	}
-	return nil
+	miss := missingCaps(eff, adopting)
+	switch {
+	case len(miss) == 0:
+		return nil
+	case adopting:
+		return fmt.Errorf("missing capability %s: adopting the pinned shield opens its configuration map by id, which needs it", strings.Join(miss, ", "))
+	}
+	return fmt.Errorf("missing capability %s: serve needs CAP_SYS_ADMIN, or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (kernel 5.8+; a restart that adopts pins needs CAP_SYS_ADMIN)", strings.Join(miss, ", "))
 }

@@ -93,7 +93,7 @@ func runServe(ctx context.Context, args []string) error {
 		return nil
 	}
 	if !noCapCheck {
-		if err := checkCaps(); err != nil {
+		if err := checkCaps(cfg.PinRoot, cfg.Iface); err != nil {
 			return err
 		}
 	}
