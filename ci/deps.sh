@@ -9,6 +9,7 @@ pkgs=(
 	qemu-system-x86 busybox-static cpio zstd xz-utils lz4 # the VM matrix
 	prometheus               # promtool, to check /metrics
 	tcpdump                  # reading failure pcaps
+	docker.io                # the container lane (dockerd 20.10, started by the test)
 )
 missing=()
 for p in "${pkgs[@]}"; do

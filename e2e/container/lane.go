@@ -220,23 +220,52 @@ func ShieldConfig(cfg service.Config) string {
 // namespace.
 const shieldAPI = "127.0.0.1:9470"
 
-// ShieldRequest is the shield container: `shield serve -config` in the
-// namespace of the container with ID edgeID, every capability dropped but
-// caps, pinRoot (on the host's bpffs) as its /sys/fs/bpf and confDir (the
-// configuration and token) as /etc/xdpshield, read-only.
+// shieldRun is the shield container's settings: `shield serve -config` in
+// the namespace of the container edge, every capability dropped but caps,
+// pinRoot (on the host's bpffs) as its /sys/fs/bpf and confDir (the
+// configuration and token) as /etc/xdpshield, read-only. ShieldRequest and
+// RunLine both read them from here.
+func shieldRun(edge, pinRoot, confDir string, caps []string) (network string, capDrop, capAdd, binds, cmd []string) {
+	return "container:" + edge, []string{"ALL"}, caps,
+		[]string{pinRoot + ":/sys/fs/bpf", confDir + ":/etc/xdpshield:ro"},
+		[]string{"-config", "/etc/xdpshield/shield.toml"}
+}
+
+// ShieldRequest is the shield container beside the container edgeID (see
+// shieldRun), with env and waiting as waitFor says.
 func ShieldRequest(edgeID, pinRoot, confDir string, caps []string, env map[string]string, waitFor wait.Strategy) tc.ContainerRequest {
+	network, capDrop, capAdd, binds, cmd := shieldRun(edgeID, pinRoot, confDir, caps)
 	return tc.ContainerRequest{
 		Image:      ImageRef(ImageShield),
-		Cmd:        []string{"-config", "/etc/xdpshield/shield.toml"},
+		Cmd:        cmd,
 		Env:        env,
 		WaitingFor: waitFor,
 		HostConfigModifier: func(hc *container.HostConfig) {
-			hc.NetworkMode = container.NetworkMode("container:" + edgeID)
-			hc.CapDrop = []string{"ALL"}
-			hc.CapAdd = caps
-			hc.Binds = []string{pinRoot + ":/sys/fs/bpf", confDir + ":/etc/xdpshield:ro"}
+			hc.NetworkMode = container.NetworkMode(network)
+			hc.CapDrop = capDrop
+			hc.CapAdd = capAdd
+			hc.Binds = binds
 		},
 	}
+}
+
+// RunLine is ShieldRequest as a `docker run` command line (the README's),
+// for a container named xdpshield beside the container edge, with the
+// host's bpffs and /etc/xdpshield.
+func RunLine(edge string, caps []string) string {
+	network, capDrop, capAdd, binds, cmd := shieldRun(edge, "/sys/fs/bpf", "/etc/xdpshield", caps)
+	args := []string{"docker", "run", "-d", "--name", "xdpshield", "--network", network}
+	for _, c := range capDrop {
+		args = append(args, "--cap-drop", c)
+	}
+	for _, c := range capAdd {
+		args = append(args, "--cap-add", c)
+	}
+	for _, b := range binds {
+		args = append(args, "-v", b)
+	}
+	args = append(args, ImageRef(ImageShield))
+	return strings.Join(append(args, cmd...), " ")
 }
 
 // StartShield writes the configuration and token, starts the shield
