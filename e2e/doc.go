@@ -11,6 +11,12 @@
 // a contrast run with no program attached), their assertions and their
 // report (table and JSON).
 //
+// Run takes the storm's parts from a Deployment: Local runs them in this
+// process in namespaces it creates; the agents (agent.go, the hidden `shield
+// e2e-edge` and `shield e2e-storm`) serve the edge's and the storm's parts
+// from another process, which is how e2e/container runs the same phases and
+// assertions with every part in a container.
+//
 // It must not touch anything outside the namespaces it creates (internal/topo
 // creates and removes them; the root namespace is never changed), must use
 // addresses only from 198.18.0.0/15 and 2001:db8::/32, and every generator it

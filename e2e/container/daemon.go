@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,7 +40,8 @@ func StartDaemon(timeout time.Duration) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no dockerd (Debian docker.io; ci/deps.sh installs it): %w", err)
 	}
-	dir, err := os.MkdirTemp("", "xdps-dockerd-")
+	removeStaleDaemons()
+	dir, err := os.MkdirTemp("", daemonDirPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +73,9 @@ func start(bin, root string, timeout time.Duration) (*Daemon, error) {
 		os.RemoveAll(root)
 		return nil, fmt.Errorf("start dockerd: %w", err)
 	}
+	// Whose daemon this is: removeStaleDaemons stops it if this process
+	// dies without Close.
+	os.WriteFile(filepath.Join(root, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600)
 	go func() { d.done <- d.cmd.Wait() }()
 	deadline := time.Now().Add(timeout)
 	for {
@@ -113,6 +118,35 @@ func (d *Daemon) ping() error {
 		return fmt.Errorf("ping: %q", b[:n])
 	}
 	return nil
+}
+
+// daemonDirPrefix starts the name of every daemon's temporary directory.
+const daemonDirPrefix = "xdps-dockerd-"
+
+// removeStaleDaemons stops the daemons of test processes that died without
+// Close (their owner.pid names a process that is gone) and removes their
+// directories. Only directories this package makes are touched.
+func removeStaleDaemons() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), daemonDirPrefix+"*"))
+	for _, dir := range dirs {
+		b, err := os.ReadFile(filepath.Join(dir, "owner.pid"))
+		if err != nil {
+			continue
+		}
+		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil || owner == os.Getpid() || syscall.Kill(owner, 0) == nil {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "dockerd.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+				syscall.Kill(-pid, syscall.SIGKILL) // its group: dockerd and its containerd
+				syscall.Kill(pid, syscall.SIGKILL)
+				time.Sleep(time.Second)
+			}
+		}
+		unmountUnder(dir)
+		os.RemoveAll(dir)
+	}
 }
 
 // logTail is the last n lines of the daemon's log.
