@@ -364,3 +364,38 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	f.wg.Wait()
 	waitFor(t, "deny drops on the new interface", func() bool { return denyDrops(t, l) >= before+uint64(f.sent.Load()) })
 }
+
+// TestServeRefusesLoopback (issue 10, finding 7): with the shield on lo,
+// deleting the loopback allow entry and setting every limit to 1 locked the
+// operator out of the API on lo. Serve refuses a loopback interface.
+func TestServeRefusesLoopback(t *testing.T) {
+	l := newLab(t, "lo")
+	cmd, out := l.shieldCmd("serve", "-iface", "lo", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "loopback") {
+			t.Errorf("serve -iface lo = %v, want a refusal naming loopback:\n%s", err, out)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Signal(os.Interrupt)
+		<-done
+		t.Errorf("serve -iface lo was still serving after 10 s, want a refusal:\n%s", out)
+	}
+	var attached bool
+	l.edge.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err == nil && lo.Attrs().Xdp != nil {
+			attached = lo.Attrs().Xdp.Attached
+		}
+		return err
+	})
+	if attached {
+		t.Error("XDP attached to lo")
+	}
+	l.edge.Do(func() error { return shield.Detach(l.pinRoot, "lo") })
+}

@@ -140,6 +140,12 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err := ValidateAPI(cfg.API); err != nil {
 		return nil, err
 	}
+	// On a loopback interface the program would limit the service's own
+	// API: one change (an allow entry deleted, limits of 1) locks the
+	// operator out, with nothing left to undo it through.
+	if ifc, err := net.InterfaceByName(cfg.Iface); err == nil && ifc.Flags&net.FlagLoopback != 0 {
+		return nil, fmt.Errorf("iface %s is a loopback interface: the shield would limit its own API there (nothing was attached)", cfg.Iface)
+	}
 	// The listener first: an address that cannot be served must not leave
 	// a program attached with no API to manage it.
 	ln, err := listen(cfg.API)
