@@ -607,10 +607,9 @@ func (r *run) buildStorms() error {
 		}
 	}
 	for _, first := range []netip.Addr{Few4, Few6} {
-		a := first
-		for range r.cfg.FewSources {
-			r.few = append(r.few, a)
-			a = a.Next()
+		f := Flow{First: first, Count: r.cfg.FewSources}
+		for i := range f.Count {
+			r.few = append(r.few, f.Source(i))
 		}
 	}
 	// The allow-listed probes ping rather than ask the datagram service:
