@@ -399,3 +399,58 @@ func TestServeRefusesLoopback(t *testing.T) {
 	}
 	l.edge.Do(func() error { return shield.Detach(l.pinRoot, "lo") })
 }
+
+// TestServeRefusesLinkOfRenamedInterface (issue 10, finding 1, within one
+// namespace): the pinned link protects an interface that was renamed, and a
+// new interface took the old name. Serve must neither unpin the live link
+// nor adopt it for the wrong interface.
+func TestServeRefusesLinkOfRenamedInterface(t *testing.T) {
+	l := newLab(t, "rename")
+	s1 := l.serve(t)
+	s1.stop(t)
+	if err := l.edge.Do(func() error {
+		va, err := netlink.LinkByName("va")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetDown(va); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetName(va, "vc"); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(va)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Veth(l.edge, "va", l.storm, "vd"); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "renamed") {
+			t.Errorf("serve = %v, want a refusal saying the pinned link protects a renamed interface:\n%s", err, out)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Signal(os.Interrupt)
+		<-done
+		t.Errorf("serve adopted or replaced the link of the renamed interface:\n%s", out)
+	}
+	var attached bool
+	l.edge.Do(func() error {
+		vc, err := netlink.LinkByName("vc")
+		if err == nil && vc.Attrs().Xdp != nil {
+			attached = vc.Attrs().Xdp.Attached
+		}
+		return err
+	})
+	if !attached {
+		t.Errorf("the renamed interface vc lost its program:\n%s", out)
+	}
+}
