@@ -3,9 +3,9 @@
 //
 // A Server wraps a loaded *shield.Shield and is an http.Handler: the
 // service (shield/service, behind `shield serve` and the storms) and tests
-// serve it. It
-// changes the program's maps only through package shield, validates every
-// change whole before writing anything, and requires the operator token for
-// changes. It neither loads nor attaches the program and never sits on the
+// serve it. It changes the program's maps only through package shield,
+// validates every change whole before writing anything (strict JSON: no
+// duplicate, case-folded or missing keys), and requires the operator token
+// for changes. It neither loads nor attaches the program and never sits on the
 // packet path.
 package api
