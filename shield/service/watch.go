@@ -53,7 +53,7 @@ func (s *Service) setHealth(ok bool, problem string) {
 // interface of the same name appears the program is attached to it again
 // (same maps and state), and when the program is taken off it says so.
 func (s *Service) watch(ns netns.NsHandle) error {
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("netlink in the service's namespace: %w", err)
 	}
