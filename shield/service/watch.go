@@ -53,14 +53,13 @@ func (s *Service) setHealth(ok bool, problem string) {
 // interface of the same name appears the program is attached to it again
 // (same maps and state), and when the program is taken off it says so.
 func (s *Service) watch(ns netns.NsHandle) error {
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink in the service's namespace: %w", err)
-	}
-	updates := make(chan netlink.LinkUpdate, 64)
-	done := make(chan struct{})
-	if err := netlink.LinkSubscribeWithOptions(updates, done, netlink.LinkSubscribeOptions{
-		Namespace: &ns,
+	// A netlink socket belongs to the namespace it is made in. Made on a
+	// thread inside ns already (a `shield serve` process, always), it needs
+	// no setns, which only CAP_SYS_ADMIN may do: the least-privilege set
+	// (CAP_BPF, CAP_NET_ADMIN, CAP_PERFMON) runs the service.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	opts := netlink.LinkSubscribeOptions{
 		ErrorCallback: func(err error) {
 			select {
 			case <-s.stop: // the subscription closing
@@ -68,7 +67,21 @@ func (s *Service) watch(ns netns.NsHandle) error {
 				s.log.Warn("netlink link watch; checking every "+reconcileEvery.String(), keyErr, err)
 			}
 		},
-	}); err != nil {
+	}
+	var h *netlink.Handle
+	var err error
+	if inside(ns) {
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+	} else {
+		h, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+		opts.Namespace = &ns
+	}
+	if err != nil {
+		return fmt.Errorf("netlink in the service's namespace: %w", err)
+	}
+	updates := make(chan netlink.LinkUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.LinkSubscribeWithOptions(updates, done, opts); err != nil {
 		h.Close()
 		return fmt.Errorf("watch links: %w", err)
 	}
@@ -135,6 +148,16 @@ func (s *Service) reconcile(h *netlink.Handle, ns netns.NsHandle) {
 	}
 }
 
+// inside reports whether the calling thread (locked by the caller) is in ns.
+func inside(ns netns.NsHandle) bool {
+	cur, err := netns.Get()
+	if err != nil {
+		return false
+	}
+	defer cur.Close()
+	return cur.Equal(ns)
+}
+
 // inNetns runs fn on a locked OS thread inside ns: a link is created for
 // an interface index of the calling thread's namespace.
 func inNetns(ns netns.NsHandle, fn func() error) error {
@@ -145,6 +168,10 @@ func inNetns(ns netns.NsHandle, fn func() error) error {
 		return fmt.Errorf("current netns: %w", err)
 	}
 	defer orig.Close()
+	if orig.Equal(ns) { // there already: no setns (CAP_SYS_ADMIN)
+		defer runtime.UnlockOSThread()
+		return fn()
+	}
 	if err := netns.Set(ns); err != nil {
 		runtime.UnlockOSThread()
 		return fmt.Errorf("enter the service's netns: %w", err)
