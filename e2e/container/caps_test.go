@@ -48,7 +48,8 @@ func TestModernCapabilities(t *testing.T) {
 	if err := topo.Veth(ns, e2e.EdgeDev, ns, "peer0"); err != nil {
 		t.Fatal(err)
 	}
-	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdps-caps-%d", os.Getpid()))
+	RemoveStalePinRoots()
+	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", CapsPinPrefix, os.Getpid()))
 	if err := shield.EnsureBPFFS(pinRoot); err != nil {
 		t.Fatal(err)
 	}

@@ -62,6 +62,8 @@ func start(bin, root string, timeout time.Duration) (*Daemon, error) {
 		"--host", d.Host(),
 		// Its own containerd, under the exec root: never the host's.
 		"--containerd-namespace", "xdps", "--containerd-plugins-namespace", "xdps-plugins",
+		// Its containers' cgroups under one of its own, removed by Close.
+		"--cgroup-parent", "/" + filepath.Base(root),
 	}, DaemonArgs...)
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logf, d.logf
@@ -145,8 +147,46 @@ func removeStaleDaemons() {
 			}
 		}
 		unmountUnder(dir)
+		removeCgroups(filepath.Base(dir))
 		os.RemoveAll(dir)
 	}
+}
+
+// removeCgroups kills what is left in the cgroups named name (in every
+// hierarchy: cgroup v1 or v2) and removes them, deepest first.
+func removeCgroups(name string) error {
+	tops, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", name))
+	more, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", name))
+	var errs []error
+	for _, top := range append(tops, more...) {
+		var dirs []string
+		filepath.WalkDir(top, func(p string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if b, err := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs")); err == nil {
+				for _, f := range strings.Fields(string(b)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+			var err error
+			for range 50 { // a killed process leaves its cgroup soon after
+				if err = syscall.Rmdir(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove cgroup %s: %w", dirs[i], err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // logTail is the last n lines of the daemon's log.
@@ -177,6 +217,9 @@ func (d *Daemon) Close() error {
 	// Mounts the daemon left (overlays, its exec root's netns files) go
 	// before the directory.
 	unmountUnder(d.Dir)
+	if err := removeCgroups(filepath.Base(d.Dir)); err != nil {
+		errs = append(errs, err)
+	}
 	if err := os.RemoveAll(d.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove %s: %w", d.Dir, err))
 	}

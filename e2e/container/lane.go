@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/link"
@@ -74,6 +76,27 @@ func RemoveImages(ctx context.Context, p *tc.DockerProvider) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Pin roots of the lane's tests under /sys/fs/bpf: prefix and test pid.
+const (
+	LanePinPrefix = "xdps-lane-"
+	CapsPinPrefix = "xdps-caps-"
+)
+
+// RemoveStalePinRoots removes the pin roots of lane tests whose process is
+// gone (killed before its cleanup). Only these names are touched.
+func RemoveStalePinRoots() {
+	for _, prefix := range []string{LanePinPrefix, CapsPinPrefix} {
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/bpf", prefix+"*"))
+		for _, d := range dirs {
+			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), prefix))
+			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+				continue
+			}
+			os.RemoveAll(d)
+		}
+	}
 }
 
 // ShieldCaps is the least the shield container runs with on Docker 20.10

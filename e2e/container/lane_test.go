@@ -54,6 +54,11 @@ func TestContainerLane(t *testing.T) {
 		if _, err := os.Stat(d.Dir); !os.IsNotExist(err) {
 			t.Errorf("daemon directory %s left behind (%v)", d.Dir, err)
 		}
+		for _, pat := range []string{"/sys/fs/cgroup/*/" + filepath.Base(d.Dir), "/sys/fs/cgroup/*/docker"} {
+			if m, _ := filepath.Glob(pat); len(m) > 0 {
+				t.Errorf("cgroups left behind: %v", m)
+			}
+		}
 	})
 	t.Setenv("DOCKER_HOST", d.Host())
 	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
@@ -75,7 +80,8 @@ func TestContainerLane(t *testing.T) {
 		}
 	})
 
-	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdps-lane-%d", os.Getpid()))
+	RemoveStalePinRoots()
+	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", LanePinPrefix, os.Getpid()))
 	if err := shield.EnsureBPFFS(pinRoot); err != nil {
 		t.Fatalf("pin root: %v", err)
 	}
@@ -156,19 +162,28 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 		t.Fatalf("shield container with %v does not serve; logs:\n%s", ShieldCaps, logs)
 	}
 	t.Logf("with %v: serves", ShieldCaps)
-	for _, miss := range ShieldCaps {
-		rest := slices.DeleteFunc(slices.Clone(ShieldCaps), func(c string) bool { return c == miss })
-		code, serving, logs := run(rest, nil)
-		if serving || code == 0 || !strings.Contains(logs, miss) {
-			t.Errorf("without %s: serving %v, exit %d, want a non-zero exit with a message naming it; logs:\n%s", miss, serving, code, logs)
-		} else {
-			t.Logf("without %s: exit %d: %s", miss, code, lastLine(logs))
+	// Its pins are there: first a restart that would adopt them, then
+	// (pins removed) a fresh start.
+	for _, state := range []string{"adopting", "fresh"} {
+		if state == "fresh" {
+			if err := ns.Do(func() error { return shield.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) }); err != nil {
+				t.Fatal(err)
+			}
 		}
-		code, serving, logs = run(rest, map[string]string{"SHIELD_NO_CAP_CHECK": "1"})
-		if serving || code == 0 {
-			t.Errorf("without %s and without the check: serving %v, exit %d, want the kernel's refusal; logs:\n%s", miss, serving, code, logs)
-		} else {
-			t.Logf("without %s, check off: exit %d: %s", miss, code, lastLine(logs))
+		for _, miss := range ShieldCaps {
+			rest := slices.DeleteFunc(slices.Clone(ShieldCaps), func(c string) bool { return c == miss })
+			code, serving, logs := run(rest, nil)
+			if serving || code == 0 || !strings.Contains(logs, miss) {
+				t.Errorf("%s without %s: serving %v, exit %d, want a non-zero exit with a message naming it; logs:\n%s", state, miss, serving, code, logs)
+			} else {
+				t.Logf("%s without %s: exit %d: %s", state, miss, code, lastLine(logs))
+			}
+			code, serving, logs = run(rest, map[string]string{"SHIELD_NO_CAP_CHECK": "1"})
+			if serving || code == 0 {
+				t.Errorf("%s without %s and without the check: serving %v, exit %d, want the kernel's refusal; logs:\n%s", state, miss, serving, code, logs)
+			} else {
+				t.Logf("%s without %s, check off: exit %d: %s", state, miss, code, lastLine(logs))
+			}
 		}
 	}
 }
