@@ -139,16 +139,28 @@ func removeStaleDaemons() {
 		if err != nil || owner == os.Getpid() || syscall.Kill(owner, 0) == nil {
 			continue
 		}
-		if b, err := os.ReadFile(filepath.Join(dir, "dockerd.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
-				syscall.Kill(-pid, syscall.SIGKILL) // its group: dockerd and its containerd
-				syscall.Kill(pid, syscall.SIGKILL)
-				time.Sleep(time.Second)
-			}
-		}
+		// dockerd, its containerd and the containers' shims all name the
+		// directory on their command lines; the containers themselves are
+		// in its cgroups (removeCgroups).
+		killNaming(dir + "/")
+		time.Sleep(time.Second)
 		unmountUnder(dir)
 		removeCgroups(filepath.Base(dir))
 		os.RemoveAll(dir)
+	}
+}
+
+// killNaming kills every process whose command line contains s.
+func killNaming(s string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), s) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 
