@@ -406,6 +406,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if r.dep == nil {
 		r.dep = Local{}
 	}
+	// One storm at a time on a machine: two measure each other (`go test
+	// ./...` runs the namespace storm and the container lane at once).
+	unlock, err := lockStorms(ctx, r.log)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	r.res = &Result{
 		Started:   time.Now().UTC(),
 		Kernel:    kernelRelease(),

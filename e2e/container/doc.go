@@ -11,10 +11,12 @@
 // container:ID) with every capability dropped but the documented minimum
 // and the host's bpffs (a temporary directory of it) mounted, so its pins
 // outlive it; it is restarted mid-storm to prove a new container adopts the
-// pinned link.
+// pinned link. TestModernCapabilities proves the set for engines that know
+// CAP_BPF without an engine, under setpriv.
 //
 // It must not change the root network namespace: the test compares links,
 // routes and firewall rules before and after. It owns the daemon's
-// temporary directory, its containers and images, and its pin root; it
-// touches nothing else.
+// temporary directory (xdps-dockerd-*), its containers, images and cgroups,
+// and its pin roots (xdps-lane-PID, xdps-caps-PID); it touches nothing else,
+// and removes what a killed run of its own left.
 package container

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	tc "github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/vishvananda/netlink"
 
@@ -62,6 +63,7 @@ func TestContainerLane(t *testing.T) {
 	})
 	t.Setenv("DOCKER_HOST", d.Host())
 	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	tclog.SetDefault(tclog.TestLogger(t)) // its progress lines in the test's log, shown with -v or on failure
 	p, err := NewProvider()
 	if err != nil {
 		t.Fatalf("testcontainers provider: %v", err)
