@@ -406,13 +406,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if r.dep == nil {
 		r.dep = Local{}
 	}
-	// One storm at a time on a machine: two measure each other (`go test
-	// ./...` runs the namespace storm and the container lane at once).
-	unlock, err := lockStorms(ctx, r.log)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
 	r.res = &Result{
 		Started:   time.Now().UTC(),
 		Kernel:    kernelRelease(),
@@ -424,6 +417,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Client:    cfg.Client,
 		LegitNote: "established source, not allow-listed: admitted by its first packet in the baseline, then held to the same per-source bucket as everyone",
 	}
+	// One storm at a time on a machine: two measure each other (`go test
+	// ./...` runs the namespace storm and the container lane at once).
+	unlock, err := lockStorms(ctx, r.log)
+	if err != nil {
+		r.res.Error = err.Error()
+		return r.res, err
+	}
+	defer unlock()
+	r.res.Started = time.Now().UTC()
 	// The generator spends its time in long BPF_PROG_RUN syscalls; with
 	// GOMAXPROCS equal to the core count, the P it holds through each call
 	// is only handed over when sysmon notices (up to 10 ms), which the
