@@ -34,7 +34,7 @@ bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 
 # The VM matrix (vmtest/): packages run in every kernel, and flags for each
 # test binary (-test.short shortens the storms).
-VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./internal/...
+VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./lb/... ./internal/...
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 
 vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
