@@ -45,11 +45,12 @@ func backendAddrs(v6 bool, n int) []netip.AddrPort {
 }
 
 type env struct {
-	lb     *LB
-	client *topo.NS
-	server *topo.NS
-	cgroup string // the attached cgroup v2 directory the test process is in
-	outer  string // the test process's own cgroup (outside the attached one)
+	lb      *LB
+	client  *topo.NS
+	server  *topo.NS
+	cgroup  string // the attached cgroup v2 directory the test process is in
+	sibling string // a cgroup beside it, not attached
+	outer   string // the test process's own cgroup, to return to
 }
 
 // newEnv builds the namespaces, mounts a private cgroup2 hierarchy, makes a
@@ -116,13 +117,18 @@ func newEnv(t *testing.T, nBackends int) *env {
 	own, err := ownCgroup()
 	must(err)
 	e.outer = filepath.Join(mnt, own)
-	e.cgroup = filepath.Join(mnt, fmt.Sprintf("%slb-%d", topo.Prefix, os.Getpid()))
-	must(os.Mkdir(e.cgroup, 0o755))
-	t.Cleanup(func() {
-		if err := os.Remove(e.cgroup); err != nil {
-			t.Errorf("remove cgroup: %v", err)
-		}
-	})
+	// base/in is attached and holds the test process; base/out, its
+	// sibling, holds the processes that must not be translated.
+	base := filepath.Join(mnt, fmt.Sprintf("%slb-%d", topo.Prefix, os.Getpid()))
+	e.cgroup, e.sibling = filepath.Join(base, "in"), filepath.Join(base, "out")
+	for _, d := range []string{base, e.cgroup, e.sibling} {
+		must(os.Mkdir(d, 0o755))
+		t.Cleanup(func() {
+			if err := os.Remove(d); err != nil {
+				t.Errorf("remove cgroup: %v", err)
+			}
+		})
+	}
 	must(moveSelf(e.cgroup))
 	t.Cleanup(func() {
 		if err := moveSelf(e.outer); err != nil {

@@ -218,9 +218,9 @@ func TestOutside(t *testing.T) {
 			if err != nil || r.kind != "B" {
 				t.Fatalf("inside the cgroup: %+v, %v; want a backend", r, err)
 			}
-			// Outside: a child process in the test's own cgroup reaches the
+			// Outside: a child process in the sibling cgroup reaches the
 			// decoy listening on the VIP itself.
-			out, err := e.helper(e.outer, vip)
+			out, err := e.helper(e.sibling, vip)
 			if err != nil {
 				t.Fatal(err)
 			}
