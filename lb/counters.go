@@ -17,7 +17,8 @@ const (
 	NoBackend
 	// NotService: not to a configured VIP, port and protocol; untouched.
 	NotService
-	numOutcomes
+	// NumOutcomes is how many outcomes there are.
+	NumOutcomes
 )
 
 var outcomeNames = [...]string{"translated", "no_backend", "not_service"}
@@ -30,7 +31,7 @@ func Outcomes() []Outcome { return []Outcome{Translated, NoBackend, NotService} 
 // Counters are connect()/sendmsg() calls summed over CPUs: per service,
 // translated and refused; and calls to no service at all.
 type Counters struct {
-	Services   map[ServiceKey][numOutcomes]uint64
+	Services   map[ServiceKey][NumOutcomes]uint64
 	NotService uint64
 }
 
@@ -38,12 +39,12 @@ type Counters struct {
 func (l *LB) Counters() (Counters, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := Counters{Services: map[ServiceKey][numOutcomes]uint64{}}
-	row := func(id uint32) ([numOutcomes]uint64, error) {
-		var out [numOutcomes]uint64
-		for o := range numOutcomes {
+	c := Counters{Services: map[ServiceKey][NumOutcomes]uint64{}}
+	row := func(id uint32) ([NumOutcomes]uint64, error) {
+		var out [NumOutcomes]uint64
+		for o := range NumOutcomes {
 			var per []uint64
-			if err := l.objs.Counters.Lookup(id*uint32(numOutcomes)+uint32(o), &per); err != nil {
+			if err := l.objs.Counters.Lookup(id*uint32(NumOutcomes)+uint32(o), &per); err != nil {
 				return out, fmt.Errorf("read counters: %w", err)
 			}
 			for _, v := range per {
@@ -73,8 +74,8 @@ func (l *LB) zeroCounters(id uint32) error {
 		return fmt.Errorf("count CPUs: %w", err)
 	}
 	zeros := make([]uint64, n)
-	for o := range numOutcomes {
-		if err := l.objs.Counters.Put(id*uint32(numOutcomes)+uint32(o), zeros); err != nil {
+	for o := range NumOutcomes {
+		if err := l.objs.Counters.Put(id*uint32(NumOutcomes)+uint32(o), zeros); err != nil {
 			return fmt.Errorf("zero counters of service %d: %w", id, err)
 		}
 	}

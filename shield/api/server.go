@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"xdpshield/lb"
 	"xdpshield/shield"
 )
 
@@ -71,6 +72,8 @@ type Options struct {
 	// NoProcessMetrics leaves the Go and process collectors out of the
 	// registry (for several servers in one test process).
 	NoProcessMetrics bool
+	// LB, when set, is the socket balancer served under /v1/lb (lb.go).
+	LB *lb.LB
 }
 
 // Server serves the /v1 contract and /metrics for one shield.
@@ -133,6 +136,9 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	allowed := map[string]string{
 		"/v1/info": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
 		"/v1/allow": "GET, POST, DELETE", "/v1/deny": "GET, POST, DELETE", "/metrics": "GET",
+	}
+	if opts.LB != nil {
+		s.registerLB(opts.LB, allowed)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {
