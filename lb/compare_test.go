@@ -26,6 +26,7 @@ var (
 	compareConnects = flag.Int("lb.connects", 3000, "TestCompare: new connections per method")
 	compareRequests = flag.Int("lb.requests", 20000, "TestCompare: keep-alive requests per method (over -lb.conns connections)")
 	compareConns    = flag.Int("lb.conns", 4, "TestCompare: concurrent keep-alive connections")
+	compareRounds   = flag.Int("lb.rounds", 10, "TestCompare: interleaved rounds the work is split into")
 )
 
 // The comparison's addresses: each method gets its own front address, so
@@ -45,6 +46,7 @@ type sample struct {
 	connect, first []time.Duration
 	requests       int
 	elapsed        time.Duration
+	rates          []float64 // keep-alive requests/s, per round
 }
 
 // TestCompare measures, in one run and at the same offered load, connection
@@ -52,7 +54,8 @@ type sample struct {
 // through: the socket balancer; per-packet DNAT with nftables, as
 // kube-proxy's nftables mode builds it; a user-space L4 proxy in Go; and,
 // as the reference, a backend dialled directly. Rounds of the methods
-// interleave, so drift on a shared machine hits them alike.
+// interleave, in a new random order each round, so drift on a shared
+// machine hits them alike.
 //
 //	go test -run TestCompare -v ./lb -args -lb.compare
 func TestCompare(t *testing.T) {
@@ -103,10 +106,19 @@ func TestCompare(t *testing.T) {
 		{"nftables DNAT", nftVIP, attach(false)},
 		{"user-space proxy (Go)", proxyVIP, attach(false)},
 	}
-	const rounds = 5
+	rounds := *compareRounds
 	res := make([]sample, len(methods))
+	order := make([]int, len(methods))
+	for i := range order {
+		order[i] = i
+	}
 	for r := range rounds {
-		for i, m := range methods {
+		// A new order each round: whatever a position costs (the phase
+		// after an attach, a collection, a neighbour's burst) is spread
+		// over every method.
+		rand.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			m := methods[i]
 			m.setup(t)
 			s, err := e.measure(m.front, bes, *compareConnects/rounds, *compareRequests/rounds, *compareConns)
 			if err != nil {
@@ -114,19 +126,19 @@ func TestCompare(t *testing.T) {
 			}
 			res[i].connect = append(res[i].connect, s.connect...)
 			res[i].first = append(res[i].first, s.first...)
-			res[i].requests += s.requests
-			res[i].elapsed += s.elapsed
+			res[i].rates = append(res[i].rates, float64(s.requests)/s.elapsed.Seconds())
 		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d new connections and %d keep-alive requests (%d connections) per method, %d interleaved rounds\n",
 		*compareConnects, *compareRequests, *compareConns, rounds)
-	fmt.Fprintf(&b, "%-32s %12s %12s %12s %12s %12s\n", "method", "connect p50", "connect p99", "1st reply p50", "1st reply p99", "requests/s")
+	fmt.Fprintf(&b, "| method | connect p50 | connect p99 | 1st reply p50 | 1st reply p99 | requests/s (median of rounds) |\n|---|---|---|---|---|---|\n")
 	for i, m := range methods {
 		s := res[i]
-		fmt.Fprintf(&b, "%-32s %12s %12s %12s %12s %12.0f\n", m.name,
+		slices.Sort(s.rates)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f |\n", m.name,
 			us(pct(s.connect, 50)), us(pct(s.connect, 99)), us(pct(s.first, 50)), us(pct(s.first, 99)),
-			float64(s.requests)/s.elapsed.Seconds())
+			s.rates[len(s.rates)/2])
 	}
 	t.Log("\n" + b.String())
 }
