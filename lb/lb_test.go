@@ -2,12 +2,15 @@ package lb
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"xdpshield/internal/testutil"
 )
@@ -328,5 +331,56 @@ func TestNoBackend(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMapped: an IPv6 socket connecting to an IPv4 service's VIP written
+// IPv4-mapped (::ffff:a.b.c.d) goes through connect6, whose key is the
+// mapped address the IPv4 service is stored under: it is balanced to the
+// IPv4 backend (mapped), and getpeername says the mapped VIP.
+func TestMapped(t *testing.T) {
+	e := newEnv(t, 2)
+	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
+	bes := backendAddrs(false, 2)
+	if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	var peer unix.Sockaddr
+	buf := make([]byte, 256)
+	var n int
+	err := e.client.Do(func() error {
+		var err error
+		if fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+		if err := unix.Connect(fd, &unix.SockaddrInet6{Addr: netip.AddrFrom16(vip4.As16()).As16(), Port: 80}); err != nil {
+			return fmt.Errorf("connect [::ffff:%s]:80: %w", vip4, err)
+		}
+		if peer, err = unix.Getpeername(fd); err != nil {
+			return err
+		}
+		if _, err := unix.Write(fd, []byte("?\n")); err != nil {
+			return err
+		}
+		n, err = unix.Read(fd, buf)
+		return err
+	})
+	if fd > 0 {
+		defer unix.Close(fd)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parseReply(string(buf[:n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.kind != "B" || !slices.Contains(bes, r.local) {
+		t.Errorf("connect to the mapped VIP reached %s %s, want an IPv4 backend", r.kind, r.local)
+	}
+	if got, want := sockaddrAddr(peer), netip.AddrPortFrom(netip.AddrFrom16(vip4.As16()), 80); got != want {
+		t.Errorf("getpeername = %s, want the mapped VIP %s", got, want)
 	}
 }
