@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"xdpshield/lb"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -67,6 +68,8 @@ type Config struct {
 	API API
 	// Build labels shield_build_info and /v1/info.
 	Build api.BuildInfo
+	// LB is the socket balancer's configuration (none without services).
+	LB lb.Config
 }
 
 // API configures the service's HTTP API.
@@ -99,6 +102,7 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	att  *shield.Attachment
+	lb   *lb.Started // nil without [[lb.service]]
 	ln   net.Listener
 	hs   *http.Server
 	done chan struct{} // closed when the API server has stopped
@@ -146,12 +150,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			if s.att != nil {
 				s.att.Close()
 			}
+			s.lb.Close()
 		}
 	}()
 	if err := s.attach(); err != nil {
 		return nil, err
 	}
 	if err := s.applyLists(); err != nil {
+		return nil, err
+	}
+	if err := s.startLB(); err != nil {
 		return nil, err
 	}
 	s.serve()
@@ -228,6 +236,7 @@ func (s *Service) serve() {
 		Logger:           s.log.With(keyIface, a.Iface),
 		Build:            cfg.Build,
 		NoProcessMetrics: cfg.API.NoProcessMetrics,
+		LB:               s.LB(),
 		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
 			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
 	})
@@ -290,7 +299,7 @@ func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.shutdown()
 		<-s.done
-		s.closeErr = s.att.Close()
+		s.closeErr = errors.Join(s.lb.Close(), s.att.Close())
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
 	})
