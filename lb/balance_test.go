@@ -105,8 +105,30 @@ func TestMaglev(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := netip.AddrPortFrom(k.VIP, k.Port)
-	// Eight connects in flight at a time: the round trips, not the CPUs,
-	// bound a round (2.5 minutes a round under TCG one at a time).
+	// Each connect is a real TCP handshake from a bound source port. The
+	// backend it reached is read from the reverse-translation entry of
+	// the socket (its cookie and each backend: a few map lookups), and
+	// every 50th connect also asks the backend itself, which must agree:
+	// a request round trip per connect made a round take minutes under
+	// TCG. Eight connects are in flight at a time.
+	which := func(c *conn) (netip.AddrPort, error) {
+		cookie, err := cookieOf(c)
+		if err != nil {
+			return netip.AddrPort{}, err
+		}
+		var found []netip.AddrPort
+		for _, b := range bes {
+			if got, ok, err := e.lb.Reverse(cookie, b); err != nil {
+				return netip.AddrPort{}, err
+			} else if ok && got == vip {
+				found = append(found, b)
+			}
+		}
+		if len(found) != 1 {
+			return netip.AddrPort{}, fmt.Errorf("socket %d has reverse entries for %v, want exactly one backend", cookie, found)
+		}
+		return found[0], nil
+	}
 	round := func() ([]netip.AddrPort, map[netip.AddrPort]int) {
 		t.Helper()
 		const workers = 8
@@ -117,13 +139,27 @@ func TestMaglev(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := w; i < connect; i += workers {
-					r, err := e.ask1(vip, netip.AddrPortFrom(clientAddr4, uint16(port0+i)))
-					if err != nil {
-						errs[w] = fmt.Errorf("connect %d: %w", i, err)
-						return
-					}
-					got[i] = r.local
+				for i := w; i < connect && errs[w] == nil; i += workers {
+					errs[w] = func() error {
+						c, err := e.dial(vip, netip.AddrPortFrom(clientAddr4, uint16(port0+i)))
+						if err != nil {
+							return fmt.Errorf("connect %d: %w", i, err)
+						}
+						defer c.Close()
+						if got[i], err = which(c); err != nil {
+							return fmt.Errorf("connect %d: %w", i, err)
+						}
+						if i%50 == 0 {
+							r, err := c.ask()
+							if err != nil {
+								return fmt.Errorf("connect %d: %w", i, err)
+							}
+							if r.local != got[i] {
+								return fmt.Errorf("connect %d: the backend says it is %s, the reverse entry names %s", i, r.local, got[i])
+							}
+						}
+						return nil
+					}()
 				}
 			}()
 		}
