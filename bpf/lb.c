@@ -25,7 +25,8 @@
  * Loads on 5.10 and later: connect4/6 (4.17), sendmsg4/6 (4.18), recvmsg4/6
  * (5.2), ctx->sk in sock_addr programs (5.3), getpeername4/6 (5.8),
  * sock_release (5.9), bpf_get_socket_cookie in cgroup/sock programs (5.10).
- * bpf_set_retval (5.18) is behind a load-time switch the loader probes.
+ * bpf_set_retval (5.18) is behind a load-time switch: the loader loads with
+ * it and, when the verifier refuses the helper, again without.
  */
 #include <linux/bpf.h>
 #include <linux/in.h>
