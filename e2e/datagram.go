@@ -48,8 +48,11 @@ type DatagramService struct {
 }
 
 // paceSlack is how far behind its schedule the service may fall and still
-// catch up.
-const paceSlack = 20 * time.Millisecond
+// catch up: after an idle moment it answers up to a quarter second of its
+// capacity at once (a pool of workers, each free), never more than its
+// capacity over a longer stretch. So a shield's first burst of a storm is
+// answered at once, and a storm's sustained excess is not.
+const paceSlack = 250 * time.Millisecond
 
 // StartDatagramService listens on DatagramPort of every address inside ns
 // (one dual-stack socket, shared by the flood and the client, as a real
@@ -96,9 +99,9 @@ func (s *DatagramService) serve() {
 		}
 		s.served.Add(1)
 		// Pace: one request per 1/capacity. Sleep only when more than a
-		// millisecond ahead; a sleep that overran (a busy machine's
-		// timers) is made up by serving its backlog at once, up to
-		// paceSlack of it, so timer granularity costs no capacity.
+		// millisecond ahead; time not spent answering (idle, or a sleep
+		// that overran on a busy machine) is made up by answering at once,
+		// up to paceSlack of it.
 		next = next.Add(every)
 		now := time.Now()
 		if d := next.Sub(now); d > time.Millisecond {
