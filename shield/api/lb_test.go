@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"xdpshield/internal/testutil"
 	"xdpshield/lb"
 	"xdpshield/shield/api"
 )
@@ -21,9 +22,10 @@ import (
 // service, tcp/198.18.1.1:80 with two backends.
 func newLBEnv(t *testing.T) (*env, *lb.LB) {
 	t.Helper()
+	testutil.Root(t)
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})
 	if err != nil {
-		t.Skipf("lb: %v", err) // newEnv below fails properly when not root
+		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
 	e := newEnv(t, api.Options{LB: l})
