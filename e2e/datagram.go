@@ -24,13 +24,16 @@ import (
 // are aimed at it.
 const DatagramPort = 53
 
-// datagramRcvBuf is the service socket's receive buffer: the queue a flood
-// overflows. Set with SO_RCVBUFFORCE, so it does not depend on a machine's
-// net.core.rmem_max. A datagram that arrives through a veth with an XDP
-// program costs its socket a page or more, so this holds about 900 of them:
-// a tenth of a second of the demo service's work, enough for the first
-// burst a shield lets through from every new source at once.
-const datagramRcvBuf = 2 << 20
+// rcvBuf is the service socket's receive buffer for a capacity: the queue a
+// flood overflows, about a tenth of a second of the service's work (a
+// datagram through a veth with an XDP program costs its socket a page or
+// more), within [64 KiB, 8 MiB]. Set with SO_RCVBUFFORCE, so it does not
+// depend on a machine's net.core.rmem_max; large enough for the first burst
+// a shield lets through from a storm's new sources, small enough that a
+// backlog drains within a phase's settle time.
+func rcvBuf(capacity float64) int {
+	return int(min(max(capacity/10*4096, 64<<10), 8<<20))
+}
 
 // DatagramService answers every datagram it reads on DatagramPort with one
 // carrying the same first 8 bytes, at most Capacity a second: a service of
@@ -69,7 +72,7 @@ func StartDatagramService(ns *topo.NS, capacity float64) (*DatagramService, erro
 	}); err != nil {
 		return nil, fmt.Errorf("listen on udp port %d in %s: %w", DatagramPort, ns.Name, err)
 	}
-	if err := setRcvBufForce(conn, datagramRcvBuf); err != nil {
+	if err := setRcvBufForce(conn, rcvBuf(capacity)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("receive buffer: %w", err)
 	}
