@@ -48,7 +48,7 @@ bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 # test binary (-test.short shortens the storms).
 # (./e2e, not ./e2e/...: the container lane needs a Docker engine, which the
 # VMs' initramfs has not.)
-VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./internal/...
+VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/...
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 VM_CPUS ?= 2
 SOAK_RUNS ?= 5

@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(
 	clang llvm libbpf-dev    # make generate (bpf2go)
-	iproute2 iputils-ping     # namespaces, veths
+	iproute2 iputils-ping nftables # namespaces, veths, the nftables DNAT the balancer is compared with (lb TestCompare)
 	qemu-system-x86 busybox-static cpio zstd xz-utils lz4 # the VM matrix
 	prometheus               # promtool, to check /metrics
 	tcpdump                  # reading failure pcaps

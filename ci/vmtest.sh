@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The multi-kernel VM matrix as CI runs it: the simulator, storm (short),
-# shield and topology suites in qemu on every kernel pinned in
+# shield, socket balancer and topology suites in qemu on every kernel pinned in
 # fixtures/kernels.lock (override with KERNELS="5.10 7.2"). Kernels are cached
 # outside the clone ($XDPSHIELD_CACHE, else ~/.cache/xdpshield); results go
 # to out/vmtest/matrix.{txt,json}. Exits with the harness's code (make would

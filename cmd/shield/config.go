@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"xdpshield/lb"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 	svc "xdpshield/shield/service"
@@ -57,6 +58,9 @@ type config struct {
 		Level  string `toml:"level"`
 		Format string `toml:"format"`
 	} `toml:"log"`
+
+	// LB is the socket balancer ([lb], [[lb.service]]; lb.Config).
+	LB lb.Config `toml:"lb"`
 }
 
 // duration reads "5s"-style TOML strings.
@@ -88,6 +92,7 @@ func defaultConfig() config {
 	c.Lists.AllowOwnAddresses = true
 	c.Log.Level = "info"
 	c.Log.Format = "text"
+	c.LB = lb.DefaultConfig()
 	return c
 }
 
@@ -197,6 +202,9 @@ func (c *config) validate() (settings, error) {
 	}
 	if c.Log.Format != "text" && c.Log.Format != "json" {
 		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want text or json)", c.Log.Format))
+	}
+	if _, err := c.LB.Services(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.API.TokenFile != "" {
 		if s.token, err = readTokenFile(c.API.TokenFile); err != nil {

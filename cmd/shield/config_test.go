@@ -23,7 +23,8 @@ func TestExampleConfig(t *testing.T) {
 	def.Iface = c.Iface
 	if c.API != def.API || c.Limits != def.Limits || c.Log != def.Log || c.Mode != def.Mode ||
 		c.TableSize != def.TableSize || c.PinRoot != def.PinRoot || c.Clock != def.Clock ||
-		c.Lists.AllowOwnAddresses != def.Lists.AllowOwnAddresses {
+		c.Lists.AllowOwnAddresses != def.Lists.AllowOwnAddresses ||
+		c.LB.Cgroup != def.LB.Cgroup || c.LB.ReverseSize != def.LB.ReverseSize || len(c.LB.Service) != 0 {
 		t.Errorf("example config differs from the defaults it documents:\n got %+v\nwant %+v", c, def)
 	}
 }
@@ -64,6 +65,9 @@ func TestConfigErrors(t *testing.T) {
 		{"short token", "iface = \"eth0\"\n[api]\ntoken_file = \"" + short + "\"", "shorter than 16"},
 		{"missing token", "iface = \"eth0\"\n[api]\ntoken_file = \"" + dir + "/none\"", "open token file"},
 		{"syntax", "iface = ", "config"},
+		{"lb service", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80\nbackends = [\"198.18.0.10:8080\"]", ""},
+		{"lb zero backends", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80", "lb.service[0]: service tcp/198.18.0.100:80: zero backends"},
+		{"lb unknown key", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nweight = 1", "unknown keys: lb.service.weight"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

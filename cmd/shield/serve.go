@@ -87,9 +87,9 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	if *check {
-		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d (+own addresses: %v), deny %d\n",
+		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d (+own addresses: %v), deny %d, lb services %d\n",
 			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, cfg.API.TLSCert != "", cfg.API.AuthReads, tokenState(cfg.API.TokenFile), set.limits,
-			len(set.allow), cfg.Lists.AllowOwnAddresses, len(set.deny))
+			len(set.allow), cfg.Lists.AllowOwnAddresses, len(set.deny), len(cfg.LB.Service))
 		return nil
 	}
 	if !noCapCheck {
@@ -142,5 +142,6 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		AllowOwnAddresses: cfg.Lists.AllowOwnAddresses,
 		API:               cfg.apiConfig(set.token),
 		Build:             api.BuildInfo{Version: version, Revision: revision},
+		LB:                cfg.LB,
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"xdpshield/lb"
 	"xdpshield/shield"
 )
 
@@ -81,6 +82,8 @@ type Options struct {
 	// Health says whether the program protects the interface now, and
 	// if not why (GET /v1/health, /v1/info, shield_attached). Nil: always.
 	Health func() (ok bool, problem string)
+	// LB, when set, is the socket balancer served under /v1/lb (lb.go).
+	LB *lb.LB
 }
 
 // Server serves the /v1 contract and /metrics for one shield.
@@ -191,6 +194,9 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	allowed := map[string]string{
 		"/v1/info": "GET", "/v1/health": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
 		"/v1/allow": "GET, POST, DELETE", "/v1/deny": "GET, POST, DELETE", "/metrics": "GET",
+	}
+	if opts.LB != nil {
+		s.registerLB(opts.LB, allowed)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"xdpshield/lb"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -71,6 +72,8 @@ type Config struct {
 	API API
 	// Build labels shield_build_info and /v1/info.
 	Build api.BuildInfo
+	// LB is the socket balancer's configuration (none without services).
+	LB lb.Config
 }
 
 // API configures the service's HTTP API.
@@ -103,6 +106,7 @@ type Service struct {
 	cfg  Config
 	log  *slog.Logger
 	att  *shield.Attachment
+	lb   *lb.Started // nil without [[lb.service]]
 	ln   net.Listener
 	hs   *http.Server
 	done chan struct{} // closed when the API server has stopped
@@ -167,12 +171,16 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			if s.att != nil {
 				s.att.Close()
 			}
+			s.lb.Close()
 		}
 	}()
 	if err := s.attach(); err != nil {
 		return nil, err
 	}
 	if err := s.applyLists(); err != nil {
+		return nil, err
+	}
+	if err := s.startLB(); err != nil {
 		return nil, err
 	}
 	if err := s.watch(ns); err != nil {
@@ -253,6 +261,7 @@ func (s *Service) serve() {
 		Build:            cfg.Build,
 		NoProcessMetrics: cfg.API.NoProcessMetrics,
 		Health:           s.Healthy,
+		LB:               s.LB(),
 		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
 			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
 	})
@@ -317,7 +326,7 @@ func (s *Service) Close() error {
 		<-s.done
 		close(s.stop)
 		<-s.watchDone
-		s.closeErr = s.att.Close()
+		s.closeErr = errors.Join(s.lb.Close(), s.att.Close())
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
 	})

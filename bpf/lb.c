@@ -1,0 +1,353 @@
+//go:build ignore
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * lb: the socket-level L4 balancer of xdpshield (cgroup sock-addr family).
+ *
+ * A process in the attached cgroup v2 directory connects (or sends a datagram)
+ * to a service's virtual address (VIP, port, protocol); connect4/6 and
+ * sendmsg4/6 pick a backend and rewrite the destination before a packet
+ * exists, so the kernel builds packets for the backend and no per-packet NAT
+ * or conntrack is involved. The translation is remembered in an LRU keyed by
+ * (socket cookie, backend), so recvmsg4/6 and getpeername4/6 can report the
+ * VIP back to the application; sock_release deletes a connected socket's
+ * entry when it closes.
+ *
+ * Backends are chosen through a per-service table of MAX_TABLE backend ids
+ * that user space computes and swaps in whole (array of maps): random mode
+ * indexes it with bpf_get_prandom_u32(); Maglev mode with a hash of the
+ * socket's bound source (address, port), or of its cookie when unbound. A
+ * draining backend is simply absent from the table: connected sockets keep
+ * their backend (their destination is already the backend's address), new
+ * ones cannot pick it. A service without a table has no usable backend: the
+ * connect()/sendmsg() fails (ECONNREFUSED on 5.18+, through bpf_set_retval;
+ * EPERM, the hook's only refusal, before).
+ *
+ * Loads on 5.10 and later: connect4/6 (4.17), sendmsg4/6 (4.18), recvmsg4/6
+ * (5.2), ctx->sk in sock_addr programs (5.3), getpeername4/6 (5.8),
+ * sock_release (5.9), bpf_get_socket_cookie in cgroup/sock programs (5.10).
+ * bpf_set_retval (5.18) is behind a load-time switch: the loader loads with
+ * it and, when the verifier refuses the helper, again without.
+ */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/socket.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#define ECONNREFUSED 111
+
+#define SYS_REJECT 0  /* the syscall fails (EPERM unless a retval was set) */
+#define SYS_PROCEED 1 /* the syscall goes on, with what the program rewrote */
+
+/* Load-time switch: bpf_set_retval exists (5.18+), so a refused connect()
+ * reports ECONNREFUSED instead of the hook's EPERM. */
+const volatile __u8 have_set_retval = 0;
+
+/* Outcomes of connect4/6 and sendmsg4/6. The Go side mirrors the names
+ * (lb/counters.go); the order is part of the counters map layout. */
+enum outcome {
+	OUTCOME_TRANSLATED = 0,  /* to a service: rewritten to a backend */
+	OUTCOME_NO_BACKEND = 1,  /* to a service with no usable backend: refused */
+	OUTCOME_NOT_SERVICE = 2, /* not to a VIP/port/protocol: untouched (service 0) */
+	OUTCOME_MAX,
+};
+
+#define MODE_RANDOM 0
+#define MODE_MAGLEV 1
+
+/* An address of either family: IPv6, or IPv4 mapped as ::ffff:a.b.c.d
+ * (words in network byte order), so one key type serves both. */
+struct addr {
+	__u32 w[4];
+};
+
+struct svc_key {
+	struct addr addr; /* the VIP */
+	__u16 port;       /* network byte order */
+	__u8 proto;       /* IPPROTO_TCP or IPPROTO_UDP */
+	__u8 _pad;
+};
+
+struct svc {
+	__u32 id;   /* 1..MAX_SERVICES-1: the tables slot and counters row */
+	__u8 mode;  /* MODE_RANDOM or MODE_MAGLEV */
+	__u8 _pad[3];
+};
+
+struct backend {
+	struct addr addr;
+	__u16 port; /* network byte order */
+	__u8 _pad[2];
+};
+
+/* Reverse translation: which VIP a socket meant when it reached a backend. */
+struct rev_key {
+	__u64 cookie;        /* bpf_get_socket_cookie: unique per socket per boot */
+	struct addr backend; /* the address the socket really talks to */
+	__u16 port;          /* network byte order */
+	__u8 _pad[6];
+};
+
+struct rev {
+	struct addr vip;
+	__u16 port; /* network byte order */
+	__u8 _pad[2];
+	__u32 svc_id;
+};
+
+/* Services by (VIP, port, protocol). */
+#define MAX_SERVICES 256
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, struct svc_key);
+	__type(value, struct svc);
+} services SEC(".maps");
+
+/* Backends by id (allocated by user space, unique across services). */
+#define MAX_BACKENDS 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct backend);
+} backends SEC(".maps");
+
+/* Per service id: the choice table, MAX_TABLE backend ids (a prime, as Maglev
+ * wants). User space builds a new inner map and swaps it in, so a connect()
+ * sees the old or the new table, never half of each. No entry: no usable
+ * backend. */
+#define MAX_TABLE 16381
+struct table {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TABLE);
+	__type(key, __u32);
+	__type(value, __u32); /* backend id */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH_OF_MAPS);
+	__uint(max_entries, MAX_SERVICES);
+	__type(key, __u32); /* service id */
+	__array(values, struct table);
+} tables SEC(".maps");
+
+/* Reverse translations. An LRU: the loader sets max_entries; entries of
+ * connected sockets are deleted on release, those of unconnected UDP sockets
+ * (no single peer to name them by at close) age out. */
+#define MAX_REVERSE 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_REVERSE);
+	__type(key, struct rev_key);
+	__type(value, struct rev);
+} reverse SEC(".maps");
+
+/* Counters: index service id * OUTCOME_MAX + outcome (id 0: not a service). */
+#define MAX_COUNTERS (MAX_SERVICES * OUTCOME_MAX)
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64); /* connect()/sendmsg() calls */
+} counters SEC(".maps");
+
+static __always_inline void count(__u32 id, __u32 outcome)
+{
+	__u32 idx = id * OUTCOME_MAX + outcome;
+	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
+
+	if (c)
+		*c += 1; /* per-CPU: no atomics needed */
+}
+
+static __always_inline __u64 mix64(__u64 h)
+{
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+/* The Maglev key of a socket: its bound source (address, port) when it has
+ * one, so a client that binds gets the same backend for the same source, else
+ * its cookie (a new choice per socket, stable for the socket's life). */
+static __always_inline __u64 flow_hash(struct bpf_sock_addr *ctx, int v6, __u32 id)
+{
+	struct bpf_sock *sk = ctx->sk;
+	__u64 h = mix64(id);
+
+	if (!sk || sk->src_port == 0)
+		return mix64(h ^ bpf_get_socket_cookie(ctx));
+	if (v6) {
+		h = mix64(h ^ (((__u64)sk->src_ip6[0] << 32) | sk->src_ip6[1]));
+		h = mix64(h ^ (((__u64)sk->src_ip6[2] << 32) | sk->src_ip6[3]));
+	} else {
+		h = mix64(h ^ sk->src_ip4);
+	}
+	return mix64(h ^ sk->src_port);
+}
+
+static __always_inline int refuse(void)
+{
+	if (have_set_retval)
+		bpf_set_retval(-ECONNREFUSED);
+	return SYS_REJECT;
+}
+
+static __always_inline void read_dst(struct bpf_sock_addr *ctx, int v6, struct addr *a)
+{
+	if (v6) {
+		a->w[0] = ctx->user_ip6[0];
+		a->w[1] = ctx->user_ip6[1];
+		a->w[2] = ctx->user_ip6[2];
+		a->w[3] = ctx->user_ip6[3];
+	} else {
+		a->w[0] = 0;
+		a->w[1] = 0;
+		a->w[2] = bpf_htonl(0xffff);
+		a->w[3] = ctx->user_ip4;
+	}
+}
+
+/* 4-byte stores only: narrower or wider ones to user_ip6 are refused on
+ * older kernels. */
+static __always_inline void write_dst(struct bpf_sock_addr *ctx, int v6, const struct addr *a, __u16 port)
+{
+	if (v6) {
+		ctx->user_ip6[0] = a->w[0];
+		ctx->user_ip6[1] = a->w[1];
+		ctx->user_ip6[2] = a->w[2];
+		ctx->user_ip6[3] = a->w[3];
+	} else {
+		ctx->user_ip4 = a->w[3];
+	}
+	ctx->user_port = port;
+}
+
+/* connect4/6 and sendmsg4/6: translate a VIP to a backend. */
+static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
+{
+	struct svc_key key = {};
+	struct svc *svc;
+	struct backend *be;
+	void *table;
+	__u32 slot, *bid;
+
+	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
+		return SYS_PROCEED;
+	read_dst(ctx, v6, &key.addr);
+	key.port = (__u16)ctx->user_port;
+	key.proto = ctx->protocol;
+	svc = bpf_map_lookup_elem(&services, &key);
+	if (!svc) {
+		count(0, OUTCOME_NOT_SERVICE);
+		return SYS_PROCEED;
+	}
+	__u32 id = svc->id;
+	if (id >= MAX_SERVICES)
+		return SYS_PROCEED;
+
+	table = bpf_map_lookup_elem(&tables, &id);
+	if (!table)
+		goto none;
+	if (svc->mode == MODE_MAGLEV)
+		slot = flow_hash(ctx, v6, id) % MAX_TABLE;
+	else
+		slot = bpf_get_prandom_u32() % MAX_TABLE;
+	bid = bpf_map_lookup_elem(table, &slot);
+	if (!bid)
+		goto none;
+	be = bpf_map_lookup_elem(&backends, bid);
+	if (!be)
+		goto none;
+
+	struct rev_key rk = {.cookie = bpf_get_socket_cookie(ctx), .backend = be->addr, .port = be->port};
+	struct rev rv = {.vip = key.addr, .port = key.port, .svc_id = id};
+	/* Best effort: a full LRU evicts, it does not fail; a failure here only
+	 * costs the VIP in getpeername/recvfrom. */
+	bpf_map_update_elem(&reverse, &rk, &rv, BPF_ANY);
+	write_dst(ctx, v6, &be->addr, be->port);
+	count(id, OUTCOME_TRANSLATED);
+	return SYS_PROCEED;
+none:
+	count(id, OUTCOME_NO_BACKEND);
+	return refuse();
+}
+
+/* recvmsg4/6 and getpeername4/6: report the VIP for a translated peer. */
+static __always_inline int reverse_translate(struct bpf_sock_addr *ctx, int v6)
+{
+	struct rev_key rk = {.cookie = bpf_get_socket_cookie(ctx), .port = (__u16)ctx->user_port};
+	struct rev *rv;
+
+	read_dst(ctx, v6, &rk.backend);
+	rv = bpf_map_lookup_elem(&reverse, &rk);
+	if (rv)
+		write_dst(ctx, v6, &rv->vip, rv->port);
+	return SYS_PROCEED;
+}
+
+SEC("cgroup/connect4")
+int lb_connect4(struct bpf_sock_addr *ctx) { return translate(ctx, 0); }
+
+SEC("cgroup/connect6")
+int lb_connect6(struct bpf_sock_addr *ctx) { return translate(ctx, 1); }
+
+SEC("cgroup/sendmsg4")
+int lb_sendmsg4(struct bpf_sock_addr *ctx) { return translate(ctx, 0); }
+
+SEC("cgroup/sendmsg6")
+int lb_sendmsg6(struct bpf_sock_addr *ctx) { return translate(ctx, 1); }
+
+SEC("cgroup/recvmsg4")
+int lb_recvmsg4(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 0); }
+
+SEC("cgroup/recvmsg6")
+int lb_recvmsg6(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 1); }
+
+SEC("cgroup/getpeername4")
+int lb_getpeername4(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 0); }
+
+SEC("cgroup/getpeername6")
+int lb_getpeername6(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 1); }
+
+/* sock_release: a connected socket's entry is named by its peer, the
+ * backend; delete it. Every field is read before branching on the family:
+ * clang would otherwise merge the two branches' last address load into one
+ * load through a computed context offset, which the verifier refuses.
+ * dst_port holds the port in network byte order in its low 16 bits. */
+SEC("cgroup/sock_release")
+int lb_sock_release(struct bpf_sock *sk)
+{
+	struct rev_key rk = {.cookie = bpf_get_socket_cookie(sk)};
+	__u32 family = sk->family;
+	__u32 ip4 = sk->dst_ip4;
+	__u32 ip6_0 = sk->dst_ip6[0], ip6_1 = sk->dst_ip6[1];
+	__u32 ip6_2 = sk->dst_ip6[2], ip6_3 = sk->dst_ip6[3];
+
+	rk.port = (__u16)sk->dst_port;
+	if (family == AF_INET6) {
+		rk.backend.w[0] = ip6_0;
+		rk.backend.w[1] = ip6_1;
+		rk.backend.w[2] = ip6_2;
+		rk.backend.w[3] = ip6_3;
+	} else if (family == AF_INET) {
+		rk.backend.w[2] = bpf_htonl(0xffff);
+		rk.backend.w[3] = ip4;
+	} else {
+		return SYS_PROCEED;
+	}
+	bpf_map_delete_elem(&reverse, &rk);
+	return SYS_PROCEED;
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"xdpshield/shield/api"
+)
+
+func init() {
+	commands["lb"] = command{"lb list | lb add|drain|remove SERVICE BACKEND...: the socket balancer's services (API)", runLB}
+}
+
+// runLB: `shield lb list`, `shield lb add tcp/198.18.0.100:80 198.18.0.13:8080`.
+func runLB(ctx context.Context, args []string) error {
+	if len(args) == 0 || !map[string]bool{"list": true, "add": true, "drain": true, "remove": true}[args[0]] {
+		return fmt.Errorf("lb: want `lb list` or `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`")
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("lb "+sub, flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	if err := fs.Parse(args[1:]); err != nil {
+		return helpOK(err)
+	}
+	cl, err := cf.client(sub != "list")
+	if err != nil {
+		return err
+	}
+	if sub == "list" {
+		if fs.NArg() > 0 {
+			return fmt.Errorf("lb list takes no arguments")
+		}
+		r, err := cl.LB(ctx)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return printJSON(r)
+		}
+		printLB(r)
+		return nil
+	}
+	if fs.NArg() < 2 {
+		return fmt.Errorf("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
+	}
+	s, err := cl.LBChange(ctx, sub, fs.Arg(0), fs.Args()[1:])
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(s)
+	}
+	printLB(api.LBResponse{Services: []api.LBService{s}})
+	return nil
+}
+
+func printLB(r api.LBResponse) {
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tMODE\tBACKENDS\tTRANSLATED\tNO BACKEND")
+	for _, s := range r.Services {
+		var bs []string
+		for _, b := range s.Backends {
+			if b.State == "draining" {
+				bs = append(bs, b.Addr+" (draining)")
+			} else {
+				bs = append(bs, b.Addr)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Service, s.Mode, strings.Join(bs, ", "), s.Translated, s.NoBackend)
+	}
+	tw.Flush()
+	if r.ReverseCapacity > 0 {
+		fmt.Fprintf(stdout, "(%d calls to no service; reverse translations %d of %d)\n", r.NotService, r.ReverseEntries, r.ReverseCapacity)
+	}
+}

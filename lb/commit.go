@@ -1,0 +1,207 @@
+package lb
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/bpf"
+)
+
+// commit makes next the configuration: ids for what is new, then the maps,
+// in an order where a connect() racing the change sees the old state or the
+// new one per service: backends before the tables naming them, a new
+// service's table before its key, a removed service's key before its table,
+// backends after the last table naming them is gone. next was validated;
+// callers hold l.mu.
+func (l *LB) commit(next map[ServiceKey]*service) error {
+	var newIDs []uint32
+	for _, k := range sortedKeys(next) {
+		s := next[k]
+		if old, ok := l.services[k]; ok {
+			s.id = old.id
+		} else {
+			id, err := l.allocID(newIDs)
+			if err != nil {
+				return err
+			}
+			s.id = id
+			newIDs = append(newIDs, id)
+		}
+		for i := range s.backends {
+			if s.backends[i].id == 0 {
+				s.backends[i].id = l.nextBE
+				l.nextBE++
+			}
+		}
+	}
+
+	// New backends.
+	for _, k := range sortedKeys(next) {
+		for _, b := range next[k].backends {
+			if l.backendKnown(b.id) {
+				continue
+			}
+			if err := l.objs.Backends.Put(b.id, backendValue(b)); err != nil {
+				return fmt.Errorf("write backend %s: %w", b.addr, err)
+			}
+		}
+	}
+	// Counters of new ids start at zero.
+	for _, id := range newIDs {
+		if err := l.zeroCounters(id); err != nil {
+			return err
+		}
+	}
+	// Changed and new services: table, then key.
+	for _, k := range sortedKeys(next) {
+		s := next[k]
+		old, existed := l.services[k]
+		if existed && old.mode == s.mode && slices.Equal(old.backends, s.backends) {
+			continue
+		}
+		if err := l.writeTable(s); err != nil {
+			return fmt.Errorf("service %s: %w", k, err)
+		}
+		if err := l.objs.Services.Put(svcKey(k), bpf.LbSvc{Id: s.id, Mode: modeValue(s.mode)}); err != nil {
+			return fmt.Errorf("write service %s: %w", k, err)
+		}
+	}
+	// Removed services: key, then table.
+	for _, k := range sortedKeys(l.services) {
+		if _, ok := next[k]; ok {
+			continue
+		}
+		id := l.services[k].id
+		if err := l.objs.Services.Delete(svcKey(k)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete service %s: %w", k, err)
+		}
+		if err := l.objs.Tables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete table of %s: %w", k, err)
+		}
+		l.ids[id] = false
+	}
+	// Backends no table names any more.
+	live := map[uint32]bool{}
+	for _, s := range next {
+		for _, b := range s.backends {
+			live[b.id] = true
+		}
+	}
+	for _, s := range l.services {
+		for _, b := range s.backends {
+			if !live[b.id] {
+				if err := l.objs.Backends.Delete(b.id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+					return fmt.Errorf("delete backend %s: %w", b.addr, err)
+				}
+			}
+		}
+	}
+	for _, id := range newIDs {
+		l.ids[id] = true
+	}
+	l.services = next
+	return nil
+}
+
+func (l *LB) backendKnown(id uint32) bool {
+	for _, s := range l.services {
+		for _, b := range s.backends {
+			if b.id == id {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (l *LB) allocID(taken []uint32) (uint32, error) {
+	for id := uint32(1); id <= MaxServices; id++ {
+		if !l.ids[id] && !slices.Contains(taken, id) {
+			return id, nil
+		}
+	}
+	return 0, fmt.Errorf("no free service id (%d services fit)", MaxServices)
+}
+
+// writeTable builds the service's choice table in a fresh inner map and
+// swaps it in; with no active backend it removes the table, so connect()
+// is refused.
+func (l *LB) writeTable(s *service) error {
+	act := s.active()
+	if len(act) == 0 {
+		if err := l.objs.Tables.Delete(s.id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete table: %w", err)
+		}
+		return nil
+	}
+	var slots []uint32
+	if s.mode == Maglev {
+		slots = maglevTable(act, int(l.tableSize))
+	} else {
+		slots = make([]uint32, l.tableSize)
+		for i := range slots {
+			slots[i] = act[i%len(act)].id
+		}
+	}
+	inner, err := ebpf.NewMap(l.tableSpec)
+	if err != nil {
+		return fmt.Errorf("create table: %w", err)
+	}
+	defer inner.Close()
+	keys := make([]uint32, len(slots))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := inner.BatchUpdate(keys, slots, nil); err != nil {
+		// Array batch operations exist since 5.6; fall back anyway.
+		for i, v := range slots {
+			if err := inner.Put(uint32(i), v); err != nil {
+				return fmt.Errorf("fill table: %w", err)
+			}
+		}
+	}
+	if err := l.objs.Tables.Put(s.id, inner); err != nil {
+		return fmt.Errorf("swap table: %w", err)
+	}
+	return nil
+}
+
+// addrValue is the program's address layout: IPv6, or IPv4 mapped as
+// ::ffff:a.b.c.d, in network byte order.
+func addrValue(a16 [16]byte) bpf.LbAddr {
+	var v bpf.LbAddr
+	for i := range v.W {
+		// Bytes in network order, as the program loads them.
+		v.W[i] = binary.NativeEndian.Uint32(a16[4*i:])
+	}
+	return v
+}
+
+// netPort is a port as the program stores it: network byte order, read as
+// a little-endian uint16.
+func netPort(p uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], p)
+	return binary.NativeEndian.Uint16(b[:])
+}
+
+func binaryPutNative(b []byte, w uint32) { binary.NativeEndian.PutUint32(b, w) }
+
+func backendValue(b backend) bpf.LbBackend {
+	return bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
+}
+
+func svcKey(k ServiceKey) bpf.LbSvcKey {
+	return bpf.LbSvcKey{Addr: addrValue(k.VIP.As16()), Port: netPort(k.Port), Proto: k.Proto.number()}
+}
+
+func modeValue(m Mode) uint8 {
+	if m == Maglev {
+		return 1 // MODE_MAGLEV
+	}
+	return 0 // MODE_RANDOM
+}

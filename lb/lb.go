@@ -1,0 +1,202 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+
+	"xdpshield/bpf"
+)
+
+const (
+	// DefaultReverseSize is the default capacity of the reverse-translation
+	// LRU: one entry per open translated socket (and per backend an
+	// unconnected UDP socket has sent to, until evicted).
+	DefaultReverseSize = 1 << 16
+	// MaxReverseSize bounds it: about 100 bytes of kernel memory per entry.
+	MaxReverseSize = 1 << 24
+	// MaxServices is how many services fit (ids 1..255; 0 counts traffic
+	// to no service).
+	MaxServices = 255
+	// MaxBackends is how many backends fit, over all services.
+	MaxBackends = 1 << 16
+)
+
+// Options configure Load.
+type Options struct {
+	// ReverseSize is the capacity of the reverse-translation LRU, from 1 to
+	// MaxReverseSize. Zero is an error: the size is the caller's decision
+	// (DefaultReverseSize is the usual one).
+	ReverseSize uint32
+}
+
+// LB is the loaded balancer: its programs, maps, and the services it holds.
+type LB struct {
+	objs      bpf.LbObjects
+	tableSpec *ebpf.MapSpec
+	tableSize uint32
+	refusal   syscall.Errno
+
+	linkMu sync.Mutex
+	links  []link.Link
+
+	mu       sync.Mutex // serialises changes; guards the fields below
+	services map[ServiceKey]*service
+	ids      [MaxServices + 1]bool // service ids in use
+	nextBE   uint32                // next backend id
+}
+
+// Load loads the programs and maps; nothing is attached.
+func Load(opts Options) (*LB, error) {
+	if opts.ReverseSize == 0 || opts.ReverseSize > MaxReverseSize {
+		return nil, fmt.Errorf("reverse size %d out of range [1, %d]", opts.ReverseSize, MaxReverseSize)
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
+	}
+	spec, err := bpf.LoadLb()
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	spec.Maps[bpf.LbMapReverse].MaxEntries = opts.ReverseSize
+
+	l := &LB{
+		tableSpec: spec.Maps[bpf.LbMapTables].InnerMap.Copy(),
+		services:  map[ServiceKey]*service{},
+		nextBE:    1,
+	}
+	l.tableSize = l.tableSpec.MaxEntries
+
+	// bpf_set_retval (5.18) lets a refused connect() say ECONNREFUSED; the
+	// verifier refuses the helper before, and then the hook's EPERM is the
+	// answer. Try with it, fall back without.
+	err = l.load(spec, true)
+	var ve *ebpf.VerifierError
+	if err != nil && errors.As(err, &ve) {
+		err = l.load(spec, false)
+	}
+	if err != nil {
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load lb: %+v", ve)
+		}
+		return nil, fmt.Errorf("load lb: %w", err)
+	}
+	return l, nil
+}
+
+func (l *LB) load(spec *ebpf.CollectionSpec, retval bool) error {
+	spec = spec.Copy()
+	if err := spec.Variables[bpf.LbVarHaveSetRetval].Set(retval); err != nil {
+		return fmt.Errorf("set have_set_retval: %w", err)
+	}
+	if err := spec.LoadAndAssign(&l.objs, nil); err != nil {
+		return err
+	}
+	l.refusal = syscall.EPERM
+	if retval {
+		l.refusal = syscall.ECONNREFUSED
+	}
+	return nil
+}
+
+// Refusal is the errno a connect() or sendmsg() to a service with no usable
+// backend fails with: ECONNREFUSED on 5.18+, EPERM before.
+func (l *LB) Refusal() syscall.Errno { return l.refusal }
+
+// attachTypes pairs every program with its attach point.
+func (l *LB) attachTypes() []struct {
+	prog *ebpf.Program
+	typ  ebpf.AttachType
+} {
+	p := &l.objs.LbPrograms
+	return []struct {
+		prog *ebpf.Program
+		typ  ebpf.AttachType
+	}{
+		{p.LbConnect4, ebpf.AttachCGroupInet4Connect},
+		{p.LbConnect6, ebpf.AttachCGroupInet6Connect},
+		{p.LbSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{p.LbSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+		{p.LbRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{p.LbRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{p.LbGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+		{p.LbGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+		{p.LbSockRelease, ebpf.AttachCgroupInetSockRelease},
+	}
+}
+
+// Attach attaches every program to the cgroup v2 directory dir (with
+// BPF_F_ALLOW_MULTI, beside whatever else is attached there). Processes in
+// dir and below it are balanced; nothing else is. All or nothing: on an
+// error, what was attached is detached.
+func (l *LB) Attach(dir string) error {
+	l.linkMu.Lock()
+	defer l.linkMu.Unlock()
+	if len(l.links) > 0 {
+		return errors.New("attach: already attached")
+	}
+	if err := IsCgroup2(dir); err != nil {
+		return err
+	}
+	var links []link.Link
+	for _, a := range l.attachTypes() {
+		lk, err := link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: a.typ, Program: a.prog})
+		if err != nil {
+			for _, x := range links {
+				x.Close()
+			}
+			return fmt.Errorf("attach %s to %q: %w", a.typ, dir, err)
+		}
+		links = append(links, lk)
+	}
+	l.links = links
+	return nil
+}
+
+// Detach removes the programs from the cgroup. Sockets already translated
+// keep their backend; getpeername and recvfrom report it from then on.
+func (l *LB) Detach() error {
+	l.linkMu.Lock()
+	defer l.linkMu.Unlock()
+	var errs []error
+	for _, lk := range l.links {
+		errs = append(errs, lk.Close())
+	}
+	l.links = nil
+	return errors.Join(errs...)
+}
+
+// Close detaches and releases the programs and maps.
+func (l *LB) Close() error {
+	return errors.Join(l.Detach(), l.objs.Close())
+}
+
+// ReverseSize is the capacity of the reverse-translation LRU.
+func (l *LB) ReverseSize() uint32 { return l.objs.Reverse.MaxEntries() }
+
+// TableSize is the number of slots in each service's choice table.
+func (l *LB) TableSize() uint32 { return l.tableSize }
+
+// IsCgroup2 returns an error unless dir is a directory of a cgroup v2
+// hierarchy.
+func IsCgroup2(dir string) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("cgroup %q: %w", dir, err)
+	}
+	const cgroup2Magic = 0x63677270
+	if st.Type != cgroup2Magic {
+		return fmt.Errorf("cgroup %q: not a cgroup v2 directory (mount one with MountCgroup2)", dir)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("cgroup %q: not a directory", dir)
+	}
+	return nil
+}

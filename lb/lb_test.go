@@ -1,0 +1,386 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"xdpshield/internal/testutil"
+)
+
+func family(v6 bool) string {
+	if v6 {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+func vipOf(v6 bool) netip.Addr {
+	if v6 {
+		return vip6
+	}
+	return vip4
+}
+
+func clientOf(v6 bool) netip.Addr {
+	if v6 {
+		return clientAddr6
+	}
+	return clientAddr4
+}
+
+// TestTCP: a connect to the VIP lands on a backend, which sees the client's
+// own address; getpeername says the VIP; the reverse entry lives exactly as
+// long as the socket.
+func TestTCP(t *testing.T) {
+	e := newEnv(t, 3)
+	for _, v6 := range []bool{false, true} {
+		t.Run(family(v6), func(t *testing.T) {
+			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
+			bes := backendAddrs(v6, 3)
+			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
+				t.Fatal(err)
+			}
+			defer e.lb.RemoveService(k)
+			vip := netip.AddrPortFrom(k.VIP, k.Port)
+
+			c, err := e.dial(vip, netip.AddrPort{})
+			if err != nil {
+				t.Fatalf("dial %s: %v", vip, err)
+			}
+			r, err := c.ask()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.kind != "B" || !slices.Contains(bes, r.local) {
+				t.Fatalf("connect %s reached %s %s, want one of the backends %v", vip, r.kind, r.local, bes)
+			}
+			if r.remote.Addr() != clientOf(v6) {
+				t.Errorf("backend saw the client as %s, want the client's own address %s", r.remote.Addr(), clientOf(v6))
+			}
+			peer, err := c.peer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if unmap(peer) != vip {
+				t.Errorf("getpeername = %s, want the VIP %s", peer, vip)
+			}
+			cookie, err := cookieOf(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := e.lb.Reverse(cookie, r.local)
+			if err != nil || !ok || got != vip {
+				t.Errorf("Reverse(cookie, %s) = %s, %v, %v; want %s, true while the socket is open", r.local, got, ok, err, vip)
+			}
+			c.Close()
+			// close(2) runs sock_release synchronously; Go may hold the fd
+			// for a moment while its poller lets go.
+			deadline := time.Now().Add(2 * time.Second)
+			for ok && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+				_, ok, err = e.lb.Reverse(cookie, r.local)
+			}
+			if ok || err != nil {
+				t.Errorf("Reverse after close = %v, %v; want the entry gone", ok, err)
+			}
+
+			cnt, err := e.lb.Counters()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cnt.Services[k][Translated]; got != 1 {
+				t.Errorf("translated = %d, want 1 (one connect)", got)
+			}
+		})
+	}
+}
+
+func backends(as ...netip.AddrPort) []Backend {
+	var out []Backend
+	for _, a := range as {
+		out = append(out, Backend{Addr: a})
+	}
+	return out
+}
+
+// TestUDP: unconnected UDP is translated per message, and recvfrom reports
+// the VIP; connected UDP is translated at connect.
+func TestUDP(t *testing.T) {
+	e := newEnv(t, 4)
+	for _, v6 := range []bool{false, true} {
+		t.Run(family(v6), func(t *testing.T) {
+			k := ServiceKey{VIP: vipOf(v6), Port: 53, Proto: UDP}
+			bes := backendAddrs(v6, 4)
+			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
+				t.Fatal(err)
+			}
+			defer e.lb.RemoveService(k)
+			vip := netip.AddrPortFrom(k.VIP, k.Port)
+
+			var pc *net.UDPConn
+			err := e.client.Do(func() error {
+				var err error
+				pc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(clientOf(v6), 0)))
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pc.Close()
+			const msgs = 40
+			seen := map[netip.AddrPort]int{}
+			buf := make([]byte, 512)
+			for i := range msgs {
+				if _, err := pc.WriteToUDPAddrPort([]byte("?\n"), vip); err != nil {
+					t.Fatalf("message %d: sendto %s: %v", i, vip, err)
+				}
+				pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+				n, from, err := pc.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					t.Fatalf("message %d: recvfrom: %v", i, err)
+				}
+				if unmap(from) != vip {
+					t.Fatalf("message %d: recvfrom reports %s, want the VIP %s", i, from, vip)
+				}
+				r, err := parseReply(string(buf[:n]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if r.kind != "B" || !slices.Contains(bes, r.local) {
+					t.Fatalf("message %d reached %s %s, want a backend", i, r.kind, r.local)
+				}
+				if r.remote.Addr() != clientOf(v6) {
+					t.Errorf("backend saw %s, want the client %s", r.remote.Addr(), clientOf(v6))
+				}
+				seen[r.local]++
+			}
+			// Per message: 40 random choices over 4 backends all landing on
+			// one has probability 4^-39.
+			if len(seen) < 2 {
+				t.Errorf("%d messages reached %d backend(s) %v, want a choice per message", msgs, len(seen), seen)
+			}
+			cnt, _ := e.lb.Counters()
+			if got := cnt.Services[k][Translated]; got != msgs {
+				t.Errorf("translated = %d, want %d (one per message)", got, msgs)
+			}
+
+			// Connected UDP: connect picks, recv reports the VIP.
+			var cc *net.UDPConn
+			err = e.client.Do(func() error {
+				c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(vip))
+				cc = c
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cc.Close()
+			if _, err := cc.Write([]byte("?\n")); err != nil {
+				t.Fatal(err)
+			}
+			cc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, from, err := cc.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := parseReply(string(buf[:n]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if unmap(from) != vip || !slices.Contains(bes, r.local) {
+				t.Errorf("connected UDP: reply from %s by %s, want from the VIP %s by a backend", from, r.local, vip)
+			}
+		})
+	}
+}
+
+// TestOutside: a process outside the cgroup is not translated, nor is a
+// socket inside it to a port or protocol that is no service.
+func TestOutside(t *testing.T) {
+	e := newEnv(t, 2)
+	for _, v6 := range []bool{false, true} {
+		t.Run(family(v6), func(t *testing.T) {
+			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
+			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, 2)...)}); err != nil {
+				t.Fatal(err)
+			}
+			defer e.lb.RemoveService(k)
+			vip := netip.AddrPortFrom(k.VIP, k.Port)
+
+			// Inside: translated (the reference: the same dial does reach a
+			// backend from here).
+			r, err := e.ask1(vip, netip.AddrPort{})
+			if err != nil || r.kind != "B" {
+				t.Fatalf("inside the cgroup: %+v, %v; want a backend", r, err)
+			}
+			// Outside: a child process in the sibling cgroup reaches the
+			// decoy listening on the VIP itself.
+			out, err := e.helper(e.sibling, vip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.kind != "D" || out.local != vip {
+				t.Errorf("outside the cgroup: reached %s %s, want the decoy on the VIP %s (untouched)", out.kind, out.local, vip)
+			}
+			// The same helper placed inside is translated: it proves the
+			// helper can tell.
+			in, err := e.helper(e.cgroup, vip)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if in.kind != "B" {
+				t.Errorf("helper inside the cgroup reached %s %s, want a backend", in.kind, in.local)
+			}
+
+			before, _ := e.lb.Counters()
+			other := netip.AddrPortFrom(k.VIP, 81)
+			if r, err := e.ask1(other, netip.AddrPort{}); err != nil || r.kind != "D" {
+				t.Errorf("TCP to %s (no service): %+v, %v; want the decoy", other, r, err)
+			}
+			// UDP to the TCP service's VIP and port: another protocol.
+			if r, err := e.udpAsk(vip); err != nil || r.kind != "D" {
+				t.Errorf("UDP to %s (a TCP service): %+v, %v; want the decoy", vip, r, err)
+			}
+			after, _ := e.lb.Counters()
+			if got := after.NotService - before.NotService; got != 2 {
+				t.Errorf("not_service grew by %d, want 2", got)
+			}
+			if got := after.Services[k][Translated] - before.Services[k][Translated]; got != 0 {
+				t.Errorf("translated grew by %d, want 0", got)
+			}
+		})
+	}
+}
+
+// udpAsk sends one datagram to dst from an unconnected socket in the
+// client namespace and parses the answer.
+func (e *env) udpAsk(dst netip.AddrPort) (reply, error) {
+	var pc *net.UDPConn
+	err := e.client.Do(func() error {
+		var err error
+		pc, err = net.ListenUDP("udp", nil)
+		return err
+	})
+	if err != nil {
+		return reply{}, err
+	}
+	defer pc.Close()
+	if _, err := pc.WriteToUDPAddrPort([]byte("?\n"), dst); err != nil {
+		return reply{}, err
+	}
+	pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 512)
+	n, _, err := pc.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		return reply{}, err
+	}
+	return parseReply(string(buf[:n]))
+}
+
+// TestNoBackend: a service whose every backend is draining refuses connect
+// and sendto with Refusal's errno (ECONNREFUSED on 5.18+, EPERM before).
+func TestNoBackend(t *testing.T) {
+	e := newEnv(t, 2)
+	for _, proto := range []Proto{TCP, UDP} {
+		t.Run(string(proto), func(t *testing.T) {
+			k := ServiceKey{VIP: vip4, Port: 80, Proto: proto}
+			bes := backendAddrs(false, 2)
+			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}); err != nil {
+				t.Fatal(err)
+			}
+			defer e.lb.RemoveService(k)
+			vip := netip.AddrPortFrom(k.VIP, k.Port)
+			if err := e.lb.DrainBackends(k, bes); err != nil {
+				t.Fatal(err)
+			}
+			want := e.lb.Refusal()
+			if got, wantNew := want, testutil.KernelAtLeast(5, 18); wantNew && got != syscall.ECONNREFUSED {
+				t.Errorf("Refusal() = %v on a 5.18+ kernel, want ECONNREFUSED (bpf_set_retval)", got)
+			}
+			const tries = 3
+			for range tries {
+				var err error
+				if proto == TCP {
+					_, err = e.dial(vip, netip.AddrPort{})
+				} else {
+					_, err = e.udpAsk(vip)
+				}
+				if !errors.Is(err, want) {
+					t.Fatalf("%s to %s with every backend draining: %v, want %v", proto, vip, err, want)
+				}
+			}
+			cnt, _ := e.lb.Counters()
+			if got := cnt.Services[k][NoBackend]; got != tries {
+				t.Errorf("no_backend = %d, want %d", got, tries)
+			}
+			// Undrain one: it works again.
+			if err := e.lb.AddBackends(k, bes[:1]); err != nil {
+				t.Fatal(err)
+			}
+			if proto == TCP {
+				if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[0] {
+					t.Errorf("after undraining %s: %+v, %v", bes[0], r, err)
+				}
+			}
+		})
+	}
+}
+
+// TestMapped: an IPv6 socket connecting to an IPv4 service's VIP written
+// IPv4-mapped (::ffff:a.b.c.d) goes through connect6, whose key is the
+// mapped address the IPv4 service is stored under: it is balanced to the
+// IPv4 backend (mapped), and getpeername says the mapped VIP.
+func TestMapped(t *testing.T) {
+	e := newEnv(t, 2)
+	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
+	bes := backendAddrs(false, 2)
+	if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
+		t.Fatal(err)
+	}
+	var fd int
+	var peer unix.Sockaddr
+	buf := make([]byte, 256)
+	var n int
+	err := e.client.Do(func() error {
+		var err error
+		if fd, err = unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+		if err := unix.Connect(fd, &unix.SockaddrInet6{Addr: netip.AddrFrom16(vip4.As16()).As16(), Port: 80}); err != nil {
+			return fmt.Errorf("connect [::ffff:%s]:80: %w", vip4, err)
+		}
+		if peer, err = unix.Getpeername(fd); err != nil {
+			return err
+		}
+		if _, err := unix.Write(fd, []byte("?\n")); err != nil {
+			return err
+		}
+		n, err = unix.Read(fd, buf)
+		return err
+	})
+	if fd > 0 {
+		defer unix.Close(fd)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := parseReply(string(buf[:n]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.kind != "B" || !slices.Contains(bes, r.local) {
+		t.Errorf("connect to the mapped VIP reached %s %s, want an IPv4 backend", r.kind, r.local)
+	}
+	if got, want := sockaddrAddr(peer), netip.AddrPortFrom(netip.AddrFrom16(vip4.As16()), 80); got != want {
+		t.Errorf("getpeername = %s, want the mapped VIP %s", got, want)
+	}
+}

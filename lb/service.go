@@ -1,0 +1,417 @@
+package lb
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Proto is a service's transport protocol.
+type Proto string
+
+const (
+	TCP Proto = "tcp"
+	UDP Proto = "udp"
+)
+
+func (p Proto) number() uint8 {
+	if p == UDP {
+		return 17 // IPPROTO_UDP
+	}
+	return 6 // IPPROTO_TCP
+}
+
+// Mode is how a service chooses a backend for a new socket.
+type Mode string
+
+const (
+	// Random picks uniformly per connect() (and per datagram).
+	Random Mode = "random"
+	// Maglev picks through a consistent table: a socket bound to the same
+	// source gets the same backend, and removing one of N backends moves
+	// only the choices that were that backend's (about 1/N).
+	Maglev Mode = "maglev"
+)
+
+// ServiceKey names a service: its VIP, port and protocol.
+type ServiceKey struct {
+	VIP   netip.Addr
+	Port  uint16
+	Proto Proto
+}
+
+func (k ServiceKey) String() string {
+	return string(k.Proto) + "/" + netip.AddrPortFrom(k.VIP, k.Port).String()
+}
+
+// ParseServiceKey parses "tcp/198.18.1.1:80" or "udp/[2001:db8::1]:53".
+func ParseServiceKey(s string) (ServiceKey, error) {
+	proto, ap, ok := strings.Cut(s, "/")
+	if !ok {
+		return ServiceKey{}, fmt.Errorf("service %q: want PROTO/VIP:PORT", s)
+	}
+	a, err := netip.ParseAddrPort(ap)
+	if err != nil {
+		return ServiceKey{}, fmt.Errorf("service %q: %w", s, err)
+	}
+	return ServiceKey{VIP: a.Addr(), Port: a.Port(), Proto: Proto(proto)}, nil
+}
+
+// Backend is one destination of a service.
+type Backend struct {
+	Addr netip.AddrPort
+	// Draining backends keep their connected sockets and get no new ones.
+	Draining bool
+}
+
+// Service is a VIP and its backends.
+type Service struct {
+	ServiceKey
+	Mode     Mode
+	Backends []Backend
+}
+
+// service is a Service as held by the balancer: ids included.
+type service struct {
+	id       uint32
+	mode     Mode
+	backends []backend // in the order they were added
+}
+
+type backend struct {
+	id       uint32
+	addr     netip.AddrPort
+	draining bool
+}
+
+func (s *service) clone() *service {
+	c := *s
+	c.backends = slices.Clone(s.backends)
+	return &c
+}
+
+func (s *service) find(a netip.AddrPort) int {
+	return slices.IndexFunc(s.backends, func(b backend) bool { return b.addr == a })
+}
+
+func (s *service) active() []backend {
+	var out []backend
+	for _, b := range s.backends {
+		if !b.draining {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (s *service) public(k ServiceKey) Service {
+	out := Service{ServiceKey: k, Mode: s.mode}
+	for _, b := range s.backends {
+		out.Backends = append(out.Backends, Backend{Addr: b.addr, Draining: b.draining})
+	}
+	return out
+}
+
+// validate checks one service on its own: every problem, joined.
+func validateService(k ServiceKey, mode Mode, backends []netip.AddrPort) error {
+	var errs []error
+	switch {
+	case !k.VIP.IsValid():
+		errs = append(errs, fmt.Errorf("service %s: no VIP", k))
+	case k.VIP.Zone() != "":
+		errs = append(errs, fmt.Errorf("service %s: VIP with a zone", k))
+	case k.VIP.Is4In6():
+		errs = append(errs, fmt.Errorf("service %s: VIP %s is IPv4-mapped; write it as IPv4", k, k.VIP))
+	case k.VIP.IsUnspecified() || k.VIP.IsMulticast():
+		errs = append(errs, fmt.Errorf("service %s: VIP %s is not a unicast address", k, k.VIP))
+	}
+	if k.Port == 0 {
+		errs = append(errs, fmt.Errorf("service %s: port 0 is not a port", k))
+	}
+	if k.Proto != TCP && k.Proto != UDP {
+		errs = append(errs, fmt.Errorf("service %s: unknown protocol %q (want tcp or udp)", k, k.Proto))
+	}
+	if mode != Random && mode != Maglev {
+		errs = append(errs, fmt.Errorf("service %s: unknown mode %q (want random or maglev)", k, mode))
+	}
+	if len(backends) == 0 {
+		errs = append(errs, fmt.Errorf("service %s: zero backends", k))
+	}
+	seen := map[netip.AddrPort]bool{}
+	for _, b := range backends {
+		a := b.Addr()
+		switch {
+		case !a.IsValid():
+			errs = append(errs, fmt.Errorf("service %s: backend with no address", k))
+			continue
+		case a.Zone() != "" || a.Is4In6() || a.IsUnspecified() || a.IsMulticast():
+			errs = append(errs, fmt.Errorf("service %s: backend %s is not a plain unicast address", k, b))
+		case k.VIP.IsValid() && a.Is4() != k.VIP.Is4():
+			errs = append(errs, fmt.Errorf("service %s: backend %s is not of the VIP's family", k, b))
+		}
+		if b.Port() == 0 {
+			errs = append(errs, fmt.Errorf("service %s: backend %s: port 0 is not a port", k, b))
+		}
+		if seen[b] {
+			errs = append(errs, fmt.Errorf("service %s: duplicate backend %s", k, b))
+		}
+		seen[b] = true
+	}
+	return errors.Join(errs...)
+}
+
+// validateAll checks what no single service can: counts, and that no VIP is
+// also a backend's address (a socket would be sent to an address the
+// balancer claims for itself).
+func validateAll(svcs map[ServiceKey]*service) error {
+	var errs []error
+	if len(svcs) > MaxServices {
+		errs = append(errs, fmt.Errorf("%d services, more than the %d that fit", len(svcs), MaxServices))
+	}
+	n := 0
+	backendOf := map[netip.Addr]ServiceKey{}
+	for k, s := range svcs {
+		n += len(s.backends)
+		for _, b := range s.backends {
+			if prev, ok := backendOf[b.addr.Addr()]; !ok || cmp.Compare(k.String(), prev.String()) < 0 {
+				backendOf[b.addr.Addr()] = k
+			}
+		}
+	}
+	if n > MaxBackends {
+		errs = append(errs, fmt.Errorf("%d backends, more than the %d that fit", n, MaxBackends))
+	}
+	for _, k := range sortedKeys(svcs) {
+		if owner, ok := backendOf[k.VIP]; ok {
+			errs = append(errs, fmt.Errorf("service %s: VIP %s is a backend address of service %s", k, k.VIP, owner))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sortedKeys(svcs map[ServiceKey]*service) []ServiceKey {
+	keys := make([]ServiceKey, 0, len(svcs))
+	for k := range svcs {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b ServiceKey) int {
+		return cmp.Or(a.VIP.Compare(b.VIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto))
+	})
+	return keys
+}
+
+// Services returns every service, sorted by VIP, port and protocol.
+func (l *LB) Services() []Service {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Service
+	for _, k := range sortedKeys(l.services) {
+		out = append(out, l.services[k].public(k))
+	}
+	return out
+}
+
+// Service returns one service.
+func (l *LB) Service(k ServiceKey) (Service, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.services[k]
+	if !ok {
+		return Service{}, false
+	}
+	return s.public(k), true
+}
+
+func addrsOf(bs []Backend) []netip.AddrPort {
+	out := make([]netip.AddrPort, len(bs))
+	for i, b := range bs {
+		out[i] = b.Addr
+	}
+	return out
+}
+
+// AddService adds a service with its backends (Draining ones included, as
+// given). It is an error if the service exists.
+func (l *LB) AddService(s Service) error {
+	return l.AddServices([]Service{s})
+}
+
+// AddServices adds several services as one change: all or none.
+func (l *LB) AddServices(ss []Service) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := l.cloneServices()
+	var errs []error
+	for _, s := range ss {
+		if err := validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, ok := next[s.ServiceKey]; ok {
+			errs = append(errs, fmt.Errorf("service %s: already exists", s.ServiceKey))
+			continue
+		}
+		ns := &service{mode: s.Mode}
+		for _, b := range s.Backends {
+			ns.backends = append(ns.backends, backend{addr: b.Addr, draining: b.Draining})
+		}
+		next[s.ServiceKey] = ns
+	}
+	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
+		return err
+	}
+	return l.commit(next)
+}
+
+// RemoveService removes a service. Connected sockets keep their backend.
+func (l *LB) RemoveService(k ServiceKey) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.services[k]; !ok {
+		return fmt.Errorf("unknown service %s", k)
+	}
+	next := l.cloneServices()
+	delete(next, k)
+	return l.commit(next)
+}
+
+// AddBackends adds backends to service k. A backend that is draining is
+// made active again; one that is active is a duplicate, an error.
+func (l *LB) AddBackends(k ServiceKey, addrs []netip.AddrPort) error {
+	return l.changeBackends(k, addrs, func(s *service, a netip.AddrPort) error {
+		i := s.find(a)
+		switch {
+		case i < 0:
+			s.backends = append(s.backends, backend{addr: a})
+		case s.backends[i].draining:
+			s.backends[i].draining = false
+		default:
+			return fmt.Errorf("service %s: duplicate backend %s", k, a)
+		}
+		return nil
+	}, true)
+}
+
+// DrainBackends marks backends of service k as draining: connected sockets
+// keep them, new sockets never pick them. Draining every backend leaves the
+// service with none usable: connect() then fails (Refusal).
+func (l *LB) DrainBackends(k ServiceKey, addrs []netip.AddrPort) error {
+	return l.changeBackends(k, addrs, func(s *service, a netip.AddrPort) error {
+		i := s.find(a)
+		if i < 0 {
+			return fmt.Errorf("service %s: no backend %s", k, a)
+		}
+		s.backends[i].draining = true
+		return nil
+	}, false)
+}
+
+// RemoveBackends removes backends of service k. New sockets no longer pick
+// them; connected ones keep talking to them (their destination is already
+// the backend's address). Removing the last backend is refused: remove
+// the service, or drain it.
+func (l *LB) RemoveBackends(k ServiceKey, addrs []netip.AddrPort) error {
+	return l.changeBackends(k, addrs, func(s *service, a netip.AddrPort) error {
+		i := s.find(a)
+		if i < 0 {
+			return fmt.Errorf("service %s: no backend %s", k, a)
+		}
+		s.backends = slices.Delete(s.backends, i, i+1)
+		return nil
+	}, false)
+}
+
+// SetMode changes how service k chooses backends.
+func (l *LB) SetMode(k ServiceKey, m Mode) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.services[k]
+	if !ok {
+		return fmt.Errorf("unknown service %s", k)
+	}
+	if m != Random && m != Maglev {
+		return fmt.Errorf("service %s: unknown mode %q (want random or maglev)", k, m)
+	}
+	next := l.cloneServices()
+	ns := s.clone()
+	ns.mode = m
+	next[k] = ns
+	return l.commit(next)
+}
+
+func (l *LB) changeBackends(k ServiceKey, addrs []netip.AddrPort, op func(*service, netip.AddrPort) error, adding bool) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, ok := l.services[k]
+	if !ok {
+		return fmt.Errorf("unknown service %s", k)
+	}
+	if len(addrs) == 0 {
+		return fmt.Errorf("service %s: no backends given", k)
+	}
+	ns := s.clone()
+	var errs []error
+	seen := map[netip.AddrPort]bool{}
+	for _, a := range addrs {
+		if seen[a] {
+			errs = append(errs, fmt.Errorf("service %s: backend %s given twice", k, a))
+			continue
+		}
+		seen[a] = true
+		if err := op(ns, a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(ns.backends) == 0 {
+		errs = append(errs, fmt.Errorf("service %s: removing every backend would leave zero backends (remove the service, or drain them)", k))
+	} else if adding {
+		var all []netip.AddrPort
+		for _, b := range ns.backends {
+			all = append(all, b.addr)
+		}
+		if err := validateService(k, ns.mode, all); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	next := l.cloneServices()
+	next[k] = ns
+	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
+		return err
+	}
+	return l.commit(next)
+}
+
+func (l *LB) cloneServices() map[ServiceKey]*service {
+	next := make(map[ServiceKey]*service, len(l.services)+1)
+	for k, s := range l.services {
+		next[k] = s.clone()
+	}
+	return next
+}
+
+// String formats a backend as ADDR:PORT, with " (draining)" when it is.
+func (b Backend) String() string {
+	if b.Draining {
+		return b.Addr.String() + " (draining)"
+	}
+	return b.Addr.String()
+}
+
+// ParseBackends parses ADDR:PORT strings.
+func ParseBackends(ss []string) ([]netip.AddrPort, error) {
+	var out []netip.AddrPort
+	var errs []error
+	for _, s := range ss {
+		a, err := netip.ParseAddrPort(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backend %s: %w", strconv.Quote(s), err))
+			continue
+		}
+		out = append(out, a)
+	}
+	return out, errors.Join(errs...)
+}

@@ -1,0 +1,154 @@
+package lb
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"xdpshield/bpf"
+	"xdpshield/internal/testutil"
+)
+
+func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func aps(ss ...string) []netip.AddrPort {
+	var out []netip.AddrPort
+	for _, s := range ss {
+		out = append(out, ap(s))
+	}
+	return out
+}
+
+// mapState is everything the programs read, for "nothing changed" checks.
+type mapState struct {
+	Services map[bpf.LbSvcKey]bpf.LbSvc
+	Backends map[uint32]bpf.LbBackend
+	Tables   map[uint32]uint32 // service id -> inner map id
+}
+
+func readState(t *testing.T, l *LB) mapState {
+	t.Helper()
+	st := mapState{Services: map[bpf.LbSvcKey]bpf.LbSvc{}, Backends: map[uint32]bpf.LbBackend{}, Tables: map[uint32]uint32{}}
+	var sk bpf.LbSvcKey
+	var sv bpf.LbSvc
+	it := l.objs.Services.Iterate()
+	for it.Next(&sk, &sv) {
+		st.Services[sk] = sv
+	}
+	var id uint32
+	var be bpf.LbBackend
+	it = l.objs.Backends.Iterate()
+	for it.Next(&id, &be) {
+		st.Backends[id] = be
+	}
+	// A table is swapped whole, never written in place: the inner map's id
+	// names its contents.
+	var innerID uint32
+	it = l.objs.Tables.Iterate()
+	for it.Next(&id, &innerID) {
+		st.Tables[id] = innerID
+	}
+	return st
+}
+
+// TestValidation: every bad change is refused with an error naming the
+// problem, and changes nothing: neither the service list nor the maps.
+func TestValidation(t *testing.T) {
+	testutil.Root(t)
+	l, err := Load(Options{ReverseSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	web := ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: TCP}
+	dns6 := ServiceKey{VIP: netip.MustParseAddr("2001:db8:1::1"), Port: 53, Proto: UDP}
+	if err := l.AddServices([]Service{
+		{ServiceKey: web, Mode: Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
+		{ServiceKey: dns6, Mode: Random, Backends: backends(aps("[2001:db8:2::1]:53")...)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	unknown := ServiceKey{VIP: netip.MustParseAddr("198.18.1.9"), Port: 80, Proto: TCP}
+	for _, tc := range []struct {
+		name   string
+		change func() error
+		want   string
+	}{
+		{"unknown VIP", func() error { return l.AddBackends(unknown, aps("198.18.2.3:80")) }, "unknown service tcp/198.18.1.9:80"},
+		{"unknown VIP drain", func() error { return l.DrainBackends(unknown, aps("198.18.2.1:8080")) }, "unknown service"},
+		{"unknown VIP remove", func() error { return l.RemoveService(unknown) }, "unknown service"},
+		{"duplicate backend in a new service", func() error {
+			return l.AddService(Service{ServiceKey: unknown, Mode: Random, Backends: backends(aps("198.18.2.5:80", "198.18.2.5:80")...)})
+		}, "duplicate backend 198.18.2.5:80"},
+		{"duplicate backend added", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.2.1:8080")) }, "duplicate backend 198.18.2.1:8080"},
+		{"backend given twice", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.2.3:8080")) }, "given twice"},
+		{"VIP is a backend", func() error {
+			return l.AddService(Service{ServiceKey: ServiceKey{VIP: netip.MustParseAddr("198.18.2.1"), Port: 443, Proto: TCP}, Mode: Random, Backends: backends(aps("198.18.3.1:443")...)})
+		}, "VIP 198.18.2.1 is a backend address of service tcp/198.18.1.1:80"},
+		{"backend is a VIP", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.1.1:8080")) }, "VIP 198.18.1.1 is a backend address"},
+		{"zero backends", func() error { return l.AddService(Service{ServiceKey: unknown, Mode: Random}) }, "zero backends"},
+		{"remove every backend", func() error { return l.RemoveBackends(dns6, aps("[2001:db8:2::1]:53")) }, "zero backends"},
+		{"VIP port 0", func() error {
+			return l.AddService(Service{ServiceKey: ServiceKey{VIP: unknown.VIP, Port: 0, Proto: TCP}, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)})
+		}, "port 0 is not a port"},
+		{"backend port 0", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.2.4:0")) }, "backend 198.18.2.4:0: port 0"},
+		{"family mismatch", func() error { return l.AddBackends(web, aps("[2001:db8:2::9]:80")) }, "not of the VIP's family"},
+		{"unknown protocol", func() error {
+			return l.AddService(Service{ServiceKey: ServiceKey{VIP: unknown.VIP, Port: 80, Proto: "sctp"}, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)})
+		}, `unknown protocol "sctp"`},
+		{"unknown mode", func() error {
+			return l.AddService(Service{ServiceKey: unknown, Mode: "round-robin", Backends: backends(aps("198.18.2.5:80")...)})
+		}, `unknown mode "round-robin"`},
+		{"existing service", func() error {
+			return l.AddService(Service{ServiceKey: web, Mode: Random, Backends: backends(aps("198.18.2.9:80")...)})
+		}, "already exists"},
+		{"drain an unknown backend", func() error { return l.DrainBackends(web, aps("198.18.2.1:8080", "198.18.2.7:8080")) }, "no backend 198.18.2.7:8080"},
+		{"one good service, one bad", func() error {
+			return l.AddServices([]Service{
+				{ServiceKey: unknown, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)},
+				{ServiceKey: ServiceKey{VIP: unknown.VIP, Port: 81, Proto: TCP}, Mode: Random},
+			})
+		}, "zero backends"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svcs, maps := l.Services(), readState(t, l)
+			err := tc.change()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.want)
+			}
+			if got := l.Services(); !reflect.DeepEqual(got, svcs) {
+				t.Errorf("services changed by a refused change:\n got %+v\nwant %+v", got, svcs)
+			}
+			if got := readState(t, l); !reflect.DeepEqual(got, maps) {
+				t.Errorf("maps changed by a refused change")
+			}
+		})
+	}
+
+	// And the good changes do what they say, in the maps too.
+	before := readState(t, l)
+	if err := l.AddBackends(web, aps("198.18.2.3:8080")); err != nil {
+		t.Fatal(err)
+	}
+	after := readState(t, l)
+	if len(after.Backends) != len(before.Backends)+1 {
+		t.Errorf("backends map holds %d, want %d", len(after.Backends), len(before.Backends)+1)
+	}
+	if err := l.DrainBackends(dns6, aps("[2001:db8:2::1]:53")); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := l.Service(dns6)
+	if !s.Backends[0].Draining {
+		t.Errorf("Service(%s) = %+v, want its backend draining", dns6, s)
+	}
+	if st := readState(t, l); len(st.Tables) != 1 {
+		t.Errorf("%d tables with the only backend of %s draining, want 1 (web's)", len(st.Tables), dns6)
+	}
+	if err := l.RemoveService(dns6); err != nil {
+		t.Fatal(err)
+	}
+	if st := readState(t, l); len(st.Services) != 1 || len(st.Backends) != 3 {
+		t.Errorf("after removing %s: %d services, %d backends in the maps, want 1 and 3", dns6, len(st.Services), len(st.Backends))
+	}
+}

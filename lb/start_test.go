@@ -1,0 +1,52 @@
+package lb
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"xdpshield/internal/testutil"
+)
+
+// TestStart brings a balancer up from a configuration: services added,
+// programs attached to the cgroup (created); and refuses a bad one whole.
+func TestStart(t *testing.T) {
+	testutil.Root(t)
+	mnt := t.TempDir()
+	if err := MountCgroup2(mnt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	dir := filepath.Join(mnt, fmt.Sprintf("xdps-lbstart-%d", os.Getpid()))
+	t.Cleanup(func() { os.Remove(dir) })
+
+	cfg := DefaultConfig()
+	if s, err := Start(cfg); s != nil || err != nil {
+		t.Errorf("Start(no services) = %v, %v; want nil, nil", s, err)
+	}
+	cfg.Cgroup = dir
+	cfg.Service = []ServiceConfig{{VIP: "198.18.1.1", Port: 80, Mode: "maglev", Backends: []string{"198.18.2.1:80", "198.18.2.2:80"}}}
+	s, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Services(); len(got) != 1 || len(got[0].Backends) != 2 || s.Cgroup != dir {
+		t.Errorf("Start: services %+v in %s, want the configured one in %s", got, s.Cgroup, dir)
+	}
+	if len(s.links) != len(s.attachTypes()) {
+		t.Errorf("Start attached %d programs, want %d", len(s.links), len(s.attachTypes()))
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+
+	cfg.Service = append(cfg.Service, ServiceConfig{VIP: "198.18.2.1", Port: 53, Protocol: "udp", Backends: []string{"198.18.3.1:53"}})
+	if s, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "VIP 198.18.2.1 is a backend address") {
+		t.Errorf("Start(VIP that is a backend) = %v, %v; want an error naming it", s, err)
+		s.Close()
+	}
+}
