@@ -208,7 +208,7 @@ func TestRealClocks(t *testing.T) {
 	testutil.Root(t)
 	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
-			s, err := shield.Load(shield.Options{TableSize: 1024, Clock: c,
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
 				Limits: shield.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
 			require.NoError(t, err)
 			defer s.Close()
