@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo test generate check-generate lint bench vmtest kernels-repin
+.PHONY: help demo test generate check-generate lint bench vmtest kernels-repin gate gate-update
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -44,3 +44,19 @@ vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/
 
 kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-amd64 kernel
 	$(GO) run ./vmtest/cmd/vmtest repin -kernels "$(KERNELS)"
+
+# The regression gate (internal/gate): behaviour (GATE_PKGS, and the
+# simulator again with shield_compat), verifier complexity and speed on the
+# host and on every kernel of $(KERNELS), against fixtures/gate/baseline.json.
+GATE_PKGS ?= ./sim ./shield
+GATE_FLAGS ?=
+
+gate: ## the regression gate on the host and $(KERNELS) against fixtures/gate/baseline.json; report in out/gate
+	@ci/deps.sh
+	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
+	out/bin/vmtest gate -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
+
+gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same KERNELS as the gate)
+	@ci/deps.sh
+	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
+	out/bin/vmtest gate -update -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" $(GATE_FLAGS) $(GATE_PKGS)

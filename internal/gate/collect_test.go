@@ -47,7 +47,7 @@ func TestCollect(t *testing.T) {
 		assert.Empty(t, p.Error, "Speed[%q].Error", name)
 		assert.Greater(t, p.Ratio, 0.5, "Speed[%q].Ratio", name)
 		assert.Less(t, p.PrecisionNs, 0.1, "Speed[%q].PrecisionNs", name)
-		t.Logf("%-20s %7.3f ns/pkt  ref %6.3f  x%.3f  spread %.1f%%  precision %.5f ns  (test run: %.1f / %.1f ns)", name, p.NsPerPkt, p.RefNsPerPkt, p.Ratio, 100*p.Spread, p.PrecisionNs, p.TestRunNsPerPkt, p.TestRunRefNsPerPkt)
+		t.Logf("%-20s %7.3f ns/pkt  ref %6.3f  x%.3f  spread %.1f%%  precision %.1g ns  (test run: %.1f / %.1f ns)", name, p.NsPerPkt, p.RefNsPerPkt, p.Ratio, 100*p.Spread, p.PrecisionNs, p.TestRunNsPerPkt, p.TestRunRefNsPerPkt)
 	}
 	for name, p := range f.Programs {
 		t.Logf("%-14s loaded %-5v processed %6d (%s) xlated %5d spec %5d %s", name, p.Loaded, p.InsnsProcessed, p.InsnsSource, p.XlatedInsns, p.SpecInsns, p.Error)

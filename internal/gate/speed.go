@@ -127,7 +127,7 @@ func dropProgram() (*ebpf.Program, error) {
 type SpeedOptions struct {
 	Rounds int           // rounds per path, reference and path interleaved (5)
 	Run    time.Duration // target length of one timed test run (2 ms)
-	Side   time.Duration // target time per round and side (20 ms)
+	Side   time.Duration // target time per round and side (10 ms)
 }
 
 func (o *SpeedOptions) defaults() {
@@ -138,7 +138,7 @@ func (o *SpeedOptions) defaults() {
 		o.Run = 2 * time.Millisecond
 	}
 	if o.Side == 0 {
-		o.Side = 20 * time.Millisecond
+		o.Side = 10 * time.Millisecond
 	}
 }
 
@@ -234,7 +234,10 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	}
 	var ratios, nsPath, nsRef, trPath, trRef []float64
 	for range o.Rounds {
-		var r, q, tr, tq float64
+		// One round: runs pairs of timed runs, reference then path; the
+		// round's figures are the medians of its pairs, so one pair slowed
+		// by a neighbour does not move them.
+		var pr, pq, ptr, ptq, pairs []float64
 		for range runs {
 			a, ta, err := t.run(ref, frame, repeat)
 			if err != nil {
@@ -249,12 +252,12 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 			if err != nil {
 				return res, err
 			}
-			r, q, tr, tq = r+a, q+b, tr+ta, tq+tb
+			pr, pq, ptr, ptq = append(pr, a), append(pq, b), append(ptr, ta), append(ptq, tb)
+			pairs = append(pairs, b/a)
 		}
-		k := float64(runs)
-		nsRef, nsPath = append(nsRef, r/k), append(nsPath, q/k)
-		trRef, trPath = append(trRef, tr/k), append(trPath, tq/k)
-		ratios = append(ratios, q/r)
+		nsRef, nsPath = append(nsRef, median(pr)), append(nsPath, median(pq))
+		trRef, trPath = append(trRef, median(ptr)), append(trPath, median(ptq))
+		ratios = append(ratios, median(pairs))
 	}
 	after, err := s.Counters()
 	if err != nil {
