@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo test generate check-generate lint bench vmtest kernels-repin gate gate-update
+.PHONY: help demo build test generate check-generate lint bench vmtest kernels-repin gate gate-update gate-teeth
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -13,6 +13,9 @@ demo: ## the main job: a storm against the shield in throwaway namespaces (root)
 	@ci/deps.sh
 	@mkdir -p out
 	$(GO) run ./cmd/shield storm -json out/storm.json
+
+build: ## out/bin/shield, stamped with its revision (shield_build_info) whatever GOFLAGS says
+	$(GO) build -buildvcs=true -o out/bin/shield ./cmd/shield
 
 test: ## every test (root for the privileged ones); installs missing packages
 	@ci/deps.sh
@@ -37,7 +40,10 @@ bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./internal/...
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 
-vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
+vmbuild: ## out/bin/shield, stamped with its revision (shield_build_info) whatever GOFLAGS says
+	$(GO) build -buildvcs=true -o out/bin/shield ./cmd/shield
+
+test: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
 	out/bin/vmtest matrix -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
@@ -60,3 +66,7 @@ gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same K
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
 	out/bin/vmtest gate -update -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" $(GATE_FLAGS) $(GATE_PKGS)
+
+gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
+	@ci/deps.sh
+	$(GO) test -tags teeth -count=1 -timeout 120m -v -run 'TestTeeth/$(SEED)' ./internal/gate

@@ -147,12 +147,22 @@ func failed(tests []vmtest.TestResult) []string {
 				break
 			}
 		}
-		// testify's block: the message is on the "Error:" and later lines.
+		// testify's block: "Error:" and the lines after it say what, the
+		// "Messages:" line names the figure.
 		for i, l := range t.Output {
 			if strings.HasPrefix(l, "Error:") {
 				why = strings.TrimSpace(strings.TrimPrefix(l, "Error:"))
-				if i+1 < len(t.Output) && !strings.HasPrefix(t.Output[i+1], "Test:") {
-					why += " " + t.Output[i+1]
+				for _, m := range t.Output[i+1:] {
+					if strings.HasPrefix(m, "Test:") || strings.HasPrefix(m, "Error Trace:") {
+						continue
+					}
+					if msg, ok := strings.CutPrefix(m, "Messages:"); ok {
+						why = strings.TrimSpace(msg) + ": " + why
+						break
+					}
+					if len(why) < 200 {
+						why += " " + m
+					}
 				}
 				break
 			}
@@ -278,7 +288,9 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 func Git(ctx context.Context, dir string, ignore ...string) (rev string, dirty bool, err error) {
 	b, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "HEAD").Output()
 	if err != nil {
-		return "", false, fmt.Errorf("git rev-parse: %w", err)
+		// A copy of the sources (the teeth test's) is no checkout: it can
+		// be compared, never made a baseline.
+		return "(not a git checkout)", true, nil
 	}
 	rev = strings.TrimSpace(string(b))
 	st, err := exec.CommandContext(ctx, "git", "-C", dir, "status", "--porcelain").Output()
