@@ -266,9 +266,6 @@ func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCod
 }
 
 func splitList(s string) []string {
-	out := []string{}
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-		out = append(out, f)
-	}
-	return out
+	// Never nil: an empty list means none, not the default.
+	return append([]string{}, strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })...)
 }
