@@ -70,12 +70,12 @@ GATE_FLAGS ?=
 gate: ## the regression gate on the host and $(KERNELS) against fixtures/gate/baseline.json; report in out/gate
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same KERNELS as the gate)
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -update -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -update -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh
