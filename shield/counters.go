@@ -139,6 +139,10 @@ func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
 	vals := make([]uint64, n*cpus)
 	var cursor ebpf.MapBatchCursor
 	got, err := m.BatchLookup(&cursor, keys, vals, nil)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		// Debian's 5.10 has no batch operations on per-CPU arrays.
+		return readCountersOneByOne(m)
+	}
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return nil, fmt.Errorf("read counters: %w", err)
 	}
@@ -152,6 +156,30 @@ func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
 		p := Proto(int(idx) % int(numProtos))
 		for cpu := range cpus {
 			out[cpu][v][r][p] = vals[i*cpus+cpu]
+		}
+	}
+	return out, nil
+}
+
+// readCountersOneByOne reads the counters with a lookup each, where the
+// kernel has no batch lookup for the map.
+func readCountersOneByOne(m *ebpf.Map) ([]Counters, error) {
+	var out []Counters
+	var perCPU []uint64
+	for v := range numVerdicts {
+		for r := range numReasons {
+			for p := range numProtos {
+				idx := uint32((int(v)*int(numReasons)+int(r))*int(numProtos) + int(p))
+				if err := m.Lookup(idx, &perCPU); err != nil {
+					return nil, fmt.Errorf("read counter %d: %w", idx, err)
+				}
+				if out == nil {
+					out = make([]Counters, len(perCPU))
+				}
+				for cpu, x := range perCPU {
+					out[cpu][v][r][p] = x
+				}
+			}
 		}
 	}
 	return out, nil
