@@ -45,7 +45,9 @@ func TestCompare(t *testing.T) {
 		{"complexity +10% is the limit", func(f *Figures) { f.Programs["shield"] = Program{Loaded: true, InsnsProcessed: 1100, XlatedInsns: 500} }, nil},
 		{"complexity +10.1%", func(f *Figures) { f.Programs["shield"] = Program{Loaded: true, InsnsProcessed: 1101, XlatedInsns: 500} },
 			[]string{"6.1 complexity shield insns processed"}},
-		{"program size +20%", func(f *Figures) { f.Programs["shield_compat"] = Program{Loaded: true, InsnsProcessed: 1000, XlatedInsns: 576} },
+		{"program size +20%", func(f *Figures) {
+			f.Programs["shield_compat"] = Program{Loaded: true, InsnsProcessed: 1000, XlatedInsns: 576}
+		},
 			[]string{"6.1 complexity shield_compat xlated insns"}},
 		{"stops loading", func(f *Figures) { f.Programs["shield"] = Program{Error: "R1 invalid mem access"} },
 			[]string{"6.1 complexity shield loads"}},
@@ -55,7 +57,9 @@ func TestCompare(t *testing.T) {
 		{"speed past tolerance", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.13, Spread: 0.02} }, []string{"6.1 speed ok x-ref"}},
 		{"a noisy run widens it", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.13, Spread: 0.05} }, nil},
 		{"speed error", func(f *Figures) { f.Speed["ok"] = Path{Error: "only 3% on path"} }, []string{"6.1 speed ok x-ref"}},
-		{"a test fails", func(f *Figures) { f.Behaviour[CompatRun] = Behaviour{Pass: 99, Fail: 1, Failed: []string{"TestDryRun: boom"}} },
+		{"a test fails", func(f *Figures) {
+			f.Behaviour[CompatRun] = Behaviour{Pass: 99, Fail: 1, Failed: []string{"TestDryRun: boom"}}
+		},
 			[]string{"6.1 behaviour " + CompatRun}},
 		{"fewer pass", func(f *Figures) { f.Behaviour["xdpshield/sim"] = Behaviour{Pass: 98, Skip: 2} }, []string{"6.1 behaviour xdpshield/sim"}},
 		{"binary exits non-zero", func(f *Figures) { f.Behaviour["xdpshield/sim"] = Behaviour{Pass: 100, Exit: 2} }, []string{"6.1 behaviour xdpshield/sim"}},

@@ -13,7 +13,9 @@
 //     test binary of this package runs it inside each VM: `-gate.emit`);
 //   - Compare and the report (printed and JSON), and the baseline's rules: no
 //     baseline from a dirty tree, none from a different set of kernels;
-//   - Run, which gathers the figures on the host and in the VM matrix.
+//   - Config.Collect, which gathers the figures on the host and in the VM
+//     matrix (the `vmtest gate` command), and Seeds, the bugs `make
+//     gate-teeth` proves it catches.
 //
 // It loads programs through xdpshield/bpf and xdpshield/shield, attaches
 // nothing and touches no network namespace; it writes only under its output
