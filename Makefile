@@ -21,11 +21,11 @@ test: test-unpriv test-priv ## every test: the unprivileged pass with -race, the
 
 # As root, the test binaries of the unprivileged pass run as nobody
 # (setpriv through go test -exec): what needs no privilege is proven so.
-test-unpriv: ## the unprivileged pass: -race, every privileged test skips (binaries run as nobody under root)
+test-unpriv: ## the unprivileged pass: -race -short (no VM boots), privileged tests skip (binaries run as nobody under root)
 	@ci/deps.sh
 	@if [ "$$(id -u)" -eq 0 ]; then exec=(-exec "setpriv --reuid=65534 --regid=65534 --clear-groups --"); else exec=(); fi; \
-	echo "env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -timeout 30m $${exec[*]} ./..."; \
-	env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -timeout 30m "$${exec[@]}" ./...
+	echo "env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m $${exec[*]} ./..."; \
+	env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m "$${exec[@]}" ./...
 
 test-priv: ## the privileged pass (root; SHIELD_REQUIRE_PRIV=1 makes every privilege skip a failure)
 	@ci/deps.sh

@@ -23,6 +23,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -62,6 +63,7 @@ func TestServeInAnotherNamespaceDoesNotTakeOver(t *testing.T) {
 // TestDetachRefusesNonBPFFS (finding 2): `shield detach -pin-root DIR` on an
 // ordinary directory must delete nothing.
 func TestDetachRefusesNonBPFFS(t *testing.T) {
+	testutil.Root(t) // detach takes the pin root's lock first, as root
 	dir := t.TempDir()
 	victim := filepath.Join(dir, "victim", "a.conf")
 	if err := os.MkdirAll(filepath.Dir(victim), 0o700); err != nil {
