@@ -97,12 +97,20 @@ func complexity(spec *ebpf.CollectionSpec, name string) Program {
 	return p
 }
 
-// lastLines keeps the end of a (verifier) error: where it says why.
+// lastLines keeps the end of a (verifier) error, where it says why: its
+// last n lines before the statistics the log ends with.
 func lastLines(err error, n int) string {
 	var ve *ebpf.VerifierError
 	if errors.As(err, &ve) && len(ve.Log) > 0 {
 		l := ve.Log
-		// The stats line follows the reason; keep both.
+		for len(l) > 1 {
+			last := l[len(l)-1]
+			if !strings.HasPrefix(last, "verification time") && !strings.HasPrefix(last, "stack depth") &&
+				!strings.HasPrefix(last, "processed ") && strings.TrimSpace(last) != "" {
+				break
+			}
+			l = l[:len(l)-1]
+		}
 		if len(l) > n {
 			l = l[len(l)-n:]
 		}
