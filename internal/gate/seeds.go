@@ -83,7 +83,7 @@ var Seeds = []Seed{
 		Old: "Dropped: v.Dropped,", New: "Dropped: v.Passed,",
 		Want: "Source().Dropped"},
 	{Name: "limited-ignores-refill", Area: "Source().Limited", File: "shield/top.go",
-		Old: "credit = min(credit+add, int64(l.Cap))", New: "credit = min(credit, int64(l.Cap))",
+		Old: "credit = min(credit+add, int64(l.Cap))", New: "credit = min(credit+0*add, int64(l.Cap))",
 		Want: "Source().Limited"},
 	{Name: "top-by-dropped-ranks-passed", Area: "Top", File: "shield/top.go",
 		Old: "if h.by == ByPassed {", New: "if h.by != ByPassed {",
