@@ -87,5 +87,5 @@ var Seeds = []Seed{
 		Want: "Source().Limited"},
 	{Name: "top-by-dropped-ranks-passed", Area: "Top", File: "shield/top.go",
 		Old: "if h.by == ByPassed {", New: "if h.by != ByPassed {",
-		Want: "TestTop"},
+		Want: "TestTopOrders"},
 }
