@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(
-	clang llvm libbpf-dev    # make generate (bpf2go)
+	clang-14 llvm-14 libbpf-dev # make generate (bpf2go; the pinned compiler, bpf/gen.go)
 	iproute2 iputils-ping nftables # namespaces, veths, the nftables DNAT the balancer is compared with (lb TestCompare)
 	qemu-system-x86 busybox-static cpio zstd xz-utils lz4 # the VM matrix
 	prometheus               # promtool, to check /metrics

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# The multi-kernel VM matrix as CI runs it: the simulator, storm (short),
-# shield, socket balancer and topology suites in qemu on every kernel pinned in
-# fixtures/kernels.lock (override with KERNELS="5.10 7.2"). Kernels are cached
+# The multi-kernel VM matrix and the regression gate as CI runs them, in one
+# boot per kernel: the simulator, storm (short), shield, socket balancer and
+# topology suites in qemu on every kernel pinned in fixtures/kernels.lock
+# (override with
+# KERNELS="5.10 7.2"), plus the gate's own runs (the simulator again with
+# shield_compat, and the complexity and speed measurement), then the gate's
+# host runs, compared with fixtures/gate/baseline.json. Kernels are cached
 # outside the clone ($XDPSHIELD_CACHE, else ~/.cache/xdpshield); results go
-# to out/vmtest/matrix.{txt,json}. Exits with the harness's code (make would
-# turn it into 2): 1 test failure, 2 harness error, 3 kernel panic, 4 boot
-# timeout, 5 run timeout (vmtest/doc.go).
+# to out/vmtest/matrix.{txt,json} and out/gate/gate.{txt,json}. Exits 0 when
+# the gate passes, 1 when a figure regressed or a test failed, 2 when it
+# could not run (vmtest/doc.go for the harness's own codes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 KERNELS="${KERNELS:-5.10 6.1 6.12 7.2}"
+PKGS="${VMTEST_PKGS:-./sim/... ./e2e ./shield/... ./lb/... ./internal/topo/...}"
 
 start=$(date +%s)
-rm -f out/vmtest/exit-code
+go build -o out/bin/vmtest ./vmtest/cmd/vmtest
 rc=0
-make vmtest KERNELS="$KERNELS" || rc=$(cat out/vmtest/exit-code 2>/dev/null || echo 2)
-echo "vmtest: matrix on $KERNELS took $(( $(date +%s) - start ))s (exit $rc)"
+out/bin/vmtest gate -kernels "$KERNELS" -timeout 15m -testflags "-test.short -test.v -test.timeout=5m" \
+	-matrix-out out/vmtest -out out/gate $PKGS || rc=$?
+echo "vmtest: matrix and gate on $KERNELS and the host took $(( $(date +%s) - start ))s (exit $rc)"
 exit "$rc"

@@ -1,6 +1,7 @@
 package shield
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -126,6 +127,43 @@ func readCounters(m *ebpf.Map) (Counters, error) {
 func (s *Shield) CountersByCPU() ([]Counters, error) { return readCountersByCPU(s.objs.Counters) }
 
 func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
+	// One batch lookup (5.6+) reads every counter of every CPU: a
+	// scenario reads the counters around each frame, and a lookup per
+	// counter is 56 syscalls, slow under emulation (the VM matrix).
+	n := int(numVerdicts) * int(numReasons) * int(numProtos)
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	keys := make([]uint32, n)
+	vals := make([]uint64, n*cpus)
+	var cursor ebpf.MapBatchCursor
+	got, err := m.BatchLookup(&cursor, keys, vals, nil)
+	if errors.Is(err, ebpf.ErrNotSupported) {
+		// Debian's 5.10 has no batch operations on per-CPU arrays.
+		return readCountersOneByOne(m)
+	}
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, fmt.Errorf("read counters: %w", err)
+	}
+	if got != n {
+		return nil, fmt.Errorf("read counters: %d of %d read", got, n)
+	}
+	out := make([]Counters, cpus)
+	for i, idx := range keys {
+		v := Verdict(int(idx) / (int(numReasons) * int(numProtos)))
+		r := Reason(int(idx) / int(numProtos) % int(numReasons))
+		p := Proto(int(idx) % int(numProtos))
+		for cpu := range cpus {
+			out[cpu][v][r][p] = vals[i*cpus+cpu]
+		}
+	}
+	return out, nil
+}
+
+// readCountersOneByOne reads the counters with a lookup each, where the
+// kernel has no batch lookup for the map.
+func readCountersOneByOne(m *ebpf.Map) ([]Counters, error) {
 	var out []Counters
 	var perCPU []uint64
 	for v := range numVerdicts {

@@ -68,6 +68,10 @@ type Options struct {
 	// (a fresh load); adopted pinned state keeps its own. Zero means
 	// DefaultLimits.
 	Limits Limits
+	// Compat loads shield_compat (no cmpxchg refills) whatever the kernel,
+	// as the loader does by itself before 5.12: the regression gate runs the
+	// compat program's scenarios on every kernel.
+	Compat bool
 }
 
 // Shield is a loaded shield program and its maps.
@@ -151,7 +155,7 @@ func Load(opts Options) (*Shield, error) {
 	}
 
 	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock}
-	s.compat = forceCompat || !haveCmpxchg()
+	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, &collOpts)
 	var ve *ebpf.VerifierError
 	if err != nil && !s.compat && errors.As(err, &ve) {

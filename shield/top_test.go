@@ -3,6 +3,7 @@ package shield_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -99,6 +100,53 @@ func TestTopFromProgram(t *testing.T) {
 	for _, bad := range []int{0, -1, shield.MaxTop + 1} {
 		if _, _, err := sh.Top(context.Background(), bad, shield.ByDropped); err == nil {
 			t.Errorf("Top(%d) succeeded, want an error", bad)
+		}
+	}
+}
+
+// TestTopOrders: by dropped and by passed are different rankings. A source
+// that passed more but dropped less ranks first by passed and second by
+// dropped (TestTopFromProgram's sources all pass the same burst, so there
+// the two orders agree whatever the score).
+func TestTopOrders(t *testing.T) {
+	testutil.Root(t)
+	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1024,
+		Limits: shield.Limits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 10}})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	defer sh.Close()
+	send := func(addr string, n int) {
+		t.Helper()
+		frame := sim.From(addr, sim.UDP).Bytes()
+		for range n {
+			if _, err := sh.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 1}); err != nil {
+				t.Fatalf("run: %v", err)
+			}
+		}
+	}
+	send("198.18.0.1", 6) // 5 passed, 1 dropped
+	if err := sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}); err != nil {
+		t.Fatal(err)
+	}
+	send("198.18.0.2", 5) // 2 passed, 3 dropped
+	for _, tc := range []struct {
+		by   shield.TopOrder
+		want []string
+	}{
+		{shield.ByDropped, []string{"198.18.0.2", "198.18.0.1"}},
+		{shield.ByPassed, []string{"198.18.0.1", "198.18.0.2"}},
+	} {
+		top, _, err := sh.Top(context.Background(), 2, tc.by)
+		if err != nil {
+			t.Fatalf("Top(2, %v): %v", tc.by, err)
+		}
+		var got []string
+		for _, s := range top {
+			got = append(got, s.Addr.String())
+		}
+		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+			t.Errorf("Top(2, %v) = %v, want %v", tc.by, got, tc.want)
 		}
 	}
 }

@@ -230,7 +230,7 @@ func BenchmarkShield(b *testing.B) {
 	})
 	for _, p := range benchPaths {
 		b.Run(p.name, func(b *testing.B) {
-			s, err := shield.Load(shield.Options{TableSize: 65536, Clock: p.clock})
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 65536, Clock: p.clock})
 			require.NoError(b, err)
 			defer s.Close()
 			frame, want, reason := p.setup(b, s)

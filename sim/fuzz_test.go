@@ -61,7 +61,7 @@ func protoClass(p byte) shield.Proto {
 // fuzzShield is one shield per fuzzing process, with both lists in use and
 // tight limits, so fuzzed frames reach every path.
 var fuzzShield = sync.OnceValues(func() (*shield.Shield, error) {
-	s, err := shield.Load(shield.Options{TableSize: 1024, Clock: shield.ClockVirtual,
+	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: shield.ClockVirtual,
 		Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 50}})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"flag"
 	"net/netip"
 	"testing"
 
@@ -9,6 +10,10 @@ import (
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 )
+
+// compat runs every test of the package against shield_compat, whatever
+// the kernel (the regression gate's second behaviour run: `-sim.compat`).
+var compat = flag.Bool("sim.compat", false, "load shield_compat in shield's place on every kernel")
 
 // Shorthands for counter keys.
 const (
@@ -21,7 +26,7 @@ const (
 func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
 	t.Helper()
 	testutil.Root(t)
-	s, err := shield.Load(shield.Options{TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
+	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
 	require.NoError(t, err, "shield.Load()")
 	t.Cleanup(func() { s.Close() })
 	return s

@@ -208,7 +208,7 @@ func TestRealClocks(t *testing.T) {
 	testutil.Root(t)
 	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
-			s, err := shield.Load(shield.Options{TableSize: 1024, Clock: c,
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
 				Limits: shield.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
 			require.NoError(t, err)
 			defer s.Close()
@@ -219,6 +219,101 @@ func TestRealClocks(t *testing.T) {
 				{Name: "limited", Frame: f, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonLimit, shield.ProtoUDP)},
 				{Name: "admission spent", Frame: From("198.18.0.2", UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonAdmission, shield.ProtoUDP)},
 			}}.Run(t)
+		})
+	}
+}
+
+// clockResolution is how far one reading of c may be from the real time:
+// a jiffy (measured as the loader does: 1e9/CONFIG_HZ, at most 10 ms) or
+// a nanosecond.
+func clockResolution(c shield.Clock) time.Duration {
+	if c == shield.ClockJiffies {
+		return 10 * time.Millisecond // HZ=100, the coarsest Linux offers
+	}
+	return time.Microsecond // ktime: ns, plus the helper call
+}
+
+// runTimed sends f until the program drops it (at most max times) and
+// returns how many passed, and the instants just before and just after the
+// last send (the one dropped): its clock reading lies between the two.
+func runTimed(t *testing.T, s *shield.Shield, f []byte, max int) (passed int, lastStart, end time.Time) {
+	t.Helper()
+	for range max {
+		lastStart = time.Now()
+		got, err := Run(s.Program(), f)
+		require.NoError(t, err)
+		if got == Drop {
+			return passed, lastStart, time.Now()
+		}
+		passed++
+	}
+	t.Fatalf("still passing after %d packets", max)
+	return
+}
+
+// TestRealClockRates: the production clocks refill at the configured rate
+// over a measured real interval, not only "the burst passes, the next
+// packet drops" (a jiffies clock not converted to nanoseconds passes that).
+// A drained bucket is left alone for about 400 ms of real time, then sent
+// to until it drops: it must pass rate x (the real time between the last
+// refill of the drain and the last packet of the refilled burst) packets,
+// give or take what the program's clock cannot resolve (a reading may lag
+// real time by one resolution step at each end) and the credit a drained
+// bucket keeps (under one packet). The interval is bounded from the
+// instants around the syscalls, so a slow (TCG) machine widens the window
+// rather than failing. Source().Limited must agree with the program: true
+// just after a drop (and the next packet drops), false once a token has
+// been earned (and the next packet passes).
+func TestRealClockRates(t *testing.T) {
+	testutil.Root(t)
+	const rate, burst = 200, 1000 // 5 ms a token; the burst is never reached by a refill below
+	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
+		t.Run(fmt.Sprint(c), func(t *testing.T) {
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
+				Limits: shield.Limits{Rate: rate, Burst: burst, AdmissionRate: 100, AdmissionBurst: 100}})
+			require.NoError(t, err)
+			defer s.Close()
+			res := clockResolution(c)
+			f := From("198.18.0.1", UDP).Bytes()
+
+			// Drain: the burst, and what refills while it is sent.
+			n, dStart, dEnd := runTimed(t, s, f, 10*burst)
+			require.GreaterOrEqual(t, n, burst-1, "a new source's first burst")
+			time.Sleep(400 * time.Millisecond)
+			got, bStart, bEnd := runTimed(t, s, f, 10*burst)
+
+			// Credit earned = rate x (the clock at the burst's last packet
+			// - the clock at the drain's last packet); each reading lies
+			// between the instants around its send, within one resolution.
+			minElapsed := bStart.Sub(dEnd) - 2*res
+			maxElapsed := bEnd.Sub(dStart) + 2*res
+			lo := int(float64(rate)*minElapsed.Seconds()) - 1
+			hi := int(float64(rate)*maxElapsed.Seconds()) + 1
+			t.Logf("%s: %d packets passed after %s of real time (bounds %s..%s): want %d..%d", c, got, bStart.Sub(dEnd).Round(time.Millisecond), minElapsed.Round(time.Millisecond), maxElapsed.Round(time.Millisecond), lo, hi)
+			assert.GreaterOrEqual(t, got, lo, "packets passed after a measured real interval (rate %d/s)", rate)
+			assert.LessOrEqual(t, got, hi, "packets passed after a measured real interval (rate %d/s)", rate)
+		})
+		t.Run(fmt.Sprint(c)+"/Limited", func(t *testing.T) {
+			const slow = 2 // a token every 500 ms: a check right after a drop has time to run
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
+				Limits: shield.Limits{Rate: slow, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100}})
+			require.NoError(t, err)
+			defer s.Close()
+			f := From("2001:db8::5", TCP).Bytes()
+			_, _, dropped := runTimed(t, s, f, 100)
+			lim := source(t, s, "2001:db8::5").Limited
+			got, err := Run(s.Program(), f)
+			require.NoError(t, err)
+			if time.Since(dropped) < 500*time.Millisecond-clockResolution(c) {
+				assert.True(t, lim, "Source().Limited right after a drop")
+				assert.Equal(t, Drop, got, "Run() right after a drop")
+			}
+			time.Sleep(time.Second/slow + 2*clockResolution(c))
+			lim = source(t, s, "2001:db8::5").Limited
+			got, err = Run(s.Program(), f)
+			require.NoError(t, err)
+			assert.False(t, lim, "Source().Limited a token's time later")
+			assert.Equal(t, Pass, got, "Run() a token's time later")
 		})
 	}
 }

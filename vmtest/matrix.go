@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +33,17 @@ type Matrix struct {
 	Output      io.Writer // live test output, prefixed with the kernel
 	Console     io.Writer // live kernel console, when set
 	Log         *slog.Logger
+	// Extra are more runs of packages' binaries in the same boots, each
+	// with its own arguments after TestFlags, reported as cells of their
+	// own name (the regression gate's compat and measurement runs).
+	Extra []ExtraRun
+}
+
+// ExtraRun is one more run of a package's test binary.
+type ExtraRun struct {
+	Name    string   // the cell's name, e.g. "xdpshield/sim -sim.compat"
+	Package string   // a package pattern naming one package, e.g. ./sim
+	Args    []string // after the matrix's TestFlags
 }
 
 // Report is a matrix run: what matrix.json holds.
@@ -46,6 +58,8 @@ type Report struct {
 	Cells     []Cell         `json:"cells"`
 	SkipDiffs []SkipDiff     `json:"skipped_here_passed_there,omitempty"`
 	Failures  []Failure      `json:"failures,omitempty"`
+	// Runs are every binary's raw output, per kernel, in run order.
+	Runs map[string][]RunResult `json:"-"`
 }
 
 // KernelReport is one kernel's boot.
@@ -92,6 +106,7 @@ type Failure struct {
 type builtPkg struct {
 	path, dir, bin string
 	buildErr       string
+	args           []string // an extra run's own arguments
 }
 
 func (m *Matrix) logger() *slog.Logger {
@@ -106,6 +121,9 @@ func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error
 	pats := m.Packages
 	if len(pats) == 0 {
 		pats = []string{"./..."}
+	}
+	for _, e := range m.Extra {
+		pats = append(pats, e.Package)
 	}
 	args := append([]string{"list", "-e", "-f", "{{.ImportPath}}\t{{.Dir}}\t{{len .TestGoFiles}}\t{{len .XTestGoFiles}}"}, pats...)
 	cmd := exec.CommandContext(ctx, "go", args...)
@@ -124,6 +142,9 @@ func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error
 		f := strings.Split(line, "\t")
 		if len(f) != 4 || (f[2] == "0" && f[3] == "0") {
 			continue
+		}
+		if slices.ContainsFunc(pkgs, func(p builtPkg) bool { return p.path == f[0] }) {
+			continue // named by a pattern and by an extra run
 		}
 		p := builtPkg{path: f[0], dir: f[1], bin: filepath.Join(work, strings.ReplaceAll(f[0], "/", "_")+".test")}
 		start := time.Now()
@@ -144,6 +165,48 @@ func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error
 		return nil, fmt.Errorf("%s: %w", strings.Join(pats, " "), ErrNoTests)
 	}
 	return pkgs, nil
+}
+
+// extraPkgs resolves each extra run to its package's built binary.
+func (m *Matrix) extraPkgs(ctx context.Context, dir string, pkgs []builtPkg) ([]builtPkg, error) {
+	var out []builtPkg
+	for _, e := range m.Extra {
+		cmd := exec.CommandContext(ctx, "go", "list", "-e", "-f", "{{.ImportPath}}", e.Package)
+		cmd.Dir = dir
+		b, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("go list %s: %w", e.Package, err)
+		}
+		path := strings.TrimSpace(string(b))
+		i := slices.IndexFunc(pkgs, func(p builtPkg) bool { return p.path == path })
+		if i < 0 {
+			return nil, fmt.Errorf("extra run %q: package %s has no tests", e.Name, path)
+		}
+		p := pkgs[i]
+		p.path, p.args = e.Name, e.Args
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// withoutExtraOnly drops the packages built only because an extra run
+// names them: they get no plain run.
+func (m *Matrix) withoutExtraOnly(ctx context.Context, dir string, pkgs []builtPkg) []builtPkg {
+	if len(m.Extra) == 0 {
+		return pkgs
+	}
+	pats := m.Packages
+	if len(pats) == 0 {
+		return pkgs
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"list", "-e", "-f", "{{.ImportPath}}"}, pats...)...)
+	cmd.Dir = dir
+	b, err := cmd.Output()
+	if err != nil {
+		return pkgs
+	}
+	named := strings.Fields(string(b))
+	return slices.DeleteFunc(pkgs, func(p builtPkg) bool { return !slices.Contains(named, p.path) })
 }
 
 // prefixWriter prefixes every line written through it.
@@ -209,15 +272,22 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 	if err != nil {
 		return nil, ExitHarnessError, err
 	}
+	extra, err := m.extraPkgs(ctx, dir, pkgs)
+	if err != nil {
+		return nil, ExitHarnessError, err
+	}
+	pkgs = m.withoutExtraOnly(ctx, dir, pkgs)
 	var runs []Run
 	var runPkgs []builtPkg
-	for _, p := range pkgs {
+	for _, p := range append(slices.Clone(pkgs), extra...) {
 		rep.Packages = append(rep.Packages, p.path)
 		if p.buildErr == "" {
-			runs = append(runs, Run{Name: p.path, Binary: p.bin, Dir: p.dir, Args: m.TestFlags})
+			runs = append(runs, Run{Name: p.path, Binary: p.bin, Dir: p.dir, Args: append(slices.Clone(m.TestFlags), p.args...)})
 			runPkgs = append(runPkgs, p)
 		}
 	}
+	pkgs = append(pkgs, extra...)
+	rep.Runs = map[string][]RunResult{}
 	data := []string{filepath.Join(root, "fixtures")}
 	for _, p := range runPkgs {
 		data = append(data, filepath.Join(p.dir, "testdata"))
@@ -246,6 +316,9 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 			code = worse(code, res.Code)
 		}
 		rep.Kernels = append(rep.Kernels, kr)
+		if res != nil {
+			rep.Runs[pin.Name] = res.Runs
+		}
 		for _, p := range pkgs {
 			c := Cell{Kernel: pin.Name, Package: p.path, Status: "not run", Exit: -1}
 			if p.buildErr != "" {

@@ -25,6 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"xdpshield/internal/topo"
+	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -64,6 +65,7 @@ func TestServeInAnotherNamespaceDoesNotTakeOver(t *testing.T) {
 // TestDetachRefusesNonBPFFS (finding 2): `shield detach -pin-root DIR` on an
 // ordinary directory must delete nothing.
 func TestDetachRefusesNonBPFFS(t *testing.T) {
+	testutil.Root(t) // detach takes the pin root's lock first, as root
 	dir := t.TempDir()
 	victim := filepath.Join(dir, "victim", "a.conf")
 	if err := os.MkdirAll(filepath.Dir(victim), 0o700); err != nil {

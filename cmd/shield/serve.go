@@ -21,14 +21,17 @@ const (
 	keyErr    = "err"
 )
 
-// version is set at link time: -ldflags "-X main.version=v1.2.3".
+// version and revision label the binary (logs, shield_build_info): from
+// the build's own information (buildinfo.go), unless set at link time
+// with -ldflags "-X main.version=v1.2.3 -X main.revision=...".
 var (
-	version  = "dev"
-	revision = "unknown"
+	version  = ""
+	revision = ""
 )
 
 func init() {
 	commands["serve"] = command{"attach the shield to an interface and serve its API", runServe}
+	version, revision = buildVersion(version, revision)
 }
 
 func runServe(ctx context.Context, args []string) error {

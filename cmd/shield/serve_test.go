@@ -211,9 +211,9 @@ func (s *service) stop(t *testing.T) {
 // udpFlow sends datagrams from src (in the storm namespace) to the edge's
 // 198.18.0.1:9999, where a socket counts what arrives.
 type udpFlow struct {
-	sent, received atomic.Int64
-	stop           chan struct{}
-	wg             sync.WaitGroup
+	sent atomic.Int64
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 func (l *lab) receiver(t *testing.T, port int) (*net.UDPConn, *atomic.Int64) {

@@ -112,9 +112,6 @@ func run(ctx context.Context, args []string) (int, error) {
 }
 
 func splitList(s string) []string {
-	out := []string{}
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-		out = append(out, f)
-	}
-	return out
+	// Never nil: an empty list means none, not the default.
+	return append([]string{}, strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })...)
 }

@@ -3,6 +3,10 @@
 //	vmtest matrix [-kernels "5.10 6.1"] [-out out/vmtest] [-cpus 2] [-runs N] [packages]
 //	vmtest repin  [-kernels "5.10 6.1 6.12 7.2"]
 //	vmtest fetch  [-kernels ...]
+//	vmtest gate   [-kernels ...] [-baseline FILE] [-update] [-out out/gate] [packages]
+//
+// gate is the regression gate (package xdpshield/internal/gate): it exits 0
+// when every figure holds, 1 when one regressed, 2 when it could not run.
 //
 // See package xdpshield/vmtest for the exit codes.
 package main
@@ -21,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"xdpshield/internal/gate"
 	"xdpshield/vmtest"
 )
 
@@ -38,7 +43,7 @@ func main() {
 }
 
 func usage() error {
-	return errors.New("usage: vmtest matrix|repin|fetch [flags] (see -h of each)")
+	return errors.New("usage: vmtest matrix|repin|fetch|gate [flags] (see -h of each)")
 }
 
 func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
@@ -58,6 +63,16 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	runs := fs.Int("runs", 1, "matrix: run the matrix this many times and report pass counts per kernel (a soak)")
 	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "matrix: host programs copied into the guest")
 	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "matrix: kernel modules loaded in the guest (with their dependencies)")
+	g := gateFlags{}
+	fs.StringVar(&g.baseline, "baseline", "fixtures/gate/baseline.json", "gate: the baseline to compare with")
+	fs.BoolVar(&g.update, "update", false, "gate: rewrite the baseline from this run (clean tree, everything passing)")
+	fs.BoolVar(&g.host, "host", true, "gate: measure the host kernel too")
+	fs.StringVar(&g.hostPkgs, "host-packages", "./sim ./shield", "gate: behaviour packages run on the host")
+	fs.BoolVar(&g.subset, "subset", false, "gate: compare only the kernels of this run with the baseline's (local checks; the full gate needs the same set)")
+	fs.StringVar(&g.matrixOut, "matrix-out", "", "gate: also write the matrix report of the VMs there (CI: out/vmtest)")
+	fs.Float64Var(&g.th.Complexity, "threshold", gate.DefaultThresholds.Complexity, "gate: largest accepted growth of instructions processed or program size")
+	fs.Float64Var(&g.th.SpreadFactor, "spread-factor", gate.DefaultThresholds.SpreadFactor, "gate: accepted speed-ratio growth, in multiples of the larger measured run-to-run spread")
+	fs.Float64Var(&g.th.MinSpeed, "min-speed-tolerance", gate.DefaultThresholds.MinSpeed, "gate: the speed tolerance never goes under this")
 	if err := fs.Parse(args[1:]); err != nil {
 		return vmtest.ExitHarnessError, err
 	}
@@ -110,8 +125,113 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 			}
 		}
 		return code, err
+	case "gate":
+		if *out == "out/vmtest" {
+			*out = "out/gate"
+		}
+		pkgs := fs.Args()
+		if len(pkgs) == 0 {
+			pkgs = []string{"./sim", "./shield"}
+		}
+		cfg := gate.Config{
+			Dir: ".", Kernels: names, Host: g.host, Packages: pkgs, HostPackages: strings.Fields(g.hostPkgs),
+			TestFlags: strings.Fields(*testFlags), Cache: c, BootTimeout: *bootTimeout, Timeout: *timeout,
+			MemoryMiB: *mem, Output: os.Stdout, Log: log,
+		}
+		return runGate(ctx, cfg, g, *out)
 	}
 	return vmtest.ExitHarnessError, usage()
+}
+
+type gateFlags struct {
+	baseline, hostPkgs, matrixOut string
+	update, host, subset          bool
+	th                            gate.Thresholds
+}
+
+// runGate collects the figures, then compares them with the baseline or,
+// with -update, rewrites it.
+func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmtest.ExitCode, error) {
+	start := time.Now()
+	rev, dirty, err := gate.Git(ctx, cfg.Dir, g.baseline)
+	if err != nil {
+		return vmtest.ExitHarnessError, err
+	}
+	if g.update && dirty {
+		return vmtest.ExitHarnessError, fmt.Errorf("%w: the tree has uncommitted changes (git status); commit them first, so the baseline names the revision it measured", gate.ErrBaseline)
+	}
+	var base *gate.Baseline
+	if !g.update {
+		if base, err = gate.ReadBaseline(g.baseline); err != nil {
+			return vmtest.ExitHarnessError, err
+		}
+	}
+	figs, mrep, err := cfg.Collect(ctx)
+	if mrep != nil && g.matrixOut != "" {
+		if werr := mrep.Write(g.matrixOut, os.Stdout); werr != nil && err == nil {
+			err = werr
+		}
+	}
+	if err != nil {
+		return vmtest.ExitHarnessError, err
+	}
+	var ids []gate.KernelID
+	for _, f := range figs {
+		ids = append(ids, gate.KernelID{Name: f.Kernel, Release: f.Release})
+	}
+	if g.update {
+		for _, f := range figs {
+			if len(f.Errors) > 0 {
+				return vmtest.ExitHarnessError, fmt.Errorf("%w: kernel %s: %s", gate.ErrBaseline, f.Kernel, strings.Join(f.Errors, "; "))
+			}
+			for name, b := range f.Behaviour {
+				if b.Fail > 0 || b.Exit != 0 {
+					return vmtest.ExitHarnessError, fmt.Errorf("%w: kernel %s: %s fails: %s", gate.ErrBaseline, f.Kernel, name, strings.Join(b.Failed, "; "))
+				}
+			}
+		}
+		b := &gate.Baseline{Revision: rev, Dirty: dirty, Created: time.Now().UTC(), Kernels: ids, Figures: figs}
+		if err := os.MkdirAll(filepath.Dir(g.baseline), 0o755); err != nil {
+			return vmtest.ExitHarnessError, err
+		}
+		if err := b.Write(g.baseline); err != nil {
+			return vmtest.ExitHarnessError, err
+		}
+		slog.Info("baseline rewritten", vmtest.LogPath, g.baseline, vmtest.LogKernel, fmt.Sprint(ids))
+		return vmtest.ExitPass, nil
+	}
+	rep := &gate.Report{Started: start.UTC(), Revision: rev, Baseline: base.Revision, Thresholds: g.th, Kernels: ids, Figures: figs}
+	if dirty {
+		rep.Revision += " (with uncommitted changes)"
+	}
+	check := base
+	if g.subset {
+		check = base.Subset(ids)
+	}
+	if err := check.Check(ids); err != nil {
+		return vmtest.ExitHarnessError, err
+	}
+	for _, id := range ids {
+		for _, o := range base.Kernels {
+			if id.Name == gate.Host && o.Name == gate.Host && o.Release != id.Release {
+				rep.Notes = append(rep.Notes, fmt.Sprintf("the host runs %s, the baseline's host ran %s: host figures may differ for that reason alone", id.Release, o.Release))
+			}
+		}
+	}
+	rep.Rows = gate.Compare(base, figs, g.th)
+	for _, r := range rep.Rows {
+		if r.Fail {
+			rep.Failed++
+		}
+	}
+	rep.Seconds = time.Since(start).Seconds()
+	if err := rep.Write(out, os.Stdout); err != nil {
+		return vmtest.ExitHarnessError, err
+	}
+	if rep.Failed > 0 {
+		return vmtest.ExitTestFailure, nil
+	}
+	return vmtest.ExitPass, nil
 }
 
 func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCode, error) {
@@ -186,9 +306,6 @@ func soak(ctx context.Context, m *vmtest.Matrix, n int, out string) (vmtest.Exit
 }
 
 func splitList(s string) []string {
-	out := []string{}
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
-		out = append(out, f)
-	}
-	return out
+	// Never nil: an empty list means none, not the default.
+	return append([]string{}, strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' })...)
 }

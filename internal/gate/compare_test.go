@@ -1,0 +1,141 @@
+package gate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/vmtest"
+)
+
+func figures(kernel, release string, insns uint32, ratio, spread float64, pass int) Figures {
+	return Figures{
+		Kernel: kernel, Release: release,
+		Programs: map[string]Program{
+			"shield":        {Loaded: true, InsnsProcessed: insns, XlatedInsns: 500},
+			"shield_compat": {Loaded: true, InsnsProcessed: insns, XlatedInsns: 480},
+		},
+		Speed:     map[string]Path{"ok": {Ratio: ratio, Spread: spread, NsPerPkt: 10 * ratio}},
+		Behaviour: map[string]Behaviour{"xdpshield/sim": {Pass: pass}, CompatRun: {Pass: pass}},
+	}
+}
+
+// failing returns the failing rows' "kernel kind name" for comparison.
+func failing(rows []Row) []string {
+	var out []string
+	for _, r := range rows {
+		if r.Fail {
+			out = append(out, r.Kernel+" "+r.Kind+" "+r.Name)
+		}
+	}
+	return out
+}
+
+func TestCompare(t *testing.T) {
+	base := &Baseline{Figures: []Figures{figures("6.1", "6.1.0-1", 1000, 2.0, 0.02, 100)}}
+	for _, tc := range []struct {
+		name   string
+		mutate func(f *Figures)
+		want   []string
+	}{
+		{"unchanged", func(f *Figures) {}, nil},
+		{"complexity +10% is the limit", func(f *Figures) { f.Programs["shield"] = Program{Loaded: true, InsnsProcessed: 1100, XlatedInsns: 500} }, nil},
+		{"complexity +10.1%", func(f *Figures) { f.Programs["shield"] = Program{Loaded: true, InsnsProcessed: 1101, XlatedInsns: 500} },
+			[]string{"6.1 complexity shield insns processed"}},
+		{"program size +20%", func(f *Figures) {
+			f.Programs["shield_compat"] = Program{Loaded: true, InsnsProcessed: 1000, XlatedInsns: 576}
+		},
+			[]string{"6.1 complexity shield_compat xlated insns"}},
+		{"stops loading", func(f *Figures) { f.Programs["shield"] = Program{Error: "R1 invalid mem access"} },
+			[]string{"6.1 complexity shield loads"}},
+		{"program gone", func(f *Figures) { delete(f.Programs, "shield") }, []string{"6.1 complexity shield"}},
+		// Tolerance: 3 x max(2%, 2%) = 6%.
+		{"speed within tolerance", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.11, Spread: 0.02} }, nil},
+		{"speed past tolerance", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.13, Spread: 0.02} }, []string{"6.1 speed ok x-ref"}},
+		{"a noisy run widens it", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.13, Spread: 0.05} }, nil},
+		{"speed error", func(f *Figures) { f.Speed["ok"] = Path{Error: "only 3% on path"} }, []string{"6.1 speed ok x-ref"}},
+		{"a test fails", func(f *Figures) {
+			f.Behaviour[CompatRun] = Behaviour{Pass: 99, Fail: 1, Failed: []string{"TestDryRun: boom"}}
+		},
+			[]string{"6.1 behaviour " + CompatRun}},
+		{"fewer pass", func(f *Figures) { f.Behaviour["xdpshield/sim"] = Behaviour{Pass: 98, Skip: 2} }, []string{"6.1 behaviour xdpshield/sim"}},
+		{"binary exits non-zero", func(f *Figures) { f.Behaviour["xdpshield/sim"] = Behaviour{Pass: 100, Exit: 2} }, []string{"6.1 behaviour xdpshield/sim"}},
+		{"run missing", func(f *Figures) { delete(f.Behaviour, CompatRun) }, []string{"6.1 behaviour " + CompatRun}},
+		{"collection error", func(f *Figures) { f.Errors = []string{"measurement run did not run"} }, []string{"6.1 collection error"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := figures("6.1", "6.1.0-1", 1000, 2.0, 0.02, 100)
+			tc.mutate(&f)
+			rows := Compare(base, []Figures{f}, DefaultThresholds)
+			assert.Equal(t, tc.want, failing(rows), "failing rows")
+		})
+	}
+}
+
+// TestCompareOtherHost: a host on another kernel is not judged on
+// complexity and speed, but still on behaviour and on loading.
+func TestCompareOtherHost(t *testing.T) {
+	base := &Baseline{Figures: []Figures{figures(Host, "6.18.1", 1000, 2.0, 0.02, 100)}}
+	f := figures(Host, "6.12.9", 2000, 4.0, 0.02, 100)
+	assert.Empty(t, failing(Compare(base, []Figures{f}, DefaultThresholds)))
+	f.Programs["shield"] = Program{Error: "refused"}
+	f.Behaviour["xdpshield/sim"] = Behaviour{Pass: 99, Fail: 1}
+	assert.Equal(t, []string{"host behaviour xdpshield/sim", "host complexity shield loads"}, failing(Compare(base, []Figures{f}, DefaultThresholds)))
+}
+
+func TestBaselineCheck(t *testing.T) {
+	ids := []KernelID{{Host, "6.18.1"}, {"5.10", "5.10.0-32-cloud-amd64"}, {"6.1", "6.1.0-40-cloud-amd64"}}
+	for _, tc := range []struct {
+		name string
+		b    Baseline
+		want string // "" accepted
+	}{
+		{"same", Baseline{Kernels: ids}, ""},
+		{"host elsewhere", Baseline{Kernels: []KernelID{{Host, "6.1.0"}, ids[1], ids[2]}}, ""},
+		{"dirty", Baseline{Dirty: true, Revision: "abc", Kernels: ids}, "dirty tree"},
+		{"a kernel fewer", Baseline{Kernels: ids[:2]}, "kernels [5.10 host], this run [5.10 6.1 host]"},
+		{"another release", Baseline{Kernels: []KernelID{ids[0], ids[1], {"6.1", "6.1.0-41-cloud-amd64"}}}, "kernel 6.1 is 6.1.0-41-cloud-amd64 in the baseline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.b.Check(ids)
+			if tc.want == "" {
+				assert.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, ErrBaseline), "errors.Is(%v, ErrBaseline)", err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	sub := (&Baseline{Kernels: ids}).Subset(ids[:1])
+	assert.NoError(t, sub.Check(ids[:1]), "Subset(host).Check(host)")
+}
+
+// TestReport: failing rows are marked, and the failures name their cause.
+func TestReport(t *testing.T) {
+	base := &Baseline{Revision: "old", Figures: []Figures{figures("6.1", "r", 1000, 2.0, 0.02, 100)}}
+	f := figures("6.1", "r", 1200, 2.0, 0.02, 100)
+	rep := &Report{Revision: "new", Baseline: "old", Kernels: []KernelID{{"6.1", "r"}}, Rows: Compare(base, []Figures{f}, DefaultThresholds)}
+	for _, r := range rep.Rows {
+		if r.Fail {
+			rep.Failed++
+		}
+	}
+	var b strings.Builder
+	require.NoError(t, rep.Render(&b))
+	out := b.String()
+	assert.Contains(t, out, "FAIL (2)")
+	assert.Contains(t, out, "FAIL  complexity  shield insns processed")
+	assert.Contains(t, out, "[6.1] complexity shield insns processed: insns processed grew +20.0%, over 10%")
+}
+
+// TestFailed reads the cause out of testify's block.
+func TestFailed(t *testing.T) {
+	got := failed([]vmtest.TestResult{{Name: "TestX/a", Status: "fail", Output: []string{
+		"x_test.go:12:", "Error Trace:\tx_test.go:12", "Error:      \tNot equal:", "expected: 4", "actual  : 5", "Test:       \tTestX/a", "Messages:   \tSource().Dropped",
+	}}})
+	assert.Equal(t, []string{"TestX/a: Source().Dropped: Not equal: expected: 4 actual  : 5"}, got)
+}

@@ -1,0 +1,312 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"xdpshield/vmtest"
+)
+
+// The runs of the gate beside the behaviour packages' own: the simulator's
+// suite again with shield_compat loaded on every kernel, and the
+// measurement run.
+const (
+	CompatRun  = "xdpshield/sim -sim.compat"
+	measureRun = "xdpshield/internal/gate -gate.emit"
+)
+
+// Config is one gate run.
+type Config struct {
+	Dir          string        // module root
+	Kernels      []string      // VM kernels, lock names; none: the host only
+	Host         bool          // measure the host too
+	Packages     []string      // behaviour packages run in the VMs (the matrix's)
+	HostPackages []string      // behaviour packages run on the host
+	TestFlags    []string      // for every test binary
+	Cache        *vmtest.Cache // kernels
+	BootTimeout  time.Duration
+	Timeout      time.Duration // per kernel
+	MemoryMiB    int
+	Output       io.Writer // live test output
+	Log          *slog.Logger
+}
+
+// extra are the gate's own runs, as the matrix takes them.
+func extra() []vmtest.ExtraRun {
+	return []vmtest.ExtraRun{
+		// shield_compat differs from shield in refill() alone: the
+		// randomised list model (no frame of it reaches a bucket, and the
+		// slowest test under TCG) and the pcap reader are not run again.
+		{Name: CompatRun, Package: "./sim", Args: []string{"-sim.compat", "-test.skip", "^(TestListsModel|TestFixturesReadByTcpdump)$"}},
+		{Name: measureRun, Package: "./internal/gate", Args: []string{"-test.run=^TestCollect$", "-gate.emit"}},
+	}
+}
+
+// Collect runs the behaviour packages and the gate's runs on the host and
+// in a VM per kernel, and returns each kernel's figures (the host first)
+// and the matrix report of the VMs (nil without kernels).
+func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) {
+	var out []Figures
+	if c.Host {
+		f, err := c.host(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		out = append(out, f)
+	}
+	if len(c.Kernels) == 0 {
+		return out, nil, nil
+	}
+	m := &vmtest.Matrix{
+		Cache: c.Cache, Kernels: c.Kernels, Packages: c.Packages, TestFlags: c.TestFlags,
+		BootTimeout: c.BootTimeout, Timeout: c.Timeout, MemoryMiB: c.MemoryMiB,
+		Dir: c.Dir, Output: c.Output, Log: c.Log, Extra: extra(),
+	}
+	rep, _, err := m.Run(ctx)
+	if err != nil {
+		return nil, rep, err
+	}
+	for _, k := range rep.Kernels {
+		f := figuresOf(k.Name, rep.Runs[k.Name])
+		if f.Release == "" {
+			f.Release = k.Release
+		}
+		if k.Error != "" && len(rep.Runs[k.Name]) == 0 {
+			f.Errors = append(f.Errors, fmt.Sprintf("kernel %s: %s", k.Name, k.Error))
+		}
+		out = append(out, f)
+	}
+	return out, rep, nil
+}
+
+// figuresOf reads a kernel's runs: the measurement run's figures and every
+// other run's behaviour.
+func figuresOf(kernel string, runs []vmtest.RunResult) Figures {
+	f := Figures{Kernel: kernel}
+	found := false
+	for _, r := range runs {
+		if r.Name == measureRun {
+			found = true
+			m, err := Parse(r.Output)
+			if err != nil {
+				f.Errors = append(f.Errors, fmt.Sprintf("measurement run (exit %d): %v; last lines: %s", r.Exit, err, strings.Join(tail(r.Output, 5), " | ")))
+				continue
+			}
+			f.Release, f.Programs, f.Speed = m.Release, m.Programs, m.Speed
+			f.Errors = append(f.Errors, m.Errors...)
+			if r.Exit != 0 {
+				f.Errors = append(f.Errors, fmt.Sprintf("measurement run exited %d: %s", r.Exit, strings.Join(failed(vmtest.ParseTestOutput(r.Output)), "; ")))
+			}
+			continue
+		}
+		if f.Behaviour == nil {
+			f.Behaviour = map[string]Behaviour{}
+		}
+		f.Behaviour[r.Name] = behaviourOf(r)
+	}
+	if !found {
+		f.Errors = append(f.Errors, "the measurement run did not run")
+	}
+	return f
+}
+
+func behaviourOf(r vmtest.RunResult) Behaviour {
+	b := Behaviour{Exit: r.Exit}
+	tests := vmtest.ParseTestOutput(r.Output)
+	for _, t := range tests {
+		switch t.Status {
+		case "pass":
+			b.Pass++
+		case "fail":
+			b.Fail++
+		case "skip":
+			b.Skip++
+		}
+	}
+	b.Failed = failed(tests)
+	return b
+}
+
+// failed names the failing tests with the first line that says why.
+func failed(tests []vmtest.TestResult) []string {
+	var out []string
+	for _, t := range tests {
+		if t.Status != "fail" {
+			continue
+		}
+		why := ""
+		for _, l := range t.Output {
+			if l != "" && !strings.HasPrefix(l, "Error Trace:") {
+				why = l
+				break
+			}
+		}
+		// testify's block: "Error:" and the lines after it say what, the
+		// "Messages:" line names the figure.
+		for i, l := range t.Output {
+			if strings.HasPrefix(l, "Error:") {
+				why = strings.TrimSpace(strings.TrimPrefix(l, "Error:"))
+				for _, m := range t.Output[i+1:] {
+					if strings.HasPrefix(m, "Test:") || strings.HasPrefix(m, "Error Trace:") {
+						continue
+					}
+					if msg, ok := strings.CutPrefix(m, "Messages:"); ok {
+						why = strings.TrimSpace(msg) + ": " + why
+						break
+					}
+					if len(why) < 200 {
+						why += " " + m
+					}
+				}
+				break
+			}
+		}
+		if len(why) > 300 {
+			why = why[:300] + "..."
+		}
+		out = append(out, t.Name+": "+why)
+	}
+	return out
+}
+
+func tail(l []string, n int) []string {
+	if len(l) > n {
+		return l[len(l)-n:]
+	}
+	return l
+}
+
+// host runs the same binaries natively.
+func (c Config) host(ctx context.Context) (Figures, error) {
+	work, err := os.MkdirTemp("", "xdpshield-gate-")
+	if err != nil {
+		return Figures{}, err
+	}
+	defer os.RemoveAll(work)
+	type run struct {
+		name, pkg string
+		args      []string
+	}
+	var runs []run
+	for _, p := range c.HostPackages {
+		runs = append(runs, run{pkg: p})
+	}
+	for _, e := range extra() {
+		runs = append(runs, run{name: e.Name, pkg: e.Package, args: e.Args})
+	}
+	bins := map[string]string{}
+	var results []vmtest.RunResult
+	for _, r := range runs {
+		list := exec.CommandContext(ctx, "go", "list", "-f", "{{.ImportPath}}\t{{.Dir}}", r.pkg)
+		list.Dir = c.Dir
+		b, err := list.Output()
+		if err != nil {
+			return Figures{}, fmt.Errorf("go list %s: %w", r.pkg, err)
+		}
+		path, dir, _ := strings.Cut(strings.TrimSpace(string(b)), "\t")
+		bin, ok := bins[path]
+		if !ok {
+			bin = filepath.Join(work, strings.ReplaceAll(path, "/", "_")+".test")
+			build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, path)
+			build.Dir = c.Dir
+			if out, err := build.CombinedOutput(); err != nil {
+				results = append(results, vmtest.RunResult{Name: cmp(r.name, path), Exit: -1, Output: strings.Split(string(out), "\n")})
+				continue
+			}
+			bins[path] = bin
+		}
+		name := cmp(r.name, path)
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, bin, append(slices.Clone(c.TestFlags), r.args...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "SHIELD_REQUIRE_PRIV=1", "VMTEST_KERNEL="+Host)
+		var buf bytes.Buffer
+		w := io.Writer(&buf)
+		if c.Output != nil {
+			w = io.MultiWriter(&buf, &prefixWriter{w: c.Output, prefix: "[host] "})
+		}
+		cmd.Stdout, cmd.Stderr = w, w
+		exit := 0
+		if err := cmd.Run(); err != nil {
+			exit = -1
+			if ee, ok := err.(*exec.ExitError); ok {
+				exit = ee.ExitCode()
+			}
+		}
+		c.logger().Info("host run", vmtest.LogPackage, name, vmtest.LogTook, time.Since(start).Round(time.Millisecond))
+		results = append(results, vmtest.RunResult{Name: name, Exit: exit, Output: strings.Split(buf.String(), "\n"), Duration: time.Since(start)})
+	}
+	f := figuresOf(Host, results)
+	return f, nil
+}
+
+func (c Config) logger() *slog.Logger {
+	if c.Log == nil {
+		return slog.Default()
+	}
+	return c.Log
+}
+
+func cmp(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// prefixWriter prefixes every line written through it.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+	mid    bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var sb strings.Builder
+	for _, c := range string(b) {
+		if !p.mid {
+			sb.WriteString(p.prefix)
+			p.mid = true
+		}
+		sb.WriteRune(c)
+		if c == '\n' {
+			p.mid = false
+		}
+	}
+	_, err := io.WriteString(p.w, sb.String())
+	return len(b), err
+}
+
+// Git reads the tree's revision and whether it has changes other than
+// those in ignore (paths relative to the module root).
+func Git(ctx context.Context, dir string, ignore ...string) (rev string, dirty bool, err error) {
+	b, err := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		// A copy of the sources (the teeth test's) is no checkout: it can
+		// be compared, never made a baseline.
+		return "(not a git checkout)", true, nil
+	}
+	rev = strings.TrimSpace(string(b))
+	st, err := exec.CommandContext(ctx, "git", "-C", dir, "status", "--porcelain").Output()
+	if err != nil {
+		return rev, false, fmt.Errorf("git status: %w", err)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(st)), "\n") {
+		if len(l) < 4 {
+			continue
+		}
+		if !slices.Contains(ignore, strings.TrimSpace(l[3:])) {
+			dirty = true
+		}
+	}
+	return rev, dirty, nil
+}
