@@ -24,8 +24,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"xdpshield/internal/topo"
 	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
