@@ -516,7 +516,9 @@ func (r *Report) Render(w io.Writer) error {
 	row("boot to init", func(k KernelReport) string { return fmtDur(k.BootToInitSeconds) })
 	row("boot to first test", func(k KernelReport) string { return fmtDur(k.BootToFirstTestSeconds) })
 	row("VM wall time", func(k KernelReport) string { return fmtDur(k.Seconds) })
-	row("early panics, booted again", func(k KernelReport) string { return fmt.Sprint(k.EarlyPanics) })
+	if slices.ContainsFunc(r.Kernels, func(k KernelReport) bool { return k.EarlyPanics > 0 }) {
+		row("early panics, booted again", func(k KernelReport) string { return fmt.Sprint(k.EarlyPanics) })
+	}
 	row("verdict", func(k KernelReport) string { return strings.ToUpper(k.Verdict) })
 	if err := tw.Flush(); err != nil {
 		return err
