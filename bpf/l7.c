@@ -40,7 +40,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define MAX_ROUTES 8
 #define MAX_RULES 8
 #define RING_SLOTS 256
-#define MAX_HDR 1024    /* bytes of request line + headers parsed */
+#define MAX_HDR 512     /* bytes of request line + headers parsed (the verifier keeps at most 8192 branches pending along one path: ~12 per byte) */
 #define MAX_LINES 32    /* lines within them */
 #define MAX_PATH 128    /* bytes of the path */
 #define MAX_PREFIX 64   /* bytes of a route's or rule's path prefix */
@@ -151,6 +151,11 @@ struct scratch {
 	__u32 vstarted;
 	__u32 trail;    /* trailing spaces and tabs of the value so far */
 	__u32 ndig;
+	/* decide()'s loop-carried state, in memory for the same reason */
+	__u32 d_best;
+	__u32 d_score;
+	__u32 d_match;
+	__u32 d_hash;
 };
 
 struct {
@@ -233,22 +238,6 @@ static __always_inline void count(__u32 r)
 		*c += 1;
 }
 
-static __always_inline __u8 lower(__u8 c)
-{
-	return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-}
-
-static __always_inline int is_tchar(__u8 c)
-{
-	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
-		return 1;
-	switch (c) {
-	case '!': case '#': case '$': case '%': case '&': case '\'': case '*':
-	case '+': case '-': case '.': case '^': case '_': case '`': case '|': case '~':
-		return 1;
-	}
-	return 0;
-}
 
 #define B(s, i) ((s)->buf[(i) & (MAX_HDR - 1)])
 
@@ -274,12 +263,52 @@ static __always_inline int go_sticky(struct conn *c, __u32 len)
 	return len;
 }
 
-enum { K_OTHER = 0, K_HOST, K_CL, K_VAL };
+/* Byte classes, one load instead of a chain of compares per byte (each
+ * compare is a branch the verifier keeps pending along a 1024-byte path). */
+#define C_TCHAR 1  /* token character (header names, methods) */
+#define C_HOST 2   /* lowercase host character: a-z 0-9 . - : */
+#define C_CTL 4    /* control or non-ASCII byte other than \t \r \n */
+#define C_DIGIT 8
+#define C_OWS 16   /* space or tab */
+#define C_UPPER 32 /* A-Z */
 
-static __always_inline int host_char(__u8 c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '-' || c == ':';
-}
+static const __u8 cls[256] = {
+	/* 0x00 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x08 */ C_CTL, C_OWS, 0, C_CTL, C_CTL, 0, C_CTL, C_CTL,
+	/* 0x10 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x18 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x20 */ C_OWS, C_TCHAR, 0, C_TCHAR, C_TCHAR, C_TCHAR, C_TCHAR, C_TCHAR,
+	/* 0x28 */ 0, 0, C_TCHAR, C_TCHAR, 0, C_TCHAR|C_HOST, C_TCHAR|C_HOST, 0,
+	/* 0x30 */ C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT,
+	/* 0x38 */ C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_HOST, 0, 0, 0, 0, 0,
+	/* 0x40 */ 0, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER,
+	/* 0x48 */ C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER,
+	/* 0x50 */ C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER,
+	/* 0x58 */ C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, 0, 0, 0, C_TCHAR, C_TCHAR,
+	/* 0x60 */ C_TCHAR, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST,
+	/* 0x68 */ C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST,
+	/* 0x70 */ C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST,
+	/* 0x78 */ C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, 0, C_TCHAR, 0, C_TCHAR, C_CTL,
+	/* 0x80 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x88 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x90 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x98 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xa0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xa8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xb0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xb8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xc0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xc8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xd0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xd8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xe0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xe8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xf0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xf8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+};
+_Static_assert(sizeof(cls) == 256, "cls covers every byte");
+
+enum { K_OTHER = 0, K_HOST, K_CL, K_VAL };
 
 /* frame: one pass over the bytes: line ends, the end of the headers, and
  * each header line's name (by length and hash) and value (Host, Content-
@@ -360,7 +389,8 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 			}
 			continue;
 		}
-		if ((c < 0x20 && c != '\t') || c >= 0x7f) {
+		__u8 k = cls[c];
+		if (k & C_CTL) {
 			v->bad = 1;
 			break;
 		}
@@ -403,18 +433,18 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 				}
 				continue;
 			}
-			if (!is_tchar(c)) {
+			if (!(k & C_TCHAR)) {
 				v->bad = 1; /* includes obs-fold (a line starting with space) */
 				break;
 			}
 			v->nlen = v->nlen + 1;
 #ifndef NONH
-			v->nh = (v->nh ^ lower(c)) * 0x100000001b3ULL;
+			v->nh = (v->nh ^ (c | ((k & C_UPPER) ? 0x20 : 0))) * 0x100000001b3ULL;
 #endif
 			continue;
 		}
 		/* the value */
-		if (c == ' ' || c == '\t') {
+		if (k & C_OWS) {
 			if (!v->vstarted)
 				continue;
 			v->trail = v->trail + 1;
@@ -431,17 +461,17 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 		__u32 vl = v->vlen;
 		switch (v->kind) {
 		case K_HOST:
-			if (c != ' ' && c != '\t' && !host_char(lower(c)))
+			if (!(k & (C_OWS | C_HOST | C_UPPER)))
 				v->unparsed = 1;
-			s->host[vl & (MAX_HOST - 1)] = lower(c);
+			s->host[vl & (MAX_HOST - 1)] = c | ((k & C_UPPER) ? 0x20 : 0);
 			break;
 		case K_VAL:
 			s->val[vl & (MAX_VAL - 1)] = c;
 			break;
 		case K_CL:
-			if (c == ' ' || c == '\t')
+			if (k & C_OWS)
 				break;
-			if (c < '0' || c > '9' || v->ndig >= 6) {
+			if (!(k & C_DIGIT) || v->ndig >= 6) {
 				v->bad = 1;
 				goto out;
 			}
@@ -512,23 +542,24 @@ static __always_inline void request_line(struct scratch *s)
 		v->unparsed = 1;
 }
 
-static __always_inline int prefix_of(const __u8 *pre, __u32 plen, const __u8 *str, __u32 slen, __u32 bound)
+/* match_bytes: d_match stays 1 when a[0..n) == b[0..n); n <= bound. */
+static __always_inline void match_bytes(volatile struct scratch *v, const __u8 *a, const __u8 *b, __u32 n, __u32 bound,
+					__u32 bmask)
 {
-	if (plen > slen)
-		return 0;
-	for (__u32 k = 0; k < MAX_PREFIX; k++) {
-		if (k >= plen || k >= bound)
+	for (__u32 k = 0; k < bound; k++) {
+		if (k >= n)
 			break;
-		if (pre[k] != str[k & (MAX_PATH - 1)])
-			return 0;
+		if (a[k] != b[k & bmask]) {
+			v->d_match = 0;
+			break;
+		}
 	}
-	return 1;
 }
 
 /* decide: RBAC then route then ring then pool; sets c->reason/target/route. */
 static __always_inline void decide(struct scratch *s, struct policy *pol, struct conn *c, __u64 cookie)
 {
-	__u32 zero = 0;
+	volatile struct scratch *v = s;
 	struct ctl *ctl = bpf_map_lookup_elem(&ctls, &cookie);
 	if (!ctl) {
 		c->reason = R_UNKNOWN;
@@ -546,76 +577,72 @@ static __always_inline void decide(struct scratch *s, struct policy *pol, struct
 		c->reason = R_POLICY;
 		return;
 	}
-	__u32 val_len = s->have_val ? s->val_len : 0;
+	if (!s->have_val)
+		v->val_len = 0;
 	for (__u32 i = 0; i < MAX_RULES; i++) {
 		if (i >= pol->n_rules)
 			break;
 		struct rule *r = &pol->rules[i];
-		if (r->methods && !(r->methods & s->method))
-			continue;
-		if (r->prefix_len && !prefix_of(r->prefix, r->prefix_len, s->path, s->path_len, MAX_PREFIX))
+		if (r->methods && !(r->methods & v->method))
 			continue;
 		if (r->src_bit != 0xff && !(ctl->src_mask & (1u << (r->src_bit & 31))))
 			continue;
-		if (r->has_value) {
-			if (r->value_len != val_len)
+		v->d_match = 1;
+		if (r->prefix_len) {
+			if (r->prefix_len > v->path_len)
 				continue;
-			__u32 same = 1;
-			for (__u32 k = 0; k < MAX_VAL; k++) {
-				if (k >= val_len)
-					break;
-				if (r->value[k] != s->val[k])
-					same = 0;
-			}
-			if (!same)
-				continue;
+			match_bytes(v, r->prefix, s->path, r->prefix_len, MAX_PREFIX, MAX_PATH - 1);
 		}
+		if (r->has_value) {
+			if (r->value_len != v->val_len)
+				continue;
+			match_bytes(v, r->value, s->val, r->value_len, MAX_VAL, MAX_VAL - 1);
+		}
+		if (!v->d_match)
+			continue;
 		if (r->deny) {
 			c->reason = R_DENY;
 			return;
 		}
 		break;
 	}
-	__u32 best = 0xff, best_score = 0;
+	v->d_best = 0xff;
+	v->d_score = 0;
 	for (__u32 i = 0; i < MAX_ROUTES; i++) {
 		if (i >= pol->n_routes)
 			break;
 		struct route *rt = &pol->routes[i];
+		v->d_match = 1;
 		if (rt->host_len) {
-			if (rt->host_len != s->host_len)
+			if (rt->host_len != v->host_len)
 				continue;
-			__u32 same = 1;
-			for (__u32 k = 0; k < MAX_HOST; k++) {
-				if (k >= rt->host_len)
-					break;
-				if (rt->host[k] != s->host[k])
-					same = 0;
-			}
-			if (!same)
-				continue;
+			match_bytes(v, rt->host, s->host, rt->host_len, MAX_HOST, MAX_HOST - 1);
 		}
-		if (!prefix_of(rt->prefix, rt->prefix_len, s->path, s->path_len, MAX_PREFIX))
+		if (rt->prefix_len > v->path_len)
+			continue;
+		match_bytes(v, rt->prefix, s->path, rt->prefix_len, MAX_PREFIX, MAX_PATH - 1);
+		if (!v->d_match)
 			continue;
 		__u32 score = rt->prefix_len + 1 + (rt->host_len ? (1 << 16) : 0);
-		if (score > best_score) {
-			best = i;
-			best_score = score;
+		if (score > v->d_score) {
+			v->d_best = i;
+			v->d_score = score;
 		}
 	}
+	__u32 best = v->d_best;
 	if (best == 0xff) {
 		c->reason = R_NOROUTE;
 		return;
 	}
-	__u32 h = 2166136261u;
+	v->d_hash = 2166136261u;
 	if (pol->hash) {
 		for (__u32 k = 0; k < MAX_VAL; k++) {
-			if (k >= val_len)
+			if (k >= v->val_len)
 				break;
-			h ^= s->val[k];
-			h *= 16777619u;
+			v->d_hash = (v->d_hash ^ s->val[k]) * 16777619u;
 		}
 	}
-	__u32 slot = (best & (MAX_ROUTES - 1)) * RING_SLOTS + (h % RING_SLOTS);
+	__u32 slot = (best & (MAX_ROUTES - 1)) * RING_SLOTS + (v->d_hash % RING_SLOTS);
 	__u32 *backend = bpf_map_lookup_elem(&ring, &slot);
 	if (!backend) {
 		c->reason = R_POLICY;
@@ -630,7 +657,6 @@ static __always_inline void decide(struct scratch *s, struct policy *pol, struct
 	c->reason = R_FAST;
 	c->target = *up;
 	c->route = best;
-	(void)zero;
 }
 
 SEC("sk_skb/stream_parser")
@@ -672,9 +698,6 @@ int l7_parse(struct __sk_buff *skb)
 	if (s->cl > MAX_BODY)
 		return go_sticky(c, len);
 	__u32 msg = s->hdr_end + s->cl;
-#ifdef STOP3
-	return msg;
-#endif
 	decide(s, pol, c, cookie);
 	return msg;
 }

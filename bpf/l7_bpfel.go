@@ -72,7 +72,7 @@ type L7Rule struct {
 
 type L7Scratch struct {
 	_         structs.HostLayout
-	Buf       [1024]uint8
+	Buf       [512]uint8
 	Path      [128]uint8
 	Host      [32]uint8
 	Val       [32]uint8
@@ -100,6 +100,10 @@ type L7Scratch struct {
 	Vstarted  uint32
 	Trail     uint32
 	Ndig      uint32
+	D_best    uint32
+	D_score   uint32
+	D_match   uint32
+	D_hash    uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -160,7 +160,7 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		if serr := spec.Variables["have_lookup"].Set(v); serr != nil {
 			return nil, fmt.Errorf("set have_lookup: %w", serr)
 		}
-		err = spec.LoadAndAssign(&fp.objs, &ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogSizeStart: 1 << 20}})
+		err = spec.LoadAndAssign(&fp.objs, nil)
 		var ve *ebpf.VerifierError
 		if err == nil {
 			fp.Lookup = lookup

@@ -1,0 +1,143 @@
+package l7
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
+)
+
+// nsEnv is a throwaway namespace with dial and listen inside it.
+type nsEnv struct {
+	ns *topo.NS
+}
+
+func newNS(t testing.TB) *nsEnv {
+	t.Helper()
+	testutil.Root(t)
+	ns, err := topo.New("l7")
+	if err != nil {
+		t.Fatalf("topo.New: %v", err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return &nsEnv{ns: ns}
+}
+
+func (e *nsEnv) listen(t testing.TB) net.Listener {
+	t.Helper()
+	var l net.Listener
+	if err := e.ns.Do(func() (err error) {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func (e *nsEnv) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := e.ns.Do(func() (err error) {
+		var d net.Dialer
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// nsBackend serves in the namespace what newBackend serves.
+type nsBackend struct {
+	name string
+	addr string
+	hits atomic.Int64
+}
+
+func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
+	t.Helper()
+	b := &nsBackend{name: name}
+	l := e.listen(t)
+	b.addr = l.Addr().String()
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.hits.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Backend", name)
+		fmt.Fprintf(w, "%s %s %s user=%q set=%q body=%q", name, r.Method, r.RequestURI, r.Header.Get("X-User"), r.Header.Get("X-Set"), body)
+	})}
+	go s.Serve(l)
+	t.Cleanup(func() { s.Close() })
+	return b
+}
+
+// proxy starts the proxy for cfg in the namespace, with the fast path when
+// fast is set.
+func (e *nsEnv) proxy(t testing.TB, cfg Config, fast bool) (*Proxy, *FastPath, string) {
+	t.Helper()
+	p, err := Compile(cfg)
+	if err != nil {
+		t.Fatalf("Compile = %v", err)
+	}
+	px := NewProxy(p, e.dial)
+	var fp *FastPath
+	if fast {
+		fp, err = Attach(px, nil)
+		if err != nil {
+			t.Fatalf("Attach = %v", err)
+		}
+		t.Cleanup(func() { fp.Close() })
+	}
+	l := e.listen(t)
+	s := px.Server()
+	go px.Serve(s, l)
+	t.Cleanup(func() { s.Close() })
+	return px, fp, l.Addr().String()
+}
+
+func (e *nsEnv) client() *http.Client {
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		DialContext: e.dial, MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1, DisableCompression: true}}
+}
+
+func TestFastPathServes(t *testing.T) {
+	e := newNS(t)
+	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
+	_, fp, addr := e.proxy(t, Config{
+		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
+		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}},
+		HashHeader: "X-User",
+	}, true)
+	c := e.client()
+	const n = 20
+	for i := 0; i < n; i++ {
+		req, _ := http.NewRequest("GET", "http://"+addr+"/x", nil)
+		req.Header.Set("X-User", "alice")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "GET /x user=\"alice\"") {
+			t.Fatalf("request %d = %d %q", i, resp.StatusCode, body)
+		}
+	}
+	cnt, err := fp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("counters %+v hits %d %d", cnt, b1.hits.Load(), b2.hits.Load())
+	if got := b1.hits.Load() + b2.hits.Load(); got != n {
+		t.Errorf("backends saw %d requests, want %d", got, n)
+	}
+	if cnt.Reasons[ReasonFast] < n-2 {
+		t.Errorf("fast = %d of %d requests, want all but the first (the miss)", cnt.Reasons[ReasonFast], n)
+	}
+}
