@@ -431,3 +431,21 @@ func fnv64(s string) uint64 {
 	}
 	return h
 }
+
+// settled reports whether every client connection is back with the kernel:
+// the proxy answered all the kernel passed it (tests wait on it).
+func (fp *FastPath) settled() bool {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for cookie := range fp.conns {
+		var c bpf.L7Conn
+		var ctl bpf.L7Ctl
+		if fp.objs.Conns.Lookup(cookie, &c) != nil || fp.objs.Ctls.Lookup(cookie, &ctl) != nil {
+			continue
+		}
+		if c.Sticky == 0 && c.Passed != ctl.Expected {
+			return false
+		}
+	}
+	return true
+}

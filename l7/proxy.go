@@ -121,7 +121,11 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	px.routes[v.Route].requests.Add(1)
 	if cc != nil {
-		cc.want(v.Backend)
+		// A miss fills the pool for the whole route, so the next request
+		// of this connection to any of its backends can take the fast path.
+		for _, b := range px.policy.routes[v.Route].ids {
+			cc.want(b)
+		}
 	}
 	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, v)))
 }
