@@ -698,6 +698,16 @@ int l7_parse(struct __sk_buff *skb)
 	if (s->cl > MAX_BODY)
 		return go_sticky(c, len);
 	__u32 msg = s->hdr_end + s->cl;
+	/* The parser reads its skb from the start of the segment the message
+	 * began in, not from the message (strparser keeps that offset to
+	 * itself): so every message must begin a segment. A request is taken
+	 * only when it ends where the data seen ends; data beyond it (a
+	 * pipelined request in the same segment) makes the rest of the
+	 * connection the proxy's, passed whole. */
+	if (msg > len)
+		return 0; /* wait for the body */
+	if (msg < len)
+		return go_sticky(c, len);
 	decide(s, pol, c, cookie);
 	return msg;
 }

@@ -188,6 +188,8 @@ var corpus = []struct {
 	{"duplicate host", split("GET /x HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 1<<20), 1, "slow"},
 	{"huge headers", split("GET /x HTTP/1.1\r\nHost: a.test\r\nX-Big: "+strings.Repeat("y", 2000)+"\r\n\r\n", 1<<20), 1, "slow"},
 	{"pipelined", split("GET /p1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /p2 HTTP/1.1\r\nHost: a.test\r\n\r\n", 1<<20), 2, ""},
+	{"pipelined unequal", split("GET /p1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /p22222 HTTP/1.1\r\nHost: a.test\r\nX-User: zed\r\n\r\n", 1<<20), 2, ""},
+	{"pipelined split", split("GET /p1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /p2 HTTP/1.1\r\nHost: a.test\r\n\r\n", 8), 2, ""},
 	{"connection close", split("GET /x HTTP/1.1\r\nHost: a.test\r\nConnection: close\r\n\r\n", 1<<20), 1, "slow"},
 	{"bare LF", split("GET /x HTTP/1.1\nHost: a.test\n\n", 1<<20), 1, "slow"},
 	{"garbage", split("GARBAGE\r\n\r\n", 1<<20), 1, "slow"},
