@@ -690,6 +690,13 @@ int l7_parse(struct __sk_buff *skb)
 	if (s->bad)
 		return go_sticky(c, len);
 	if (!s->hdr_end) {
+		/* The proxy answers a bad request line (or header) before the
+		 * headers end: what it would answer early must not wait here. */
+		if (s->nl >= 1) {
+			request_line(s);
+			if (s->unparsed)
+				return go_sticky(c, len);
+		}
 		if (len >= MAX_HDR)
 			return go_sticky(c, len); /* headers beyond the bound */
 		return 0;                         /* wait for more */

@@ -197,6 +197,7 @@ var corpus = []struct {
 	{"no host", split("GET /x HTTP/1.1\r\nX-User: bob\r\n\r\n", 1<<20), 1, "slow"},
 	{"percent path", split("GET /a%2Fb HTTP/1.1\r\nHost: a.test\r\n\r\n", 1<<20), 1, "slow"},
 	{"obs-fold", split("GET /x HTTP/1.1\r\nHost: a.test\r\nX-A: 1\r\n  2\r\n\r\n", 1<<20), 1, "slow"},
+	{"bad version, headers pending", split("T /x HTTP/:.1\r\n", 1<<20), 1, "slow"},
 	{"truncated", split("GET /x HTTP/1.1\r\nHost: a.te", 1<<20), -1, "slow"},
 }
 
