@@ -94,14 +94,25 @@ func TestL7Compare(t *testing.T) {
 	}
 	_, _, alone := e.proxy(t, cfg, false)
 	_, fp, fast := e.proxy(t, cfg, true)
+	// The same policy plus a header to set, which the kernel does not
+	// implement: every request is parsed, then passed up (the fallback's
+	// cost over the proxy alone).
+	cfgSet := cfg
+	cfgSet.SetHeader = Header{Name: "X-Set", Value: "1"}
+	_, fpSet, passed := e.proxy(t, cfgSet, true)
+	total := uint64(rounds * conns * reqs)
 	type result struct {
 		lat []time.Duration
 		el  time.Duration
 	}
-	names := []string{"direct", "proxy alone", "fast path"}
-	addrs := []string{b.addr, alone, fast}
+	names := []string{"direct", "proxy alone", "fast path", "fast path, all passed up (set_header)"}
+	addrs := []string{b.addr, alone, fast, passed}
 	res := make([]result, len(names))
 	before, err := fp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeSet, err := fpSet.Counters()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +127,14 @@ func TestL7Compare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := uint64(rounds * conns * reqs)
+	afterSet, err := fpSet.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := afterSet.Slow() - beforeSet.Slow(); got != total || afterSet.Reasons[ReasonFast] != beforeSet.Reasons[ReasonFast] {
+		t.Errorf("set_header policy passed %d of %d requests up and took %d fast, want all passed", got, total,
+			afterSet.Reasons[ReasonFast]-beforeSet.Reasons[ReasonFast])
+	}
 	fastN := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
 	slowN := after.Slow() - before.Slow()
 	if fastN+slowN != total {
@@ -129,6 +147,8 @@ func TestL7Compare(t *testing.T) {
 		slow := "-"
 		switch i {
 		case 1:
+			slow = "100%"
+		case 3:
 			slow = "100%"
 		case 2:
 			slow = fmt.Sprintf("%.2f%% (%d of %d)", 100*float64(slowN)/float64(total), slowN, total)
