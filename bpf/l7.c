@@ -731,13 +731,23 @@ int l7_verdict(struct __sk_buff *skb)
 	if (c->target) {
 		__u64 key = c->target;
 		if (have_lookup) {
+			/* A pooled socket the backend closed (FIN seen: no longer
+			 * established) is gone for this request: the proxy answers
+			 * it as it would alone (the user-space reader empties the
+			 * pool slot when it sees the close). */
 			struct bpf_sock *sk = bpf_map_lookup_elem(&upstreams, &key);
 			if (!sk) {
 				c->passed++;
 				count(R_REDIRECT_GONE);
 				return SK_PASS;
 			}
+			__u32 state = sk->state;
 			bpf_sk_release(sk);
+			if (state != BPF_TCP_ESTABLISHED) {
+				c->passed++;
+				count(R_REDIRECT_GONE);
+				return SK_PASS;
+			}
 		}
 		count(R_FAST);
 		count(R_MAX + (c->route & (MAX_ROUTES - 1)));

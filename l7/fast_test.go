@@ -141,3 +141,49 @@ func TestFastPathServes(t *testing.T) {
 		t.Errorf("fast = %d of %d requests, want all but the first (the miss)", cnt.Reasons[ReasonFast], n)
 	}
 }
+
+// TestFastPathBackendGoes: a backend closing its pooled sockets (it went
+// away) leaves the client's next request to the proxy, which answers as it
+// would alone (502), within a bound: nothing hangs.
+func TestFastPathBackendGoes(t *testing.T) {
+	e := newNS(t)
+	l := e.listen(t)
+	addr := l.Addr().String()
+	var hits atomic.Int64
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.WriteString(w, "ok")
+	})}
+	go s.Serve(l)
+	_, fp, paddr := e.proxy(t, Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{addr}}}}, true)
+	c := e.client()
+	do := func() (int, error) {
+		resp, err := c.Get("http://" + paddr + "/x")
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	for i := 0; i < 5; i++ {
+		if st, err := do(); err != nil || st != 200 {
+			t.Fatalf("request %d = %d, %v", i, st, err)
+		}
+	}
+	cnt, _ := fp.Counters()
+	if cnt.Reasons[ReasonFast] == 0 {
+		t.Fatalf("no request took the fast path before the backend went: %+v", cnt)
+	}
+	s.Close() // closes the listener and every connection, the pooled one too
+	start := time.Now()
+	st, err := do()
+	if err != nil || st != http.StatusBadGateway {
+		t.Fatalf("after the backend went: %d, %v; want 502", st, err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("answer after the backend went took %v", el)
+	}
+	after, _ := fp.Counters()
+	t.Logf("before %v after %v", cnt.Reasons, after.Reasons)
+}
