@@ -23,6 +23,7 @@ type nsEnv struct {
 func newNS(t testing.TB) *nsEnv {
 	t.Helper()
 	testutil.Root(t)
+	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (5.10 live-locked)")
 	ns, err := topo.New("l7")
 	if err != nil {
 		t.Fatalf("topo.New: %v", err)
