@@ -23,6 +23,9 @@ type nsEnv struct {
 func newNS(t testing.TB) *nsEnv {
 	t.Helper()
 	testutil.Root(t)
+	if *tryOld {
+		MinKernel = [2]int{5, 10}
+	}
 	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (5.10 live-locked)")
 	ns, err := topo.New("l7")
 	if err != nil {
