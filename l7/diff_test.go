@@ -37,7 +37,7 @@ type diffEnv struct {
 	backends []*nsBackend
 }
 
-func newDiffEnv(t testing.TB) *diffEnv {
+func newDiffEnv(t testing.TB, mods ...func(*Config)) *diffEnv {
 	e := newNS(t)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
 	cfg := Config{
@@ -47,6 +47,9 @@ func newDiffEnv(t testing.TB) *diffEnv {
 		},
 		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}, {Action: "deny", Methods: []string{"DELETE"}, Header: "X-User", Value: "mallory"}},
 		HashHeader: "X-User",
+	}
+	for _, m := range mods {
+		m(&cfg)
 	}
 	_, _, alone := e.proxy(t, cfg, false)
 	_, fp, fast := e.proxy(t, cfg, true)
@@ -240,6 +243,30 @@ func TestL7Differential(t *testing.T) {
 	}
 	if ran == 0 {
 		t.Fatal("no cases ran")
+	}
+}
+
+// TestL7DifferentialSetHeader: with a header to set (not implemented in
+// the kernel) every request is passed up and answered as by the proxy
+// alone, the header set (the backends echo it).
+func TestL7DifferentialSetHeader(t *testing.T) {
+	d := newDiffEnv(t, func(c *Config) { c.SetHeader = Header{Name: "X-Set", Value: "on"} })
+	for _, tt := range corpus[:6] {
+		t.Run(tt.name, func(t *testing.T) {
+			a := d.exchange(t, d.alone, tt.chunks, tt.want, 300*time.Millisecond)
+			before, _ := d.fp.Counters()
+			f := d.exchange(t, d.fast, tt.chunks, tt.want, 300*time.Millisecond)
+			after, _ := d.fp.Counters()
+			if fmt.Sprint(a) != fmt.Sprint(f) {
+				t.Errorf("responses differ\nproxy alone: %v\nfast path:   %v", a, f)
+			}
+			if len(f) == 0 || !strings.Contains(f[0].Body, `set="on"`) {
+				t.Errorf("fast path answered %v, want the header set", f)
+			}
+			if n := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]; n != 0 {
+				t.Errorf("fast path took %d requests of a policy it does not implement", n)
+			}
+		})
 	}
 }
 
