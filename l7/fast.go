@@ -144,7 +144,7 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		log = slog.Default()
 	}
 	if ok, rel := kernelAtLeast(MinKernel[0], MinKernel[1]); !ok {
-		return nil, fmt.Errorf("l7 fast path: kernel %s is older than %d.%d (5.10 live-locked under it): the proxy alone serves", rel, MinKernel[0], MinKernel[1])
+		return nil, fmt.Errorf("l7 fast path: kernel %s is older than %d.%d, the oldest seen to pass (see MinKernel): the proxy alone serves", rel, MinKernel[0], MinKernel[1])
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)

@@ -28,7 +28,7 @@ func newNS(t testing.TB) *nsEnv {
 	if *tryOld {
 		MinKernel = [2]int{5, 10}
 	}
-	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (5.10 live-locked)")
+	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (see MinKernel)")
 	ns, err := topo.New("l7")
 	if err != nil {
 		t.Fatalf("topo.New: %v", err)

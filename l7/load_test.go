@@ -7,7 +7,7 @@ import (
 	"xdpshield/internal/testutil"
 )
 
-var tryOld = flag.Bool("l7.try-old-kernel", false, "lift MinKernel (diagnosis of the 5.10 live-lock)")
+var tryOld = flag.Bool("l7.try-old-kernel", false, "lift MinKernel to 5.10 (to diagnose older kernels)")
 
 // TestAttachLoads loads and attaches the data plane, with no traffic: on a
 // kernel that refuses it (verifier, helpers), this fails first.
@@ -16,7 +16,7 @@ func TestAttachLoads(t *testing.T) {
 	if *tryOld {
 		MinKernel = [2]int{5, 10}
 	}
-	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (5.10 live-locked)")
+	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (see MinKernel)")
 	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
 		RBAC: []Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
 	if err != nil {
