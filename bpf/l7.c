@@ -16,8 +16,10 @@
  * What passes, and whether the connection stays on the proxy from then on
  * ("sticky": the stream can no longer be delimited here): a message the
  * parser cannot frame (chunked, headers beyond MAX_HDR, a body beyond
- * MAX_BODY, bare LF, control bytes, obs-fold, hop-by-hop headers, HTTP/1.0)
- * is sticky; a framed request is passed alone when its method, version,
+ * MAX_BODY, bare LF, control bytes, obs-fold, hop-by-hop headers, duplicate
+ * Host or Content-Length, data after the request in the same segment, a
+ * request line not taken here while the headers are still incomplete) is
+ * sticky; a framed request is passed alone when its method, version,
  * path, Host or named header is outside what is parsed here, when the
  * policy denies it (the proxy answers 403) or routes it nowhere (404), when
  * the policy holds what the kernel does not implement (set_header), when no
@@ -25,9 +27,10 @@
  * or while the proxy has not answered every request passed before (so
  * responses never overtake each other).
  *
- * Loads on 5.10 and later: sockhash and SK_SKB parser/verdict (4.18),
- * bounded loops (5.3), sockhash lookup from programs (5.7? probed by the
- * loader: without it the verdict redirects blind).
+ * Loads and attaches on 5.10 and later: sockhash and SK_SKB parser/verdict
+ * (4.18), bounded loops (5.3), sockhash lookup from programs (probed by the
+ * loader: without it the verdict redirects blind). Serving is another
+ * matter: l7.MinKernel says which kernels the loader accepts and why.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
