@@ -26,8 +26,7 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 }
 
 // MinKernel is the oldest kernel Attach accepts: the oldest on which the
-// package's tests were seen to pass (6.18 on the host; under qemu, 7.2 passed
-// the first fast-path test, the full suite not yet).
+// package's tests were seen to pass (6.18 on the host, 7.2 under qemu).
 // Seen under qemu: on Debian's 5.10 the data plane loads and attaches, but
 // the first requests live-locked the machine (soft lockups of the test's
 // threads); on 6.1 a connection passed whole after a request that ended
