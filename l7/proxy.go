@@ -3,7 +3,6 @@ package l7
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -239,4 +238,3 @@ func (l *fastListener) Accept() (net.Conn, error) {
 	}
 }
 
-var _ = fmt.Sprintf
