@@ -237,4 +237,3 @@ func (l *fastListener) Accept() (net.Conn, error) {
 		return cc, nil
 	}
 }
-
