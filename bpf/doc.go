@@ -2,5 +2,6 @@
 // Go bindings bpf2go generates from them (committed, so building needs no
 // clang; `make generate` rebuilds them).
 //
-// It owns nothing at run time: shield/ loads and owns the programs and maps.
+// It owns nothing at run time: shield/ loads and owns the XDP programs and
+// their maps, l7/ the L7 fast path's (l7.c).
 package bpf

@@ -1,0 +1,783 @@
+//go:build ignore
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * l7: the socket-layer data plane of the L7 fast path (issue 16).
+ *
+ * Requests arrive from the wire on the client sockets the proxy accepted
+ * (clients sockhash): an SK_SKB stream parser delimits each HTTP/1.1 request
+ * (request line, headers up to MAX_HDR bytes, a Content-Length body),
+ * extracts method, path, Host and one named header, matches the policy held
+ * in maps and decides; the SK_SKB verdict then redirects the request to the
+ * client's pooled upstream socket for the chosen backend, or passes it to the
+ * proxy reading the socket (the fallback, which answers exactly as it would
+ * alone). Responses: every byte an upstream socket (upstreams sockhash)
+ * receives is redirected to its client socket in the kernel.
+ *
+ * What passes, and whether the connection stays on the proxy from then on
+ * ("sticky": the stream can no longer be delimited here): a message the
+ * parser cannot frame (chunked, headers beyond MAX_HDR, a body beyond
+ * MAX_BODY, bare LF, control bytes, obs-fold, hop-by-hop headers, duplicate
+ * Host or Content-Length, data after the request in the same segment, a
+ * request line not taken here while the headers are still incomplete) is
+ * sticky; a framed request is passed alone when its method, version,
+ * path, Host or named header is outside what is parsed here, when the
+ * policy denies it (the proxy answers 403) or routes it nowhere (404), when
+ * the policy holds what the kernel does not implement (set_header), when no
+ * pooled socket exists (a miss: the proxy forwards it and fills the pool),
+ * or while the proxy has not answered every request passed before (so
+ * responses never overtake each other).
+ *
+ * Loads and attaches on 5.10 and later: sockhash and SK_SKB parser/verdict
+ * (4.18), bounded loops (5.3), sockhash lookup from programs (probed by the
+ * loader: without it the verdict redirects blind). Serving is another
+ * matter: l7.MinKernel says which kernels the loader accepts and why.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+#define MAX_SOCKS 65536
+#define MAX_CONNS 65536
+#define MAX_POOL 65536
+#define MAX_ROUTES 8
+#define MAX_RULES 8
+#define RING_SLOTS 256
+#define MAX_HDR 512     /* bytes of request line + headers parsed (the verifier keeps at most 8192 branches pending along one path: ~12 per byte) */
+#define MAX_LINES 32    /* lines within them */
+#define MAX_PATH 128    /* bytes of the path */
+#define MAX_PREFIX 64   /* bytes of a route's or rule's path prefix */
+#define MAX_HOST 32     /* bytes of Host */
+#define MAX_VAL 32      /* bytes of the named header's value */
+#define MAX_NAME 32     /* bytes of a header name */
+#define MAX_BODY 65536  /* bytes of a Content-Length body */
+
+/* Reasons: what happened to each message, counted per CPU. */
+enum reason {
+	R_FAST = 0,      /* request redirected to a pooled upstream socket */
+	R_MISS,          /* passed: no pooled socket for the backend */
+	R_DENY,          /* passed: RBAC denies (the proxy answers 403) */
+	R_NOROUTE,       /* passed: no route (404) */
+	R_BUSY,          /* passed: the proxy still answers earlier requests */
+	R_UNPARSED,      /* passed: method, version, path, Host or header not handled here */
+	R_POLICY,        /* passed: the policy holds what the kernel does not implement */
+	R_STICKY,        /* passed, connection on the proxy for good (unframable) */
+	R_STICKY_MORE,   /* passed: later data of a sticky connection */
+	R_RESPONSE,      /* upstream data redirected to its client */
+	R_REDIRECT_GONE, /* passed: the pooled socket had gone */
+	R_UNKNOWN,       /* passed: socket without state */
+	R_MAX,
+};
+#define COUNTERS (R_MAX + MAX_ROUTES)
+
+/* Policy compiled from the Go configuration (l7/fast.go writes it). */
+struct route {
+	__u8 host[MAX_HOST];     /* lowercase Host, or empty for any */
+	__u8 prefix[MAX_PREFIX]; /* path prefix */
+	__u32 host_len;
+	__u32 prefix_len;
+};
+
+struct rule {
+	__u8 prefix[MAX_PREFIX]; /* path prefix, prefix_len 0: any */
+	__u8 value[MAX_VAL];     /* value of the named header, when has_value */
+	__u32 prefix_len;
+	__u32 value_len;
+	__u32 methods;   /* method bits (l7/config.go methodBits), 0: any */
+	__u32 src_bit;   /* bit of the client's source mask, 0xff: any source */
+	__u32 has_value; /* the named header must equal value */
+	__u32 deny;      /* 1: deny, 0: allow */
+};
+
+struct policy {
+	__u32 enabled;   /* 0: pass everything (a policy the kernel cannot hold) */
+	__u32 n_routes;
+	__u32 n_rules;
+	__u32 hash;      /* 1: the named header picks the backend */
+	__u32 set_header; /* 1: requests need a header set: passed (not implemented here) */
+	__u32 name_len;  /* 0: no named header */
+	__u64 name_hash; /* FNV-1a 64 of the named header, lowercase */
+	struct route routes[MAX_ROUTES];
+	struct rule rules[MAX_RULES];
+};
+
+struct pool_key {
+	__u64 client; /* client socket cookie */
+	__u32 backend; /* backend id */
+	__u32 pad;
+};
+
+/* Kernel-written state of a client connection. */
+struct conn {
+	__u64 passed; /* requests passed to the proxy */
+	__u64 target; /* parser -> verdict: upstream cookie, 0: pass */
+	__u32 reason; /* parser -> verdict: enum reason */
+	__u32 sticky; /* 1: everything passes from now on */
+	__u32 route;  /* parser -> verdict: route of a fast request */
+	__u32 pad;
+};
+
+/* User-written control of a client connection. */
+struct ctl {
+	__u64 expected; /* requests the proxy has answered; fast only when passed == expected */
+	__u32 src_mask; /* bit i: the source matches rule i's source prefix */
+	__u32 pad;
+};
+
+struct scratch {
+	__u8 buf[MAX_HDR];
+	__u8 path[MAX_PATH];
+	__u8 host[MAX_HOST];
+	__u8 val[MAX_VAL];
+	__u16 ends[MAX_LINES];
+	__u32 n;
+	__u32 nl;
+	__u32 hdr_end;
+	__u32 bad;
+	__u32 unparsed;
+	__u32 path_len;
+	__u32 host_len;
+	__u32 val_len;
+	__u32 have_host;
+	__u32 have_val;
+	__u32 have_cl;
+	__u32 cl;
+	__u32 method;
+	/* frame()'s per-line state, kept in memory so the verifier's states
+	 * at the loop head differ only in the loop counter */
+	__u64 nh;       /* FNV-1a 64 of the lowercase name so far */
+	__u32 line_start;
+	__u32 in_name;
+	__u32 nlen;
+	__u32 kind;     /* K_* of the current header line */
+	__u32 vlen;     /* value bytes seen (leading OWS skipped) */
+	__u32 vstarted;
+	__u32 trail;    /* trailing spaces and tabs of the value so far */
+	__u32 ndig;
+	/* decide()'s loop-carried state, in memory for the same reason */
+	__u32 d_best;
+	__u32 d_score;
+	__u32 d_match;
+	__u32 d_hash;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, MAX_SOCKS);
+	__type(key, __u64);   /* socket cookie */
+	__type(value, __u32); /* socket fd (user space) */
+} clients SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, MAX_SOCKS);
+	__type(key, __u64);   /* socket cookie */
+	__type(value, __u32); /* socket fd (user space) */
+} upstreams SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__type(key, __u64); /* client socket cookie */
+	__type(value, struct conn);
+} conns SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__type(key, __u64); /* client socket cookie */
+	__type(value, struct ctl);
+} ctls SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_POOL);
+	__type(key, struct pool_key);
+	__type(value, __u64); /* upstream socket cookie */
+} pool SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_POOL);
+	__type(key, __u64);   /* upstream socket cookie */
+	__type(value, __u64); /* its client socket cookie */
+} peer SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct policy);
+} policies SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_ROUTES * RING_SLOTS);
+	__type(key, __u32);   /* route * RING_SLOTS + slot */
+	__type(value, __u32); /* backend id */
+} ring SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, COUNTERS);
+	__type(key, __u32);   /* enum reason, then R_MAX + route (fast requests per route) */
+	__type(value, __u64);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
+/* Load-time switch: the kernel lets programs look sockhash entries up. */
+const volatile __u32 have_lookup = 0;
+
+static __always_inline void count(__u32 r)
+{
+	__u64 *c = bpf_map_lookup_elem(&counters, &r);
+	if (c)
+		*c += 1;
+}
+
+
+#define B(s, i) ((s)->buf[(i) & (MAX_HDR - 1)])
+
+/* FNV-1a 64 of the lowercase header names the parser acts on: a name is
+ * recognised by its length and hash, computed in the one loop that scans it
+ * (a string compare per name costs the verifier a loop each). */
+#define H_HOST 0x4077f8cc7eaf4d6fULL /* fnv1a64("host") */
+#define H_CONTENT_LENGTH 0x2d69a1e6ee916e7dULL /* fnv1a64("content-length") */
+#define H_TRANSFER_ENCODING 0x8640bd735e9d802cULL /* fnv1a64("transfer-encoding") */
+#define H_CONNECTION 0xc7f597ea639b1b59ULL /* fnv1a64("connection") */
+#define H_UPGRADE 0x7f7d77d7c2a03db7ULL /* fnv1a64("upgrade") */
+#define H_EXPECT 0x208ad7977190aad8ULL /* fnv1a64("expect") */
+#define H_TE 0x08c83307b56ab672ULL /* fnv1a64("te") */
+#define H_TRAILER 0xdac5827ce61e8e00ULL /* fnv1a64("trailer") */
+#define H_KEEP_ALIVE 0x9b912fcf8da69be0ULL /* fnv1a64("keep-alive") */
+#define H_PROXY_CONNECTION 0x5bc2b1fc8570c386ULL /* fnv1a64("proxy-connection") */
+/* Sticky: the rest of this connection goes to the proxy. */
+static __always_inline int go_sticky(struct conn *c, __u32 len)
+{
+	c->sticky = 1;
+	c->target = 0;
+	c->reason = R_STICKY;
+	return len;
+}
+
+/* Byte classes, one load instead of a chain of compares per byte (each
+ * compare is a branch the verifier keeps pending along a 1024-byte path). */
+#define C_TCHAR 1  /* token character (header names, methods) */
+#define C_HOST 2   /* lowercase host character: a-z 0-9 . - : */
+#define C_CTL 4    /* control or non-ASCII byte other than \t \r \n */
+#define C_DIGIT 8
+#define C_OWS 16   /* space or tab */
+#define C_UPPER 32 /* A-Z */
+
+static const __u8 cls[256] = {
+	/* 0x00 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x08 */ C_CTL, C_OWS, 0, C_CTL, C_CTL, 0, C_CTL, C_CTL,
+	/* 0x10 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x18 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x20 */ C_OWS, C_TCHAR, 0, C_TCHAR, C_TCHAR, C_TCHAR, C_TCHAR, C_TCHAR,
+	/* 0x28 */ 0, 0, C_TCHAR, C_TCHAR, 0, C_TCHAR|C_HOST, C_TCHAR|C_HOST, 0,
+	/* 0x30 */ C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT,
+	/* 0x38 */ C_TCHAR|C_HOST|C_DIGIT, C_TCHAR|C_HOST|C_DIGIT, C_HOST, 0, 0, 0, 0, 0,
+	/* 0x40 */ 0, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER,
+	/* 0x48 */ C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER,
+	/* 0x50 */ C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER,
+	/* 0x58 */ C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, C_TCHAR|C_UPPER, 0, 0, 0, C_TCHAR, C_TCHAR,
+	/* 0x60 */ C_TCHAR, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST,
+	/* 0x68 */ C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST,
+	/* 0x70 */ C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST,
+	/* 0x78 */ C_TCHAR|C_HOST, C_TCHAR|C_HOST, C_TCHAR|C_HOST, 0, C_TCHAR, 0, C_TCHAR, C_CTL,
+	/* 0x80 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x88 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x90 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0x98 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xa0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xa8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xb0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xb8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xc0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xc8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xd0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xd8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xe0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xe8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xf0 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+	/* 0xf8 */ C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL, C_CTL,
+};
+_Static_assert(sizeof(cls) == 256, "cls covers every byte");
+
+enum { K_OTHER = 0, K_HOST, K_CL, K_VAL };
+
+/* frame: one pass over the bytes: line ends, the end of the headers, and
+ * each header line's name (by length and hash) and value (Host, Content-
+ * Length, the named header). Sets bad (unframable: sticky) or unparsed
+ * (framed, but not for the fast path). */
+static __always_inline void frame(struct scratch *s, struct policy *pol)
+{
+	volatile struct scratch *v = s;
+	v->nl = 0;
+	v->hdr_end = 0;
+	v->bad = 0;
+	v->unparsed = 0;
+	v->have_host = 0;
+	v->have_val = 0;
+	v->have_cl = 0;
+	v->cl = 0;
+	v->host_len = 0;
+	v->val_len = 0;
+	for (__u32 i = 0; i < MAX_HDR; i++) {
+		if (i >= v->n)
+			break;
+		__u8 c = B(s, i);
+		if (c == '\n') {
+			__u32 nl = v->nl;
+			if (i == 0 || B(s, i - 1) != '\r' || nl >= MAX_LINES) {
+				v->bad = 1;
+				break;
+			}
+			s->ends[nl & (MAX_LINES - 1)] = i;
+			if (nl > 0) {
+				if (v->line_start + 1 == i) { /* the empty line */
+					v->hdr_end = i + 1;
+					break;
+				}
+				if (v->in_name) {
+					v->bad = 1; /* no colon */
+					break;
+				}
+				__u32 n = v->vlen - v->trail;
+				switch (v->kind) {
+				case K_HOST:
+					if (n == 0 || n > MAX_HOST)
+						v->unparsed = 1;
+					v->host_len = n;
+					break;
+				case K_VAL:
+					if (n > MAX_VAL)
+						v->unparsed = 1;
+					v->val_len = n;
+					break;
+				case K_CL:
+					if (v->ndig == 0) {
+						v->bad = 1;
+						goto out;
+					}
+					break;
+				}
+			} else if (i == 1) {
+				v->bad = 1; /* an empty first line */
+				break;
+			}
+			v->nl = nl + 1;
+			v->line_start = i + 1;
+			v->in_name = 1;
+			v->nlen = 0;
+			v->nh = 0xcbf29ce484222325ULL;
+			v->kind = K_OTHER;
+			v->vlen = 0;
+			v->vstarted = 0;
+			v->trail = 0;
+			v->ndig = 0;
+			continue;
+		}
+		if (c == '\r') {
+			if (i + 1 < v->n && B(s, i + 1) != '\n') {
+				v->bad = 1;
+				break;
+			}
+			continue;
+		}
+		__u8 k = cls[c];
+		if (k & C_CTL) {
+			v->bad = 1;
+			break;
+		}
+		if (v->nl == 0)
+			continue; /* the request line: request_line() reads it */
+		if (v->in_name) {
+			if (c == ':') {
+				__u32 nlen = v->nlen;
+				__u64 nh = v->nh;
+				v->in_name = 0;
+				if (nlen == 0) {
+					v->bad = 1;
+					break;
+				}
+				if (nlen == 4 && nh == H_HOST) {
+					if (v->have_host) {
+						v->bad = 1; /* duplicate Host: the proxy answers 400 */
+						break;
+					}
+					v->have_host = 1;
+					v->kind = K_HOST;
+				} else if (nlen == 14 && nh == H_CONTENT_LENGTH) {
+					if (v->have_cl) {
+						v->bad = 1;
+						break;
+					}
+					v->have_cl = 1;
+					v->kind = K_CL;
+				} else if ((nlen == 17 && nh == H_TRANSFER_ENCODING) || (nlen == 10 && nh == H_CONNECTION) ||
+					   (nlen == 7 && nh == H_UPGRADE) || (nlen == 6 && nh == H_EXPECT) ||
+					   (nlen == 2 && nh == H_TE) || (nlen == 7 && nh == H_TRAILER) ||
+					   (nlen == 10 && nh == H_KEEP_ALIVE) || (nlen == 16 && nh == H_PROXY_CONNECTION)) {
+					v->bad = 1; /* framing or hop-by-hop: the proxy's, for good */
+					break;
+				} else if (pol->name_len && nlen == pol->name_len && nh == pol->name_hash) {
+					if (v->have_val)
+						v->unparsed = 1; /* duplicate */
+					v->have_val = 1;
+					v->kind = K_VAL;
+				}
+				continue;
+			}
+			if (!(k & C_TCHAR)) {
+				v->bad = 1; /* includes obs-fold (a line starting with space) */
+				break;
+			}
+			v->nlen = v->nlen + 1;
+#ifndef NONH
+			v->nh = (v->nh ^ (c | ((k & C_UPPER) ? 0x20 : 0))) * 0x100000001b3ULL;
+#endif
+			continue;
+		}
+		/* the value */
+		if (k & C_OWS) {
+			if (!v->vstarted)
+				continue;
+			v->trail = v->trail + 1;
+		} else {
+			if (v->trail && v->kind != K_OTHER && v->kind != K_VAL)
+				v->unparsed = 1; /* inner space in Host or Content-Length */
+			if (v->trail && v->kind == K_CL) {
+				v->bad = 1;
+				break;
+			}
+			v->trail = 0;
+		}
+		v->vstarted = 1;
+		__u32 vl = v->vlen;
+		switch (v->kind) {
+		case K_HOST:
+			if (!(k & (C_OWS | C_HOST | C_UPPER)))
+				v->unparsed = 1;
+			s->host[vl & (MAX_HOST - 1)] = c | ((k & C_UPPER) ? 0x20 : 0);
+			break;
+		case K_VAL:
+			s->val[vl & (MAX_VAL - 1)] = c;
+			break;
+		case K_CL:
+			if (k & C_OWS)
+				break;
+			if (!(k & C_DIGIT) || v->ndig >= 6) {
+				v->bad = 1;
+				goto out;
+			}
+			v->ndig = v->ndig + 1;
+			v->cl = v->cl * 10 + (c - '0');
+			break;
+		}
+		v->vlen = vl + 1;
+	}
+out:
+	return;
+}
+
+/* request_line: method, path, version of line 0. */
+static __always_inline void request_line(struct scratch *s)
+{
+	volatile struct scratch *v = s;
+	__u32 end = s->ends[0] - 1; /* index of '\r' */
+	__u32 p;
+	if (B(s, 0) == 'G' && B(s, 1) == 'E' && B(s, 2) == 'T' && B(s, 3) == ' ') {
+		v->method = 1 << 0;
+		p = 4;
+	} else if (B(s, 0) == 'P' && B(s, 1) == 'O' && B(s, 2) == 'S' && B(s, 3) == 'T' && B(s, 4) == ' ') {
+		v->method = 1 << 2;
+		p = 5;
+	} else if (B(s, 0) == 'P' && B(s, 1) == 'U' && B(s, 2) == 'T' && B(s, 3) == ' ') {
+		v->method = 1 << 3;
+		p = 4;
+	} else if (B(s, 0) == 'D' && B(s, 1) == 'E' && B(s, 2) == 'L' && B(s, 3) == 'E' && B(s, 4) == 'T' &&
+		   B(s, 5) == 'E' && B(s, 6) == ' ') {
+		v->method = 1 << 4;
+		p = 7;
+	} else {
+		v->unparsed = 1;
+		return;
+	}
+	if (B(s, p) != '/') {
+		v->unparsed = 1;
+		return;
+	}
+	v->path_len = 0;
+	__u32 q = 0; /* past '?': the rest is not matched */
+	__u32 k;
+	for (k = 0; k < MAX_PATH; k++) {
+		__u8 c = B(s, p + k);
+		if (c == ' ')
+			break;
+		if (c == '#' || c == '%') {
+			v->unparsed = 1;
+			return;
+		}
+		if (c == '?')
+			q = 1;
+		if (!q) {
+			s->path[k & (MAX_PATH - 1)] = c;
+			v->path_len = k + 1;
+		}
+	}
+	if (k == MAX_PATH) {
+		v->unparsed = 1;
+		return;
+	}
+	p += k;
+	/* " HTTP/1.1" then the line's end. */
+	if (p + 9 != end || B(s, p + 1) != 'H' || B(s, p + 2) != 'T' || B(s, p + 3) != 'T' ||
+	    B(s, p + 4) != 'P' || B(s, p + 5) != '/' || B(s, p + 6) != '1' || B(s, p + 7) != '.' ||
+	    B(s, p + 8) != '1')
+		v->unparsed = 1;
+}
+
+/* match_bytes: d_match stays 1 when a[0..n) == b[0..n); n <= bound. */
+static __always_inline void match_bytes(volatile struct scratch *v, const __u8 *a, const __u8 *b, __u32 n, __u32 bound,
+					__u32 bmask)
+{
+	for (__u32 k = 0; k < bound; k++) {
+		if (k >= n)
+			break;
+		if (a[k] != b[k & bmask]) {
+			v->d_match = 0;
+			break;
+		}
+	}
+}
+
+/* decide: RBAC then route then ring then pool; sets c->reason/target/route. */
+static __always_inline void decide(struct scratch *s, struct policy *pol, struct conn *c, __u64 cookie)
+{
+	volatile struct scratch *v = s;
+	struct ctl *ctl = bpf_map_lookup_elem(&ctls, &cookie);
+	if (!ctl) {
+		c->reason = R_UNKNOWN;
+		return;
+	}
+	if (c->passed != ctl->expected) {
+		c->reason = R_BUSY;
+		return;
+	}
+	if (s->unparsed || !s->have_host) {
+		c->reason = R_UNPARSED;
+		return;
+	}
+	if (pol->set_header) {
+		c->reason = R_POLICY;
+		return;
+	}
+	if (!s->have_val)
+		v->val_len = 0;
+	for (__u32 i = 0; i < MAX_RULES; i++) {
+		if (i >= pol->n_rules)
+			break;
+		struct rule *r = &pol->rules[i];
+		if (r->methods && !(r->methods & v->method))
+			continue;
+		if (r->src_bit != 0xff && !(ctl->src_mask & (1u << (r->src_bit & 31))))
+			continue;
+		v->d_match = 1;
+		if (r->prefix_len) {
+			if (r->prefix_len > v->path_len)
+				continue;
+			match_bytes(v, r->prefix, s->path, r->prefix_len, MAX_PREFIX, MAX_PATH - 1);
+		}
+		if (r->has_value) {
+			if (r->value_len != v->val_len)
+				continue;
+			match_bytes(v, r->value, s->val, r->value_len, MAX_VAL, MAX_VAL - 1);
+		}
+		if (!v->d_match)
+			continue;
+		if (r->deny) {
+			c->reason = R_DENY;
+			return;
+		}
+		break;
+	}
+	v->d_best = 0xff;
+	v->d_score = 0;
+	for (__u32 i = 0; i < MAX_ROUTES; i++) {
+		if (i >= pol->n_routes)
+			break;
+		struct route *rt = &pol->routes[i];
+		v->d_match = 1;
+		if (rt->host_len) {
+			if (rt->host_len != v->host_len)
+				continue;
+			match_bytes(v, rt->host, s->host, rt->host_len, MAX_HOST, MAX_HOST - 1);
+		}
+		if (rt->prefix_len > v->path_len)
+			continue;
+		match_bytes(v, rt->prefix, s->path, rt->prefix_len, MAX_PREFIX, MAX_PATH - 1);
+		if (!v->d_match)
+			continue;
+		__u32 score = rt->prefix_len + 1 + (rt->host_len ? (1 << 16) : 0);
+		if (score > v->d_score) {
+			v->d_best = i;
+			v->d_score = score;
+		}
+	}
+	__u32 best = v->d_best;
+	if (best == 0xff) {
+		c->reason = R_NOROUTE;
+		return;
+	}
+	v->d_hash = 2166136261u;
+	if (pol->hash) {
+		for (__u32 k = 0; k < MAX_VAL; k++) {
+			if (k >= v->val_len)
+				break;
+			v->d_hash = (v->d_hash ^ s->val[k]) * 16777619u;
+		}
+	}
+	__u32 slot = (best & (MAX_ROUTES - 1)) * RING_SLOTS + (v->d_hash % RING_SLOTS);
+	__u32 *backend = bpf_map_lookup_elem(&ring, &slot);
+	if (!backend) {
+		c->reason = R_POLICY;
+		return;
+	}
+	struct pool_key pk = {.client = cookie, .backend = *backend};
+	__u64 *up = bpf_map_lookup_elem(&pool, &pk);
+	if (!up) {
+		c->reason = R_MISS;
+		return;
+	}
+	c->reason = R_FAST;
+	c->target = *up;
+	c->route = best;
+}
+
+SEC("sk_skb/stream_parser")
+int l7_parse(struct __sk_buff *skb)
+{
+	__u32 len = skb->len;
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
+	if (!c)
+		return len;
+	c->target = 0;
+	if (c->sticky) {
+		c->reason = R_STICKY_MORE;
+		return len;
+	}
+	__u32 zero = 0;
+	struct policy *pol = bpf_map_lookup_elem(&policies, &zero);
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	if (!pol || !s || !pol->enabled)
+		return go_sticky(c, len);
+	__u32 n = len;
+	if (n > MAX_HDR)
+		n = MAX_HDR;
+	if (n < 1)
+		return 0;
+	n = ((n - 1) & (MAX_HDR - 1)) + 1; /* [1, MAX_HDR], as the verifier sees it */
+	if (bpf_skb_load_bytes(skb, 0, s->buf, n) < 0)
+		return go_sticky(c, len);
+	s->n = n;
+	frame(s, pol);
+	if (s->bad)
+		return go_sticky(c, len);
+	if (!s->hdr_end) {
+		/* The proxy answers a bad request line (or header) before the
+		 * headers end: what it would answer early must not wait here. */
+		if (s->nl >= 1) {
+			request_line(s);
+			if (s->unparsed)
+				return go_sticky(c, len);
+		}
+		if (len >= MAX_HDR)
+			return go_sticky(c, len); /* headers beyond the bound */
+		return 0;                         /* wait for more */
+	}
+	request_line(s);
+	if (s->cl > MAX_BODY)
+		return go_sticky(c, len);
+	__u32 msg = s->hdr_end + s->cl;
+	/* The parser reads its skb from the start of the segment the message
+	 * began in, not from the message (strparser keeps that offset to
+	 * itself): so every message must begin a segment. A request is taken
+	 * only when it ends where the data seen ends; data beyond it (a
+	 * pipelined request in the same segment) makes the rest of the
+	 * connection the proxy's, passed whole. */
+	if (msg > len)
+		return 0; /* wait for the body */
+	if (msg < len)
+		return go_sticky(c, len);
+	decide(s, pol, c, cookie);
+	return msg;
+}
+
+SEC("sk_skb/stream_verdict")
+int l7_verdict(struct __sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
+	if (!c) {
+		count(R_UNKNOWN);
+		return SK_PASS;
+	}
+	if (c->target) {
+		__u64 key = c->target;
+		if (have_lookup) {
+			/* A pooled socket the backend closed (FIN seen: no longer
+			 * established) is gone for this request: the proxy answers
+			 * it as it would alone (the user-space reader empties the
+			 * pool slot when it sees the close). */
+			struct bpf_sock *sk = bpf_map_lookup_elem(&upstreams, &key);
+			if (!sk) {
+				c->passed++;
+				count(R_REDIRECT_GONE);
+				return SK_PASS;
+			}
+			__u32 state = sk->state;
+			bpf_sk_release(sk);
+			if (state != BPF_TCP_ESTABLISHED) {
+				c->passed++;
+				count(R_REDIRECT_GONE);
+				return SK_PASS;
+			}
+		}
+		count(R_FAST);
+		count(R_MAX + (c->route & (MAX_ROUTES - 1)));
+		return bpf_sk_redirect_hash(skb, &upstreams, &key, 0);
+	}
+	if (c->reason != R_STICKY_MORE && c->reason != R_STICKY)
+		c->passed++;
+	count(c->reason);
+	return SK_PASS;
+}
+
+SEC("sk_skb/stream_parser")
+int l7_up_parse(struct __sk_buff *skb)
+{
+	return skb->len;
+}
+
+SEC("sk_skb/stream_verdict")
+int l7_up_verdict(struct __sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(skb);
+	__u64 *client = bpf_map_lookup_elem(&peer, &cookie);
+	if (!client) {
+		count(R_UNKNOWN);
+		return SK_PASS;
+	}
+	__u64 key = *client;
+	count(R_RESPONSE);
+	return bpf_sk_redirect_hash(skb, &clients, &key, 0);
+}

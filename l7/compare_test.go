@@ -1,0 +1,173 @@
+package l7
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// load runs conns connections, each sending n small GETs one after the
+// other (closed loop, kept alive), and returns every latency and the
+// elapsed time.
+func (e *nsEnv) load(t *testing.T, addr string, conns, n int) ([]time.Duration, time.Duration) {
+	t.Helper()
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	start := time.Now()
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := e.dial(t.Context(), "tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			req := fmt.Sprintf("GET /item HTTP/1.1\r\nHost: a.test\r\nX-User: user%d\r\n\r\n", i)
+			local := make([]time.Duration, 0, n)
+			for k := 0; k < n; k++ {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				t0 := time.Now()
+				if _, err := io.WriteString(c, req); err != nil {
+					errs <- err
+					return
+				}
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					errs <- fmt.Errorf("status %d", resp.StatusCode)
+					return
+				}
+				local = append(local, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, local...)
+			mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	el := time.Since(start)
+	close(errs)
+	for err := range errs {
+		t.Fatalf("load on %s: %v", addr, err)
+	}
+	return lat, el
+}
+
+func pct(d []time.Duration, p float64) time.Duration {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(a, b int) bool { return s[a] < s[b] })
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// TestL7Compare measures, side by side in one namespace and one run, a
+// direct connection to the backend, the Go proxy alone and the fast path,
+// at the same offered load (the same closed loop), rounds interleaved.
+// L7_COMPARE_ROUNDS, _CONNS and _REQS change the load.
+func TestL7Compare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement: not in -short")
+	}
+	rounds, conns, reqs := envInt("L7_COMPARE_ROUNDS", 3), envInt("L7_COMPARE_CONNS", 4), envInt("L7_COMPARE_REQS", 1000)
+	e := newNS(t)
+	b := e.backend(t, "b")
+	cfg := Config{
+		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}},
+		HashHeader: "X-User",
+	}
+	_, _, alone := e.proxy(t, cfg, false)
+	_, fp, fast := e.proxy(t, cfg, true)
+	// The same policy plus a header to set, which the kernel does not
+	// implement: every request is parsed, then passed up (the fallback's
+	// cost over the proxy alone).
+	cfgSet := cfg
+	cfgSet.SetHeader = Header{Name: "X-Set", Value: "1"}
+	_, fpSet, passed := e.proxy(t, cfgSet, true)
+	total := uint64(rounds * conns * reqs)
+	type result struct {
+		lat []time.Duration
+		el  time.Duration
+	}
+	names := []string{"direct", "proxy alone", "fast path", "fast path, all passed up (set_header)"}
+	addrs := []string{b.addr, alone, fast, passed}
+	res := make([]result, len(names))
+	before, err := fp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	beforeSet, err := fpSet.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := 0; r < rounds; r++ {
+		for i, a := range addrs {
+			lat, el := e.load(t, a, conns, reqs)
+			res[i].lat = append(res[i].lat, lat...)
+			res[i].el += el
+		}
+	}
+	after, err := fp.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	afterSet, err := fpSet.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := afterSet.Slow() - beforeSet.Slow(); got != total || afterSet.Reasons[ReasonFast] != beforeSet.Reasons[ReasonFast] {
+		t.Errorf("set_header policy passed %d of %d requests up and took %d fast, want all passed", got, total,
+			afterSet.Reasons[ReasonFast]-beforeSet.Reasons[ReasonFast])
+	}
+	fastN := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
+	slowN := after.Slow() - before.Slow()
+	if fastN+slowN != total {
+		t.Errorf("fast %d + slow %d = %d requests, want %d sent", fastN, slowN, fastN+slowN, total)
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "%d rounds x %d connections x %d GETs (closed loop, keep-alive), %d bytes of request\n", rounds, conns, reqs, len("GET /item HTTP/1.1\r\nHost: a.test\r\nX-User: user0\r\n\r\n"))
+	fmt.Fprintf(&sb, "| path | p50 | p99 | requests/s | on the slow path |\n|---|---|---|---|---|\n")
+	for i, n := range names {
+		slow := "-"
+		switch i {
+		case 1:
+			slow = "100%"
+		case 3:
+			slow = "100%"
+		case 2:
+			slow = fmt.Sprintf("%.2f%% (%d of %d)", 100*float64(slowN)/float64(total), slowN, total)
+		}
+		fmt.Fprintf(&sb, "| %s | %v | %v | %.0f | %s |\n", n, pct(res[i].lat, 0.50).Round(time.Microsecond),
+			pct(res[i].lat, 0.99).Round(time.Microsecond), float64(len(res[i].lat))/res[i].el.Seconds(), slow)
+	}
+	t.Log("\n" + sb.String())
+	if fastN < total*9/10 {
+		t.Errorf("fast path took %d of %d requests, want at least 90%% (one miss per connection)", fastN, total)
+	}
+}
+
+func envInt(name string, def int) int {
+	var v int
+	if s := os.Getenv(name); s != "" {
+		if _, err := fmt.Sscan(s, &v); err == nil && v > 0 {
+			return v
+		}
+	}
+	return def
+}

@@ -1,0 +1,11 @@
+// Package l7 owns the L7 fast path (issue 16): one policy configuration
+// (routes by Host and path prefix to backend pools with a consistent hash of a
+// chosen header, RBAC allow/deny, one header mutation), the Go reverse proxy
+// that enforces it (the slow path and the baseline), and the loader of the
+// socket-layer data plane (bpf/l7.c) that enforces the part of it the kernel
+// can handle and passes everything else up to that proxy.
+//
+// It owns the l7 programs and their maps; it never touches the shield's XDP
+// program, its maps or the network configuration. Config.Validate checks a
+// configuration whole: nothing is applied from a configuration with an error.
+package l7

@@ -1,0 +1,454 @@
+package l7
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"xdpshield/bpf"
+)
+
+// Reason indexes the data plane's counters (enum reason of bpf/l7.c).
+type Reason int
+
+// The data plane's reasons, in the order of bpf/l7.c.
+const (
+	ReasonFast Reason = iota
+	ReasonMiss
+	ReasonDeny
+	ReasonNoRoute
+	ReasonBusy
+	ReasonUnparsed
+	ReasonPolicy
+	ReasonSticky
+	ReasonStickyMore
+	ReasonResponse
+	ReasonRedirectGone
+	ReasonUnknown
+	numReasons
+)
+
+var reasonNames = [...]string{"fast", "miss", "deny", "noroute", "busy", "unparsed", "policy",
+	"sticky", "sticky_more", "response", "redirect_gone", "unknown"}
+
+func (r Reason) String() string {
+	if r >= 0 && int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", int(r))
+}
+
+// FastCounters are the data plane's counts: Reasons by Reason, Routes the
+// fast requests of each route.
+type FastCounters struct {
+	Reasons [numReasons]uint64
+	Routes  [MaxRoutes]uint64
+}
+
+// Slow is the number of requests passed to the proxy (every reason but
+// fast, response, unknown and sticky_more, which counts later data of a
+// connection already passed).
+func (c FastCounters) Slow() uint64 {
+	var n uint64
+	for r := Reason(0); r < numReasons; r++ {
+		switch r {
+		case ReasonFast, ReasonResponse, ReasonUnknown, ReasonStickyMore:
+		default:
+			n += c.Reasons[r]
+		}
+	}
+	return n
+}
+
+// FastPath is the loaded data plane attached to its sockhashes, serving one
+// proxy's client connections.
+type FastPath struct {
+	objs    bpf.L7Objects
+	px      *Proxy
+	Lookup  bool   // the kernel lets programs look sockhash entries up
+	Enabled bool   // the policy is held in the kernel
+	Why     string // why not, when !Enabled
+	log     *slog.Logger
+	links   []link.RawAttachProgramOptions
+
+	mu    sync.Mutex
+	conns map[uint64]*clientConn
+}
+
+// kernelPolicy compiles p into the data plane's form; enabled false (with
+// the reason) when the kernel cannot hold it (then every request passes).
+func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
+	c := p.cfg
+	name := strings.ToLower(c.HashHeader)
+	for _, r := range c.RBAC {
+		if r.Header == "" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(r.Header)
+		} else if !strings.EqualFold(r.Header, name) {
+			return kp, fmt.Sprintf("rules and hash name two headers (%q, %q): the kernel matches one", name, r.Header)
+		}
+	}
+	kp.Enabled = 1
+	kp.N_routes = uint32(len(p.routes))
+	kp.N_rules = uint32(len(p.rules))
+	if c.HashHeader != "" {
+		kp.Hash = 1
+	}
+	if c.SetHeader.Name != "" {
+		kp.SetHeader = 1
+	}
+	kp.NameLen = uint32(len(name))
+	kp.NameHash = fnv64(name)
+	for i, rt := range p.routes {
+		k := &kp.Routes[i]
+		k.HostLen = uint32(len(rt.Host))
+		copy(k.Host[:], rt.Host)
+		k.PrefixLen = uint32(len(rt.PathPrefix))
+		copy(k.Prefix[:], rt.PathPrefix)
+	}
+	for i, ru := range p.rules {
+		k := &kp.Rules[i]
+		k.PrefixLen = uint32(len(ru.PathPrefix))
+		copy(k.Prefix[:], ru.PathPrefix)
+		k.Methods = ru.methods
+		k.SrcBit = 0xff
+		if ru.source.IsValid() {
+			k.SrcBit = uint32(i)
+		}
+		if ru.Header != "" {
+			k.HasValue = 1
+			k.ValueLen = uint32(len(ru.Value))
+			copy(k.Value[:], ru.Value)
+		}
+		if ru.deny {
+			k.Deny = 1
+		}
+	}
+	return kp, ""
+}
+
+// Attach loads the data plane, writes px's policy into it and makes px
+// hand it every connection it accepts from then on (Proxy.Listener).
+func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if ok, rel := kernelAtLeast(MinKernel[0], MinKernel[1]); !ok {
+		return nil, fmt.Errorf("l7 fast path: kernel %s is older than %d.%d, the oldest seen to pass (see MinKernel): the proxy alone serves", rel, MinKernel[0], MinKernel[1])
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
+	}
+	fp := &FastPath{px: px, log: log, conns: map[uint64]*clientConn{}}
+	var err error
+	for _, lookup := range []bool{true, false} {
+		spec, serr := bpf.LoadL7()
+		if serr != nil {
+			return nil, fmt.Errorf("load l7 spec: %w", serr)
+		}
+		v := uint32(0)
+		if lookup {
+			v = 1
+		}
+		if serr := spec.Variables["have_lookup"].Set(v); serr != nil {
+			return nil, fmt.Errorf("set have_lookup: %w", serr)
+		}
+		err = spec.LoadAndAssign(&fp.objs, nil)
+		var ve *ebpf.VerifierError
+		if err == nil {
+			fp.Lookup = lookup
+			break
+		}
+		if !lookup || !errors.As(err, &ve) {
+			break
+		}
+		log.Debug("l7: sockhash lookup refused, redirecting blind", "error", err)
+	}
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return nil, fmt.Errorf("load l7: %+v", ve)
+		}
+		return nil, fmt.Errorf("load l7: %w", err)
+	}
+	kp, why := kernelPolicy(px.policy)
+	fp.Enabled, fp.Why = kp.Enabled == 1, why
+	if err := fp.objs.Policies.Put(uint32(0), kp); err != nil {
+		fp.objs.Close()
+		return nil, fmt.Errorf("write l7 policy: %w", err)
+	}
+	for i, rt := range px.policy.routes {
+		for s := 0; s < RingSlots; s++ {
+			if err := fp.objs.Ring.Put(uint32(i*RingSlots+s), uint32(rt.ring[s])); err != nil {
+				fp.objs.Close()
+				return nil, fmt.Errorf("write l7 ring: %w", err)
+			}
+		}
+	}
+	for _, a := range []link.RawAttachProgramOptions{
+		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Parse, Attach: ebpf.AttachSkSKBStreamParser},
+		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Verdict, Attach: ebpf.AttachSkSKBStreamVerdict},
+		{Target: fp.objs.Upstreams.FD(), Program: fp.objs.L7UpParse, Attach: ebpf.AttachSkSKBStreamParser},
+		{Target: fp.objs.Upstreams.FD(), Program: fp.objs.L7UpVerdict, Attach: ebpf.AttachSkSKBStreamVerdict},
+	} {
+		if err := link.RawAttachProgram(a); err != nil {
+			fp.Close()
+			return nil, fmt.Errorf("attach %s to sockhash: %w", a.Program, err)
+		}
+		fp.links = append(fp.links, a)
+	}
+	px.fast = fp
+	return fp, nil
+}
+
+// Close detaches and unloads the data plane; sockets in it keep working
+// (the kernel removes them from the maps as the maps go).
+func (fp *FastPath) Close() error {
+	var errs []error
+	for _, a := range fp.links {
+		errs = append(errs, link.RawDetachProgram(link.RawDetachProgramOptions{Target: a.Target, Program: a.Program, Attach: a.Attach}))
+	}
+	fp.links = nil
+	fp.mu.Lock()
+	for _, cc := range fp.conns {
+		cc.mu.Lock()
+		for _, u := range cc.pooled {
+			u.Close()
+		}
+		cc.pooled = nil
+		cc.mu.Unlock()
+	}
+	fp.mu.Unlock()
+	errs = append(errs, fp.objs.Close())
+	return errors.Join(errs...)
+}
+
+// Counters sums the per-CPU counters.
+func (fp *FastPath) Counters() (FastCounters, error) {
+	var c FastCounters
+	var per []uint64
+	for i := 0; i < int(numReasons)+MaxRoutes; i++ {
+		if err := fp.objs.Counters.Lookup(uint32(i), &per); err != nil {
+			return c, fmt.Errorf("read l7 counter %d: %w", i, err)
+		}
+		var sum uint64
+		for _, v := range per {
+			sum += v
+		}
+		if i < int(numReasons) {
+			c.Reasons[i] = sum
+		} else {
+			c.Routes[i-int(numReasons)] = sum
+		}
+	}
+	return c, nil
+}
+
+// socket runs fn with c's fd and cookie.
+func socket(c net.Conn, fn func(fd int, cookie uint64) error) error {
+	sc, ok := c.(interface {
+		SyscallConn() (syscall_RawConn, error)
+	})
+	if !ok {
+		return fmt.Errorf("%T has no socket", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("raw conn: %w", err)
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) {
+		cookie, err := unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE)
+		if err != nil {
+			ferr = fmt.Errorf("SO_COOKIE: %w", err)
+			return
+		}
+		ferr = fn(int(fd), cookie)
+	}); err != nil {
+		return fmt.Errorf("control: %w", err)
+	}
+	return ferr
+}
+
+func (fp *FastPath) logf(format string, args ...any) {
+	fp.log.Debug("l7: " + fmt.Sprintf(format, args...))
+}
+
+// accept puts an accepted client connection into the data plane: its state,
+// its source mask, then the sockhash (so the parser finds the state).
+func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
+	cc := &clientConn{Conn: c, pooled: map[int]net.Conn{}}
+	ap, err := addrPort(c.RemoteAddr())
+	if err != nil {
+		return nil, err
+	}
+	var mask uint32
+	for i, ru := range fp.px.policy.rules {
+		if ru.source.IsValid() && ru.source.Contains(ap.Addr().Unmap()) {
+			mask |= 1 << i
+		}
+	}
+	err = socket(c, func(fd int, cookie uint64) error {
+		cc.cookie = cookie
+		if err := fp.objs.Conns.Put(cookie, bpf.L7Conn{}); err != nil {
+			return fmt.Errorf("put conn: %w", err)
+		}
+		if err := fp.objs.Ctls.Put(cookie, bpf.L7Ctl{SrcMask: mask}); err != nil {
+			return fmt.Errorf("put ctl: %w", err)
+		}
+		if err := fp.objs.Clients.Put(cookie, uint32(fd)); err != nil {
+			return fmt.Errorf("put client socket: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		fp.objs.Conns.Delete(cc.cookie)
+		fp.objs.Ctls.Delete(cc.cookie)
+		return nil, err
+	}
+	fp.mu.Lock()
+	fp.conns[cc.cookie] = cc
+	fp.mu.Unlock()
+	return cc, nil
+}
+
+// idle runs when the proxy has answered every request it read on cc: the
+// pool gets a socket for each backend the proxy forwarded to (the lazy fill
+// after a miss), then the kernel may redirect again (expected = handled).
+func (fp *FastPath) idle(cc *clientConn) {
+	cc.mu.Lock()
+	wanted := cc.wanted
+	cc.wanted = nil
+	closed := cc.closed
+	cc.mu.Unlock()
+	if closed {
+		return
+	}
+	for _, b := range wanted {
+		if err := fp.fill(cc, b); err != nil {
+			fp.logf("fill pool of %d for backend %d: %v", cc.cookie, b, err)
+		}
+	}
+	if err := fp.objs.Ctls.Update(cc.cookie, bpf.L7Ctl{Expected: cc.handled.Load(), SrcMask: fp.mask(cc)}, ebpf.UpdateExist); err != nil {
+		fp.logf("ctl of %d: %v", cc.cookie, err)
+	}
+}
+
+func (fp *FastPath) mask(cc *clientConn) uint32 {
+	var c bpf.L7Ctl
+	if err := fp.objs.Ctls.Lookup(cc.cookie, &c); err != nil {
+		return 0
+	}
+	return c.SrcMask
+}
+
+func (fp *FastPath) fill(cc *clientConn, b int) error {
+	up, err := fp.px.dial(contextBackground(), "tcp", fp.px.policy.Backend(b).String())
+	if err != nil {
+		return err
+	}
+	var upCookie uint64
+	err = socket(up, func(fd int, cookie uint64) error {
+		upCookie = cookie
+		if err := fp.objs.Peer.Put(cookie, cc.cookie); err != nil {
+			return fmt.Errorf("put peer: %w", err)
+		}
+		if err := fp.objs.Upstreams.Put(cookie, uint32(fd)); err != nil {
+			return fmt.Errorf("put upstream socket: %w", err)
+		}
+		return nil
+	})
+	if err == nil {
+		err = fp.objs.Pool.Put(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)}, upCookie)
+	}
+	if err != nil {
+		fp.objs.Peer.Delete(upCookie)
+		up.Close()
+		return err
+	}
+	cc.mu.Lock()
+	if cc.closed {
+		cc.mu.Unlock()
+		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		fp.objs.Peer.Delete(upCookie)
+		up.Close()
+		return nil
+	}
+	cc.pooled[b] = up
+	cc.mu.Unlock()
+	// Every byte the backend sends is redirected to the client: a read
+	// returns only at the backend's close, which empties the pool slot.
+	go func() {
+		buf := make([]byte, 1)
+		for {
+			if _, err := up.Read(buf); err != nil {
+				break
+			}
+		}
+		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		fp.objs.Peer.Delete(upCookie)
+		cc.mu.Lock()
+		if cc.pooled[b] == up {
+			delete(cc.pooled, b)
+		}
+		cc.mu.Unlock()
+		up.Close()
+	}()
+	return nil
+}
+
+// closed forgets cc and closes its pooled sockets.
+func (fp *FastPath) closed(cc *clientConn) {
+	cc.mu.Lock()
+	cc.closed = true
+	pooled := cc.pooled
+	cc.pooled = map[int]net.Conn{}
+	cc.mu.Unlock()
+	for b, u := range pooled {
+		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		u.Close()
+	}
+	fp.objs.Conns.Delete(cc.cookie)
+	fp.objs.Ctls.Delete(cc.cookie)
+	fp.mu.Lock()
+	delete(fp.conns, cc.cookie)
+	fp.mu.Unlock()
+}
+
+// fnv64 is FNV-1a, 64 bits: the data plane recognises header names by it.
+func fnv64(s string) uint64 {
+	h := uint64(0xcbf29ce484222325)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 0x100000001b3
+	}
+	return h
+}
+
+// settled reports whether every client connection is back with the kernel:
+// the proxy answered all the kernel passed it (tests wait on it).
+func (fp *FastPath) settled() bool {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for cookie := range fp.conns {
+		var c bpf.L7Conn
+		var ctl bpf.L7Ctl
+		if fp.objs.Conns.Lookup(cookie, &c) != nil || fp.objs.Ctls.Lookup(cookie, &ctl) != nil {
+			continue
+		}
+		if c.Sticky == 0 && c.Passed != ctl.Expected {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,239 @@
+package l7
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Dialer dials a backend; tests pass one that dials inside a namespace.
+type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// Proxy is the Go reverse proxy enforcing a Policy: the slow path of the
+// fast path and, alone, the baseline it is measured against.
+type Proxy struct {
+	policy *Policy
+	dial   Dialer
+	rp     *httputil.ReverseProxy
+	fast   *FastPath // nil: the proxy alone
+
+	noRoute atomic.Uint64
+	denied  []atomic.Uint64 // per rule
+	routes  []routeCounters
+}
+
+type routeCounters struct {
+	requests atomic.Uint64
+	class    [6]atomic.Uint64 // status / 100
+}
+
+// RouteCounters are one route's counts of requests the proxy forwarded and
+// of their response codes by class (Class[2] counts 2xx).
+type RouteCounters struct {
+	Requests uint64
+	Class    [6]uint64
+}
+
+// ProxyCounters are what the proxy itself answered or forwarded.
+type ProxyCounters struct {
+	Routes  []RouteCounters
+	Denied  []uint64 // per RBAC rule
+	NoRoute uint64
+}
+
+type ctxKey struct{}
+
+// NewProxy returns a proxy enforcing p, dialing backends with dial (nil: the
+// default dialer).
+func NewProxy(p *Policy, dial Dialer) *Proxy {
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	px := &Proxy{policy: p, dial: dial,
+		denied: make([]atomic.Uint64, len(p.rules)),
+		routes: make([]routeCounters, len(p.routes))}
+	tr := &http.Transport{
+		DialContext:         dial,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}
+	px.rp = &httputil.ReverseProxy{
+		Transport: tr,
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			v := pr.In.Context().Value(verdictKey{}).(Verdict)
+			pr.SetURL(&url.URL{Scheme: "http", Host: p.Backend(v.Backend).String()})
+			pr.Out.Host = pr.In.Host
+			if h := p.cfg.SetHeader; h.Name != "" {
+				pr.Out.Header.Set(h.Name, h.Value)
+			}
+		},
+		ModifyResponse: func(r *http.Response) error {
+			v := r.Request.Context().Value(verdictKey{}).(Verdict)
+			px.routes[v.Route].class[min(r.StatusCode/100, 5)].Add(1)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			v := r.Context().Value(verdictKey{}).(Verdict)
+			px.routes[v.Route].class[5].Add(1)
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	return px
+}
+
+type verdictKey struct{}
+
+// RequestOf is what Decide reads of r: the path as sent (before '?').
+func RequestOf(r *http.Request) Request {
+	path, _, _ := strings.Cut(r.RequestURI, "?")
+	src, _ := netip.ParseAddrPort(r.RemoteAddr)
+	return Request{Method: r.Method, Path: path, Host: strings.ToLower(r.Host),
+		Source: src.Addr(), Header: r.Header.Get}
+}
+
+// ServeHTTP enforces the policy on one request.
+func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	v := px.policy.Decide(RequestOf(r))
+	cc, _ := r.Context().Value(ctxKey{}).(*clientConn)
+	if cc != nil {
+		cc.handled.Add(1)
+	}
+	switch {
+	case v.Deny:
+		px.denied[v.Rule].Add(1)
+		http.Error(w, "Forbidden", http.StatusForbidden)
+		return
+	case v.NoRoute:
+		px.noRoute.Add(1)
+		http.Error(w, "Not Found", http.StatusNotFound)
+		return
+	}
+	px.routes[v.Route].requests.Add(1)
+	if cc != nil {
+		// A miss fills the pool for the whole route, so the next request
+		// of this connection to any of its backends can take the fast path.
+		for _, b := range px.policy.routes[v.Route].ids {
+			cc.want(b)
+		}
+	}
+	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, v)))
+}
+
+// Counters returns the proxy's own counts.
+func (px *Proxy) Counters() ProxyCounters {
+	c := ProxyCounters{NoRoute: px.noRoute.Load(), Denied: make([]uint64, len(px.denied)),
+		Routes: make([]RouteCounters, len(px.routes))}
+	for i := range px.denied {
+		c.Denied[i] = px.denied[i].Load()
+	}
+	for i := range px.routes {
+		c.Routes[i].Requests = px.routes[i].requests.Load()
+		for k := range c.Routes[i].Class {
+			c.Routes[i].Class[k] = px.routes[i].class[k].Load()
+		}
+	}
+	return c
+}
+
+// Server returns the http.Server serving the proxy; with a fast path
+// attached (Attach), Serve must be given Listener(l) so each accepted client
+// socket joins the data plane before its first read.
+func (px *Proxy) Server() *http.Server {
+	s := &http.Server{Handler: px, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	if px.fast != nil {
+		s.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+			if cc, ok := c.(*clientConn); ok {
+				return context.WithValue(ctx, ctxKey{}, cc)
+			}
+			return ctx
+		}
+		s.ConnState = func(c net.Conn, st http.ConnState) {
+			cc, ok := c.(*clientConn)
+			if !ok {
+				return
+			}
+			switch st {
+			case http.StateIdle:
+				px.fast.idle(cc)
+			case http.StateClosed, http.StateHijacked:
+				px.fast.closed(cc)
+			}
+		}
+	}
+	return s
+}
+
+// Listener wraps l so each accepted connection joins the data plane (a
+// no-op without a fast path).
+func (px *Proxy) Listener(l net.Listener) net.Listener {
+	if px.fast == nil {
+		return l
+	}
+	return &fastListener{Listener: l, fp: px.fast}
+}
+
+// Serve serves l until it is closed.
+func (px *Proxy) Serve(s *http.Server, l net.Listener) error {
+	err := s.Serve(px.Listener(l))
+	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// clientConn is an accepted client connection known to the data plane.
+type clientConn struct {
+	net.Conn
+	cookie  uint64
+	handled atomic.Uint64 // requests the proxy read on it
+
+	mu     sync.Mutex
+	wanted []int // backends the proxy forwarded to and that have no pooled socket yet
+	pooled map[int]net.Conn
+	closed bool
+}
+
+func (cc *clientConn) want(b int) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if _, ok := cc.pooled[b]; ok {
+		return
+	}
+	for _, w := range cc.wanted {
+		if w == b {
+			return
+		}
+	}
+	cc.wanted = append(cc.wanted, b)
+}
+
+type fastListener struct {
+	net.Listener
+	fp *FastPath
+}
+
+func (l *fastListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		cc, err := l.fp.accept(c)
+		if err != nil {
+			// The proxy alone serves it: nothing of the data plane saw it.
+			l.fp.logf("accept: %v", err)
+			return c, nil
+		}
+		return cc, nil
+	}
+}
