@@ -70,7 +70,7 @@ func (r *run) startService() error {
 		return fmt.Errorf("shield service on %s in %s: %w", EdgeDev, r.top.Edge.Name, err)
 	}
 	r.sh = r.svc.Shield()
-	r.xdp = append(r.xdp, closerFunc(r.svc.Attachment().Detach))
+	r.xdp = append(r.xdp, closerFunc(r.svc.Detach))
 	if err := r.top.Edge.Do(func() error {
 		l, err := link.AttachXDP(link.XDPOptions{Program: r.sh.Program(), Interface: r.top.FrontIfindex})
 		if err == nil {
