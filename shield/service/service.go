@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -113,6 +114,7 @@ type Service struct {
 	err  error         // why it stopped, when it failed
 
 	health    health
+	detached  atomic.Bool   // Detach was called
 	stop      chan struct{} // closed by Close: stops the watcher
 	watchDone chan struct{}
 

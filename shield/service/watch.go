@@ -29,6 +29,14 @@ func (h *health) get() (bool, string) {
 	return h.ok, h.problem
 }
 
+// Detach takes the program off the interface on purpose (the storms'
+// contrast run): the service then reports unhealthy, logged at INFO, and
+// does not attach again. The maps stay pinned; Close still releases them.
+func (s *Service) Detach() error {
+	s.detached.Store(true)
+	return s.att.Detach()
+}
+
 // Healthy reports whether the program protects the interface now, and if
 // not why (interface gone, program detached).
 func (s *Service) Healthy() (bool, string) { return s.health.get() }
@@ -43,6 +51,8 @@ func (s *Service) setHealth(ok bool, problem string) {
 	switch {
 	case ok && !was:
 		s.log.Info("protecting the interface again", keyIface, s.cfg.Iface, keyLinkID, s.att.LinkID)
+	case !ok && s.detached.Load() && (was || problem != wasProblem):
+		s.log.Info("not protecting: "+problem, keyIface, s.cfg.Iface)
 	case !ok && (was || problem != wasProblem):
 		s.log.Error("NOT PROTECTING: "+problem, keyIface, s.cfg.Iface)
 	}
@@ -121,6 +131,10 @@ func (s *Service) watch(ns netns.NsHandle) error {
 // reconcile compares the interface with what the service believes.
 func (s *Service) reconcile(h *netlink.Handle, ns netns.NsHandle) {
 	a := s.att
+	if s.detached.Load() {
+		s.setHealth(false, "the program was taken off "+s.cfg.Iface+" on purpose (Service.Detach)")
+		return
+	}
 	l, err := h.LinkByName(s.cfg.Iface)
 	var nf netlink.LinkNotFoundError
 	switch {
