@@ -122,7 +122,7 @@ func DefaultConfig() Config {
 		// Small enough that the many-forged storm reaches capacity within a
 		// phase (admission 10,000/s), so the LRU bound is exercised.
 		TableSize:    1 << 16,
-		Limits:       shield.DefaultLimits(),
+		Limits:       StormLimits(),
 		Client:       DefaultClientConfig(),
 		Budget:       DefaultBudget(),
 		ProbeRate:    2000, // twice the per-source limit: an allow-listed source is not limited
@@ -130,6 +130,20 @@ func DefaultConfig() Config {
 		ProbeEvery:   250 * time.Millisecond,
 		ProbeTimeout: time.Second,
 	}
+}
+
+// StormLimits are the shield's defaults with every destination the storm
+// floods protected (TCP EdgePort, UDP udpDstPort, ICMP), so the flood is
+// held to the client limits; anything else (the edge's return traffic)
+// gets the generous unprotected class.
+func StormLimits() shield.Limits {
+	l := shield.DefaultLimits()
+	l.Protected = []shield.Destination{
+		{Proto: shield.ProtoTCP, Port: EdgePort},
+		{Proto: shield.ProtoUDP, Port: udpDstPort},
+		{Proto: shield.ProtoICMP},
+	}
+	return l
 }
 
 func (c *Config) validate() error {

@@ -297,9 +297,10 @@ func (s *Shield) flagsWith(l List, remaining map[netip.Prefix]bool) (uint32, err
 // listFlags says which tries hold entries.
 func (s *Shield) listFlags() (uint32, error) {
 	var flags uint32
+	o4, o6 := s.ownTries()
 	for _, l := range []List{AllowList, DenyList} {
 		v4, v6 := s.tries(l)
-		for _, t := range []trie{v4, v6} {
+		for _, t := range []trie{v4, v6, o4, o6} {
 			var k []byte
 			if err := t.m.NextKey(nil, &k); err == nil {
 				flags |= t.flag
@@ -311,11 +312,120 @@ func (s *Shield) listFlags() (uint32, error) {
 	return flags, nil
 }
 
+func (s *Shield) ownTries() (v4, v6 trie) {
+	return trie{s.objs.Own4, flagOwn4, false}, trie{s.objs.Own6, flagOwn6, true}
+}
+
+// maxOwn mirrors MAX_OWN_ENTRIES in bpf/shield.c (per family).
+const maxOwn = 4096
+
+// Own returns the machine's own addresses as SetOwn last wrote them.
+func (s *Shield) Own() ([]netip.Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ownLocked()
+}
+
+func (s *Shield) ownLocked() ([]netip.Addr, error) {
+	var out []netip.Addr
+	v4, v6 := s.ownTries()
+	for _, t := range []trie{v4, v6} {
+		ps, err := t.list()
+		if err != nil {
+			return nil, fmt.Errorf("list own addresses: %w", err)
+		}
+		for _, p := range ps {
+			out = append(out, p.Addr())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+// SetOwn makes addrs the machine's own addresses, replacing the previous
+// set: a frame from the wire claiming one as its source is forged and
+// dropped as spoofed (except on loopback, where the machine talks to
+// itself), whatever the lists say. It returns what it added and removed.
+func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := map[netip.Addr]bool{}
+	n4, n6 := 0, 0
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		if !a.IsValid() {
+			return nil, nil, inputError{errors.New("invalid own address")}
+		}
+		if !want[a] {
+			if a.Is4() {
+				n4++
+			} else {
+				n6++
+			}
+		}
+		want[a] = true
+	}
+	if n4 > maxOwn || n6 > maxOwn {
+		return nil, nil, inputError{fmt.Errorf("%d IPv4 and %d IPv6 own addresses; the limit is %d each", n4, n6, maxOwn)}
+	}
+	have, err := s.ownLocked()
+	if err != nil {
+		return nil, nil, err
+	}
+	v4, v6 := s.ownTries()
+	pick := func(a netip.Addr) trie {
+		if a.Is4() {
+			return v4
+		}
+		return v6
+	}
+	for _, a := range have {
+		if !want[a] {
+			removed = append(removed, a)
+		}
+		delete(want, a)
+	}
+	for a := range want {
+		added = append(added, a)
+	}
+	slices.SortFunc(added, netip.Addr.Compare)
+	for _, a := range added {
+		t := pick(a)
+		if err := t.m.Put(t.key(netip.PrefixFrom(a, a.BitLen())), uint8(1)); err != nil {
+			return nil, nil, fmt.Errorf("add own address %s: %w", a, err)
+		}
+	}
+	// Added entries and their verdicts first, then the flags; removed
+	// ones after the flags.
+	if err := s.syncVerdicts(); err != nil {
+		return nil, nil, err
+	}
+	if err := s.publish(s.limits); err != nil {
+		return nil, nil, err
+	}
+	for _, a := range removed {
+		t := pick(a)
+		if err := t.m.Delete(t.key(netip.PrefixFrom(a, a.BitLen()))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil, fmt.Errorf("remove own address %s: %w", a, err)
+		}
+	}
+	if len(removed) > 0 {
+		if err := s.publish(s.limits); err != nil {
+			return nil, nil, err
+		}
+		if err := s.syncVerdicts(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return added, removed, nil
+}
+
 // Verdicts in the verdict tries lists4/lists6, mirroring LIST_* in
 // bpf/shield.c.
 const (
 	verdictAllow uint8 = 1
 	verdictDeny  uint8 = 2
+	verdictOwn   uint8 = 3
 )
 
 func (s *Shield) verdictTries() (v4, v6 trie) {
@@ -326,8 +436,10 @@ func (s *Shield) verdictTries() (v4, v6 trie) {
 // prefix of either, valued allow when an allow prefix contains it (itself
 // included), deny otherwise. The program looks up an address's longest
 // match; every listed prefix containing the address contains that match, so
-// this gives "allow wins over deny" at any prefix length.
-func wantVerdicts(allow, deny []netip.Prefix) map[netip.Prefix]uint8 {
+// this gives "allow wins over deny" at any prefix length. Own addresses
+// (host prefixes, the longest match of themselves) are valued own whatever
+// covers them.
+func wantVerdicts(allow, deny []netip.Prefix, own ...netip.Addr) map[netip.Prefix]uint8 {
 	allowed := make(map[netip.Prefix]bool, len(allow))
 	out := make(map[netip.Prefix]uint8, len(allow)+len(deny))
 	for _, p := range allow {
@@ -345,6 +457,9 @@ func wantVerdicts(allow, deny []netip.Prefix) map[netip.Prefix]uint8 {
 				break
 			}
 		}
+	}
+	for _, a := range own {
+		out[netip.PrefixFrom(a, a.BitLen())] = verdictOwn
 	}
 	return out
 }
@@ -376,7 +491,11 @@ func (s *Shield) syncVerdicts() error {
 	if err != nil {
 		return err
 	}
-	want := wantVerdicts(allow, deny)
+	own, err := s.ownLocked()
+	if err != nil {
+		return err
+	}
+	want := wantVerdicts(allow, deny, own...)
 	have, err := s.readVerdicts()
 	if err != nil {
 		return err
@@ -388,7 +507,7 @@ func (s *Shield) syncVerdicts() error {
 		}
 		return v6
 	}
-	for _, pass := range []uint8{verdictAllow, verdictDeny} {
+	for _, pass := range []uint8{verdictOwn, verdictAllow, verdictDeny} {
 		for p, v := range want {
 			if v != pass || have[p] == v {
 				continue

@@ -150,7 +150,7 @@ func TestLoadDefaults(t *testing.T) {
 	assert.Equal(t, DefaultLimits(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, DefaultLimits(), limitsOf(cfg), "limits in the config map")
+	assert.Equal(t, DefaultLimits(), limitsOf(cfg, nil), "limits in the config map")
 }
 
 func TestSetLimitsRejectsAndChangesNothing(t *testing.T) {
@@ -186,10 +186,10 @@ func TestSetLimitsWithoutReload(t *testing.T) {
 	dry := Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100, DryRun: true}
 	require.NoError(t, s.SetLimits(dry))
 	assert.Equal(t, uint32(xdpPass), run(t, s, f), "over burst in dry-run")
-	assert.Equal(t, dry, snapshot(t, s).Limits)
+	assert.Equal(t, dry.withDefaults(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, dry, limitsOf(cfg), "limits in the config map")
+	assert.Equal(t, dry.withDefaults(), limitsOf(cfg, nil), "limits in the config map")
 
 	// A bigger burst applies to the existing bucket at its next refill.
 	big := Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100}

@@ -57,3 +57,14 @@ func protoOf(l L4) shield.Proto {
 }
 
 func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// setOwn makes addrs the machine's own addresses, as the service does.
+func setOwn(t testing.TB, s *shield.Shield, addrs ...string) {
+	t.Helper()
+	var as []netip.Addr
+	for _, a := range addrs {
+		as = append(as, netip.MustParseAddr(a))
+	}
+	_, _, err := s.SetOwn(as)
+	require.NoError(t, err, "SetOwn(%q)", addrs)
+}

@@ -143,7 +143,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg config, set settings) erro
 		log.Info("adopted pinned shield; program replaced through the link", keyIface, a.Iface, keyMode, a.Mode.String(),
 			keyPinDir, a.PinDir, keyLinkID, a.LinkID, keyOldProg, a.OldProgram, keyProg, a.Program,
 			keyTable, sh.TableSize(), keyVersion, version)
-		if got := sh.Limits(); got != set.limits {
+		if got := sh.Limits(); !got.Equal(set.limits) {
 			log.Warn("pinned limits kept; the configured ones are ignored (change them with PUT /v1/limits)",
 				keyIface, a.Iface, keyLimits, got, keyConfig, set.limits)
 		}

@@ -392,7 +392,7 @@ func TestServeLifecycle(t *testing.T) {
 	}
 
 	// State survived.
-	if got, err := l.client.Limits(ctx); err != nil || got != limits {
+	if got, err := l.client.Limits(ctx); err != nil || !got.Equal(limits) {
 		t.Errorf("Limits after restart = %+v, %v; want %+v", got, err, limits)
 	}
 	dl, err := l.client.List(ctx, shield.DenyList)

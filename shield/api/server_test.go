@@ -103,7 +103,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 			if after := e.state(t); !reflect.DeepEqual(before, after) {
 				t.Errorf("state changed:\nbefore %+v\nafter  %+v", before, after)
 			}
-			if got := e.sh.Limits(); got != beforeLimits {
+			if got := e.sh.Limits(); !got.Equal(beforeLimits) {
 				t.Errorf("Limits() = %+v, want %+v", got, beforeLimits)
 			}
 		})
@@ -127,10 +127,10 @@ func TestChangesLogged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SetLimits: %v", err)
 	}
-	if ch.Old != old || ch.New != nl {
+	if !ch.Old.Equal(old) || !ch.New.Equal(nl) {
 		t.Errorf("SetLimits = %+v, want old %+v new %+v", ch, old, nl)
 	}
-	if got, _ := c.Limits(ctx); got != nl {
+	if got, _ := c.Limits(ctx); !got.Equal(nl) {
 		t.Errorf("Limits() = %+v, want %+v", got, nl)
 	}
 	st := e.state(t)
@@ -201,7 +201,12 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 		v.Bucket.Credit = int64(rng.Uint64N(3)) * 1_000_000_000 // 0: limited
 		keys = append(keys, srcKey(a))
 		vals = append(vals, v)
-		out = append(out, shield.Source{Addr: a, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
+		bits := shield.DefaultKeyPrefix6
+		if a.Is4() {
+			bits = shield.DefaultKeyPrefix4
+		}
+		prefix, _ := a.Prefix(bits)
+		out = append(out, shield.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
 	}
 	for i := 0; i < n; i += 10000 {
 		j := min(i+10000, n)
@@ -301,7 +306,7 @@ func TestMetricsPromtool(t *testing.T) {
 	}
 	for _, want := range []string{
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
-		`shield_packets_total{proto="udp",reason="ok",verdict="pass"} 1`,
+		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP port 9: not an edge listener
 		`shield_sources_tracked 1`,
 		`shield_sources_capacity 1.048576e+06`,
 		`shield_limit_rate_packets_per_second{bucket="source"} 1000`,
