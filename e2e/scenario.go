@@ -135,7 +135,10 @@ func DefaultConfig() Config {
 // StormLimits are the shield's defaults with every destination the storm
 // floods protected (TCP EdgePort, UDP udpDstPort, ICMP), so the flood is
 // held to the client limits; anything else (the edge's return traffic)
-// gets the generous unprotected class.
+// gets the generous unprotected class. IPv6 sources are keyed per address
+// (/128): the many-forged storm's IPv6 sources all lie in one /64
+// (2001:db8:1::/96), which the default /64 key would make one source, held
+// to one bucket, where the storm means to exercise the admission bucket.
 func StormLimits() shield.Limits {
 	l := shield.DefaultLimits()
 	l.Protected = []shield.Destination{
@@ -143,6 +146,7 @@ func StormLimits() shield.Limits {
 		{Proto: shield.ProtoUDP, Port: udpDstPort},
 		{Proto: shield.ProtoICMP},
 	}
+	l.KeyPrefix6 = 128
 	return l
 }
 

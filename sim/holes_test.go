@@ -3,10 +3,13 @@ package sim
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"xdpshield/shield"
 )
@@ -119,4 +122,58 @@ func TestIPv6KeyedByPrefix(t *testing.T) {
 	assert.Equal(t, netip.MustParsePrefix("2001:db8:6::/64"), got.Prefix, "Source().Prefix")
 	assert.Equal(t, uint64(burst), got.Passed, "Source().Passed")
 	assert.Equal(t, uint64(burst), got.Dropped, "Source().Dropped")
+}
+
+// TestProtectedDestinations: what Limits.Protected names is held to the
+// client limits, the rest to the unprotected class, each with its own
+// bucket per source and its own admission bucket.
+func TestProtectedDestinations(t *testing.T) {
+	dst := func(s string) shield.Destination {
+		d, err := shield.ParseDestination(s)
+		if err != nil {
+			t.Fatalf("ParseDestination(%q): %v", s, err)
+		}
+		return d
+	}
+	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 3,
+		Protected:   []shield.Destination{dst("tcp/443"), dst("udp/198.18.255.254:53"), dst("udp/[2001:db8:ffff::fffe]:53"), dst("icmp")},
+		Unprotected: shield.ClassLimits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 1}}
+	s := load(t, 4096, l)
+	assert.Equal(t, sortedDsts(l.Protected), sortedDsts(s.Limits().Protected), "Limits().Protected")
+	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
+	to := func(src, dst string, l4 L4, port uint16) []byte {
+		return Frame{Src: netipAddr(src), Dst: netipAddr(dst), L4: l4, SrcPort: 40000, DstPort: port}.Bytes()
+	}
+	const edge, other = "198.18.255.254", "198.18.255.253"
+	fragment := to("198.18.7.1", edge, UDP, 9)
+	fragment[14+7] = 1 // fragment offset 8: no UDP header in this one
+	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+		{Name: "client of tcp/443: burst", At: sec, Frame: to("198.18.7.1", edge, TCP, 443), Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, tcp)},
+		{Name: "client of tcp/443: limited", At: sec, Frame: to("198.18.7.1", edge, TCP, 443), Want: Drop, Delta: One(drop, shield.ReasonLimit, tcp)},
+		{Name: "icmp is protected: same bucket", At: sec, Frame: Frame{Src: netipAddr("198.18.7.1"), Dst: netipAddr(edge), L4: ICMP}.Bytes(), Want: Drop, Delta: One(drop, shield.ReasonLimit, icmp)},
+		{Name: "a non-first fragment: the strict class", At: sec, Frame: fragment, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "same source, unprotected port: its own bucket", At: sec, Frame: to("198.18.7.1", edge, TCP, 40001), Times: 5, Want: Pass, Delta: N(5, pass, shield.ReasonUnprotected, tcp)},
+		{Name: "unprotected bucket empty", At: sec, Frame: to("198.18.7.1", edge, TCP, 40001), Want: Drop, Delta: One(drop, shield.ReasonUnprotected, tcp)},
+		{Name: "udp/53 on the protected address", At: sec, Frame: to("198.18.7.2", edge, UDP, 53), Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
+		{Name: "udp/53 on the protected address: limited", At: sec, Frame: to("198.18.7.2", edge, UDP, 53), Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "udp/53 on another address: unprotected", At: sec, Frame: to("198.18.7.2", other, UDP, 53), Want: Pass, Delta: One(pass, shield.ReasonUnprotected, udp)},
+		{Name: "IPv6 udp/53 on the protected address", At: sec, Frame: to("2001:db8:7::1", "2001:db8:ffff::fffe", UDP, 53), Want: Pass, Delta: One(pass, shield.ReasonOK, udp)},
+		{Name: "protected admission spent", At: sec, Frame: to("198.18.7.3", edge, TCP, 443), Want: Drop, Delta: One(drop, shield.ReasonAdmission, tcp)},
+		{Name: "unprotected admission has its own token", At: sec, Frame: to("198.18.7.4", edge, TCP, 40002), Want: Pass, Delta: One(pass, shield.ReasonUnprotected, tcp)},
+		{Name: "and then none", At: sec, Frame: to("198.18.7.5", edge, TCP, 40002), Want: Drop, Delta: One(drop, shield.ReasonAdmission, tcp)},
+		{Name: "the stranger admitted unprotected starts with a full protected bucket", At: sec, Frame: to("198.18.7.4", edge, TCP, 443), Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, tcp)},
+	}}.Run(t)
+
+	// An empty list protects everything again.
+	l.Protected = nil
+	require.NoError(t, s.SetLimits(l))
+	Scenario{Name: t.Name() + "/nothing named", Target: ShieldTarget(s), Steps: []Step{
+		{Name: "an unnamed port is held to the client limits", At: sec, Frame: to("198.18.7.1", edge, TCP, 40001), Want: Drop, Delta: One(drop, shield.ReasonLimit, tcp)},
+	}}.Run(t)
+}
+
+func sortedDsts(ds []shield.Destination) []shield.Destination {
+	out := slices.Clone(ds)
+	slices.SortFunc(out, func(a, b shield.Destination) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }
