@@ -447,7 +447,7 @@ func (r *run) setup() error {
 		for _, a := range addrs {
 			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
 		}
-		if err := r.sh.Add(l, ps); err != nil {
+		if _, err := r.sh.Add(l, ps); err != nil {
 			return fmt.Errorf("%s list: %w", l, err)
 		}
 	}

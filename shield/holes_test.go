@@ -3,6 +3,7 @@ package shield
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,4 +134,25 @@ func TestPreviousConfigMapKept(t *testing.T) {
 	require.NoError(t, s.SetLimits(l))
 	assert.True(t, gone(first), "the config map %d two swaps back is never freed", first)
 	assert.True(t, alive(second), "the config map %d one swap back was freed", second)
+}
+
+// TestListChangeReports: Add and Remove say what they changed, so callers
+// need not diff the list around them.
+func TestListChangeReports(t *testing.T) {
+	s := loadT(t, Options{Clock: ClockVirtual})
+	ps := func(ss ...string) []netip.Prefix {
+		out, err := ParsePrefixes(ss)
+		require.NoError(t, err)
+		return out
+	}
+	ch, err := s.Add(DenyList, ps("198.18.0.0/24"))
+	require.NoError(t, err)
+	ch, err = s.Add(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
+	require.NoError(t, err)
+	assert.Equal(t, ListChange{List: DenyList, Added: ps("198.18.1.0/24", "2001:db8::/48"), Before: 1,
+		After: ps("198.18.0.0/24", "198.18.1.0/24", "2001:db8::/48")}, ch, "Add()")
+	ch, err = s.Remove(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.0.0/24"))
+	require.NoError(t, err)
+	assert.Equal(t, ListChange{List: DenyList, Removed: ps("198.18.0.0/24", "2001:db8::/48"), Before: 3,
+		After: ps("198.18.1.0/24")}, ch, "Remove()")
 }

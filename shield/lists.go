@@ -165,21 +165,66 @@ func (s *Shield) listedLocked(l List) (map[netip.Prefix]bool, error) {
 	return have, nil
 }
 
-// Add puts prefixes on list l. The batch is checked whole (capacity
-// included) before anything is written; if a write still fails, what the
-// batch wrote is removed again. Prefixes already listed are kept as they are.
-func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
+// ListChange is what one Add or Remove did, read under the same lock as
+// the change, so racing changes each report their own prefixes.
+type ListChange struct {
+	List    List
+	Added   []netip.Prefix // put on the list by this change (Add), sorted
+	Removed []netip.Prefix // taken off by this change (Remove), sorted
+	Before  int            // prefixes on the list before the change
+	After   []netip.Prefix // the list after the change, as List returns it
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	slices.SortFunc(ps, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+}
+
+// Add puts prefixes on list l and reports what it added. The batch is
+// checked whole (capacity included) before anything is written; if a write
+// still fails, what the batch wrote is removed again. Prefixes already
+// listed are kept as they are.
+func (s *Shield) Add(l List, prefixes []netip.Prefix) (ListChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	fresh, before, err := s.addLocked(l, prefixes)
+	if err != nil {
+		return ListChange{}, err
+	}
+	return s.changeLocked(l, fresh, nil, before)
+}
+
+// changeLocked reports a change of list l.
+func (s *Shield) changeLocked(l List, added, removed []netip.Prefix, before int) (ListChange, error) {
+	after, err := s.listLocked(l)
+	if err != nil {
+		return ListChange{}, err
+	}
+	sortPrefixes(added)
+	sortPrefixes(removed)
+	return ListChange{List: l, Added: added, Removed: removed, Before: before, After: after}, nil
+}
+
+func (s *Shield) addLocked(l List, prefixes []netip.Prefix) (fresh []netip.Prefix, before int, err error) {
 	have, err := s.listedLocked(l)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
+	before = len(have)
+	fresh, err = s.addTo(l, have, prefixes)
+	return fresh, before, err
+}
+
+func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
 	n4, n6 := 0, 0
 	var fresh []netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return inputError{fmt.Errorf("invalid prefix %q", p)}
+			return nil, inputError{fmt.Errorf("invalid prefix %q", p)}
 		}
 		if have[p] {
 			continue
@@ -195,7 +240,7 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		}
 	}
 	if n4 > maxListEntries || n6 > maxListEntries {
-		return inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
+		return nil, inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
 	}
 
 	v4, v6 := s.tries(l)
@@ -207,7 +252,7 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		}
 		if err := t.m.Put(t.key(p), one); err != nil {
 			s.removeLocked(l, fresh[:i])
-			return fmt.Errorf("add %s to %s list: %w", p, l, err)
+			return nil, fmt.Errorf("add %s to %s list: %w", p, l, err)
 		}
 	}
 	if err := s.syncVerdicts(); err != nil {
@@ -215,21 +260,34 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		if err2 := s.syncVerdicts(); err2 != nil {
 			err = errors.Join(err, fmt.Errorf("undo: %w", err2))
 		}
-		return fmt.Errorf("add to %s list: %w", l, err)
+		return nil, fmt.Errorf("add to %s list: %w", l, err)
 	}
 	// Entries first, then the flag that makes the program look them up.
-	return s.publish(s.limits)
+	if err := s.publish(s.limits); err != nil {
+		return nil, err
+	}
+	return fresh, nil
 }
 
-// Remove takes prefixes off list l (a prefix given twice is removed once).
-// Every prefix must be listed; otherwise nothing is removed.
-func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
+// Remove takes prefixes off list l (a prefix given twice is removed once)
+// and reports what it removed. Every prefix must be listed; otherwise
+// nothing is removed.
+func (s *Shield) Remove(l List, prefixes []netip.Prefix) (ListChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	have, err := s.listedLocked(l)
 	if err != nil {
-		return err
+		return ListChange{}, err
 	}
+	before := len(have)
+	gone, err := s.removeFrom(l, have, prefixes)
+	if err != nil {
+		return ListChange{}, err
+	}
+	return s.changeLocked(l, nil, gone, before)
+}
+
+func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
 	var missing []string
 	var gone []netip.Prefix
 	for _, p := range prefixes {
@@ -244,20 +302,23 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 		gone = append(gone, p)
 	}
 	if len(missing) > 0 {
-		return inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
+		return nil, inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
 	}
 	// The flag goes first when a trie empties, then the entries.
 	flags, err := s.flagsWith(l, have)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.publishFlags(s.limits, flags); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.removeLocked(l, gone); err != nil {
-		return err
+		return nil, err
 	}
-	return s.syncVerdicts()
+	if err := s.syncVerdicts(); err != nil {
+		return nil, err
+	}
+	return gone, nil
 }
 
 func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {

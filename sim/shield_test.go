@@ -126,7 +126,7 @@ func TestLists(t *testing.T) {
 	// Removing the allow entry exposes the deny list, without a reload.
 	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
 	require.NoError(t, err)
-	require.NoError(t, s.Remove(shield.AllowList, ps))
+	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
 	Scenario{Name: t.Name() + "/after remove", Target: ShieldTarget(s), Steps: []Step{
 		{Name: "now denied", At: sec, Frame: allowed4, Want: Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
 		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: Pass, Delta: One(pass, shield.ReasonAllow, udp)},

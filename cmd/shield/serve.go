@@ -219,7 +219,7 @@ func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Pr
 	if err != nil {
 		return err
 	}
-	if err := sh.Add(l, ps); err != nil {
+	if _, err := sh.Add(l, ps); err != nil {
 		return fmt.Errorf("%s list: %w", l, err)
 	}
 	after, err := sh.List(l)
