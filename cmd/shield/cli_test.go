@@ -125,7 +125,7 @@ func TestCLI(t *testing.T) {
 		}
 	}
 	top := mustRun(false, "top", "-n", "3")
-	contains("top", top, "ADDRESS", "198.18.0.7", "(1 sources scanned")
+	contains("top", top, "SOURCE", "198.18.0.7", "(1 sources scanned")
 	if fs := strings.Fields(strings.Split(top, "\n")[1]); strings.Join(fs, " ") != "1 198.18.0.7 9 3 yes" {
 		t.Errorf("top row = %q, want 1 198.18.0.7 9 3 yes", fs)
 	}
