@@ -168,6 +168,9 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		return nil, err
 	}
 	a.Shield = sh
+	if n := sh.ClockNote(); n != "" {
+		a.Notes = append(a.Notes, n)
+	}
 	progInfo, err := sh.Program().Info()
 	if err != nil {
 		return nil, fmt.Errorf("program info: %w", err)

@@ -54,6 +54,7 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 			s, err = Load(Options{TableSize: 1024, Clock: tc.to, PinPath: dir, Limits: l})
 			require.NoError(t, err, "Load(%s) on the pins of %s", tc.to, tc.from)
 			defer s.Close()
+			assert.Contains(t, s.ClockNote(), fmt.Sprintf("clock %s converted to %s", tc.from, tc.to), "ClockNote()")
 			time.Sleep(300 * time.Millisecond) // 300 ms refill 5 packets and 30 admissions many times over
 			for i := range 5 {
 				assert.Equal(t, uint32(xdpPass), run(t, s, a), "burst packet %d on %s after the restart", i, tc.to)

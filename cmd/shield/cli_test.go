@@ -113,6 +113,11 @@ func TestCLI(t *testing.T) {
 	if !ch.Old.Equal(want) || !ch.New.Equal(want) {
 		t.Errorf("limits set -json = %+v, want old and new %+v", ch, want)
 	}
+	contains("limits set -protected", mustRun(true, "limits", "set", "-protected", "tcp/443,udp/198.18.0.1:53", "-unprotected-rate", "5000", "-key-prefix6", "56"),
+		"new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false; protected tcp/443,udp/198.18.0.1:53; unprotected 5000/s burst 250000", "keyed by /32 and /56")
+	contains("limits set -protected ''", mustRun(true, "limits", "set", "-protected", "", "-key-prefix6", "64", "-unprotected-rate", "250000"),
+		"protected every destination; unprotected 250000/s")
+	want.Protected = nil
 
 	// Traffic: 198.18.0.7 passes its burst of 9, then 3 drop; a deny-listed
 	// source drops.
