@@ -1,11 +1,13 @@
 package shield
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
 )
 
 // The tests of this file are named after the findings of issue 9 that live
@@ -156,4 +159,29 @@ func TestListChangeReports(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ListChange{List: DenyList, Removed: ps("198.18.0.0/24", "2001:db8::/48"), Before: 3,
 		After: ps("198.18.1.0/24")}, ch, "Remove()")
+}
+
+// TestOwnAddressesFollowNetlink: WatchOwn marks the namespace's addresses
+// as own at once and follows addresses added and removed later.
+func TestOwnAddressesFollowNetlink(t *testing.T) {
+	testutil.Root(t)
+	s := loadT(t, Options{Clock: ClockVirtual})
+	ns, err := topo.New("own")
+	require.NoError(t, err, "topo.New")
+	t.Cleanup(func() { ns.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	require.NoError(t, ns.Do(func() error { return s.WatchOwn(ctx, nil) }), "WatchOwn")
+	has := func(a string) bool {
+		own, err := s.Own()
+		require.NoError(t, err, "Own()")
+		return slices.Contains(own, netip.MustParseAddr(a))
+	}
+	assert.True(t, has("127.0.0.1"), "own addresses at start lack 127.0.0.1")
+	require.NoError(t, ns.AddAddr("lo", "198.18.9.1/32"))
+	assert.Eventually(t, func() bool { return has("198.18.9.1") }, 5*time.Second, 20*time.Millisecond, "an added address becomes own")
+	assert.Equal(t, uint32(xdpDrop), run(t, s, frame4("198.18.9.1")), "a frame from the new own address")
+	out, err := ns.Command("ip", "addr", "del", "198.18.9.1/32", "dev", "lo").CombinedOutput()
+	require.NoError(t, err, "ip addr del: %s", out)
+	assert.Eventually(t, func() bool { return !has("198.18.9.1") }, 5*time.Second, 20*time.Millisecond, "a removed address stops being own")
 }
