@@ -11,7 +11,7 @@ import (
 type Proto uint8
 
 const (
-	UDP    Proto = iota // to the discard port, 9
+	UDP    Proto = iota // to the edge's datagram service, DatagramPort
 	TCPSYN              // SYN to the edge's HTTPS port: the flood a listener fears
 	ICMP                // echo request (ICMP or ICMPv6)
 )
@@ -20,7 +20,6 @@ func (p Proto) String() string { return [...]string{"udp", "tcp-syn", "icmp"}[p]
 
 // Ports and sizes of the generated frames.
 const (
-	udpDstPort = 9
 	stormPort  = 40000 // source port of every generated frame
 	payloadLen = 18    // makes the IPv4/UDP frame 60 bytes, Ethernet's minimum
 )
@@ -95,6 +94,11 @@ type Template struct {
 	// with the varying 32 bits and the checksum itself left out.
 	IPCsumBase uint32
 	L4CsumBase uint32
+	// Next is the sequence number of the template's next frame; its source
+	// is Base + Next % Count. The generators keep one sequence per
+	// template, so whatever else they interleave, the n frames a template
+	// sends give each of its sources n/Count of them, within one.
+	Next uint64
 }
 
 // BuildTemplate makes the frame of flow f from srcMAC to dstMAC, addressed
@@ -113,7 +117,7 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		ipProto = 17
 		l4 = make([]byte, 8+payloadLen)
 		binary.BigEndian.PutUint16(l4[0:], stormPort)
-		binary.BigEndian.PutUint16(l4[2:], udpDstPort)
+		binary.BigEndian.PutUint16(l4[2:], DatagramPort)
 		binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 		copy(l4[8:], "xdpshield storm   ")
 	case TCPSYN:
