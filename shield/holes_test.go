@@ -95,6 +95,19 @@ func TestJiffiesLimitsRefused(t *testing.T) {
 
 	k := loadT(t, Options{Clock: ClockKtime})
 	assert.NoError(t, k.SetLimits(bad), "SetLimits(%+v) on ktime", bad)
+
+	// Pinned limits set on ktime are refused by a restart on jiffies.
+	dir := pinDir(t)
+	p, err := Load(Options{TableSize: 1024, Clock: ClockKtime, PinPath: dir, Limits: bad})
+	require.NoError(t, err, "Load(ktime, %+v)", bad)
+	p.Close()
+	p, err = Load(Options{TableSize: 1024, Clock: ClockJiffies, PinPath: dir, Limits: Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}})
+	if err == nil {
+		p.Close()
+		t.Fatalf("Load(jiffies) on pins holding %+v = nil error", bad)
+	}
+	assert.Contains(t, err.Error(), fmt.Sprintf("pinned limits: burst 1000 is below ceil(rate / HZ) = ceil(1000000 / %d)", hz), "Load(jiffies) on pinned ktime limits")
+	assert.Contains(t, err.Error(), fmt.Sprintf("burst %d or more", min), "Load(jiffies) on pinned ktime limits")
 }
 
 // TestPreviousConfigMapKept (finding 7): before Linux 6.7 an inner map

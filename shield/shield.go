@@ -207,6 +207,12 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 		s.limits = limitsOf(cfg, dsts)
+		// Pinned limits set under another clock may be ones this clock
+		// cannot honour: refuse before anything is converted.
+		if err := s.limits.checkTick(s.clock, s.tickNs); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("pinned limits: %w (restart with the clock they were set for, then change them with PUT /v1/limits)", err)
+		}
 		if err := s.adoptClock(cfg); err != nil {
 			s.Close()
 			return nil, err
