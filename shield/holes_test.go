@@ -42,12 +42,13 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 		{ClockKtime, ClockJiffies},
 	} {
 		t.Run(fmt.Sprintf("%s to %s", tc.from, tc.to), func(t *testing.T) {
+			// Burst 10: the least the jiffies clock honours at HZ=100 (ceil(1000/100)).
 			dir := pinDir(t)
-			l := Limits{Rate: 1000, Burst: 5, AdmissionRate: 100, AdmissionBurst: 2}
+			l := Limits{Rate: 1000, Burst: 10, AdmissionRate: 100, AdmissionBurst: 2}
 			s, err := Load(Options{TableSize: 1024, Clock: tc.from, PinPath: dir, Limits: l})
 			require.NoError(t, err, "Load(%s)", tc.from)
 			a := frame4("198.18.0.1")
-			for i := range 5 {
+			for i := range 10 {
 				assert.Equal(t, uint32(xdpPass), run(t, s, a), "burst packet %d on %s", i, tc.from)
 			}
 			assert.Equal(t, uint32(xdpDrop), run(t, s, a), "over burst on %s", tc.from)
@@ -58,8 +59,8 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 			require.NoError(t, err, "Load(%s) on the pins of %s", tc.to, tc.from)
 			defer s.Close()
 			assert.Contains(t, s.ClockNote(), fmt.Sprintf("clock %s converted to %s", tc.from, tc.to), "ClockNote()")
-			time.Sleep(300 * time.Millisecond) // 300 ms refill 5 packets and 30 admissions many times over
-			for i := range 5 {
+			time.Sleep(300 * time.Millisecond) // 300 ms refill 10 packets and 30 admissions many times over
+			for i := range 10 {
 				assert.Equal(t, uint32(xdpPass), run(t, s, a), "burst packet %d on %s after the restart", i, tc.to)
 			}
 			assert.Equal(t, uint32(xdpPass), run(t, s, frame4("198.18.0.3")), "a stranger after the restart")
