@@ -26,12 +26,33 @@ const (
 
 // Flow is one stream of generated frames: every frame carries the same
 // headers except the source address, which cycles through Count addresses
-// starting at First (only the low 32 bits vary, so First's low 32 bits plus
-// Count must not wrap).
+// starting at First. One aligned 32-bit word of the address varies (so
+// First's word plus Count must not wrap): an IPv4 address whole, and an
+// IPv6 address's bits 32-63, so each IPv6 source lies in a /64 of its own,
+// as a forger facing a shield that keys IPv6 sources by /64 would send.
 type Flow struct {
 	Proto Proto
 	First netip.Addr
 	Count uint32
+}
+
+// wordOff is where, in First.As16(), the varying 32-bit word starts.
+func (f Flow) wordOff() int {
+	if f.First.Is4() {
+		return 12
+	}
+	return 4
+}
+
+// Source returns the flow's source number i (modulo Count).
+func (f Flow) Source(i uint32) netip.Addr {
+	a := f.First.As16()
+	off := f.wordOff()
+	binary.BigEndian.PutUint32(a[off:], binary.BigEndian.Uint32(a[off:])+i%max(f.Count, 1))
+	if f.First.Is4() {
+		return netip.AddrFrom16(a).Unmap()
+	}
+	return netip.AddrFrom16(a)
 }
 
 func (f Flow) String() string {
@@ -43,15 +64,7 @@ func (f Flow) String() string {
 }
 
 // Last is the last source the flow uses.
-func (f Flow) Last() netip.Addr {
-	a := f.First.As16()
-	low := binary.BigEndian.Uint32(a[12:]) + f.Count - 1
-	binary.BigEndian.PutUint32(a[12:], low)
-	if f.First.Is4() {
-		return netip.AddrFrom16(a).Unmap()
-	}
-	return netip.AddrFrom16(a)
-}
+func (f Flow) Last() netip.Addr { return f.Source(f.Count - 1) }
 
 // Validate checks the flow's sources do not wrap and stay inside the
 // documentation and benchmarking ranges.
@@ -60,7 +73,7 @@ func (f Flow) Validate() error {
 		return fmt.Errorf("flow %s: no sources", f)
 	}
 	a := f.First.As16()
-	if uint64(binary.BigEndian.Uint32(a[12:]))+uint64(f.Count) > 1<<32 {
+	if uint64(binary.BigEndian.Uint32(a[f.wordOff():]))+uint64(f.Count) > 1<<32 {
 		return fmt.Errorf("flow %s: sources wrap", f)
 	}
 	for _, x := range []netip.Addr{f.First, f.Last()} {
@@ -86,7 +99,7 @@ func Safe(a netip.Addr) bool { return safe4.Contains(a) || safe6.Contains(a) }
 type Template struct {
 	Frame     []byte
 	Count     uint32 // sources cycled through
-	Base      uint32 // low 32 bits of the first source
+	Base      uint32 // the varying 32 bits of the first source (Flow)
 	AddrOff   int    // offset of those 32 bits
 	IPCsumOff int    // IPv4 header checksum; 0: none
 	L4CsumOff int    // L4 checksum covering the source; 0: none
@@ -147,7 +160,8 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 
 	t := Template{Count: f.Count}
 	src := f.First.As16()
-	t.Base = binary.BigEndian.Uint32(src[12:])
+	t.Base = binary.BigEndian.Uint32(src[f.wordOff():])
+	clear(src[f.wordOff() : f.wordOff()+4]) // written per frame
 	eth := make([]byte, 14)
 	copy(eth[0:], dstMAC)
 	copy(eth[6:], srcMAC)
@@ -184,12 +198,12 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)))
 		ip[6] = ipProto
 		ip[7] = 64
-		copy(ip[8:20], src[:12]) // the fixed part of the source
+		copy(ip[8:24], src[:]) // the fixed part of the source
 		d := dst.As16()
 		copy(ip[24:], d[:])
-		t.AddrOff = 14 + 8 + 12
+		t.AddrOff = 14 + 8 + f.wordOff()
 		pseudo = make([]byte, 40)
-		copy(pseudo[0:12], src[:12])
+		copy(pseudo[0:16], src[:])
 		copy(pseudo[16:], d[:])
 		binary.BigEndian.PutUint32(pseudo[32:], uint32(len(l4)))
 		pseudo[39] = ipProto

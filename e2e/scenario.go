@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"runtime"
@@ -11,9 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf/link"
-
 	"xdpshield/shield"
+	"xdpshield/shield/service"
 )
 
 // Log attribute keys.
@@ -386,7 +386,10 @@ type run struct {
 	log    *slog.Logger
 	top    *Topology
 	sh     *shield.Shield
-	xdp    []link.Link // the shield on edge0 and edge1
+	svc    *service.Service // `shield serve`'s wiring, on edge0
+	pins   string           // the service's temporary pin root
+	token  string
+	xdp    []io.Closer // detach the shield from edge0 and edge1
 	gen    Generator
 	probe  Generator // AF_PACKET: a few thousand frames/s need no 28 ms live-frames runs
 	rec    *Recorder
@@ -526,33 +529,8 @@ func (r *run) setup() error {
 	}
 	r.res.RemovedOld = r.top.RemovedStale()
 	r.res.RPS = r.top.RPS
-	if r.sh, err = shield.Load(shield.Options{TableSize: r.cfg.TableSize, Limits: r.cfg.Limits}); err != nil {
-		return err // shield.Load says "load shield: ..."
-	}
-	lists := map[shield.List][]netip.Addr{
-		shield.AllowList: {Allowed4, Allowed6},
-		shield.DenyList:  {Denied4, Denied6},
-	}
-	for l, addrs := range lists {
-		var ps []netip.Prefix
-		for _, a := range addrs {
-			ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-		}
-		if _, err := r.sh.Add(l, ps); err != nil {
-			return fmt.Errorf("%s list: %w", l, err)
-		}
-	}
-	for _, idx := range []int{r.top.EdgeIfindex, r.top.FrontIfindex} {
-		err = r.top.Edge.Do(func() error {
-			l, err := link.AttachXDP(link.XDPOptions{Program: r.sh.Program(), Interface: idx})
-			if err == nil {
-				r.xdp = append(r.xdp, l)
-			}
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("attach shield to ifindex %d in %s: %w", idx, r.top.Edge.Name, err)
-		}
+	if err := r.startService(); err != nil {
+		return err
 	}
 	if r.gen, err = NewGenerator(r.cfg.Generator, r.top.Storm, r.top.StormIfindex); err != nil {
 		return fmt.Errorf("generator: %w", err)
@@ -564,10 +542,7 @@ func (r *run) setup() error {
 	if err := r.buildStorms(); err != nil {
 		return err
 	}
-	p, err := newAPIProber(r.sh, r.top.Edge)
-	if err != nil {
-		return fmt.Errorf("prober: %w", err)
-	}
+	p := newAPIProber(r.svc.Addr().String(), r.token, r.top.Edge)
 	r.poll = &poller{p: p, timeout: r.cfg.ProbeTimeout}
 
 	if r.server, err = StartEdgeServer(r.top.Edge, Edge4, Edge6, Front4, Front6); err != nil {
@@ -604,9 +579,7 @@ func (r *run) close() {
 	for _, l := range r.xdp {
 		l.Close()
 	}
-	if r.sh != nil {
-		r.sh.Close()
-	}
+	r.stopService()
 	if err := r.top.Close(); err != nil {
 		r.log.Warn("remove namespaces", logErr, err)
 	}
@@ -651,10 +624,9 @@ func (r *run) buildStorms() error {
 		}
 	}
 	for _, first := range []netip.Addr{Few4, Few6} {
-		a := first
-		for range r.cfg.FewSources {
-			r.few = append(r.few, a)
-			a = a.Next()
+		f := Flow{First: first, Count: r.cfg.FewSources}
+		for i := range f.Count {
+			r.few = append(r.few, f.Source(i))
 		}
 	}
 	// The allow-listed probes ping rather than ask the datagram service:

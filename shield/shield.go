@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -87,11 +88,15 @@ type Shield struct {
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
+	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
 	// prev is the inner config map the last swap replaced, kept open until
 	// the next one: before Linux 6.7 an inner map removed from an array of
 	// maps was freed without waiting for an RCU grace period, while a
 	// program on another CPU could still be reading it.
 	prev *ebpf.Map
+
+	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
+	recovered *Recovery // what Load rolled back
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
@@ -189,6 +194,17 @@ func Load(opts Options) (*Shield, error) {
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
+	s.pinPath = opts.PinPath
+	if s.pinPath != "" {
+		if err := s.rollback(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if err := s.loadSnapshots(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	cfg, ok, err := s.readConfig()
 	if err != nil {
 		s.Close()
@@ -216,6 +232,13 @@ func Load(opts Options) (*Shield, error) {
 		if err := s.adoptClock(cfg); err != nil {
 			s.Close()
 			return nil, err
+		}
+		// A rollback may have refilled a trie whose flag was cleared.
+		if s.recovered != nil {
+			if err := s.publish(s.limits); err != nil {
+				s.Close()
+				return nil, err
+			}
 		}
 	} else if err := s.start(opts.Limits); err != nil {
 		s.Close()

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,7 +86,7 @@ func newLab(t *testing.T, role string) *lab {
 	}
 	t.Cleanup(func() {
 		// Pins left by a failed test: detach first so no link stays.
-		shield.Detach(l.pinRoot, "va")
+		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va") })
 		os.RemoveAll(l.pinRoot)
 	})
 	l.tokenFile = filepath.Join(t.TempDir(), "token")
@@ -108,6 +107,20 @@ func newLab(t *testing.T, role string) *lab {
 	l.client = &api.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
 		HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	return l
+}
+
+// pinDir is where serve, run in the edge namespace, pins va.
+func (l *lab) pinDir(t *testing.T) string {
+	t.Helper()
+	var dir string
+	if err := l.edge.Do(func() error {
+		var err error
+		dir, err = shield.PinDir(l.pinRoot, "va")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // syncBuffer collects a process's output.
@@ -287,7 +300,7 @@ func denyDrops(t *testing.T, l *lab) uint64 {
 
 func linkInfo(t *testing.T, l *lab) *link.Info {
 	t.Helper()
-	lk, err := link.LoadPinnedLink(filepath.Join(shield.PinDir(l.pinRoot, "va"), "link"), nil)
+	lk, err := link.LoadPinnedLink(filepath.Join(l.pinDir(t), "link"), nil)
 	if err != nil {
 		t.Fatalf("load pinned link: %v", err)
 	}
@@ -332,10 +345,14 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("first serve did not log a fresh attach:\n%s", s1.out)
 	}
 
-	// Safe default: the machine's own addresses are allow-listed.
-	if al, err := l.client.List(ctx, shield.AllowList); err != nil || !slices.Contains(al.Prefixes, "198.18.0.1/32") ||
-		!slices.Contains(al.Prefixes, "127.0.0.1/32") {
-		t.Errorf("allow list = %v, %v; want the edge's own addresses", al.Prefixes, err)
+	// Safe default: the machine's own addresses are marked own (a frame
+	// from the wire claiming one is spoofed), not allow-listed.
+	if al, err := l.client.List(ctx, shield.AllowList); err != nil || len(al.Prefixes) != 0 {
+		t.Errorf("allow list = %v, %v; want it empty", al.Prefixes, err)
+	}
+	if out := s1.out.String(); !strings.Contains(out, "msg=\"own addresses: frames from the wire claiming them are dropped as spoofed\"") ||
+		!strings.Contains(out, "198.18.0.1") {
+		t.Errorf("serve did not log the edge's own addresses as spoofed sources:\n%s", out)
 	}
 
 	// The path works: an unlisted source gets through.
@@ -441,7 +458,7 @@ func TestServeLifecycle(t *testing.T) {
 	if ok, _ := xdpAttached(t, l); ok {
 		t.Error("XDP program still attached after detach")
 	}
-	if _, err := os.Stat(shield.PinDir(l.pinRoot, "va")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(l.pinDir(t)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pin directory still there after detach: %v", err)
 	}
 	// Without the shield the same source gets through: the sender was live.

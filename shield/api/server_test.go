@@ -35,7 +35,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	if _, err := c.Add(ctx, shield.DenyList, []string{"198.19.0.0/16", "2001:db8:dead::/48"}); err != nil {
 		t.Fatalf("Add deny: %v", err)
 	}
-	good := `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false}`
+	good := `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`
 	if code, body := e.do(t, "PUT", "/v1/limits", bearer, good); code != 200 {
 		t.Fatalf("PUT good limits = %d %s, want 200", code, body)
 	}
@@ -63,11 +63,18 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"empty body", "PUT", "/v1/limits", bearer, ``, 400, "empty request body"},
 		{"trailing data", "PUT", "/v1/limits", bearer, good + `{}`, 400, "trailing data"},
 		{"unknown field", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":5,"admission_rate":5,"admission_burst":5,"colour":"red"}`, 400, `unknown field "colour"`},
-		{"rate 0", "PUT", "/v1/limits", bearer, `{"rate":0,"burst":5,"admission_rate":5,"admission_burst":5}`, 400, "rate 0 out of range"},
-		{"missing fields", "PUT", "/v1/limits", bearer, `{"rate":5}`, 400, "burst 0 out of range"},
+		{"rate 0", "PUT", "/v1/limits", bearer, `{"rate":0,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`, 400, "rate 0 out of range"},
+		{"missing fields", "PUT", "/v1/limits", bearer, `{"rate":5}`, 400, `missing fields "burst", "admission_rate", "admission_burst", "dry_run"`},
+		// Issue 10, finding 7: what encoding/json quietly accepts.
+		{"omitted dry_run", "PUT", "/v1/limits", bearer, `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`, 400, `missing field "dry_run"`},
+		{"duplicate key", "PUT", "/v1/limits", bearer, `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false,"rate":1}`, 400, `duplicate key "rate"`},
+		{"key case", "PUT", "/v1/limits", bearer, `{"Rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false}`, 400, `key "Rate": did you mean "rate"?`},
+		{"duplicate prefixes key", "POST", "/v1/deny", bearer, `{"prefixes":["198.18.60.0/24"],"prefixes":["198.18.61.0/24"]}`, 400, `duplicate key "prefixes"`},
+		{"malformed query", "GET", "/v1/top?n=%zz", "", "", 400, "malformed query string"},
+		{"malformed query semicolon", "GET", "/v1/top?n=3;by=packets", "", "", 400, "malformed query string"},
 		{"negative burst", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":-1,"admission_rate":5,"admission_burst":5}`, 400, `field "burst": number -1 is not a valid non-negative integer`},
 		{"fractional rate", "PUT", "/v1/limits", bearer, `{"rate":1.5,"burst":5,"admission_rate":5,"admission_burst":5}`, 400, `field "rate"`},
-		{"rate too big", "PUT", "/v1/limits", bearer, `{"rate":1000000000000,"burst":5,"admission_rate":5,"admission_burst":5}`, 400, "rate 1000000000000 out of range"},
+		{"rate too big", "PUT", "/v1/limits", bearer, `{"rate":1000000000000,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`, 400, "rate 1000000000000 out of range"},
 		{"string rate", "PUT", "/v1/limits", bearer, `{"rate":"5","burst":5,"admission_rate":5,"admission_burst":5}`, 400, `field "rate"`},
 		{"dry_run not bool", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":1}`, 400, `field "dry_run"`},
 		{"oversized limits", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false` + strings.Repeat(" ", 5000) + `}`, 400, "exceeds 4096 bytes"},
