@@ -155,17 +155,14 @@ func DefaultConfig() Config {
 // StormLimits returns l with every destination the storm floods protected
 // (TCP EdgePort, UDP DatagramPort, ICMP), so the flood is held to l's client
 // limits while anything else (the edge's return traffic) gets the generous
-// unprotected class, and with IPv6 sources keyed per address (/128): the
-// many-forged storm's IPv6 sources all lie in one /64 (2001:db8:1::/96),
-// which the default /64 key would hold to one bucket where the storm means
-// to exercise the admission bucket.
+// unprotected class. Sources keep the default keys (IPv4 /32, IPv6 /64):
+// the IPv6 storm sources each lie in a /64 of their own.
 func StormLimits(l shield.Limits) shield.Limits {
 	l.Protected = []shield.Destination{
 		{Proto: shield.ProtoTCP, Port: EdgePort},
 		{Proto: shield.ProtoUDP, Port: DatagramPort},
 		{Proto: shield.ProtoICMP},
 	}
-	l.KeyPrefix6 = 128
 	return l
 }
 
