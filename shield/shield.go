@@ -338,16 +338,24 @@ func (s *Shield) Limits() Limits {
 // SetLimits validates l and makes it the configuration in one atomic swap.
 // Its errors wrap ErrInvalid when l is at fault.
 func (s *Shield) SetLimits(l Limits) error {
+	_, err := s.ReplaceLimits(l)
+	return err
+}
+
+// ReplaceLimits is SetLimits that also returns the limits it replaced,
+// read under the same lock as the change.
+func (s *Shield) ReplaceLimits(l Limits) (old Limits, err error) {
 	if err := l.Validate(); err != nil {
-		return err
+		return Limits{}, err
 	}
 	l = l.withDefaults()
 	if err := l.checkTick(s.clock, s.tickNs); err != nil {
-		return err
+		return Limits{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.publish(l)
+	old = s.limits
+	return old, s.publish(l)
 }
 
 // SetTime sets the virtual clock; only for ClockVirtual.

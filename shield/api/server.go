@@ -494,15 +494,17 @@ func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if err := l.Validate(); err != nil {
-		s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
-		return
-	}
-	old := s.sh.Limits()
-	if err := s.sh.SetLimits(l); err != nil {
+	// One check, the shield's: Validate and what the clock can honour.
+	old, err := s.sh.ReplaceLimits(l)
+	if err != nil {
+		if errors.Is(err, shield.ErrInvalid) {
+			s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+			return
+		}
 		s.fail(w, fmt.Errorf("set limits: %w", err))
 		return
 	}
+	l = s.sh.Limits()
 	s.log.Info("limits changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "limits",
 		keyOld, old, keyNew, l)
 	writeJSON(w, http.StatusOK, LimitsChange{Old: old, New: l})

@@ -134,9 +134,8 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if cfg.Limits.IsZero() {
 		cfg.Limits = shield.DefaultLimits()
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("limits: %w", err)
-	}
+	// The limits are checked by shield.Load (through Attach), before
+	// anything is attached.
 	if err := ValidateAPI(cfg.API); err != nil {
 		return nil, err
 	}
