@@ -72,6 +72,11 @@ struct limit {
 /* Port bitmaps: bit (port & 63) of word (port >> 6). */
 #define PORT_WORDS (65536 / 64)
 
+/* Own addresses held in the configuration and compared inline, per family:
+ * a machine has a few, and a compare is far cheaper than a trie lookup.
+ * A family with more lives in the verdict tries (LIST_OWN) instead. */
+#define OWN_INLINE 8
+
 /* Traffic classes: what is protected is held to the client limits; the rest
  * (the edge's own return traffic, above all) to limits of its own. */
 #define CLASS_PROTECTED 0
@@ -86,6 +91,10 @@ struct config {
 	__u64 mask6[2]; /* an IPv6 source's key: the address AND this (prefix length) */
 	__u32 mask4;    /* an IPv4 source's key: the address AND this (network order) */
 	__u32 flags;    /* CONFIG_* */
+	__u32 own4_n;   /* own IPv4 addresses in own4 (0 to OWN_INLINE) */
+	__u32 own6_n;   /* own IPv6 addresses in own6 (0 to OWN_INLINE) */
+	__u32 own4[OWN_INLINE];    /* network order, as read from the header */
+	__u64 own6[OWN_INLINE][2]; /* the address as two words, as read */
 	__u64 tcp_ports[PORT_WORDS];      /* TCP ports protected on every address */
 	__u64 udp_ports[PORT_WORDS];      /* UDP ports protected on every address */
 	__u64 tcp_addr_ports[PORT_WORDS]; /* TCP ports protected on some addresses */
@@ -168,7 +177,8 @@ struct {
 } allow6 SEC(".maps"), deny6 SEC(".maps");
 
 /* The machine's own addresses, as the service found them (records, like
- * allow4/deny4; the program reads lists4/lists6). */
+ * allow4/deny4; the program compares config.own4/own6, or reads
+ * lists4/lists6 for a family with more than OWN_INLINE). */
 #define MAX_OWN_ENTRIES 4096
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -176,7 +186,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm4_key);
 	__type(value, __u8);
-} own4 SEC(".maps");
+} own4_addrs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -184,7 +194,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm6_key);
 	__type(value, __u8);
-} own6 SEC(".maps");
+} own6_addrs SEC(".maps");
 
 /* Destinations protected on one address (the value is unused). */
 #define MAX_PROTECTED_DSTS 4096
@@ -372,6 +382,39 @@ static __always_inline int mapped(const struct packet *pkt)
 	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0xffff);
 }
 
+/* own says whether the source is one of the machine's own addresses held
+ * inline in the configuration. */
+static __always_inline int own(const struct packet *pkt, const struct config *cfg)
+{
+	if (pkt->is_v6) {
+		__u32 n = cfg->own6_n;
+		__u64 w[2];
+
+		if (!n)
+			return 0;
+		__builtin_memcpy(w, pkt->src, 16);
+#pragma unroll
+		for (int i = 0; i < OWN_INLINE; i++) {
+			if (i >= n)
+				break;
+			if (cfg->own6[i][0] == w[0] && cfg->own6[i][1] == w[1])
+				return 1;
+		}
+		return 0;
+	}
+	__u32 n = cfg->own4_n;
+	__u32 a = ((const __u32 *)pkt->src)[3];
+
+#pragma unroll
+	for (int i = 0; i < OWN_INLINE; i++) {
+		if (i >= n)
+			break;
+		if (cfg->own4[i] == a)
+			return 1;
+	}
+	return 0;
+}
+
 /* class_of says which limits hold the packet: CLASS_PROTECTED when the
  * configuration names no destination (everything is protected) or names
  * this one, CLASS_UNPROTECTED otherwise. A TCP or UDP packet whose port
@@ -451,6 +494,8 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	 * (Linux's IPv6 input drops it, ip6_rcv_core), and judging it as the
 	 * IPv4 address would let anyone spend that address's bucket. */
 	if (pkt.is_v6 && mapped(&pkt))
+		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+	if (own(&pkt, cfg))
 		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 
 	int list = listed(&pkt, flags);

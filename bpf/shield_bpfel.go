@@ -28,6 +28,10 @@ type ShieldConfig struct {
 	Mask6                [2]uint64
 	Mask4                uint32
 	Flags                uint32
+	Own4N                uint32
+	Own6N                uint32
+	Own4                 [8]uint32
+	Own6                 [8][2]uint64
 	TcpPorts             [1024]uint64
 	UdpPorts             [1024]uint64
 	TcpAddrPorts         [1024]uint64
@@ -87,8 +91,8 @@ const (
 	ShieldMapDeny6         = "deny6"
 	ShieldMapLists4        = "lists4"
 	ShieldMapLists6        = "lists6"
-	ShieldMapOwn4          = "own4"
-	ShieldMapOwn6          = "own6"
+	ShieldMapOwn4Addrs     = "own4_addrs"
+	ShieldMapOwn6Addrs     = "own6_addrs"
 	ShieldMapProtectedDsts = "protected_dsts"
 	ShieldMapSources       = "sources"
 	ShieldProgClockProbe   = "clock_probe"
@@ -163,8 +167,8 @@ type ShieldMapSpecs struct {
 	Deny6         *ebpf.MapSpec `ebpf:"deny6"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
 	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
-	Own4          *ebpf.MapSpec `ebpf:"own4"`
-	Own6          *ebpf.MapSpec `ebpf:"own6"`
+	Own4Addrs     *ebpf.MapSpec `ebpf:"own4_addrs"`
+	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
 	ProtectedDsts *ebpf.MapSpec `ebpf:"protected_dsts"`
 	Sources       *ebpf.MapSpec `ebpf:"sources"`
 }
@@ -211,8 +215,8 @@ type ShieldMaps struct {
 	Deny6         *ebpf.Map `ebpf:"deny6"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
 	Lists6        *ebpf.Map `ebpf:"lists6"`
-	Own4          *ebpf.Map `ebpf:"own4"`
-	Own6          *ebpf.Map `ebpf:"own6"`
+	Own4Addrs     *ebpf.Map `ebpf:"own4_addrs"`
+	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
 	ProtectedDsts *ebpf.Map `ebpf:"protected_dsts"`
 	Sources       *ebpf.Map `ebpf:"sources"`
 }
@@ -228,8 +232,8 @@ func (m *ShieldMaps) Close() error {
 		m.Deny6,
 		m.Lists4,
 		m.Lists6,
-		m.Own4,
-		m.Own6,
+		m.Own4Addrs,
+		m.Own6Addrs,
 		m.ProtectedDsts,
 		m.Sources,
 	)

@@ -224,8 +224,10 @@ const clockShift = 24
 
 const portWords = 65536 / 64
 
-// config builds what the program reads. l has its defaults filled.
-func (l Limits) config(lists uint32, clock Clock) bpf.ShieldConfig {
+// config builds what the program reads: l (with its defaults filled), the
+// list flags, the clock and the own addresses compared inline (at most
+// ownInline per family).
+func (l Limits) config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldConfig {
 	cfg := bpf.ShieldConfig{
 		Source:               bucketLimit(l.Rate, l.Burst),
 		Admission:            bucketLimit(l.AdmissionRate, l.AdmissionBurst),
@@ -237,6 +239,17 @@ func (l Limits) config(lists uint32, clock Clock) bpf.ShieldConfig {
 	mask6 := prefixMask(16, int(l.KeyPrefix6))
 	cfg.Mask4 = le32(mask4)
 	cfg.Mask6[0], cfg.Mask6[1] = le64(mask6[:8]), le64(mask6[8:])
+	for _, a := range own {
+		if a.Is4() && cfg.Own4N < ownInline {
+			b := a.As4()
+			cfg.Own4[cfg.Own4N] = le32(b[:])
+			cfg.Own4N++
+		} else if !a.Is4() && cfg.Own6N < ownInline {
+			b := a.As16()
+			cfg.Own6[cfg.Own6N] = [2]uint64{le64(b[:8]), le64(b[8:])}
+			cfg.Own6N++
+		}
+	}
 	if l.DryRun {
 		cfg.Flags |= flagDryRun
 	}

@@ -70,7 +70,7 @@ admission_burst = 400
 	require.NoError(t, json.Unmarshal(b, &fromJSON))
 	assert.True(t, l.Equal(fromJSON), "JSON round trip: %s", b)
 
-	cfg := l.withDefaults().config(0, ClockKtime)
+	cfg := l.withDefaults().config(0, ClockKtime, nil)
 	var addr []Destination
 	for _, d := range l.Protected {
 		if d.Addr.IsValid() {

@@ -414,10 +414,21 @@ func (s *Shield) flagsWith(l List, remaining map[netip.Prefix]bool) (uint32, err
 // listFlags says which tries hold entries.
 func (s *Shield) listFlags() (uint32, error) {
 	var flags uint32
-	o4, o6 := s.ownTries()
+	own, err := s.ownLocked()
+	if err != nil {
+		return 0, err
+	}
+	_, looked := ownSplit(own)
+	for _, a := range looked {
+		if a.Is4() {
+			flags |= flagOwn4
+		} else {
+			flags |= flagOwn6
+		}
+	}
 	for _, l := range []List{AllowList, DenyList} {
 		v4, v6 := s.tries(l)
-		for _, t := range []trie{v4, v6, o4, o6} {
+		for _, t := range []trie{v4, v6} {
 			var k []byte
 			if err := t.m.NextKey(nil, &k); err == nil {
 				flags |= t.flag
@@ -430,7 +441,32 @@ func (s *Shield) listFlags() (uint32, error) {
 }
 
 func (s *Shield) ownTries() (v4, v6 trie) {
-	return trie{s.objs.Own4, flagOwn4, false}, trie{s.objs.Own6, flagOwn6, true}
+	return trie{s.objs.Own4Addrs, flagOwn4, false}, trie{s.objs.Own6Addrs, flagOwn6, true}
+}
+
+// ownInline mirrors OWN_INLINE in bpf/shield.c.
+const ownInline = 8
+
+// ownSplit returns the own addresses the program compares inline (a family
+// of at most ownInline) and those it finds in the verdict tries (a family
+// of more).
+func ownSplit(own []netip.Addr) (inline, looked []netip.Addr) {
+	var v4, v6 []netip.Addr
+	for _, a := range own {
+		if a.Is4() {
+			v4 = append(v4, a)
+		} else {
+			v6 = append(v6, a)
+		}
+	}
+	for _, fam := range [][]netip.Addr{v4, v6} {
+		if len(fam) <= ownInline {
+			inline = append(inline, fam...)
+		} else {
+			looked = append(looked, fam...)
+		}
+	}
+	return inline, looked
 }
 
 // maxOwn mirrors MAX_OWN_ENTRIES in bpf/shield.c (per family).
@@ -612,7 +648,8 @@ func (s *Shield) syncVerdicts() error {
 	if err != nil {
 		return err
 	}
-	want := wantVerdicts(allow, deny, own...)
+	_, looked := ownSplit(own)
+	want := wantVerdicts(allow, deny, looked...)
 	have, err := s.readVerdicts()
 	if err != nil {
 		return err

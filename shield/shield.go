@@ -406,7 +406,12 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 		return fmt.Errorf("create config map: %w", err)
 	}
 	defer inner.Close()
-	if err := inner.Put(uint32(0), l.config(flags, s.clock)); err != nil {
+	own, err := s.ownLocked()
+	if err != nil {
+		return err
+	}
+	inline, _ := ownSplit(own)
+	if err := inner.Put(uint32(0), l.config(flags, s.clock, inline)); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	// Address-specific destinations first, then the config that looks

@@ -66,18 +66,34 @@ func TestMappedIPv6Spoofed(t *testing.T) {
 // TestOwnAddressSpoofed (finding 4): a frame arriving with one of the
 // machine's own addresses as its source is forged: dropped as spoofed, even
 // when an allow-listed prefix covers the address; the rest of that prefix
-// stays allowed.
+// stays allowed. A machine with a few addresses per family has them
+// compared inline; one with more has them in the verdict tries: both ways.
 func TestOwnAddressSpoofed(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
-	addList(t, s, shield.AllowList, "198.18.0.0/24", "2001:db8::/64")
-	setOwn(t, s, "198.18.0.1", "2001:db8::1")
-	udp, tcp := shield.ProtoUDP, shield.ProtoTCP
-	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-		{Name: "own IPv4 address", At: sec, Frame: From("198.18.0.1", UDP).Bytes(), Times: 5, Want: Drop, Delta: N(5, drop, shield.ReasonSpoofed, udp)},
-		{Name: "own IPv6 address, double tagged", At: sec, Frame: From("2001:db8::1", TCP, Double...).Bytes(), Times: 5, Want: Drop, Delta: N(5, drop, shield.ReasonSpoofed, tcp)},
-		{Name: "a neighbour in the allow-listed prefix", At: sec, Frame: From("198.18.0.2", UDP).Bytes(), Times: 5, Want: Pass, Delta: N(5, pass, shield.ReasonAllow, udp)},
-		{Name: "an unlisted stranger", At: sec, Frame: From("198.18.1.1", UDP).Bytes(), Want: Pass, Delta: One(pass, shield.ReasonOK, udp)},
-	}}.Run(t)
+	for _, extra := range []int{0, 12} {
+		t.Run(fmt.Sprintf("%d more own addresses per family", extra), func(t *testing.T) {
+			s := load(t, 4096, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
+			addList(t, s, shield.AllowList, "198.18.0.0/24", "2001:db8::/64")
+			own := []string{"198.18.0.1", "2001:db8::1"}
+			for i := range extra {
+				own = append(own, fmt.Sprintf("198.18.0.%d", 100+i), fmt.Sprintf("2001:db8::%x", 0x100+i))
+			}
+			setOwn(t, s, own...)
+			udp, tcp := shield.ProtoUDP, shield.ProtoTCP
+			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+				{Name: "own IPv4 address", At: sec, Frame: From("198.18.0.1", UDP).Bytes(), Times: 5, Want: Drop, Delta: N(5, drop, shield.ReasonSpoofed, udp)},
+				{Name: "own IPv6 address, double tagged", At: sec, Frame: From("2001:db8::1", TCP, Double...).Bytes(), Times: 5, Want: Drop, Delta: N(5, drop, shield.ReasonSpoofed, tcp)},
+				{Name: "a neighbour in the allow-listed prefix", At: sec, Frame: From("198.18.0.2", UDP).Bytes(), Times: 5, Want: Pass, Delta: N(5, pass, shield.ReasonAllow, udp)},
+				{Name: "an unlisted stranger", At: sec, Frame: From("198.18.1.1", UDP).Bytes(), Want: Pass, Delta: One(pass, shield.ReasonOK, udp)},
+			}}.Run(t)
+
+			// Set back to one address per family, the others pass again.
+			setOwn(t, s, "198.18.0.1", "2001:db8::1")
+			Scenario{Name: t.Name() + "/fewer", Target: ShieldTarget(s), Steps: []Step{
+				{Name: "still own", At: sec, Frame: From("2001:db8::1", UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonSpoofed, udp)},
+				{Name: "no longer own", At: sec, Frame: From("198.18.0.100", UDP).Bytes(), Want: Pass, Delta: One(pass, shield.ReasonAllow, udp)},
+			}}.Run(t)
+		})
+	}
 }
 
 // TestReturnTrafficNotThrottled (finding 5): with the default limits,
