@@ -34,6 +34,8 @@ var (
 		"Configured burst of a bucket: per source, or for admitting new sources; of protected destinations (source, admission) or the rest (unprotected, unprotected_admission).", []string{"bucket"}, nil)
 	descProtected = prometheus.NewDesc("shield_protected_destinations",
 		"Destinations held to the client limits (0: every destination is).", nil, nil)
+	descOwn = prometheus.NewDesc("shield_own_addresses",
+		"The machine's own addresses: a frame from the wire claiming one as its source is dropped as spoofed.", []string{"family"}, nil)
 	descKeyPrefix = prometheus.NewDesc("shield_key_prefix_length",
 		"Prefix length a source is keyed by: its addresses share one bucket.", []string{"family"}, nil)
 	descDryRun = prometheus.NewDesc("shield_dry_run",
@@ -52,7 +54,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descDryRun, descList, descBuild} {
+	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descBuild} {
 		ch <- d
 	}
 }
@@ -92,6 +94,16 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descProtected, prometheus.GaugeValue, float64(len(l.Protected)))
 	ch <- prometheus.MustNewConstMetric(descKeyPrefix, prometheus.GaugeValue, float64(l.KeyPrefix4), "ipv4")
 	ch <- prometheus.MustNewConstMetric(descKeyPrefix, prometheus.GaugeValue, float64(l.KeyPrefix6), "ipv6")
+	if own, err := sh.Own(); err == nil {
+		n4 := 0
+		for _, a := range own {
+			if a.Is4() {
+				n4++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descOwn, prometheus.GaugeValue, float64(n4), "ipv4")
+		ch <- prometheus.MustNewConstMetric(descOwn, prometheus.GaugeValue, float64(len(own)-n4), "ipv6")
+	}
 	dry := 0.0
 	if l.DryRun {
 		dry = 1

@@ -321,6 +321,7 @@ func TestMetricsPromtool(t *testing.T) {
 		`shield_dry_run 0`,
 		`shield_limit_rate_packets_per_second{bucket="unprotected"} 250000`,
 		`shield_protected_destinations 3`,
+		`shield_own_addresses{family="ipv4"} 0`,
 		`shield_key_prefix_length{family="ipv6"} 64`,
 		`shield_packets_total{proto="tcp",reason="spoofed",verdict="drop"} 0`,
 		`shield_list_prefixes{family="ipv4",list="deny"} 1`,
