@@ -70,10 +70,10 @@ type Options struct {
 	Limits Limits
 }
 
-// coarseSlack is how far apart two CPUs' ktime readings may be taken to be
+// ktimeSlack is how far apart two CPUs' ktime readings may be taken to be
 // (clock_slack_ns in bpf/shield.c): far more than they ever are, far less
 // than a restart with another clock moves a bucket's time.
-const coarseSlack = 1_000_000
+const ktimeSlack = 1_000_000
 
 // Shield is a loaded shield program and its maps.
 type Shield struct {
@@ -82,7 +82,7 @@ type Shield struct {
 	clock     Clock
 	tickNs    uint64 // the clock's resolution when it ticks (jiffies), else 0
 	compat    bool   // shield_compat loaded as the program (no cmpxchg refills)
-	// ClockNote says how adopted state written with another clock was
+	// clockNote says how adopted state written with another clock was
 	// converted ("" when it was not).
 	clockNote string
 
@@ -156,7 +156,7 @@ func Load(opts Options) (*Shield, error) {
 		}
 		tickNs, slack = nsPerJiffy, 2*nsPerJiffy
 	case ClockKtime:
-		slack = coarseSlack
+		slack = ktimeSlack
 	}
 	if err := spec.Variables["clock_slack_ns"].Set(slack); err != nil {
 		return nil, fmt.Errorf("set clock_slack_ns: %w", err)
