@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // OwnAddresses lists the addresses of every interface of the network
@@ -14,7 +15,7 @@ import (
 func OwnAddresses(h *netlink.Handle) ([]netip.Addr, error) {
 	if h == nil {
 		var err error
-		if h, err = netlink.NewHandle(); err != nil {
+		if h, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 			return nil, fmt.Errorf("netlink handle: %w", err)
 		}
 		defer h.Close()
@@ -44,7 +45,7 @@ type OwnChange struct {
 // interface (the sockets stay bound to it). The first SetOwn happens
 // before it returns; report, when set, hears of every later change.
 func (s *Shield) WatchOwn(ctx context.Context, report func(OwnChange)) error {
-	h, err := netlink.NewHandle()
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE) // route only: a kernel without xfrm refuses the others
 	if err != nil {
 		return fmt.Errorf("netlink handle: %w", err)
 	}
