@@ -31,6 +31,11 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 /* Load-time switches: the verifier removes the branches they rule out. */
 const volatile __u8 clock_mode = CLOCK_KTIME;
 const volatile __u64 ns_per_jiffy = 4000000; /* 1e9 / CONFIG_HZ, measured by the loader */
+/* How far a bucket's last_ns may lie ahead of this CPU's clock reading before
+ * it is taken for a reading of another clock (a restart with another clock
+ * on the same pins): two CPUs' readings differ by up to a jiffy (jiffies) or
+ * a few nanoseconds (ktime). Set by the loader; 0 for the virtual clock. */
+const volatile __u64 clock_slack_ns = 0;
 
 /* The simulator's clock; only read when clock_mode == CLOCK_VIRTUAL. */
 volatile __u64 virtual_now_ns;
@@ -42,7 +47,7 @@ volatile __u64 probe_ktime_ns;
 /* A token bucket. Shared by every CPU that sees the source: debits are atomic,
  * refills are not (see take()). */
 struct bucket {
-	__u64 last_ns; /* clock reading of the last refill */
+	__u64 last_ns; /* clock reading of the last refill (see refill() for one ahead of now) */
 	__s64 credit;  /* packet-nanoseconds; may dip below 0 under races */
 };
 
@@ -58,21 +63,53 @@ struct limit {
 #define CONFIG_ALLOW6 (1 << 2)
 #define CONFIG_DENY4 (1 << 3)
 #define CONFIG_DENY6 (1 << 4)
+#define CONFIG_OWN4 (1 << 5)          /* own4 has entries: lists4 is looked up */
+#define CONFIG_OWN6 (1 << 6)
+#define CONFIG_PROTECT (1 << 7)       /* protected destinations are named; else all are */
+#define CONFIG_PROTECT_ICMP (1 << 8)  /* ICMP and ICMPv6 are protected */
+#define CONFIG_PROTECT_ADDR (1 << 9)  /* *_addr_ports has bits: protected_dsts is looked up */
+
+/* Port bitmaps: bit (port & 63) of word (port >> 6). */
+#define PORT_WORDS (65536 / 64)
+
+/* Own addresses held in the configuration and compared inline, per family:
+ * a machine has a few, and a compare is far cheaper than a trie lookup.
+ * A family with more lives in the verdict tries (LIST_OWN) instead. */
+#define OWN_INLINE 8
+
+/* Traffic classes: what is protected is held to the client limits; the rest
+ * (the edge's own return traffic, above all) to limits of its own. */
+#define CLASS_PROTECTED 0
+#define CLASS_UNPROTECTED 1
+#define MAX_CLASSES 2
 
 struct config {
-	struct limit source;    /* every tracked source */
-	struct limit admission; /* global: new sources per second */
-	__u32 flags;            /* CONFIG_* */
-	__u32 _pad;
+	struct limit source;                /* every source, protected destinations */
+	struct limit admission;             /* global: new sources per second, protected */
+	struct limit unprotected;           /* every source, other destinations */
+	struct limit unprotected_admission; /* global: new sources per second, other */
+	__u64 mask6[2]; /* an IPv6 source's key: the address AND this (prefix length) */
+	__u32 mask4;    /* an IPv4 source's key: the address AND this (network order) */
+	__u32 flags;    /* CONFIG_* */
+	__u32 own4_n;   /* own IPv4 addresses in own4 (0 to OWN_INLINE) */
+	__u32 own6_n;   /* own IPv6 addresses in own6 (0 to OWN_INLINE) */
+	__u32 own4[OWN_INLINE];    /* network order, as read from the header */
+	__u64 own6[OWN_INLINE][2]; /* the address as two words, as read */
+	__u64 tcp_ports[PORT_WORDS];      /* TCP ports protected on every address */
+	__u64 udp_ports[PORT_WORDS];      /* UDP ports protected on every address */
+	__u64 tcp_addr_ports[PORT_WORDS]; /* TCP ports protected on some addresses */
+	__u64 udp_addr_ports[PORT_WORDS]; /* UDP ports protected on some addresses */
 };
 
 /* clang emits BTF only for types a global reaches; the inner map's value is
  * reached through a pointer only, so name it here (bpf2go needs it too). */
 const struct config *unused_config __attribute__((unused));
 
-/* Per-source state, the value of the sources table. */
+/* Per-source state, the value of the sources table. A source is an IPv4
+ * address or an IPv6 prefix (config.mask6), keyed in mapped form. */
 struct source {
-	struct bucket bucket;
+	struct bucket bucket;      /* protected destinations: the client limits */
+	struct bucket unprotected; /* everything else: the unprotected limits */
 	__u64 passed;  /* packets passed (including the first, admitted one) */
 	__u64 dropped; /* packets dropped, or that would be dropped in dry-run */
 };
@@ -89,6 +126,14 @@ struct lpm4_key {
 struct lpm6_key {
 	__u32 prefixlen;
 	__u8 addr[16];
+};
+
+/* A destination protected on one address only (config.*_addr_ports). */
+struct dst_key {
+	__u8 addr[16]; /* IPv6, or IPv4 mapped as ::ffff:a.b.c.d */
+	__u8 proto;    /* PROTO_TCP or PROTO_UDP */
+	__u8 _pad;
+	__be16 port;
 };
 
 /* Counters: index (verdict * REASON_MAX + reason) * PROTO_MAX + proto. */
@@ -131,6 +176,35 @@ struct {
 	__type(value, __u8);
 } allow6 SEC(".maps"), deny6 SEC(".maps");
 
+/* The machine's own addresses, as the service found them (records, like
+ * allow4/deny4; the program compares config.own4/own6, or reads
+ * lists4/lists6 for a family with more than OWN_INLINE). */
+#define MAX_OWN_ENTRIES 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_OWN_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm4_key);
+	__type(value, __u8);
+} own4_addrs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_OWN_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct lpm6_key);
+	__type(value, __u8);
+} own6_addrs SEC(".maps");
+
+/* Destinations protected on one address (the value is unused). */
+#define MAX_PROTECTED_DSTS 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PROTECTED_DSTS);
+	__type(key, struct dst_key);
+	__type(value, __u8);
+} protected_dsts SEC(".maps");
+
 /* The verdict tries: every prefix of either list, per family, valued with
  * what a packet whose longest match it is gets. Every list prefix containing
  * an address contains that address's longest match, so the address is
@@ -139,7 +213,8 @@ struct {
  * when the deny prefix is the more specific. */
 #define LIST_ALLOW 1 /* an allow prefix covers the entry: pass, never limited */
 #define LIST_DENY 2  /* only deny prefixes cover it: drop */
-#define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES)
+#define LIST_OWN 3   /* an own address (a host prefix): spoofed from the wire */
+#define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES)
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
@@ -173,10 +248,10 @@ struct {
 	__array(values, struct config_inner);
 } config_map SEC(".maps");
 
-/* The global admission bucket: one for all CPUs. */
+/* The global admission buckets, one per class (CLASS_*), for all CPUs. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, MAX_CLASSES);
 	__type(key, __u32);
 	__type(value, struct bucket);
 } admission SEC(".maps");
@@ -213,9 +288,20 @@ static __always_inline __u64 now_ns(void)
 static __always_inline void refill(struct bucket *b, const struct limit *l, __u64 now, const int cas)
 {
 	__u64 last = b->last_ns;
+	__u64 elapsed;
 
-	if (now <= last)
+	if (now > last) {
+		elapsed = now - last;
+	} else if (last - now > l->fill_ns + clock_slack_ns) {
+		/* last_ns is further ahead than any CPU's reading of this clock
+		 * can be: another clock wrote it (jiffies x ns_per_jiffy runs
+		 * ~2^32 jiffies ahead of ktime). Waiting for this clock to catch
+		 * up would stall the bucket for months: count it as idle for a
+		 * full refill, and restart its time from now. */
+		elapsed = l->fill_ns;
+	} else {
 		return;
+	}
 	if (cas) {
 		if (__sync_val_compare_and_swap(&b->last_ns, last, now) != last)
 			return;
@@ -223,7 +309,6 @@ static __always_inline void refill(struct bucket *b, const struct limit *l, __u6
 		b->last_ns = now;
 	}
 
-	__u64 elapsed = now - last;
 	__s64 credit = b->credit;
 	__s64 add = elapsed >= l->fill_ns ? (__s64)l->cap : (__s64)(elapsed * l->rate);
 
@@ -265,8 +350,8 @@ static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
-/* listed returns LIST_ALLOW, LIST_DENY or 0 (on neither list). A family
- * whose lists are both empty costs no lookup. */
+/* listed returns LIST_ALLOW, LIST_DENY, LIST_OWN or 0 (none of them). A
+ * family whose lists and own addresses are all empty costs no lookup. */
 static __always_inline int listed(const struct packet *pkt, __u32 flags)
 {
 	__u8 *v;
@@ -274,19 +359,114 @@ static __always_inline int listed(const struct packet *pkt, __u32 flags)
 	if (pkt->is_v6) {
 		struct lpm6_key k = {.prefixlen = 128};
 
-		if (!(flags & (CONFIG_ALLOW6 | CONFIG_DENY6)))
+		if (!(flags & (CONFIG_ALLOW6 | CONFIG_DENY6 | CONFIG_OWN6)))
 			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
 		v = bpf_map_lookup_elem(&lists6, &k);
 	} else {
 		struct lpm4_key k = {.prefixlen = 32};
 
-		if (!(flags & (CONFIG_ALLOW4 | CONFIG_DENY4)))
+		if (!(flags & (CONFIG_ALLOW4 | CONFIG_DENY4 | CONFIG_OWN4)))
 			return 0;
 		__builtin_memcpy(k.addr, &pkt->src[12], 4);
 		v = bpf_map_lookup_elem(&lists4, &k);
 	}
 	return v ? *v : 0;
+}
+
+/* mapped says whether an IPv6 source is IPv4-mapped (::ffff:0:0/96). */
+static __always_inline int mapped(const struct packet *pkt)
+{
+	const __u32 *w = (const __u32 *)pkt->src;
+
+	return w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0xffff);
+}
+
+/* own says whether the source is one of the machine's own addresses held
+ * inline in the configuration. */
+static __always_inline int own(const struct packet *pkt, const struct config *cfg)
+{
+	if (pkt->is_v6) {
+		__u32 n = cfg->own6_n;
+		__u64 w[2];
+
+		if (!n)
+			return 0;
+		__builtin_memcpy(w, pkt->src, 16);
+#pragma unroll
+		for (int i = 0; i < OWN_INLINE; i++) {
+			if (i >= n)
+				break;
+			if (cfg->own6[i][0] == w[0] && cfg->own6[i][1] == w[1])
+				return 1;
+		}
+		return 0;
+	}
+	__u32 n = cfg->own4_n;
+	__u32 a = ((const __u32 *)pkt->src)[3];
+
+#pragma unroll
+	for (int i = 0; i < OWN_INLINE; i++) {
+		if (i >= n)
+			break;
+		if (cfg->own4[i] == a)
+			return 1;
+	}
+	return 0;
+}
+
+/* class_of says which limits hold the packet: CLASS_PROTECTED when the
+ * configuration names no destination (everything is protected) or names
+ * this one, CLASS_UNPROTECTED otherwise. A TCP or UDP packet whose port
+ * cannot be read (a non-first fragment, a truncated header) is judged as
+ * protected: when in doubt, the strict class. */
+static __always_inline int class_of(const struct packet *pkt, const struct config *cfg)
+{
+	__u32 flags = cfg->flags;
+
+	if (!(flags & CONFIG_PROTECT))
+		return CLASS_PROTECTED;
+	if (pkt->proto == PROTO_ICMP)
+		return flags & CONFIG_PROTECT_ICMP ? CLASS_PROTECTED : CLASS_UNPROTECTED;
+	if (pkt->proto != PROTO_TCP && pkt->proto != PROTO_UDP)
+		return CLASS_UNPROTECTED;
+	if (!pkt->has_port)
+		return CLASS_PROTECTED;
+
+	__u32 port = bpf_ntohs(pkt->dport);
+	__u32 word = (port >> 6) & (PORT_WORDS - 1);
+	__u64 bit = 1ULL << (port & 63);
+	int tcp = pkt->proto == PROTO_TCP;
+
+	if ((tcp ? cfg->tcp_ports[word] : cfg->udp_ports[word]) & bit)
+		return CLASS_PROTECTED;
+	if (!(flags & CONFIG_PROTECT_ADDR))
+		return CLASS_UNPROTECTED;
+	if (!((tcp ? cfg->tcp_addr_ports[word] : cfg->udp_addr_ports[word]) & bit))
+		return CLASS_UNPROTECTED;
+
+	struct dst_key k = {.proto = pkt->proto, .port = pkt->dport};
+
+	__builtin_memcpy(k.addr, pkt->dst, 16);
+	return bpf_map_lookup_elem(&protected_dsts, &k) ? CLASS_PROTECTED : CLASS_UNPROTECTED;
+}
+
+/* source_key is the key of the packet's source: an IPv4 address or an IPv6
+ * address masked to the configured prefix (IPv4 may be masked too). */
+static __always_inline void source_key(const struct packet *pkt, const struct config *cfg, struct src_key *key)
+{
+	__u64 w[2];
+
+	__builtin_memcpy(w, pkt->src, 16);
+	if (pkt->is_v6) {
+		w[0] &= cfg->mask6[0];
+		w[1] &= cfg->mask6[1];
+	} else {
+		__u32 a = ((const __u32 *)pkt->src)[3] & cfg->mask4;
+
+		w[1] = (w[1] & 0xffffffffULL) | ((__u64)a << 32);
+	}
+	__builtin_memcpy(key->addr, w, 16);
 }
 
 static __always_inline int run(struct xdp_md *ctx, const int cas)
@@ -310,36 +490,65 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	__u32 flags = cfg->flags;
 	__u32 limited = flags & CONFIG_DRY_RUN ? VERDICT_PASS : VERDICT_DROP;
 
+	/* An IPv4-mapped IPv6 source is forged: no host puts one on the wire
+	 * (Linux's IPv6 input drops it, ip6_rcv_core), and judging it as the
+	 * IPv4 address would let anyone spend that address's bucket. */
+	if (pkt.is_v6 && mapped(&pkt))
+		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+	if (own(&pkt, cfg))
+		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+
 	int list = listed(&pkt, flags);
+	/* From the wire, the machine's own address is forged. (On loopback the
+	 * machine talks to itself: there the service names no own address.) */
+	if (list == LIST_OWN)
+		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 	if (list == LIST_ALLOW)
 		return account(VERDICT_PASS, REASON_ALLOW, pkt.proto);
 	if (list == LIST_DENY)
 		return account(VERDICT_DROP, REASON_DENY, pkt.proto);
 
+	int class = class_of(&pkt, cfg);
+	const struct limit *lim = class == CLASS_PROTECTED ? &cfg->source : &cfg->unprotected;
+	__u32 ok = class == CLASS_PROTECTED ? REASON_OK : REASON_UNPROTECTED;
+	__u32 over = class == CLASS_PROTECTED ? REASON_LIMIT : REASON_UNPROTECTED;
+	struct src_key key __attribute__((aligned(8)));
+
+	source_key(&pkt, cfg, &key);
 	__u64 now = now_ns();
-	struct source *src = bpf_map_lookup_elem(&sources, pkt.src);
+	struct source *src = bpf_map_lookup_elem(&sources, &key);
 	if (src) {
-		if (take(&src->bucket, &cfg->source, now, cas)) {
+		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
+
+		if (take(b, lim, now, cas)) {
 			__sync_fetch_and_add(&src->passed, 1);
-			return account(VERDICT_PASS, REASON_OK, pkt.proto);
+			return account(VERDICT_PASS, ok, pkt.proto);
 		}
 		__sync_fetch_and_add(&src->dropped, 1);
-		return account(limited, REASON_LIMIT, pkt.proto);
+		return account(limited, over, pkt.proto);
 	}
 
-	/* A stranger: admitted only while the global admission bucket has a
+	/* A stranger: admitted only while its class's admission bucket has a
 	 * token, so a forged flood neither fills the table nor gets a burst per
 	 * forged address. Refused strangers are not inserted. */
-	struct bucket *adm = bpf_map_lookup_elem(&admission, &zero);
-	if (!adm || !take(adm, &cfg->admission, now, cas))
+	__u32 idx = class;
+	struct bucket *adm = bpf_map_lookup_elem(&admission, &idx);
+	const struct limit *alim = class == CLASS_PROTECTED ? &cfg->admission : &cfg->unprotected_admission;
+	if (!adm || !take(adm, alim, now, cas))
 		return account(limited, REASON_ADMISSION, pkt.proto);
 
+	/* Both buckets start full, less the packet admitted. */
 	struct source fresh = {
-		.bucket = {.last_ns = now, .credit = (__s64)cfg->source.cap - TOKEN},
+		.bucket = {.last_ns = now, .credit = (__s64)cfg->source.cap},
+		.unprotected = {.last_ns = now, .credit = (__s64)cfg->unprotected.cap},
 		.passed = 1,
 	};
-	bpf_map_update_elem(&sources, pkt.src, &fresh, BPF_NOEXIST);
-	return account(VERDICT_PASS, REASON_OK, pkt.proto);
+	if (class == CLASS_PROTECTED)
+		fresh.bucket.credit -= TOKEN;
+	else
+		fresh.unprotected.credit -= TOKEN;
+	bpf_map_update_elem(&sources, &key, &fresh, BPF_NOEXIST);
+	return account(VERDICT_PASS, ok, pkt.proto);
 }
 
 /* shield is the program to attach (kernel 5.12+: cmpxchg refills). */

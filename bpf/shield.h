@@ -31,6 +31,10 @@ enum reason {
 	REASON_ADMISSION = 4, /* unknown source, admission bucket empty */
 	REASON_NOT_IP = 5,    /* EtherType neither IPv4 nor IPv6: passed */
 	REASON_MALFORMED = 6, /* truncated or invalid headers: passed */
+	REASON_SPOOFED = 7,   /* a source no frame from the wire can carry: an own
+			       * address, or IPv4-mapped IPv6: always dropped */
+	REASON_UNPROTECTED = 8, /* to a destination not protected: judged by the
+				 * unprotected class's bucket (passed or dropped) */
 	REASON_MAX,
 };
 
@@ -48,13 +52,17 @@ enum verdict {
 	VERDICT_MAX,
 };
 
-/* Result of parsing: the source as an IPv6 address (IPv4 mapped as
- * ::ffff:a.b.c.d) and the L4 protocol class. */
+/* Result of parsing: the source and destination as IPv6 addresses (IPv4
+ * mapped as ::ffff:a.b.c.d), the L4 protocol class and, for TCP and UDP, the
+ * destination port. Aligned so the source can be read as two __u64. */
 struct packet {
 	__u8 src[16];
+	__u8 dst[16];
+	__be16 dport;  /* TCP or UDP destination port, when has_port */
+	__u8 has_port; /* 0: not TCP/UDP, a non-first fragment, or truncated */
 	__u8 is_v6;
 	__u8 proto;
-};
+} __attribute__((aligned(8)));
 
 static __always_inline __u8 proto_class(__u8 ipproto)
 {
@@ -109,8 +117,22 @@ static __always_inline int parse(void *data, void *data_end, struct packet *pkt)
 		pkt->src[10] = 0xff;
 		pkt->src[11] = 0xff;
 		__builtin_memcpy(&pkt->src[12], &ip->saddr, 4);
+		__builtin_memset(pkt->dst, 0, 10);
+		pkt->dst[10] = 0xff;
+		pkt->dst[11] = 0xff;
+		__builtin_memcpy(&pkt->dst[12], &ip->daddr, 4);
 		pkt->is_v6 = 0;
 		pkt->proto = proto_class(ip->protocol);
+		pkt->has_port = 0;
+		/* A non-first fragment carries no L4 header. */
+		if ((pkt->proto == PROTO_TCP || pkt->proto == PROTO_UDP) && !(ip->frag_off & bpf_htons(0x1fff))) {
+			__be16 *ports = (void *)ip + ip->ihl * 4;
+
+			if ((void *)(ports + 2) <= data_end) {
+				pkt->dport = ports[1];
+				pkt->has_port = 1;
+			}
+		}
 		return REASON_OK;
 	}
 	if (type == bpf_htons(ETH_P_IPV6)) {
@@ -121,9 +143,19 @@ static __always_inline int parse(void *data, void *data_end, struct packet *pkt)
 		if (ip6->version != 6)
 			return REASON_MALFORMED;
 		__builtin_memcpy(pkt->src, &ip6->saddr, 16);
+		__builtin_memcpy(pkt->dst, &ip6->daddr, 16);
 		pkt->is_v6 = 1;
 		/* Extension headers are not walked: they count as "other". */
 		pkt->proto = proto_class(ip6->nexthdr);
+		pkt->has_port = 0;
+		if (pkt->proto == PROTO_TCP || pkt->proto == PROTO_UDP) {
+			__be16 *ports = (void *)(ip6 + 1);
+
+			if ((void *)(ports + 2) <= data_end) {
+				pkt->dport = ports[1];
+				pkt->has_port = 1;
+			}
+		}
 		return REASON_OK;
 	}
 	return REASON_NOT_IP;

@@ -20,11 +20,30 @@ type ShieldBucket struct {
 }
 
 type ShieldConfig struct {
-	_         structs.HostLayout
-	Source    ShieldLimit
-	Admission ShieldLimit
-	Flags     uint32
-	Pad       uint32
+	_                    structs.HostLayout
+	Source               ShieldLimit
+	Admission            ShieldLimit
+	Unprotected          ShieldLimit
+	UnprotectedAdmission ShieldLimit
+	Mask6                [2]uint64
+	Mask4                uint32
+	Flags                uint32
+	Own4N                uint32
+	Own6N                uint32
+	Own4                 [8]uint32
+	Own6                 [8][2]uint64
+	TcpPorts             [1024]uint64
+	UdpPorts             [1024]uint64
+	TcpAddrPorts         [1024]uint64
+	UdpAddrPorts         [1024]uint64
+}
+
+type ShieldDstKey struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Proto uint8
+	Pad   uint8
+	Port  uint16
 }
 
 type ShieldLimit struct {
@@ -47,10 +66,11 @@ type ShieldLpm6Key struct {
 }
 
 type ShieldSource struct {
-	_       structs.HostLayout
-	Bucket  ShieldBucket
-	Passed  uint64
-	Dropped uint64
+	_           structs.HostLayout
+	Bucket      ShieldBucket
+	Unprotected ShieldBucket
+	Passed      uint64
+	Dropped     uint64
 }
 
 type ShieldSrcKey struct {
@@ -71,11 +91,15 @@ const (
 	ShieldMapDeny6         = "deny6"
 	ShieldMapLists4        = "lists4"
 	ShieldMapLists6        = "lists6"
+	ShieldMapOwn4Addrs     = "own4_addrs"
+	ShieldMapOwn6Addrs     = "own6_addrs"
+	ShieldMapProtectedDsts = "protected_dsts"
 	ShieldMapSources       = "sources"
 	ShieldProgClockProbe   = "clock_probe"
 	ShieldProgShield       = "shield"
 	ShieldProgShieldCompat = "shield_compat"
 	ShieldVarClockMode     = "clock_mode"
+	ShieldVarClockSlackNs  = "clock_slack_ns"
 	ShieldVarNsPerJiffy    = "ns_per_jiffy"
 	ShieldVarProbeJiffies  = "probe_jiffies"
 	ShieldVarProbeKtimeNs  = "probe_ktime_ns"
@@ -134,16 +158,19 @@ type ShieldProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldMapSpecs struct {
-	Admission *ebpf.MapSpec `ebpf:"admission"`
-	Allow4    *ebpf.MapSpec `ebpf:"allow4"`
-	Allow6    *ebpf.MapSpec `ebpf:"allow6"`
-	ConfigMap *ebpf.MapSpec `ebpf:"config_map"`
-	Counters  *ebpf.MapSpec `ebpf:"counters"`
-	Deny4     *ebpf.MapSpec `ebpf:"deny4"`
-	Deny6     *ebpf.MapSpec `ebpf:"deny6"`
-	Lists4    *ebpf.MapSpec `ebpf:"lists4"`
-	Lists6    *ebpf.MapSpec `ebpf:"lists6"`
-	Sources   *ebpf.MapSpec `ebpf:"sources"`
+	Admission     *ebpf.MapSpec `ebpf:"admission"`
+	Allow4        *ebpf.MapSpec `ebpf:"allow4"`
+	Allow6        *ebpf.MapSpec `ebpf:"allow6"`
+	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Deny4         *ebpf.MapSpec `ebpf:"deny4"`
+	Deny6         *ebpf.MapSpec `ebpf:"deny6"`
+	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
+	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
+	Own4Addrs     *ebpf.MapSpec `ebpf:"own4_addrs"`
+	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
+	ProtectedDsts *ebpf.MapSpec `ebpf:"protected_dsts"`
+	Sources       *ebpf.MapSpec `ebpf:"sources"`
 }
 
 // ShieldVariableSpecs contains global variables before they are loaded into the kernel.
@@ -151,6 +178,7 @@ type ShieldMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldVariableSpecs struct {
 	ClockMode    *ebpf.VariableSpec `ebpf:"clock_mode"`
+	ClockSlackNs *ebpf.VariableSpec `ebpf:"clock_slack_ns"`
 	NsPerJiffy   *ebpf.VariableSpec `ebpf:"ns_per_jiffy"`
 	ProbeJiffies *ebpf.VariableSpec `ebpf:"probe_jiffies"`
 	ProbeKtimeNs *ebpf.VariableSpec `ebpf:"probe_ktime_ns"`
@@ -178,16 +206,19 @@ func (o *ShieldObjects) Close() error {
 //
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldMaps struct {
-	Admission *ebpf.Map `ebpf:"admission"`
-	Allow4    *ebpf.Map `ebpf:"allow4"`
-	Allow6    *ebpf.Map `ebpf:"allow6"`
-	ConfigMap *ebpf.Map `ebpf:"config_map"`
-	Counters  *ebpf.Map `ebpf:"counters"`
-	Deny4     *ebpf.Map `ebpf:"deny4"`
-	Deny6     *ebpf.Map `ebpf:"deny6"`
-	Lists4    *ebpf.Map `ebpf:"lists4"`
-	Lists6    *ebpf.Map `ebpf:"lists6"`
-	Sources   *ebpf.Map `ebpf:"sources"`
+	Admission     *ebpf.Map `ebpf:"admission"`
+	Allow4        *ebpf.Map `ebpf:"allow4"`
+	Allow6        *ebpf.Map `ebpf:"allow6"`
+	ConfigMap     *ebpf.Map `ebpf:"config_map"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Deny4         *ebpf.Map `ebpf:"deny4"`
+	Deny6         *ebpf.Map `ebpf:"deny6"`
+	Lists4        *ebpf.Map `ebpf:"lists4"`
+	Lists6        *ebpf.Map `ebpf:"lists6"`
+	Own4Addrs     *ebpf.Map `ebpf:"own4_addrs"`
+	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
+	ProtectedDsts *ebpf.Map `ebpf:"protected_dsts"`
+	Sources       *ebpf.Map `ebpf:"sources"`
 }
 
 func (m *ShieldMaps) Close() error {
@@ -201,6 +232,9 @@ func (m *ShieldMaps) Close() error {
 		m.Deny6,
 		m.Lists4,
 		m.Lists6,
+		m.Own4Addrs,
+		m.Own6Addrs,
+		m.ProtectedDsts,
 		m.Sources,
 	)
 }
@@ -210,6 +244,7 @@ func (m *ShieldMaps) Close() error {
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldVariables struct {
 	ClockMode    *ebpf.Variable `ebpf:"clock_mode"`
+	ClockSlackNs *ebpf.Variable `ebpf:"clock_slack_ns"`
 	NsPerJiffy   *ebpf.Variable `ebpf:"ns_per_jiffy"`
 	ProbeJiffies *ebpf.Variable `ebpf:"probe_jiffies"`
 	ProbeKtimeNs *ebpf.Variable `ebpf:"probe_ktime_ns"`

@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 		// Small enough that the many-forged storm reaches capacity within a
 		// phase (admission 10,000/s), so the LRU bound is exercised.
 		TableSize:    1 << 16,
-		Limits:       shield.Limits{Rate: 1000, Burst: 200, AdmissionRate: 10_000, AdmissionBurst: 1000},
+		Limits:       StormLimits(shield.Limits{Rate: 1000, Burst: 200, AdmissionRate: 10_000, AdmissionBurst: 1000}),
 		Client:       DefaultClientConfig(),
 		Budget:       DefaultBudget(),
 		UDPCapacity:  15_000,
@@ -151,6 +151,20 @@ func DefaultConfig() Config {
 		ProbeEvery:   250 * time.Millisecond,
 		ProbeTimeout: time.Second,
 	}
+}
+
+// StormLimits returns l with every destination the storm floods protected
+// (TCP EdgePort, UDP DatagramPort, ICMP), so the flood is held to l's client
+// limits while anything else (the edge's return traffic) gets the generous
+// unprotected class. Sources keep the default keys (IPv4 /32, IPv6 /64):
+// the IPv6 storm sources each lie in a /64 of their own.
+func StormLimits(l shield.Limits) shield.Limits {
+	l.Protected = []shield.Destination{
+		{Proto: shield.ProtoTCP, Port: EdgePort},
+		{Proto: shield.ProtoUDP, Port: DatagramPort},
+		{Proto: shield.ProtoICMP},
+	}
+	return l
 }
 
 // ShortConfig is DefaultConfig scaled down for emulated CPUs (the VM
@@ -177,7 +191,7 @@ func ShortConfig() Config {
 	cfg.Rate = 5000
 	cfg.Generator = "af_packet"
 	cfg.FewSources = 1
-	cfg.Limits = shield.Limits{Rate: 50, Burst: 20, AdmissionRate: 50, AdmissionBurst: 20}
+	cfg.Limits = StormLimits(shield.Limits{Rate: 50, Burst: 20, AdmissionRate: 50, AdmissionBurst: 20})
 	cfg.Client = ClientConfig{NewConnRate: 1, KeepAliveRate: 4, Timeout: 5 * time.Second,
 		UDPRate: 4, UDPAttempt: time.Second, UDPAttempts: 1}
 	cfg.UDPCapacity = 200

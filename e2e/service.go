@@ -49,6 +49,8 @@ func StormServiceConfig(cfg Config, token string) service.Config {
 		Limits:    cfg.Limits,
 		Allow:     host(Allowed4, Allowed6),
 		Deny:      host(Denied4, Denied6),
+		// As serve does by default: frames claiming the edge's addresses are spoofed.
+		SpoofOwnAddresses: true,
 		API: service.API{Listen: "127.0.0.1:0", Token: token, TokenSource: "storm", AuthReads: true,
 			NoProcessMetrics: true},
 	}

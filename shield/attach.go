@@ -265,6 +265,9 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		return nil, err
 	}
 	a.Shield = sh
+	if n := sh.ClockNote(); n != "" {
+		a.Notes = append(a.Notes, n)
+	}
 	if r, ok := sh.Recovered(); ok {
 		a.Notes = append(a.Notes, r.String())
 	}

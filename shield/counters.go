@@ -29,6 +29,8 @@ const (
 	ReasonAdmission
 	ReasonNotIP
 	ReasonMalformed
+	ReasonSpoofed     // a source no frame from the wire carries: an own address, IPv4-mapped IPv6
+	ReasonUnprotected // to a destination not protected: judged by the unprotected limits
 	numReasons
 )
 
@@ -42,7 +44,7 @@ const (
 
 var (
 	verdictNames = [...]string{"pass", "drop"}
-	reasonNames  = [...]string{"ok", "allow", "deny", "limit", "admission", "not_ip", "malformed"}
+	reasonNames  = [...]string{"ok", "allow", "deny", "limit", "admission", "not_ip", "malformed", "spoofed", "unprotected"}
 	protoNames   = [...]string{"tcp", "udp", "icmp", "other"}
 )
 
@@ -53,7 +55,8 @@ func (p Proto) String() string   { return protoNames[p] }
 // Verdicts, Reasons and Protos list every value, for iteration.
 func Verdicts() []Verdict { return []Verdict{Pass, Drop} }
 func Reasons() []Reason {
-	return []Reason{ReasonOK, ReasonAllow, ReasonDeny, ReasonLimit, ReasonAdmission, ReasonNotIP, ReasonMalformed}
+	return []Reason{ReasonOK, ReasonAllow, ReasonDeny, ReasonLimit, ReasonAdmission, ReasonNotIP, ReasonMalformed,
+		ReasonSpoofed, ReasonUnprotected}
 }
 func Protos() []Proto { return []Proto{ProtoTCP, ProtoUDP, ProtoICMP, ProtoOther} }
 

@@ -1,6 +1,9 @@
 // Package shield owns the XDP program `shield` and its maps: it loads the
-// collection (optionally pinned, so a restart adopts it), writes limits and
-// allow/deny lists, and reads counters and per-source entries.
+// collection (optionally pinned, so a restart adopts it, converting state
+// written with another clock), writes limits (Limits: the one type of the
+// data path's settings, protected destinations and source key prefixes
+// included), allow/deny lists and the machine's own addresses (SetOwn,
+// WatchOwn following netlink), and reads counters and per-source entries.
 //
 // It is the only package that writes the program's maps. Load does not
 // attach the program (tests and the simulator run it unattached); Attach

@@ -31,7 +31,7 @@ func TestRollbackAfterCrash(t *testing.T) {
 	}
 	kept := pfx("198.18.1.0/24", "2001:db8:1::/48")
 	s1 := loadT(t, Options{PinPath: dir})
-	if err := s1.Add(DenyList, kept); err != nil {
+	if _, err := s1.Add(DenyList, kept); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, s1)

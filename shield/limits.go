@@ -1,8 +1,14 @@
 package shield
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
 
 	"xdpshield/bpf"
 )
@@ -17,22 +23,109 @@ const (
 	maxBurst = 1_000_000_000
 )
 
-// Limits is the shield's rate configuration; it changes without a reload.
+// Default key prefix lengths: an IPv4 source is one address; an IPv6
+// source is one /64, the smallest prefix a site is given, so a host with a
+// /64 of its own is one source, not 2^64.
+const (
+	DefaultKeyPrefix4 = 32
+	DefaultKeyPrefix6 = 64
+)
+
+// maxProtectedDsts mirrors MAX_PROTECTED_DSTS in bpf/shield.c: destinations
+// protected on one address.
+const maxProtectedDsts = 4096
+
+// Limits is the shield's configuration of the data path; it changes without
+// a reload. It is the one type that carries these settings from the
+// configuration file (TOML) or the API (JSON) to the program: Validate is
+// the one check.
 type Limits struct {
-	Rate           uint64 `json:"rate"`            // packets per second per source
-	Burst          uint64 `json:"burst"`           // packets a source may send at once
-	AdmissionRate  uint64 `json:"admission_rate"`  // new sources admitted per second, all CPUs together
-	AdmissionBurst uint64 `json:"admission_burst"` // new sources admitted at once
-	DryRun         bool   `json:"dry_run"`         // count would-be limit/admission drops, pass them
+	Rate           uint64 `json:"rate" toml:"rate"`                       // packets per second per source
+	Burst          uint64 `json:"burst" toml:"burst"`                     // packets a source may send at once
+	AdmissionRate  uint64 `json:"admission_rate" toml:"admission_rate"`   // new sources admitted per second, all CPUs together
+	AdmissionBurst uint64 `json:"admission_burst" toml:"admission_burst"` // new sources admitted at once
+	DryRun         bool   `json:"dry_run" toml:"dry_run"`                 // count would-be limit/admission drops, pass them
+	// Protected names the destinations held to the limits above (what the
+	// edge serves). Traffic to anything else (the return traffic of the
+	// edge's own connections above all) is judged by Unprotected. Empty:
+	// every destination is protected.
+	Protected []Destination `json:"protected" toml:"protected"`
+	// Unprotected are the limits of traffic to destinations not in
+	// Protected, per source and for strangers, counted as `unprotected`.
+	// Zero: DefaultUnprotected.
+	Unprotected ClassLimits `json:"unprotected" toml:"unprotected"`
+	// KeyPrefix4 and KeyPrefix6 are the prefix lengths a source is keyed
+	// by: every address of one prefix shares one bucket. Zero: the
+	// defaults, 32 and 64.
+	KeyPrefix4 uint8 `json:"key_prefix4" toml:"key_prefix4"`
+	KeyPrefix6 uint8 `json:"key_prefix6" toml:"key_prefix6"`
+}
+
+// ClassLimits are the limits of one traffic class.
+type ClassLimits struct {
+	Rate           uint64 `json:"rate" toml:"rate"`
+	Burst          uint64 `json:"burst" toml:"burst"`
+	AdmissionRate  uint64 `json:"admission_rate" toml:"admission_rate"`
+	AdmissionBurst uint64 `json:"admission_burst" toml:"admission_burst"`
 }
 
 // DefaultLimits are generous for a human-driven client and tight for a flood:
-// 1000 packets/s per source with a burst of 2000, and 10,000 new sources/s.
+// 1000 packets/s per source with a burst of 2000, and 10,000 new sources/s,
+// on the edge's listeners (TCP 80 and 443, UDP 443 for QUIC); everything
+// else gets DefaultUnprotected.
 func DefaultLimits() Limits {
-	return Limits{Rate: 1000, Burst: 2000, AdmissionRate: 10000, AdmissionBurst: 10000}
+	return Limits{Rate: 1000, Burst: 2000, AdmissionRate: 10000, AdmissionBurst: 10000,
+		Protected: []Destination{
+			{Proto: ProtoTCP, Port: 80},
+			{Proto: ProtoTCP, Port: 443},
+			{Proto: ProtoUDP, Port: 443},
+		},
+		Unprotected: DefaultUnprotected(),
+		KeyPrefix4:  DefaultKeyPrefix4, KeyPrefix6: DefaultKeyPrefix6,
+	}
 }
 
-// Validate reports every problem of l at once.
+// DefaultUnprotected bounds traffic to unprotected destinations generously:
+// 250,000 packets/s per source (3 Gbit/s of 1500-byte frames, an origin's
+// download) with as large a burst, and 10,000 new sources/s.
+func DefaultUnprotected() ClassLimits {
+	return ClassLimits{Rate: 250_000, Burst: 250_000, AdmissionRate: 10000, AdmissionBurst: 10000}
+}
+
+// withDefaults fills the fields whose zero means a default, and puts
+// Protected in its canonical order (sorted, without duplicates), so that
+// what Limits returns compares equal to what was set.
+func (l Limits) withDefaults() Limits {
+	if l.Unprotected == (ClassLimits{}) {
+		l.Unprotected = DefaultUnprotected()
+	}
+	if l.KeyPrefix4 == 0 {
+		l.KeyPrefix4 = DefaultKeyPrefix4
+	}
+	if l.KeyPrefix6 == 0 {
+		l.KeyPrefix6 = DefaultKeyPrefix6
+	}
+	l.Protected = slices.Clone(l.Protected)
+	slices.SortFunc(l.Protected, Destination.compare)
+	l.Protected = slices.Compact(l.Protected)
+	return l
+}
+
+// IsZero reports whether l is the zero Limits (which Load reads as
+// DefaultLimits).
+func (l Limits) IsZero() bool { return reflect.ValueOf(l).IsZero() }
+
+// Equal reports whether l and o configure the same thing.
+func (l Limits) Equal(o Limits) bool {
+	l, o = l.withDefaults(), o.withDefaults()
+	if !slices.Equal(l.Protected, o.Protected) {
+		return false
+	}
+	l.Protected, o.Protected = nil, nil
+	return reflect.DeepEqual(l, o)
+}
+
+// Validate reports every problem of l at once; the error wraps ErrInvalid.
 func (l Limits) Validate() error {
 	var errs []error
 	check := func(name string, v, max uint64) {
@@ -44,7 +137,62 @@ func (l Limits) Validate() error {
 	check("burst", l.Burst, maxBurst)
 	check("admission_rate", l.AdmissionRate, maxRate)
 	check("admission_burst", l.AdmissionBurst, maxBurst)
-	return errors.Join(errs...)
+	if u := l.Unprotected; u != (ClassLimits{}) {
+		check("unprotected.rate", u.Rate, maxRate)
+		check("unprotected.burst", u.Burst, maxBurst)
+		check("unprotected.admission_rate", u.AdmissionRate, maxRate)
+		check("unprotected.admission_burst", u.AdmissionBurst, maxBurst)
+	}
+	if l.KeyPrefix4 > 32 {
+		errs = append(errs, fmt.Errorf("key_prefix4 %d out of range [1, 32] (0: %d)", l.KeyPrefix4, DefaultKeyPrefix4))
+	}
+	if l.KeyPrefix6 > 128 {
+		errs = append(errs, fmt.Errorf("key_prefix6 %d out of range [1, 128] (0: %d)", l.KeyPrefix6, DefaultKeyPrefix6))
+	}
+	addrs := 0
+	for _, d := range l.Protected {
+		if err := d.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("protected: %w", err))
+		}
+		if d.Addr.IsValid() {
+			addrs++
+		}
+	}
+	if addrs > maxProtectedDsts {
+		errs = append(errs, fmt.Errorf("protected: %d destinations with an address; the limit is %d", addrs, maxProtectedDsts))
+	}
+	if len(errs) > 0 {
+		return inputError{errors.Join(errs...)}
+	}
+	return nil
+}
+
+// checkTick refuses limits a clock that advances once per tick of tickNs
+// cannot honour: a bucket is refilled once per tick, by at most its burst,
+// so a burst under ceil(rate / HZ) caps the rate at burst x HZ.
+func (l Limits) checkTick(clock Clock, tickNs uint64) error {
+	if tickNs == 0 {
+		return nil
+	}
+	hz := 1_000_000_000 / tickNs
+	var errs []error
+	check := func(prefix string, rate, burst uint64) {
+		need := (rate + hz - 1) / hz
+		if burst < need {
+			errs = append(errs, fmt.Errorf("%sburst %d is below ceil(%srate / HZ) = ceil(%d / %d): the %s clock refills once per tick, "+
+				"which would cap the rate at %d/s; it needs %sburst %d or more (or clock = \"ktime\")",
+				prefix, burst, prefix, rate, hz, clock, burst*hz, prefix, need))
+		}
+	}
+	check("", l.Rate, l.Burst)
+	check("admission_", l.AdmissionRate, l.AdmissionBurst)
+	u := l.withDefaults().Unprotected
+	check("unprotected.", u.Rate, u.Burst)
+	check("unprotected.admission_", u.AdmissionRate, u.AdmissionBurst)
+	if len(errs) > 0 {
+		return inputError{errors.Join(errs...)}
+	}
+	return nil
 }
 
 func bucketLimit(rate, burst uint64) bpf.ShieldLimit {
@@ -52,33 +200,250 @@ func bucketLimit(rate, burst uint64) bpf.ShieldLimit {
 	return bpf.ShieldLimit{Rate: rate, Cap: c, FillNs: (c + rate - 1) / rate}
 }
 
-// config flags, mirroring CONFIG_* in bpf/shield.c.
+// config flags, mirroring CONFIG_* in bpf/shield.c. The top byte is no
+// flag: it records the clock the state was written with (clockShift).
 const (
 	flagDryRun uint32 = 1 << iota
 	flagAllow4
 	flagAllow6
 	flagDeny4
 	flagDeny6
+	flagOwn4
+	flagOwn6
+	flagProtect
+	flagProtectICMP
+	flagProtectAddr
+
+	// listFlagsMask are the flags that follow the lists' contents.
+	listFlagsMask = flagAllow4 | flagAllow6 | flagDeny4 | flagDeny6 | flagOwn4 | flagOwn6
 )
 
-func (l Limits) config(lists uint32) bpf.ShieldConfig {
+// clockShift places clock mode + 1 in the top byte of the config flags:
+// the clock is part of the pinned state (0: not recorded).
+const clockShift = 24
+
+const portWords = 65536 / 64
+
+// config builds what the program reads: l (with its defaults filled), the
+// list flags, the clock and the own addresses compared inline (at most
+// ownInline per family).
+func (l Limits) config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldConfig {
 	cfg := bpf.ShieldConfig{
-		Source:    bucketLimit(l.Rate, l.Burst),
-		Admission: bucketLimit(l.AdmissionRate, l.AdmissionBurst),
-		Flags:     lists,
+		Source:               bucketLimit(l.Rate, l.Burst),
+		Admission:            bucketLimit(l.AdmissionRate, l.AdmissionBurst),
+		Unprotected:          bucketLimit(l.Unprotected.Rate, l.Unprotected.Burst),
+		UnprotectedAdmission: bucketLimit(l.Unprotected.AdmissionRate, l.Unprotected.AdmissionBurst),
+		Flags:                lists&listFlagsMask | uint32(clockModes[clock]+1)<<clockShift,
+	}
+	mask4 := prefixMask(4, int(l.KeyPrefix4))
+	mask6 := prefixMask(16, int(l.KeyPrefix6))
+	cfg.Mask4 = le32(mask4)
+	cfg.Mask6[0], cfg.Mask6[1] = le64(mask6[:8]), le64(mask6[8:])
+	for _, a := range own {
+		if a.Is4() && cfg.Own4N < ownInline {
+			b := a.As4()
+			cfg.Own4[cfg.Own4N] = le32(b[:])
+			cfg.Own4N++
+		} else if !a.Is4() && cfg.Own6N < ownInline {
+			b := a.As16()
+			cfg.Own6[cfg.Own6N] = [2]uint64{le64(b[:8]), le64(b[8:])}
+			cfg.Own6N++
+		}
 	}
 	if l.DryRun {
 		cfg.Flags |= flagDryRun
 	}
+	if len(l.Protected) > 0 {
+		cfg.Flags |= flagProtect
+	}
+	for _, d := range l.Protected {
+		var words *[portWords]uint64
+		switch {
+		case d.Proto == ProtoICMP:
+			cfg.Flags |= flagProtectICMP
+			continue
+		case d.Proto == ProtoTCP && d.Addr.IsValid():
+			words = &cfg.TcpAddrPorts
+			cfg.Flags |= flagProtectAddr
+		case d.Proto == ProtoTCP:
+			words = &cfg.TcpPorts
+		case d.Addr.IsValid():
+			words = &cfg.UdpAddrPorts
+			cfg.Flags |= flagProtectAddr
+		default:
+			words = &cfg.UdpPorts
+		}
+		words[d.Port>>6] |= 1 << (d.Port & 63)
+	}
 	return cfg
 }
 
-func limitsOf(cfg bpf.ShieldConfig) Limits {
-	return Limits{
+// prefixMask is the mask of a bits-long prefix, n bytes long.
+func prefixMask(n, bits int) []byte {
+	m := make([]byte, n)
+	for i := range bits {
+		m[i/8] |= 0x80 >> (i % 8)
+	}
+	return m
+}
+
+// le32 and le64 read mask bytes as the (little-endian) program reads them.
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+func le64(b []byte) uint64 { return uint64(le32(b[:4])) | uint64(le32(b[4:8]))<<32 }
+
+// bitsOf is the prefix length of a mask the program holds.
+func bitsOf(m uint64, n int) int {
+	bits := 0
+	for i := range n {
+		if byte(m>>(8*i)) == 0xff {
+			bits += 8
+			continue
+		}
+		for b := byte(m >> (8 * i)); b&0x80 != 0; b <<= 1 {
+			bits++
+		}
+		break
+	}
+	return bits
+}
+
+// limitsOf reads back what config wrote; dsts are the address-specific
+// protected destinations, from protected_dsts.
+func limitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
+	l := Limits{
 		Rate:           cfg.Source.Rate,
 		Burst:          cfg.Source.Cap / token,
 		AdmissionRate:  cfg.Admission.Rate,
 		AdmissionBurst: cfg.Admission.Cap / token,
 		DryRun:         cfg.Flags&flagDryRun != 0,
+		Unprotected: ClassLimits{Rate: cfg.Unprotected.Rate, Burst: cfg.Unprotected.Cap / token,
+			AdmissionRate: cfg.UnprotectedAdmission.Rate, AdmissionBurst: cfg.UnprotectedAdmission.Cap / token},
+		KeyPrefix4: uint8(bitsOf(uint64(cfg.Mask4), 4)),
 	}
+	hi := bitsOf(cfg.Mask6[1], 8)
+	l.KeyPrefix6 = uint8(bitsOf(cfg.Mask6[0], 8))
+	if l.KeyPrefix6 == 64 {
+		l.KeyPrefix6 += uint8(hi)
+	}
+	if cfg.Flags&flagProtectICMP != 0 {
+		l.Protected = append(l.Protected, Destination{Proto: ProtoICMP})
+	}
+	for _, pw := range []struct {
+		p Proto
+		w *[portWords]uint64
+	}{{ProtoTCP, &cfg.TcpPorts}, {ProtoUDP, &cfg.UdpPorts}} {
+		for i, w := range pw.w {
+			for b := range 64 {
+				if w&(1<<b) != 0 {
+					l.Protected = append(l.Protected, Destination{Proto: pw.p, Port: uint16(i*64 + b)})
+				}
+			}
+		}
+	}
+	l.Protected = append(l.Protected, dsts...)
+	return l.withDefaults()
+}
+
+// Destination is a protected destination: a protocol (tcp, udp or icmp),
+// a port (tcp and udp), and optionally one address. Written "tcp/443",
+// "udp/198.18.0.1:53", "tcp/[2001:db8::1]:443" or "icmp".
+type Destination struct {
+	Proto Proto
+	Port  uint16
+	Addr  netip.Addr // the zero Addr: every address
+}
+
+// ParseDestination reads the written form of a Destination.
+func ParseDestination(s string) (Destination, error) {
+	var d Destination
+	if s == "icmp" {
+		return Destination{Proto: ProtoICMP}, nil
+	}
+	proto, rest, ok := strings.Cut(s, "/")
+	switch {
+	case !ok:
+		return d, fmt.Errorf("%q: want tcp/PORT, udp/PORT, tcp/ADDR:PORT, udp/ADDR:PORT or icmp", s)
+	case proto == "tcp":
+		d.Proto = ProtoTCP
+	case proto == "udp":
+		d.Proto = ProtoUDP
+	default:
+		return d, fmt.Errorf("%q: unknown protocol %q (want tcp, udp or icmp)", s, proto)
+	}
+	if ap, err := netip.ParseAddrPort(rest); err == nil {
+		if ap.Addr().Zone() != "" {
+			return d, fmt.Errorf("%q: zones are not allowed", s)
+		}
+		d.Addr, d.Port = ap.Addr().Unmap(), ap.Port()
+	} else {
+		n, err := strconv.ParseUint(rest, 10, 16)
+		if err != nil {
+			return d, fmt.Errorf("%q: bad port %q", s, rest)
+		}
+		d.Port = uint16(n)
+	}
+	return d, d.validate()
+}
+
+func (d Destination) validate() error {
+	switch d.Proto {
+	case ProtoICMP:
+		if d.Port != 0 || d.Addr.IsValid() {
+			return fmt.Errorf("%s: icmp takes no port nor address", d)
+		}
+	case ProtoTCP, ProtoUDP:
+		if d.Port == 0 {
+			return fmt.Errorf("%s: port 0", d)
+		}
+		if d.Addr.IsValid() && (d.Addr.Is4In6() || d.Addr.Zone() != "") {
+			return fmt.Errorf("%s: write IPv4 addresses as IPv4, without zone", d)
+		}
+	default:
+		return fmt.Errorf("protocol %s cannot be protected (want tcp, udp or icmp)", d.Proto)
+	}
+	return nil
+}
+
+func (d Destination) String() string {
+	if d.Proto == ProtoICMP {
+		return "icmp"
+	}
+	if d.Addr.IsValid() {
+		return d.Proto.String() + "/" + netip.AddrPortFrom(d.Addr, d.Port).String()
+	}
+	return d.Proto.String() + "/" + strconv.Itoa(int(d.Port))
+}
+
+// MarshalText writes d as ParseDestination reads it (JSON, TOML).
+func (d Destination) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalText reads d with ParseDestination.
+func (d *Destination) UnmarshalText(b []byte) error {
+	v, err := ParseDestination(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+func (d Destination) compare(o Destination) int {
+	if c := cmp.Compare(d.Proto, o.Proto); c != 0 {
+		return c
+	}
+	if c := d.Addr.Compare(o.Addr); c != 0 {
+		return c
+	}
+	return cmp.Compare(d.Port, o.Port)
+}
+
+// dstKey is d's key in protected_dsts.
+func (d Destination) dstKey() bpf.ShieldDstKey {
+	// As16 maps an IPv4 address as ::ffff:a.b.c.d, as the program does.
+	k := bpf.ShieldDstKey{Addr: d.Addr.As16(), Proto: uint8(d.Proto)}
+	k.Port = d.Port<<8 | d.Port>>8 // network order, as the program reads it
+	return k
 }

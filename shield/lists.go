@@ -202,21 +202,57 @@ func (s *Shield) listedLocked(l List) (map[netip.Prefix]bool, error) {
 	return have, nil
 }
 
-// Add puts prefixes on list l. The batch is checked whole (capacity
-// included) before anything is written; if a write still fails, what the
-// batch wrote is removed again. Prefixes already listed are kept as they are.
-func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
+// ListChange is what one Add or Remove did, read under the same lock as
+// the change, so racing changes each report their own prefixes.
+type ListChange struct {
+	List    List
+	Added   []netip.Prefix // put on the list by this change (Add), sorted
+	Removed []netip.Prefix // taken off by this change (Remove), sorted
+	Before  int            // prefixes on the list before the change
+	After   []netip.Prefix // the list after the change, as List returns it
+}
+
+// Add puts prefixes on list l and reports what it added. The batch is
+// checked whole (capacity included) before anything is written; if a write
+// still fails, what the batch wrote is removed again. Prefixes already
+// listed are kept as they are.
+func (s *Shield) Add(l List, prefixes []netip.Prefix) (ListChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	fresh, before, err := s.addLocked(l, prefixes)
+	if err != nil {
+		return ListChange{}, err
+	}
+	return s.changeLocked(l, fresh, nil, before)
+}
+
+// changeLocked reports a change of list l.
+func (s *Shield) changeLocked(l List, added, removed []netip.Prefix, before int) (ListChange, error) {
+	after, err := s.listLocked(l)
+	if err != nil {
+		return ListChange{}, err
+	}
+	sortPrefixes(added)
+	sortPrefixes(removed)
+	return ListChange{List: l, Added: added, Removed: removed, Before: before, After: after}, nil
+}
+
+func (s *Shield) addLocked(l List, prefixes []netip.Prefix) (fresh []netip.Prefix, before int, err error) {
 	have, err := s.listedLocked(l)
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
+	before = len(have)
+	fresh, err = s.addTo(l, have, prefixes)
+	return fresh, before, err
+}
+
+func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
 	n4, n6 := 0, 0
 	var fresh []netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return inputError{fmt.Errorf("invalid prefix %q", p)}
+			return nil, inputError{fmt.Errorf("invalid prefix %q", p)}
 		}
 		if have[p] {
 			continue
@@ -232,14 +268,14 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		}
 	}
 	if n4 > maxListEntries || n6 > maxListEntries {
-		return inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
+		return nil, inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
 	}
 
 	// The intent first: a crash from here on is rolled back at the next
 	// load, so the batch is in force whole or not at all.
 	j, err := s.beginJournal(l, journalAdded, fresh)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	v4, v6 := s.tries(l)
 	one := uint8(1)
@@ -252,7 +288,7 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 			if s.removeLocked(l, fresh[:i]) == nil {
 				j.commit()
 			}
-			return fmt.Errorf("add %s to %s list: %w", p, l, err)
+			return nil, fmt.Errorf("add %s to %s list: %w", p, l, err)
 		}
 	}
 	old := s.snap[l].Load()
@@ -268,24 +304,37 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		} else {
 			j.commit()
 		}
-		return fmt.Errorf("add to %s list: %w", l, err)
+		return nil, fmt.Errorf("add to %s list: %w", l, err)
 	}
 	// Entries first, then the flag that makes the program look them up.
 	if err := s.publish(s.limits); err != nil {
-		return err
+		return nil, err
 	}
-	return j.commit()
+	if err := j.commit(); err != nil {
+		return nil, err
+	}
+	return fresh, nil
 }
 
-// Remove takes prefixes off list l (a prefix given twice is removed once).
-// Every prefix must be listed; otherwise nothing is removed.
-func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
+// Remove takes prefixes off list l (a prefix given twice is removed once)
+// and reports what it removed. Every prefix must be listed; otherwise
+// nothing is removed.
+func (s *Shield) Remove(l List, prefixes []netip.Prefix) (ListChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	have, err := s.listedLocked(l)
 	if err != nil {
-		return err
+		return ListChange{}, err
 	}
+	before := len(have)
+	gone, err := s.removeFrom(l, have, prefixes)
+	if err != nil {
+		return ListChange{}, err
+	}
+	return s.changeLocked(l, nil, gone, before)
+}
+
+func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
 	var missing []string
 	var gone []netip.Prefix
 	for _, p := range prefixes {
@@ -300,29 +349,32 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 		gone = append(gone, p)
 	}
 	if len(missing) > 0 {
-		return inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
+		return nil, inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
 	}
 	// The flag goes first when a trie empties, then the entries.
 	flags, err := s.flagsWith(l, have)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	j, err := s.beginJournal(l, journalRemoved, gone)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.publishFlags(s.limits, flags); err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.removeLocked(l, gone); err != nil {
 		s.loadSnapshots()
-		return err
+		return nil, err
 	}
 	s.setSnapshot(l, have)
 	if err := s.syncVerdicts(); err != nil {
-		return err
+		return nil, err
 	}
-	return j.commit()
+	if err := j.commit(); err != nil {
+		return nil, err
+	}
+	return gone, nil
 }
 
 func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {
@@ -362,6 +414,18 @@ func (s *Shield) flagsWith(l List, remaining map[netip.Prefix]bool) (uint32, err
 // listFlags says which tries hold entries.
 func (s *Shield) listFlags() (uint32, error) {
 	var flags uint32
+	own, err := s.ownLocked()
+	if err != nil {
+		return 0, err
+	}
+	_, looked := ownSplit(own)
+	for _, a := range looked {
+		if a.Is4() {
+			flags |= flagOwn4
+		} else {
+			flags |= flagOwn6
+		}
+	}
 	for _, l := range []List{AllowList, DenyList} {
 		v4, v6 := s.tries(l)
 		for _, t := range []trie{v4, v6} {
@@ -376,11 +440,145 @@ func (s *Shield) listFlags() (uint32, error) {
 	return flags, nil
 }
 
+func (s *Shield) ownTries() (v4, v6 trie) {
+	return trie{s.objs.Own4Addrs, flagOwn4, false}, trie{s.objs.Own6Addrs, flagOwn6, true}
+}
+
+// ownInline mirrors OWN_INLINE in bpf/shield.c.
+const ownInline = 8
+
+// ownSplit returns the own addresses the program compares inline (a family
+// of at most ownInline) and those it finds in the verdict tries (a family
+// of more).
+func ownSplit(own []netip.Addr) (inline, looked []netip.Addr) {
+	var v4, v6 []netip.Addr
+	for _, a := range own {
+		if a.Is4() {
+			v4 = append(v4, a)
+		} else {
+			v6 = append(v6, a)
+		}
+	}
+	for _, fam := range [][]netip.Addr{v4, v6} {
+		if len(fam) <= ownInline {
+			inline = append(inline, fam...)
+		} else {
+			looked = append(looked, fam...)
+		}
+	}
+	return inline, looked
+}
+
+// maxOwn mirrors MAX_OWN_ENTRIES in bpf/shield.c (per family).
+const maxOwn = 4096
+
+// Own returns the machine's own addresses as SetOwn last wrote them.
+func (s *Shield) Own() ([]netip.Addr, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ownLocked()
+}
+
+func (s *Shield) ownLocked() ([]netip.Addr, error) {
+	var out []netip.Addr
+	v4, v6 := s.ownTries()
+	for _, t := range []trie{v4, v6} {
+		ps, err := t.list()
+		if err != nil {
+			return nil, fmt.Errorf("list own addresses: %w", err)
+		}
+		for _, p := range ps {
+			out = append(out, p.Addr())
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out, nil
+}
+
+// SetOwn makes addrs the machine's own addresses, replacing the previous
+// set: a frame from the wire claiming one as its source is forged and
+// dropped as spoofed (except on loopback, where the machine talks to
+// itself), whatever the lists say. It returns what it added and removed.
+func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := map[netip.Addr]bool{}
+	n4, n6 := 0, 0
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		if !a.IsValid() {
+			return nil, nil, inputError{errors.New("invalid own address")}
+		}
+		if !want[a] {
+			if a.Is4() {
+				n4++
+			} else {
+				n6++
+			}
+		}
+		want[a] = true
+	}
+	if n4 > maxOwn || n6 > maxOwn {
+		return nil, nil, inputError{fmt.Errorf("%d IPv4 and %d IPv6 own addresses; the limit is %d each", n4, n6, maxOwn)}
+	}
+	have, err := s.ownLocked()
+	if err != nil {
+		return nil, nil, err
+	}
+	v4, v6 := s.ownTries()
+	pick := func(a netip.Addr) trie {
+		if a.Is4() {
+			return v4
+		}
+		return v6
+	}
+	for _, a := range have {
+		if !want[a] {
+			removed = append(removed, a)
+		}
+		delete(want, a)
+	}
+	for a := range want {
+		added = append(added, a)
+	}
+	slices.SortFunc(added, netip.Addr.Compare)
+	for _, a := range added {
+		t := pick(a)
+		if err := t.m.Put(t.key(netip.PrefixFrom(a, a.BitLen())), uint8(1)); err != nil {
+			return nil, nil, fmt.Errorf("add own address %s: %w", a, err)
+		}
+	}
+	// Added entries and their verdicts first, then the flags; removed
+	// ones after the flags.
+	if err := s.syncVerdicts(); err != nil {
+		return nil, nil, err
+	}
+	if err := s.publish(s.limits); err != nil {
+		return nil, nil, err
+	}
+	for _, a := range removed {
+		t := pick(a)
+		if err := t.m.Delete(t.key(netip.PrefixFrom(a, a.BitLen()))); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil, fmt.Errorf("remove own address %s: %w", a, err)
+		}
+	}
+	if len(removed) > 0 {
+		if err := s.publish(s.limits); err != nil {
+			return nil, nil, err
+		}
+		if err := s.syncVerdicts(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return added, removed, nil
+}
+
 // Verdicts in the verdict tries lists4/lists6, mirroring LIST_* in
 // bpf/shield.c.
 const (
 	verdictAllow uint8 = 1
 	verdictDeny  uint8 = 2
+	verdictOwn   uint8 = 3
 )
 
 func (s *Shield) verdictTries() (v4, v6 trie) {
@@ -391,8 +589,10 @@ func (s *Shield) verdictTries() (v4, v6 trie) {
 // prefix of either, valued allow when an allow prefix contains it (itself
 // included), deny otherwise. The program looks up an address's longest
 // match; every listed prefix containing the address contains that match, so
-// this gives "allow wins over deny" at any prefix length.
-func wantVerdicts(allow, deny []netip.Prefix) map[netip.Prefix]uint8 {
+// this gives "allow wins over deny" at any prefix length. Own addresses
+// (host prefixes, the longest match of themselves) are valued own whatever
+// covers them.
+func wantVerdicts(allow, deny []netip.Prefix, own ...netip.Addr) map[netip.Prefix]uint8 {
 	allowed := make(map[netip.Prefix]bool, len(allow))
 	out := make(map[netip.Prefix]uint8, len(allow)+len(deny))
 	for _, p := range allow {
@@ -410,6 +610,9 @@ func wantVerdicts(allow, deny []netip.Prefix) map[netip.Prefix]uint8 {
 				break
 			}
 		}
+	}
+	for _, a := range own {
+		out[netip.PrefixFrom(a, a.BitLen())] = verdictOwn
 	}
 	return out
 }
@@ -441,7 +644,12 @@ func (s *Shield) syncVerdicts() error {
 	if err != nil {
 		return err
 	}
-	want := wantVerdicts(allow, deny)
+	own, err := s.ownLocked()
+	if err != nil {
+		return err
+	}
+	_, looked := ownSplit(own)
+	want := wantVerdicts(allow, deny, looked...)
 	have, err := s.readVerdicts()
 	if err != nil {
 		return err
@@ -453,7 +661,7 @@ func (s *Shield) syncVerdicts() error {
 		}
 		return v6
 	}
-	for _, pass := range []uint8{verdictAllow, verdictDeny} {
+	for _, pass := range []uint8{verdictOwn, verdictAllow, verdictDeny} {
 		for p, v := range want {
 			if v != pass || have[p] == v {
 				continue

@@ -74,16 +74,30 @@ type Options struct {
 	Compat bool
 }
 
+// ktimeSlack is how far apart two CPUs' ktime readings may be taken to be
+// (clock_slack_ns in bpf/shield.c): far more than they ever are, far less
+// than a restart with another clock moves a bucket's time.
+const ktimeSlack = 1_000_000
+
 // Shield is a loaded shield program and its maps.
 type Shield struct {
 	objs      bpf.ShieldObjects
 	innerSpec *ebpf.MapSpec
 	clock     Clock
-	compat    bool // shield_compat loaded as the program (no cmpxchg refills)
+	tickNs    uint64 // the clock's resolution when it ticks (jiffies), else 0
+	compat    bool   // shield_compat loaded as the program (no cmpxchg refills)
+	// clockNote says how adopted state written with another clock was
+	// converted ("" when it was not).
+	clockNote string
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
 	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
+	// prev is the inner config map the last swap replaced, kept open until
+	// the next one: before Linux 6.7 an inner map removed from an array of
+	// maps was freed without waiting for an RCU grace period, while a
+	// program on another CPU could still be reading it.
+	prev *ebpf.Map
 
 	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
 	recovered *Recovery // what Load rolled back
@@ -96,7 +110,7 @@ func (o Options) validate() error {
 	if o.TableSize == 0 || o.TableSize > MaxTableSize {
 		errs = append(errs, fmt.Errorf("table size %d out of range [1, %d]", o.TableSize, MaxTableSize))
 	}
-	if o.Limits != (Limits{}) {
+	if !o.Limits.IsZero() {
 		if err := o.Limits.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("limits: %w", err))
 		}
@@ -113,9 +127,10 @@ func Load(opts Options) (*Shield, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if opts.Limits == (Limits{}) {
+	if opts.Limits.IsZero() {
 		opts.Limits = DefaultLimits()
 	}
+	opts.Limits = opts.Limits.withDefaults()
 	mode := clockModes[opts.Clock]
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
@@ -130,14 +145,25 @@ func Load(opts Options) (*Shield, error) {
 	if err := spec.Variables["clock_mode"].Set(mode); err != nil {
 		return nil, fmt.Errorf("set clock_mode: %w", err)
 	}
-	if opts.Clock == ClockJiffies {
+	var tickNs, slack uint64
+	switch opts.Clock {
+	case ClockJiffies:
 		nsPerJiffy, err := jiffyLength()
 		if err != nil {
 			return nil, err
 		}
+		if err := opts.Limits.checkTick(opts.Clock, nsPerJiffy); err != nil {
+			return nil, fmt.Errorf("limits: %w", err)
+		}
 		if err := spec.Variables["ns_per_jiffy"].Set(nsPerJiffy); err != nil {
 			return nil, fmt.Errorf("set ns_per_jiffy: %w", err)
 		}
+		tickNs, slack = nsPerJiffy, 2*nsPerJiffy
+	case ClockKtime:
+		slack = ktimeSlack
+	}
+	if err := spec.Variables["clock_slack_ns"].Set(slack); err != nil {
+		return nil, fmt.Errorf("set clock_slack_ns: %w", err)
 	}
 
 	var collOpts ebpf.CollectionOptions
@@ -154,7 +180,7 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
-	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock}
+	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tickNs: tickNs}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, &collOpts)
 	var ve *ebpf.VerifierError
@@ -195,7 +221,22 @@ func Load(opts Options) (*Shield, error) {
 		return nil, err
 	}
 	if ok {
-		s.limits = limitsOf(cfg)
+		dsts, err := s.protectedDsts()
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.limits = limitsOf(cfg, dsts)
+		// Pinned limits set under another clock may be ones this clock
+		// cannot honour: refuse before anything is converted.
+		if err := s.limits.checkTick(s.clock, s.tickNs); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("pinned limits: %w (restart with the clock they were set for, then change them with PUT /v1/limits)", err)
+		}
+		if err := s.adoptClock(cfg); err != nil {
+			s.Close()
+			return nil, err
+		}
 		// A rollback may have refilled a trie whose flag was cleared.
 		if s.recovered != nil {
 			if err := s.publish(s.limits); err != nil {
@@ -210,6 +251,55 @@ func Load(opts Options) (*Shield, error) {
 	return s, nil
 }
 
+// adoptClock converts adopted state written with another clock: the
+// admission buckets' times are moved by the difference of the two clocks'
+// readings, so they keep their credit and refill at their rate. Source
+// buckets are not walked: the program gives a bucket whose time lies ahead
+// of its clock one full refill and restarts its time (bpf/shield.c,
+// refill()), and one whose time lies far behind gets a full refill anyway,
+// so each tracked source is refilled at most once by the switch. The
+// configuration is then republished with the new clock recorded.
+func (s *Shield) adoptClock(cfg bpf.ShieldConfig) error {
+	rec := cfg.Flags >> clockShift
+	if rec == uint32(clockModes[s.clock])+1 {
+		return nil
+	}
+	var from Clock = ClockVirtual + 1 // unknown
+	for c, m := range clockModes {
+		if uint32(m)+1 == rec {
+			from = c
+		}
+	}
+	if from == ClockVirtual || s.clock == ClockVirtual || from > ClockVirtual {
+		s.clockNote = fmt.Sprintf("pinned state written with clock %s, now %s: times not converted; each bucket is refilled once", from, s.clock)
+	} else {
+		oldNow, err := s.clockRead(from)
+		if err != nil {
+			return err
+		}
+		newNow, err := s.clockRead(s.clock)
+		if err != nil {
+			return err
+		}
+		for i := range uint32(2) {
+			var b bpf.ShieldBucket
+			if err := s.objs.Admission.Lookup(i, &b); err != nil {
+				return fmt.Errorf("read admission bucket %d: %w", i, err)
+			}
+			b.LastNs += newNow - oldNow
+			if err := s.objs.Admission.Put(i, b); err != nil {
+				return fmt.Errorf("convert admission bucket %d: %w", i, err)
+			}
+		}
+		s.clockNote = fmt.Sprintf("pinned state written with clock %s converted to %s (each tracked source is refilled once)", from, s.clock)
+	}
+	return s.publish(s.limits)
+}
+
+// ClockNote says how pinned state written with another clock was adopted,
+// or is "" when the clock did not change.
+func (s *Shield) ClockNote() string { return s.clockNote }
+
 // loadObjects loads the collection, with shield_compat in shield's place
 // when s.compat says the kernel refuses BPF_CMPXCHG (5.10, 5.11).
 func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
@@ -221,7 +311,12 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOpt
 }
 
 // Close releases the program and maps (pinned maps stay pinned).
-func (s *Shield) Close() error { return s.objs.Close() }
+func (s *Shield) Close() error {
+	if s.prev != nil {
+		s.prev.Close()
+	}
+	return s.objs.Close()
+}
 
 // Program is the XDP program, for attaching and test runs.
 func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
@@ -245,13 +340,26 @@ func (s *Shield) Limits() Limits {
 }
 
 // SetLimits validates l and makes it the configuration in one atomic swap.
+// Its errors wrap ErrInvalid when l is at fault.
 func (s *Shield) SetLimits(l Limits) error {
+	_, err := s.ReplaceLimits(l)
+	return err
+}
+
+// ReplaceLimits is SetLimits that also returns the limits it replaced,
+// read under the same lock as the change.
+func (s *Shield) ReplaceLimits(l Limits) (old Limits, err error) {
 	if err := l.Validate(); err != nil {
-		return err
+		return Limits{}, err
+	}
+	l = l.withDefaults()
+	if err := l.checkTick(s.clock, s.tickNs); err != nil {
+		return Limits{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.publish(l)
+	old = s.limits
+	return old, s.publish(l)
 }
 
 // SetTime sets the virtual clock; only for ClockVirtual.
@@ -302,22 +410,97 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 		return fmt.Errorf("create config map: %w", err)
 	}
 	defer inner.Close()
-	if err := inner.Put(uint32(0), l.config(flags)); err != nil {
+	own, err := s.ownLocked()
+	if err != nil {
+		return err
+	}
+	inline, _ := ownSplit(own)
+	if err := inner.Put(uint32(0), l.config(flags, s.clock, inline)); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
+	// Address-specific destinations first, then the config that looks
+	// them up; stale ones go after the swap.
+	stale, err := s.writeProtectedDsts(l.Protected)
+	if err != nil {
+		return err
+	}
+	var old *ebpf.Map
+	var id ebpf.MapID
+	if err := s.objs.ConfigMap.Lookup(uint32(0), &id); err == nil {
+		old, _ = ebpf.NewMapFromID(id) // best effort: nil when it is gone already
+	}
 	if err := s.objs.ConfigMap.Put(uint32(0), inner); err != nil {
+		if old != nil {
+			old.Close()
+		}
 		return fmt.Errorf("swap config: %w", err)
 	}
+	if s.prev != nil {
+		s.prev.Close()
+	}
+	s.prev = old
 	s.limits = l
+	for _, k := range stale {
+		if err := s.objs.ProtectedDsts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove protected destination: %w", err)
+		}
+	}
 	return nil
 }
 
-// start configures a freshly loaded collection: a full admission bucket, so
+// writeProtectedDsts puts the address-specific destinations of ds in
+// protected_dsts and returns the keys there that ds no longer names.
+func (s *Shield) writeProtectedDsts(ds []Destination) ([]bpf.ShieldDstKey, error) {
+	want := map[bpf.ShieldDstKey]bool{}
+	for _, d := range ds {
+		if d.Addr.IsValid() {
+			want[d.dstKey()] = true
+		}
+	}
+	var stale []bpf.ShieldDstKey
+	var k bpf.ShieldDstKey
+	var v uint8
+	it := s.objs.ProtectedDsts.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+		delete(want, k)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read protected destinations: %w", err)
+	}
+	for k := range want {
+		if err := s.objs.ProtectedDsts.Put(k, uint8(1)); err != nil {
+			return nil, fmt.Errorf("write protected destination: %w", err)
+		}
+	}
+	return stale, nil
+}
+
+// protectedDsts reads the address-specific destinations back.
+func (s *Shield) protectedDsts() ([]Destination, error) {
+	var out []Destination
+	var k bpf.ShieldDstKey
+	var v uint8
+	it := s.objs.ProtectedDsts.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, Destination{Proto: Proto(k.Proto), Port: k.Port<<8 | k.Port>>8, Addr: netip.AddrFrom16(k.Addr).Unmap()})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read protected destinations: %w", err)
+	}
+	return out, nil
+}
+
+// start configures a freshly loaded collection: full admission buckets, so
 // the first strangers are admitted whatever the clock reads, then the limits.
 func (s *Shield) start(l Limits) error {
-	full := bpf.ShieldBucket{Credit: int64(l.AdmissionBurst * token)}
-	if err := s.objs.Admission.Put(uint32(0), full); err != nil {
-		return fmt.Errorf("fill admission bucket: %w", err)
+	for i, burst := range []uint64{l.AdmissionBurst, l.Unprotected.AdmissionBurst} {
+		full := bpf.ShieldBucket{Credit: int64(burst * token)}
+		if err := s.objs.Admission.Put(uint32(i), full); err != nil {
+			return fmt.Errorf("fill admission bucket: %w", err)
+		}
 	}
 	return s.publish(l)
 }

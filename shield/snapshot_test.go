@@ -20,7 +20,7 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 	for i := range maxListEntries {
 		deny = append(deny, netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32))
 	}
-	if err := s.Add(DenyList, deny); err != nil {
+	if _, err := s.Add(DenyList, deny); err != nil {
 		t.Fatal(err)
 	}
 	l := DefaultLimits()

@@ -10,33 +10,50 @@ import (
 	"xdpshield/bpf"
 )
 
-// Source is one tracked source as the table holds it.
+// Source is one tracked source as the table holds it: an IPv4 address or
+// an IPv6 prefix (Limits.KeyPrefix4 and KeyPrefix6).
 type Source struct {
-	Addr    netip.Addr `json:"addr"`
-	Passed  uint64     `json:"passed"`
-	Dropped uint64     `json:"dropped"`
+	Addr    netip.Addr   `json:"addr"`   // the first address of Prefix
+	Prefix  netip.Prefix `json:"prefix"` // every address sharing the bucket
+	Passed  uint64       `json:"passed"`
+	Dropped uint64       `json:"dropped"`
 	// Limited says the source's next packet would be dropped: its bucket,
 	// refilled to the program's clock as the program would refill it,
 	// holds less than one packet's credit.
 	Limited bool `json:"limited"`
 }
 
-func sourceKey(a netip.Addr) bpf.ShieldSrcKey {
-	return bpf.ShieldSrcKey{Addr: a.Unmap().As16()}
+// sourcePrefix is the prefix a's bucket covers under limits l.
+func sourcePrefix(a netip.Addr, l Limits) netip.Prefix {
+	a = a.Unmap()
+	bits := int(l.KeyPrefix6)
+	if a.Is4() {
+		bits = int(l.KeyPrefix4)
+	}
+	p, _ := a.Prefix(bits)
+	return p
 }
 
-func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBucket) bool) Source {
+func sourceKey(a netip.Addr, l Limits) bpf.ShieldSrcKey {
+	return bpf.ShieldSrcKey{Addr: netip.AddrFrom16(sourcePrefix(a, l).Addr().As16()).As16()}
+}
+
+func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBucket) bool, l Limits) Source {
+	a := netip.AddrFrom16(k.Addr).Unmap()
 	return Source{
-		Addr:    netip.AddrFrom16(k.Addr).Unmap(),
+		Addr:    a,
+		Prefix:  sourcePrefix(a, l),
 		Passed:  v.Passed,
 		Dropped: v.Dropped,
 		Limited: limited(&v.Bucket),
 	}
 }
 
-// Source looks one address up; ok is false when it is not tracked.
+// Source looks up the source an address belongs to (its prefix, for
+// IPv6); ok is false when it is not tracked.
 func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
-	k := sourceKey(a)
+	l := s.Limits()
+	k := sourceKey(a, l)
 	var v bpf.ShieldSource
 	// LookupWithFlags would not touch the LRU order either; a plain lookup
 	// from user space does not count as a use.
@@ -46,5 +63,5 @@ func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
 		}
 		return Source{}, false, fmt.Errorf("look up source %s: %w", a, err)
 	}
-	return sourceOf(k, v, s.limitedNow()), true, nil
+	return sourceOf(k, v, s.limitedNow(), l), true, nil
 }

@@ -69,6 +69,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 	}
 	h := &topHeap{by: by}
 	limited := s.limitedNow()
+	pl := s.Limits()
 	stats, err := s.walkSources(ctx, func(k *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
 		sc := score(v)
 		if sc == 0 {
@@ -80,7 +81,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 				return
 			}
 		}
-		src := sourceOf(*k, *v, limited)
+		src := sourceOf(*k, *v, limited, pl)
 		if len(h.s) < n {
 			heap.Push(h, src)
 			return
@@ -129,8 +130,11 @@ func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
 
 // clockNow reads the program's clock as the program reads it: through
 // clock_probe (one BPF_PROG_TEST_RUN) for jiffies and ktime.
-func (s *Shield) clockNow() (uint64, error) {
-	if s.clock == ClockVirtual {
+func (s *Shield) clockNow() (uint64, error) { return s.clockRead(s.clock) }
+
+// clockRead reads clock c as the program would read it.
+func (s *Shield) clockRead(c Clock) (uint64, error) {
+	if c == ClockVirtual {
 		var v uint64
 		if err := s.objs.VirtualNowNs.Get(&v); err != nil {
 			return 0, fmt.Errorf("read virtual clock: %w", err)
@@ -140,8 +144,8 @@ func (s *Shield) clockNow() (uint64, error) {
 	if _, err := s.objs.ClockProbe.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
 		return 0, fmt.Errorf("run clock probe: %w", err)
 	}
-	var j, k, nsPerJiffy uint64
-	if s.clock == ClockKtime {
+	var j, k uint64
+	if c == ClockKtime {
 		if err := s.objs.ProbeKtimeNs.Get(&k); err != nil {
 			return 0, fmt.Errorf("read probe: %w", err)
 		}
@@ -150,8 +154,10 @@ func (s *Shield) clockNow() (uint64, error) {
 	if err := s.objs.ProbeJiffies.Get(&j); err != nil {
 		return 0, fmt.Errorf("read probe: %w", err)
 	}
-	if err := s.objs.NsPerJiffy.Get(&nsPerJiffy); err != nil {
-		return 0, fmt.Errorf("read ns_per_jiffy: %w", err)
+	// The program's ns_per_jiffy is only set when it runs on jiffies.
+	nsPerJiffy, err := jiffyLength()
+	if err != nil {
+		return 0, err
 	}
 	return j * nsPerJiffy, nil
 }

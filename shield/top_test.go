@@ -28,7 +28,7 @@ func TestTopFromProgram(t *testing.T) {
 	drops := func(i int) int { return (i * 37) % 101 } // distinct for i < 101, repeats after
 	addr := func(i int) string {
 		if i%3 == 0 {
-			return fmt.Sprintf("2001:db8::%x", i+1)
+			return fmt.Sprintf("2001:db8:0:%x::1", i+1) // one /64 each: a source
 		}
 		return fmt.Sprintf("198.18.%d.%d", i/250, i%250+1)
 	}

@@ -133,6 +133,40 @@ var (
 			addList(tb, s, shield.DenyList, "198.18.0.0/15")
 			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonDeny
 		}},
+		// The paths issue 9 added: a protected-destination list (the ok
+		// path pays a bitmap test), the unprotected class (the return
+		// traffic of the edge's own connections), own addresses and
+		// IPv4-mapped IPv6 sources (spoofed).
+		{name: "ok+protected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+			l := shield.DefaultLimits()
+			l.Rate, l.Burst = 1e9, 1e9
+			setLimits(tb, s, l)
+			f := From(benchSrc, UDP).Bytes() // to UDP 443: protected
+			mustRun(tb, s, f, Pass)
+			return f, Pass, shield.ReasonOK
+		}},
+		{name: "unprotected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+			l := shield.DefaultLimits()
+			l.Unprotected.Rate, l.Unprotected.Burst = 1e9, 1e9
+			setLimits(tb, s, l)
+			f := Frame{Src: netip.MustParseAddr(benchSrc), Dst: netip.MustParseAddr("198.18.255.254"), L4: TCP, SrcPort: 443, DstPort: 40000}.Bytes()
+			mustRun(tb, s, f, Pass)
+			return f, Pass, shield.ReasonUnprotected
+		}},
+		{name: "spoofed-own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+			setOwn(tb, s, benchSrc, "2001:db8::1")
+			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonSpoofed
+		}},
+		{name: "spoofed-mapped", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+			return Frame{Src: netip.MustParseAddr("::ffff:" + benchSrc), Dst: netip.MustParseAddr("2001:db8:ffff::fffe"), L4: UDP}.Bytes(), Drop, shield.ReasonSpoofed
+		}},
+		{name: "ok+own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
+			setOwn(tb, s, "198.18.255.254", "2001:db8:ffff::fffe")
+			f := From(benchSrc, UDP).Bytes()
+			mustRun(tb, s, f, Pass)
+			return f, Pass, shield.ReasonOK
+		}},
 		{name: "ok-ktime", clock: shield.ClockKtime, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			f := From(benchSrc, UDP).Bytes()

@@ -16,7 +16,9 @@
 //   - the tests that prove the shield's data plane: exact burst and refill
 //     under virtual time, lists (allow beats deny at any prefix length),
 //     IPv6 and VLAN sources, a malformed corpus, a forged flood, dry-run,
-//     two-CPU accuracy (stated in bpf/shield.c, take()), FuzzShield.
+//     two-CPU accuracy (stated in bpf/shield.c, take()), FuzzShield, and
+//     the holes of issue 9 (holes_test.go: clock switches, spoofed own and
+//     IPv4-mapped sources, protected destinations, /64 source keys).
 //
 // Test data: fixtures/sim (XDPSHIELD_FIXTURES=<dir> points elsewhere). A
 // failing scenario writes its frames to $SIM_PCAP_DIR, or

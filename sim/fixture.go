@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
+
+	"xdpshield/shield"
 )
 
 // Golden is the verdict file beside a fixture pcap (NAME.pcap ->
@@ -20,17 +22,14 @@ type Golden struct {
 	Totals  map[string]uint64 `json:"totals"`
 }
 
-// FixtureConfig is the shield configuration a fixture replays under. Rate
-// fields follow shield.Limits; lists are CIDRs.
+// FixtureConfig is the shield configuration a fixture replays under: the
+// shield's own Limits (their JSON keys inline), the table size and the lists
+// as CIDRs.
 type FixtureConfig struct {
-	TableSize      uint32   `json:"table_size"`
-	Rate           uint64   `json:"rate"`
-	Burst          uint64   `json:"burst"`
-	AdmissionRate  uint64   `json:"admission_rate"`
-	AdmissionBurst uint64   `json:"admission_burst"`
-	DryRun         bool     `json:"dry_run,omitempty"`
-	Allow          []string `json:"allow,omitempty"`
-	Deny           []string `json:"deny,omitempty"`
+	TableSize uint32 `json:"table_size"`
+	shield.Limits
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 }
 
 // GoldenPacket is one frame's outcome. At is the pcap timestamp, which the

@@ -38,7 +38,7 @@ var fixtureDefs = []struct {
 }{
 	{
 		name:   "burst-refill",
-		config: FixtureConfig{TableSize: 4096, Rate: 10, Burst: 5, AdmissionRate: 100, AdmissionBurst: 100},
+		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 10, Burst: 5, AdmissionRate: 100, AdmissionBurst: 100}},
 		frames: func() []Packet {
 			f := From("198.18.0.1", UDP).Bytes()
 			var out []Packet
@@ -56,7 +56,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name: "lists",
-		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
+		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100},
 			Allow: []string{"198.18.1.0/24", "2001:db8:1::/48"}, Deny: []string{"198.18.0.0/15", "2001:db8::/32"}},
 		frames: func() []Packet {
 			var out []Packet
@@ -71,8 +71,9 @@ var fixtureDefs = []struct {
 		},
 	},
 	{
-		name:   "families-and-tags",
-		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100},
+		name: "families-and-tags",
+		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
+			KeyPrefix6: 128}}, // one source per address, as the frames were made
 		frames: func() []Packet {
 			var out []Packet
 			n := 0
@@ -92,7 +93,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name:   "malformed",
-		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, Deny: []string{"0.0.0.0/0", "::/0"}},
+		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}, Deny: []string{"0.0.0.0/0", "::/0"}},
 		frames: func() []Packet {
 			var out []Packet
 			for i, b := range badCorpus() {
@@ -105,7 +106,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name:   "forged-flood",
-		config: FixtureConfig{TableSize: 64, Rate: 100, Burst: 10, AdmissionRate: 10, AdmissionBurst: 5},
+		config: FixtureConfig{TableSize: 64, Limits: shield.Limits{Rate: 100, Burst: 10, AdmissionRate: 10, AdmissionBurst: 5}},
 		frames: func() []Packet {
 			heavy := From("198.18.0.1", UDP).Bytes()
 			out := []Packet{{At: time.Second, Data: heavy}}
@@ -122,7 +123,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name:   "dry-run",
-		config: FixtureConfig{TableSize: 4096, Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true, Deny: []string{"198.18.9.0/24"}},
+		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}, Deny: []string{"198.18.9.0/24"}},
 		frames: func() []Packet {
 			var out []Packet
 			for _, f := range []Frame{
@@ -139,7 +140,7 @@ var fixtureDefs = []struct {
 // loadFixture loads a shield configured as c, virtual clock at 0.
 func loadFixture(t *testing.T, c FixtureConfig) *shield.Shield {
 	t.Helper()
-	s := load(t, c.TableSize, shield.Limits{Rate: c.Rate, Burst: c.Burst, AdmissionRate: c.AdmissionRate, AdmissionBurst: c.AdmissionBurst, DryRun: c.DryRun})
+	s := load(t, c.TableSize, c.Limits)
 	if len(c.Allow) > 0 {
 		addList(t, s, shield.AllowList, c.Allow...)
 	}

@@ -76,6 +76,6 @@ func TestForgedFlood(t *testing.T) {
 	assert.Less(t, n, table, "the flood must not fill the table")
 
 	got := source(t, s, "198.18.0.1")
-	want := shield.Source{Addr: got.Addr, Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
+	want := shield.Source{Addr: got.Addr, Prefix: netip.MustParsePrefix("198.18.0.1/32"), Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
 	assert.Equal(t, want, got, "Source(heavy): its bucket must survive the flood")
 }

@@ -74,7 +74,7 @@ var fuzzShield = sync.OnceValues(func() (*shield.Shield, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := s.Add(l, ps); err != nil {
+		if _, err := s.Add(l, ps); err != nil {
 			return nil, err
 		}
 	}

@@ -37,7 +37,7 @@ func addList(t testing.TB, s *shield.Shield, l shield.List, cidrs ...string) {
 	t.Helper()
 	ps, err := shield.ParsePrefixes(cidrs)
 	require.NoError(t, err, "ParsePrefixes(%q)", cidrs)
-	require.NoError(t, s.Add(l, ps), "Add(%s, %q)", l, cidrs)
+	require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
 }
 
 // source reads one source's entry, failing t when it is not tracked.
@@ -62,3 +62,17 @@ func protoOf(l L4) shield.Proto {
 }
 
 func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// setOwn makes addrs the machine's own addresses, as the service does.
+func setOwn(t testing.TB, s *shield.Shield, addrs ...string) {
+	t.Helper()
+	var as []netip.Addr
+	for _, a := range addrs {
+		as = append(as, netip.MustParseAddr(a))
+	}
+	_, _, err := s.SetOwn(as)
+	require.NoError(t, err, "SetOwn(%q)", addrs)
+}
+
+// second drops a call's first result, for checking its error.
+func second[T any](_ T, err error) error { return err }

@@ -126,7 +126,7 @@ func TestLists(t *testing.T) {
 	// Removing the allow entry exposes the deny list, without a reload.
 	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
 	require.NoError(t, err)
-	require.NoError(t, s.Remove(shield.AllowList, ps))
+	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
 	Scenario{Name: t.Name() + "/after remove", Target: ShieldTarget(s), Steps: []Step{
 		{Name: "now denied", At: sec, Frame: allowed4, Want: Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
 		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: Pass, Delta: One(pass, shield.ReasonAllow, udp)},
@@ -148,7 +148,7 @@ func TestFamiliesAndTags(t *testing.T) {
 				n++
 				src := fmt.Sprintf("198.18.3.%d", n)
 				if fam == "ipv6" {
-					src = fmt.Sprintf("2001:db8:3::%x", n)
+					src = fmt.Sprintf("2001:db8:3:%x::1", n) // one /64 each: a source
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", fam, tagName, l4), func(t *testing.T) {
 					f := From(src, l4, tags[tagName]...).Bytes()
@@ -159,7 +159,13 @@ func TestFamiliesAndTags(t *testing.T) {
 						{Name: "refill", At: 2 * sec, Frame: f, Want: Pass, Delta: One(pass, shield.ReasonOK, p)},
 					}}.Run(t)
 					got := source(t, s, src)
-					assert.Equal(t, shield.Source{Addr: got.Addr, Passed: burst + 1, Dropped: 3, Limited: true}, got, "Source(%s)", src)
+					want := shield.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
+					assert.Equal(t, want, got, "Source(%s)", src)
+					wantPrefix := 32
+					if fam == "ipv6" {
+						wantPrefix = 64
+					}
+					assert.Equal(t, wantPrefix, got.Prefix.Bits(), "Source(%s).Prefix", src)
 				})
 			}
 		}

@@ -100,18 +100,24 @@ func TestCLI(t *testing.T) {
 
 	contains("limits set", mustRun(true, "limits", "set", "-rate", "7", "-burst", "9"),
 		"old rate 1000/s burst 2000", "new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
-	want := shield.Limits{Rate: 7, Burst: 9, AdmissionRate: 10000, AdmissionBurst: 10000}
+	want := shield.DefaultLimits()
+	want.Rate, want.Burst = 7, 9
 	var got shield.Limits
 	decode(mustRun(false, "limits", "get", "-json"), &got)
-	if got != want {
+	if !got.Equal(want) {
 		t.Errorf("limits get -json = %+v, want %+v", got, want)
 	}
 	contains("limits get", mustRun(false, "limits", "get"), "rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
 	var ch api.LimitsChange
 	decode(mustRun(true, "limits", "set", "-json", "-dry-run=false"), &ch)
-	if ch.Old != want || ch.New != want {
+	if !ch.Old.Equal(want) || !ch.New.Equal(want) {
 		t.Errorf("limits set -json = %+v, want old and new %+v", ch, want)
 	}
+	contains("limits set -protected", mustRun(true, "limits", "set", "-protected", "tcp/443,udp/198.18.0.1:53", "-unprotected-rate", "5000", "-key-prefix6", "56"),
+		"new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false; protected tcp/443,udp/198.18.0.1:53; unprotected 5000/s burst 250000", "keyed by /32 and /56")
+	contains("limits set -protected ''", mustRun(true, "limits", "set", "-protected", "", "-key-prefix6", "64", "-unprotected-rate", "250000"),
+		"protected every destination; unprotected 250000/s")
+	want.Protected = nil
 
 	// Traffic: 198.18.0.7 passes its burst of 9, then 3 drop; a deny-listed
 	// source drops.
@@ -124,7 +130,7 @@ func TestCLI(t *testing.T) {
 		}
 	}
 	top := mustRun(false, "top", "-n", "3")
-	contains("top", top, "ADDRESS", "198.18.0.7", "(1 sources scanned")
+	contains("top", top, "SOURCE", "198.18.0.7", "(1 sources scanned")
 	if fs := strings.Fields(strings.Split(top, "\n")[1]); strings.Join(fs, " ") != "1 198.18.0.7 9 3 yes" {
 		t.Errorf("top row = %q, want 1 198.18.0.7 9 3 yes", fs)
 	}
@@ -137,7 +143,7 @@ func TestCLI(t *testing.T) {
 		"lists    allow 2 prefixes, deny 1 prefixes", "packets  passed 9, dropped 5")
 	var st statusReport
 	decode(mustRun(false, "status", "-json"), &st)
-	if st.Limits != want || st.Allow != 2 || st.Deny != 1 || st.Counters.Reasons["limit"] != 3 || st.Counters.Reasons["deny"] != 2 {
+	if !st.Limits.Equal(want) || st.Allow != 2 || st.Deny != 1 || st.Counters.Reasons["limit"] != 3 || st.Counters.Reasons["deny"] != 2 {
 		t.Errorf("status -json = %+v", st)
 	}
 
@@ -162,7 +168,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("shield %s = %v, want an error containing %q", strings.Join(tc.words, " "), err, tc.want)
 		}
 	}
-	if l := sh.Limits(); l != want {
+	if l := sh.Limits(); !l.Equal(want) {
 		t.Errorf("limits after the refusals = %+v, want %+v", l, want)
 	}
 	for l, n := range map[shield.List]int{shield.AllowList: 2, shield.DenyList: 1} {

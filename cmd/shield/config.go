@@ -40,18 +40,14 @@ type config struct {
 		DangerouslyExpose bool `toml:"dangerously_expose"`
 	} `toml:"api"`
 
-	Limits struct {
-		Rate           uint64 `toml:"rate"`
-		Burst          uint64 `toml:"burst"`
-		AdmissionRate  uint64 `toml:"admission_rate"`
-		AdmissionBurst uint64 `toml:"admission_burst"`
-		DryRun         bool   `toml:"dry_run"`
-	} `toml:"limits"`
+	// Limits is the shield's own type: the file's [limits] table decodes
+	// straight into it, and shield.Limits.Validate is its one check.
+	Limits shield.Limits `toml:"limits"`
 
 	Lists struct {
-		AllowOwnAddresses bool     `toml:"allow_own_addresses"`
-		Allow             []string `toml:"allow"`
-		Deny              []string `toml:"deny"`
+		OwnAddressesSpoofed bool     `toml:"own_addresses_spoofed"`
+		Allow               []string `toml:"allow"`
+		Deny                []string `toml:"deny"`
 	} `toml:"lists"`
 
 	Log struct {
@@ -86,10 +82,8 @@ func defaultConfig() config {
 	c.API.Listen = api.DefaultListen
 	c.API.MaxBodyBytes = api.DefaultMaxBody
 	c.API.TopTimeout = duration{api.DefaultTopTimeout}
-	l := shield.DefaultLimits()
-	c.Limits.Rate, c.Limits.Burst = l.Rate, l.Burst
-	c.Limits.AdmissionRate, c.Limits.AdmissionBurst = l.AdmissionRate, l.AdmissionBurst
-	c.Lists.AllowOwnAddresses = true
+	c.Limits = shield.DefaultLimits()
+	c.Lists.OwnAddressesSpoofed = true
 	c.Log.Level = "info"
 	c.Log.Format = "text"
 	c.LB = lb.DefaultConfig()
@@ -184,8 +178,7 @@ func (c *config) validate() (settings, error) {
 	if c.API.TopTimeout.Duration <= 0 || c.API.TopTimeout.Duration > time.Minute {
 		errs = append(errs, fmt.Errorf("api.top_timeout: %s out of range (0, 1m]", c.API.TopTimeout.Duration))
 	}
-	s.limits = shield.Limits{Rate: c.Limits.Rate, Burst: c.Limits.Burst,
-		AdmissionRate: c.Limits.AdmissionRate, AdmissionBurst: c.Limits.AdmissionBurst, DryRun: c.Limits.DryRun}
+	s.limits = c.Limits
 	if err := s.limits.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}

@@ -3,10 +3,15 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"xdpshield/shield"
 )
 
 // The documented example must stay a valid, complete configuration: every
@@ -21,11 +26,24 @@ func TestExampleConfig(t *testing.T) {
 	}
 	def := defaultConfig()
 	def.Iface = c.Iface
-	if c.API != def.API || c.Limits != def.Limits || c.Log != def.Log || c.Mode != def.Mode ||
+	if c.API != def.API || !reflect.DeepEqual(c.Limits, def.Limits) || c.Log != def.Log || c.Mode != def.Mode ||
 		c.TableSize != def.TableSize || c.PinRoot != def.PinRoot || c.Clock != def.Clock ||
-		c.Lists.AllowOwnAddresses != def.Lists.AllowOwnAddresses ||
+		c.Lists.OwnAddressesSpoofed != def.Lists.OwnAddressesSpoofed ||
 		c.LB.Cgroup != def.LB.Cgroup || c.LB.ReverseSize != def.LB.ReverseSize || len(c.LB.Service) != 0 {
 		t.Errorf("example config differs from the defaults it documents:\n got %+v\nwant %+v", c, def)
+	}
+}
+
+// TestExampleConfigSpellsLimits: the example spells every key of
+// [limits] itself (decoded over nothing, not over the defaults), so a new
+// setting cannot go undocumented.
+func TestExampleConfigSpellsLimits(t *testing.T) {
+	var c config
+	if _, err := toml.DecodeFile(filepath.Join("..", "..", "docs", "shield.example.toml"), &c); err != nil {
+		t.Fatalf("decode example: %v", err)
+	}
+	if want := shield.DefaultLimits(); !reflect.DeepEqual(c.Limits, want) {
+		t.Errorf("example [limits] = %+v, want every key of %+v", c.Limits, want)
 	}
 }
 

@@ -2,14 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"strings"
 
 	"xdpshield/shield"
 )
 
 func init() {
-	commands["limits"] = command{"limits get | limits set [-rate N] [-burst N] [-admission-rate N] [-admission-burst N] [-dry-run=BOOL] (API)", runLimits}
+	commands["limits"] = command{"limits get | limits set [-rate N] [-burst N] [-admission-rate N] [-admission-burst N] [-dry-run=BOOL] [-protected LIST] [-unprotected-rate N ...] [-key-prefix6 N] (API)", runLimits}
 }
 
 func runLimits(ctx context.Context, args []string) error {
@@ -25,6 +27,13 @@ func runLimits(ctx context.Context, args []string) error {
 	arate := fs.Uint64("admission-rate", 0, "new sources admitted per second")
 	aburst := fs.Uint64("admission-burst", 0, "new sources admitted at once")
 	dry := fs.Bool("dry-run", false, "count would-be drops and pass them")
+	protected := fs.String("protected", "", "comma-separated destinations held to the limits above: tcp/PORT, udp/PORT, tcp/ADDR:PORT, icmp (empty: every destination)")
+	urate := fs.Uint64("unprotected-rate", 0, "packets per second per source to other destinations")
+	uburst := fs.Uint64("unprotected-burst", 0, "packets a source may send at once to other destinations")
+	uarate := fs.Uint64("unprotected-admission-rate", 0, "new sources admitted per second to other destinations")
+	uaburst := fs.Uint64("unprotected-admission-burst", 0, "new sources admitted at once to other destinations")
+	kp4 := fs.Uint("key-prefix4", 0, "prefix length an IPv4 source is keyed by (1-32)")
+	kp6 := fs.Uint("key-prefix6", 0, "prefix length an IPv6 source is keyed by (1-128)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return helpOK(err)
 	}
@@ -48,6 +57,7 @@ func runLimits(ctx context.Context, args []string) error {
 	}
 	next := cur
 	changed := 0
+	var errs []error
 	fs.Visit(func(f *flag.Flag) {
 		changed++
 		switch f.Name {
@@ -61,12 +71,36 @@ func runLimits(ctx context.Context, args []string) error {
 			next.AdmissionBurst = *aburst
 		case "dry-run":
 			next.DryRun = *dry
+		case "protected":
+			next.Protected = nil
+			for _, w := range strings.FieldsFunc(*protected, func(r rune) bool { return r == ',' || r == ' ' }) {
+				d, err := shield.ParseDestination(w)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("-protected: %w", err))
+				}
+				next.Protected = append(next.Protected, d)
+			}
+		case "unprotected-rate":
+			next.Unprotected.Rate = *urate
+		case "unprotected-burst":
+			next.Unprotected.Burst = *uburst
+		case "unprotected-admission-rate":
+			next.Unprotected.AdmissionRate = *uarate
+		case "unprotected-admission-burst":
+			next.Unprotected.AdmissionBurst = *uaburst
+		case "key-prefix4":
+			next.KeyPrefix4 = uint8(min(*kp4, 255))
+		case "key-prefix6":
+			next.KeyPrefix6 = uint8(min(*kp6, 255))
 		default:
 			changed--
 		}
 	})
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
 	if changed == 0 {
-		return fmt.Errorf("limits set: nothing to change (give -rate, -burst, -admission-rate, -admission-burst or -dry-run)")
+		return fmt.Errorf("limits set: nothing to change (give -rate, -burst, -admission-rate, -admission-burst, -dry-run, -protected, -unprotected-*, -key-prefix4 or -key-prefix6)")
 	}
 	ch, err := cl.SetLimits(ctx, next)
 	if err != nil {
@@ -81,6 +115,17 @@ func runLimits(ctx context.Context, args []string) error {
 }
 
 func printLimits(prefix string, l shield.Limits) {
-	fmt.Fprintf(stdout, "%srate %d/s burst %d, admission %d/s burst %d, dry-run %v\n",
-		prefix, l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun)
+	prot := "every destination"
+	if len(l.Protected) > 0 {
+		ds := make([]string, len(l.Protected))
+		for i, d := range l.Protected {
+			ds[i] = d.String()
+		}
+		prot = strings.Join(ds, ",")
+	}
+	u := l.Unprotected
+	fmt.Fprintf(stdout, "%srate %d/s burst %d, admission %d/s burst %d, dry-run %v; protected %s; "+
+		"unprotected %d/s burst %d, admission %d/s burst %d; sources keyed by /%d and /%d\n",
+		prefix, l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun, prot,
+		u.Rate, u.Burst, u.AdmissionRate, u.AdmissionBurst, l.KeyPrefix4, l.KeyPrefix6)
 }

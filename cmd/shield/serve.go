@@ -90,9 +90,9 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	if *check {
-		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d (+own addresses: %v), deny %d, lb services %d\n",
+		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d, own addresses spoofed %v, deny %d, lb services %d\n",
 			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, cfg.API.TLSCert != "", cfg.API.AuthReads, tokenState(cfg.API.TokenFile), set.limits,
-			len(set.allow), cfg.Lists.AllowOwnAddresses, len(set.deny), len(cfg.LB.Service))
+			len(set.allow), cfg.Lists.OwnAddressesSpoofed, len(set.deny), len(cfg.LB.Service))
 		return nil
 	}
 	if !noCapCheck {
@@ -142,7 +142,7 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		Limits:            set.limits,
 		Allow:             set.allow,
 		Deny:              set.deny,
-		AllowOwnAddresses: cfg.Lists.AllowOwnAddresses,
+		SpoofOwnAddresses: cfg.Lists.OwnAddressesSpoofed,
 		API:               cfg.apiConfig(set.token),
 		Build:             api.BuildInfo{Version: version, Revision: revision},
 		LB:                cfg.LB,

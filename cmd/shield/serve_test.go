@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,10 +345,14 @@ func TestServeLifecycle(t *testing.T) {
 		t.Fatalf("first serve did not log a fresh attach:\n%s", s1.out)
 	}
 
-	// Safe default: the machine's own addresses are allow-listed.
-	if al, err := l.client.List(ctx, shield.AllowList); err != nil || !slices.Contains(al.Prefixes, "198.18.0.1/32") ||
-		!slices.Contains(al.Prefixes, "127.0.0.1/32") {
-		t.Errorf("allow list = %v, %v; want the edge's own addresses", al.Prefixes, err)
+	// Safe default: the machine's own addresses are marked own (a frame
+	// from the wire claiming one is spoofed), not allow-listed.
+	if al, err := l.client.List(ctx, shield.AllowList); err != nil || len(al.Prefixes) != 0 {
+		t.Errorf("allow list = %v, %v; want it empty", al.Prefixes, err)
+	}
+	if out := s1.out.String(); !strings.Contains(out, "msg=\"own addresses: frames from the wire claiming them are dropped as spoofed\"") ||
+		!strings.Contains(out, "198.18.0.1") {
+		t.Errorf("serve did not log the edge's own addresses as spoofed sources:\n%s", out)
 	}
 
 	// The path works: an unlisted source gets through.
@@ -406,7 +409,7 @@ func TestServeLifecycle(t *testing.T) {
 	}
 
 	// State survived.
-	if got, err := l.client.Limits(ctx); err != nil || got != limits {
+	if got, err := l.client.Limits(ctx); err != nil || !got.Equal(limits) {
 		t.Errorf("Limits after restart = %+v, %v; want %+v", got, err, limits)
 	}
 	dl, err := l.client.List(ctx, shield.DenyList)

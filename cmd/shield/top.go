@@ -41,17 +41,26 @@ func runTop(ctx context.Context, args []string) error {
 		return printJSON(r)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tADDRESS\tPASSED\tDROPPED\tLIMITED")
+	fmt.Fprintln(tw, "#\tSOURCE\tPASSED\tDROPPED\tLIMITED")
 	for i, s := range r.Sources {
 		lim := ""
 		if s.Limited {
 			lim = "yes"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\n", i+1, s.Addr, s.Passed, s.Dropped, lim)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\n", i+1, sourceName(s), s.Passed, s.Dropped, lim)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "(%d sources scanned in %.0f ms, by %s)\n", r.Scanned, r.ElapsedMs, r.By)
 	return nil
+}
+
+// sourceName writes a source as the table keys it: an IPv4 address bare
+// (a /32), anything wider as its prefix (an IPv6 /64).
+func sourceName(s shield.Source) string {
+	if s.Prefix.IsValid() && s.Prefix.Bits() < s.Prefix.Addr().BitLen() {
+		return s.Prefix.String()
+	}
+	return s.Addr.String()
 }

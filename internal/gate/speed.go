@@ -79,7 +79,8 @@ func addList(s *shield.Shield, l shield.List, cidrs ...string) error {
 	if err != nil {
 		return err
 	}
-	return s.Add(l, ps)
+	_, err = s.Add(l, ps)
+	return err
 }
 
 // drain sends f until it is dropped: the source's bucket is then empty.

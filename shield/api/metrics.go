@@ -29,9 +29,15 @@ var (
 	descCapacity = prometheus.NewDesc("shield_sources_capacity",
 		"Capacity of the per-source table.", nil, nil)
 	descRate = prometheus.NewDesc("shield_limit_rate_packets_per_second",
-		"Configured refill rate of a bucket: per source, or for admitting new sources.", []string{"bucket"}, nil)
+		"Configured refill rate of a bucket: per source, or for admitting new sources; of protected destinations (source, admission) or the rest (unprotected, unprotected_admission).", []string{"bucket"}, nil)
 	descBurst = prometheus.NewDesc("shield_limit_burst_packets",
-		"Configured burst of a bucket: per source, or for admitting new sources.", []string{"bucket"}, nil)
+		"Configured burst of a bucket: per source, or for admitting new sources; of protected destinations (source, admission) or the rest (unprotected, unprotected_admission).", []string{"bucket"}, nil)
+	descProtected = prometheus.NewDesc("shield_protected_destinations",
+		"Destinations held to the client limits (0: every destination is).", nil, nil)
+	descOwn = prometheus.NewDesc("shield_own_addresses",
+		"The machine's own addresses: a frame from the wire claiming one as its source is dropped as spoofed.", []string{"family"}, nil)
+	descKeyPrefix = prometheus.NewDesc("shield_key_prefix_length",
+		"Prefix length a source is keyed by: its addresses share one bucket.", []string{"family"}, nil)
 	descDryRun = prometheus.NewDesc("shield_dry_run",
 		"1 when the shield counts would-be drops and passes them.", nil, nil)
 	descList = prometheus.NewDesc("shield_list_prefixes",
@@ -48,7 +54,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descDryRun, descList, descBuild} {
+	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descBuild} {
 		ch <- d
 	}
 }
@@ -81,6 +87,23 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.AdmissionRate), "admission")
 	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Burst), "source")
 	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.AdmissionBurst), "admission")
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Unprotected.Rate), "unprotected")
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Unprotected.AdmissionRate), "unprotected_admission")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Unprotected.Burst), "unprotected")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Unprotected.AdmissionBurst), "unprotected_admission")
+	ch <- prometheus.MustNewConstMetric(descProtected, prometheus.GaugeValue, float64(len(l.Protected)))
+	ch <- prometheus.MustNewConstMetric(descKeyPrefix, prometheus.GaugeValue, float64(l.KeyPrefix4), "ipv4")
+	ch <- prometheus.MustNewConstMetric(descKeyPrefix, prometheus.GaugeValue, float64(l.KeyPrefix6), "ipv6")
+	if own, err := sh.Own(); err == nil {
+		n4 := 0
+		for _, a := range own {
+			if a.Is4() {
+				n4++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descOwn, prometheus.GaugeValue, float64(n4), "ipv4")
+		ch <- prometheus.MustNewConstMetric(descOwn, prometheus.GaugeValue, float64(len(own)-n4), "ipv6")
+	}
 	dry := 0.0
 	if l.DryRun {
 		dry = 1

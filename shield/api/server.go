@@ -99,10 +99,6 @@ type Server struct {
 	countMu sync.Mutex
 	count   int
 	countAt time.Time
-	// listMu makes a list change and the reads around it one step, so
-	// the response and the log say what this request changed, not what a
-	// concurrent one did.
-	listMu sync.Mutex
 	// denyLog bounds the rate of "api unauthorized" lines.
 	denyLog logLimiter
 }
@@ -526,15 +522,17 @@ func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
-	if err := l.Validate(); err != nil {
-		s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
-		return
-	}
-	old := s.sh.Limits()
-	if err := s.sh.SetLimits(l); err != nil {
+	// One check, the shield's: Validate and what the clock can honour.
+	old, err := s.sh.ReplaceLimits(l)
+	if err != nil {
+		if errors.Is(err, shield.ErrInvalid) {
+			s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+			return
+		}
 		s.fail(w, fmt.Errorf("set limits: %w", err))
 		return
 	}
+	l = s.sh.Limits()
 	s.log.Info("limits changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "limits",
 		keyOld, old, keyNew, l)
 	writeJSON(w, http.StatusOK, LimitsChange{Old: old, New: l})
@@ -588,20 +586,16 @@ func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) 
 // or Remove, which check it whole against the list: shield.ErrInvalid is
 // the client's error), then answers and logs what changed.
 func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.List, verb string,
-	apply func(shield.List, []netip.Prefix) error) {
+	apply func(shield.List, []netip.Prefix) (shield.ListChange, error)) {
 	ps, err := s.prefixes(w, r)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.listMu.Lock()
-	defer s.listMu.Unlock()
-	before, err := s.sh.List(l)
+	// The change reports what it did, read under the shield's own lock:
+	// racing changes each report their own prefixes.
+	ch, err := apply(l, ps)
 	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	if err := apply(l, ps); err != nil {
 		if errors.Is(err, shield.ErrInvalid) {
 			s.fail(w, badRequest{err})
 			return
@@ -609,38 +603,18 @@ func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.Lis
 		s.fail(w, fmt.Errorf("%s %s list: %w", verb, l, err))
 		return
 	}
-	after, err := s.sh.List(l)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	resp := ListResponse{List: l.String(), Prefixes: prefixStrings(after)}
+	resp := ListResponse{List: l.String(), Prefixes: prefixStrings(ch.After)}
 	var changed []string
 	if verb == "add" {
-		changed = prefixStrings(missingFrom(before, after))
+		changed = prefixStrings(ch.Added)
 		resp.Added = changed
 	} else {
-		changed = prefixStrings(missingFrom(after, before))
+		changed = prefixStrings(ch.Removed)
 		resp.Removed = changed
 	}
 	s.log.Info("list changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, l.String()+" "+verb,
-		keyItems, changed, keyOld, len(before), keyNew, len(after))
+		keyItems, changed, keyOld, ch.Before, keyNew, len(ch.After))
 	writeJSON(w, http.StatusOK, resp)
-}
-
-// missingFrom returns the prefixes of b that a lacks.
-func missingFrom(a, b []netip.Prefix) []netip.Prefix {
-	in := make(map[netip.Prefix]bool, len(a))
-	for _, p := range a {
-		in[p] = true
-	}
-	var out []netip.Prefix
-	for _, p := range b {
-		if !in[p] {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // slogPrinter adapts a slog.Logger to promhttp's ErrorLog.

@@ -35,7 +35,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	if _, err := c.Add(ctx, shield.DenyList, []string{"198.19.0.0/16", "2001:db8:dead::/48"}); err != nil {
 		t.Fatalf("Add deny: %v", err)
 	}
-	good := `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false}`
+	good := `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`
 	if code, body := e.do(t, "PUT", "/v1/limits", bearer, good); code != 200 {
 		t.Fatalf("PUT good limits = %d %s, want 200", code, body)
 	}
@@ -63,10 +63,10 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"empty body", "PUT", "/v1/limits", bearer, ``, 400, "empty request body"},
 		{"trailing data", "PUT", "/v1/limits", bearer, good + `{}`, 400, "trailing data"},
 		{"unknown field", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":5,"admission_rate":5,"admission_burst":5,"colour":"red"}`, 400, `unknown field "colour"`},
-		{"rate 0", "PUT", "/v1/limits", bearer, `{"rate":0,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false}`, 400, "rate 0 out of range"},
+		{"rate 0", "PUT", "/v1/limits", bearer, `{"rate":0,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`, 400, "rate 0 out of range"},
 		{"missing fields", "PUT", "/v1/limits", bearer, `{"rate":5}`, 400, `missing fields "burst", "admission_rate", "admission_burst", "dry_run"`},
 		// Issue 10, finding 7: what encoding/json quietly accepts.
-		{"omitted dry_run", "PUT", "/v1/limits", bearer, `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000}`, 400, `missing field "dry_run"`},
+		{"omitted dry_run", "PUT", "/v1/limits", bearer, `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`, 400, `missing field "dry_run"`},
 		{"duplicate key", "PUT", "/v1/limits", bearer, `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false,"rate":1}`, 400, `duplicate key "rate"`},
 		{"key case", "PUT", "/v1/limits", bearer, `{"Rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false}`, 400, `key "Rate": did you mean "rate"?`},
 		{"duplicate prefixes key", "POST", "/v1/deny", bearer, `{"prefixes":["198.18.60.0/24"],"prefixes":["198.18.61.0/24"]}`, 400, `duplicate key "prefixes"`},
@@ -74,7 +74,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		{"malformed query semicolon", "GET", "/v1/top?n=3;by=packets", "", "", 400, "malformed query string"},
 		{"negative burst", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":-1,"admission_rate":5,"admission_burst":5}`, 400, `field "burst": number -1 is not a valid non-negative integer`},
 		{"fractional rate", "PUT", "/v1/limits", bearer, `{"rate":1.5,"burst":5,"admission_rate":5,"admission_burst":5}`, 400, `field "rate"`},
-		{"rate too big", "PUT", "/v1/limits", bearer, `{"rate":1000000000000,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false}`, 400, "rate 1000000000000 out of range"},
+		{"rate too big", "PUT", "/v1/limits", bearer, `{"rate":1000000000000,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`, 400, "rate 1000000000000 out of range"},
 		{"string rate", "PUT", "/v1/limits", bearer, `{"rate":"5","burst":5,"admission_rate":5,"admission_burst":5}`, 400, `field "rate"`},
 		{"dry_run not bool", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":1}`, 400, `field "dry_run"`},
 		{"oversized limits", "PUT", "/v1/limits", bearer, `{"rate":5,"burst":5,"admission_rate":5,"admission_burst":5,"dry_run":false` + strings.Repeat(" ", 5000) + `}`, 400, "exceeds 4096 bytes"},
@@ -110,7 +110,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 			if after := e.state(t); !reflect.DeepEqual(before, after) {
 				t.Errorf("state changed:\nbefore %+v\nafter  %+v", before, after)
 			}
-			if got := e.sh.Limits(); got != beforeLimits {
+			if got := e.sh.Limits(); !got.Equal(beforeLimits) {
 				t.Errorf("Limits() = %+v, want %+v", got, beforeLimits)
 			}
 		})
@@ -134,10 +134,10 @@ func TestChangesLogged(t *testing.T) {
 	if err != nil {
 		t.Fatalf("SetLimits: %v", err)
 	}
-	if ch.Old != old || ch.New != nl {
+	if !ch.Old.Equal(old) || !ch.New.Equal(nl) {
 		t.Errorf("SetLimits = %+v, want old %+v new %+v", ch, old, nl)
 	}
-	if got, _ := c.Limits(ctx); got != nl {
+	if got, _ := c.Limits(ctx); !got.Equal(nl) {
 		t.Errorf("Limits() = %+v, want %+v", got, nl)
 	}
 	st := e.state(t)
@@ -208,7 +208,12 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 		v.Bucket.Credit = int64(rng.Uint64N(3)) * 1_000_000_000 // 0: limited
 		keys = append(keys, srcKey(a))
 		vals = append(vals, v)
-		out = append(out, shield.Source{Addr: a, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
+		bits := shield.DefaultKeyPrefix6
+		if a.Is4() {
+			bits = shield.DefaultKeyPrefix4
+		}
+		prefix, _ := a.Prefix(bits)
+		out = append(out, shield.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
 	}
 	for i := 0; i < n; i += 10000 {
 		j := min(i+10000, n)
@@ -308,12 +313,17 @@ func TestMetricsPromtool(t *testing.T) {
 	}
 	for _, want := range []string{
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
-		`shield_packets_total{proto="udp",reason="ok",verdict="pass"} 1`,
+		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP port 9: not an edge listener
 		`shield_sources_tracked 1`,
 		`shield_sources_capacity 1.048576e+06`,
 		`shield_limit_rate_packets_per_second{bucket="source"} 1000`,
 		`shield_limit_burst_packets{bucket="admission"} 10000`,
 		`shield_dry_run 0`,
+		`shield_limit_rate_packets_per_second{bucket="unprotected"} 250000`,
+		`shield_protected_destinations 3`,
+		`shield_own_addresses{family="ipv4"} 0`,
+		`shield_key_prefix_length{family="ipv6"} 64`,
+		`shield_packets_total{proto="tcp",reason="spoofed",verdict="drop"} 0`,
 		`shield_list_prefixes{family="ipv4",list="deny"} 1`,
 		`shield_build_info{goversion="go`,
 		`shield_api_requests_total{code="200"}`,

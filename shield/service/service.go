@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +44,9 @@ const (
 	keyIndex     = "ifindex"
 	keyOldIndex  = "old_ifindex"
 	keyTLS       = "tls"
+	keyAddrs     = "addresses"
+	keyAdded     = "added"
+	keyRemoved   = "removed"
 )
 
 // Config is a service's whole configuration, in the types it uses
@@ -67,8 +69,12 @@ type Config struct {
 	Limits shield.Limits
 	// Allow and Deny are put on the lists at start (listed ones are kept).
 	Allow, Deny []netip.Prefix
-	// AllowOwnAddresses adds this namespace's own addresses to Allow.
-	AllowOwnAddresses bool
+	// SpoofOwnAddresses marks this namespace's addresses as the machine's
+	// own (shield.WatchOwn, following netlink while the service runs): a
+	// frame from the wire claiming one as its source is dropped as
+	// spoofed. Never on a loopback interface, where the machine talks to
+	// itself; when off (or on loopback) a pinned own set is cleared.
+	SpoofOwnAddresses bool
 	// API configures the HTTP API.
 	API API
 	// Build labels shield_build_info and /v1/info.
@@ -113,6 +119,8 @@ type Service struct {
 	done chan struct{} // closed when the API server has stopped
 	err  error         // why it stopped, when it failed
 
+	stopOwn context.CancelFunc // ends WatchOwn
+
 	health    health
 	detached  atomic.Bool   // Detach was called
 	stop      chan struct{} // closed by Close: stops the watcher
@@ -137,12 +145,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if cfg.API.Listen == "" {
 		cfg.API.Listen = api.DefaultListen
 	}
-	if cfg.Limits == (shield.Limits{}) {
+	if cfg.Limits.IsZero() {
 		cfg.Limits = shield.DefaultLimits()
 	}
-	if err := cfg.Limits.Validate(); err != nil {
-		return nil, fmt.Errorf("limits: %w", err)
-	}
+	// The limits are checked by shield.Load (through Attach), before
+	// anything is attached.
 	if err := ValidateAPI(cfg.API); err != nil {
 		return nil, err
 	}
@@ -180,6 +187,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	if err := s.applyLists(); err != nil {
+		return nil, err
+	}
+	if err := s.ownAddresses(); err != nil {
 		return nil, err
 	}
 	if err := s.startLB(); err != nil {
@@ -223,7 +233,7 @@ func (s *Service) attach() error {
 		s.log.Info("adopted pinned shield; program replaced through the link", keyIface, a.Iface, keyMode, a.Mode.String(),
 			keyPinDir, a.PinDir, keyLinkID, a.LinkID, keyOldProg, a.OldProgram, keyProg, a.Program,
 			keyTable, sh.TableSize(), keyVersion, cfg.Build.Version)
-		if got := sh.Limits(); got != cfg.Limits {
+		if got := sh.Limits(); !got.Equal(cfg.Limits) {
 			s.log.Warn("pinned limits kept; the configured ones are ignored (change them with PUT /v1/limits)",
 				keyIface, a.Iface, keyLimits, got, keyConfig, cfg.Limits)
 		}
@@ -235,18 +245,48 @@ func (s *Service) attach() error {
 }
 
 func (s *Service) applyLists() error {
-	allow := slices.Clone(s.cfg.Allow)
-	if s.cfg.AllowOwnAddresses {
-		own, err := ownAddresses()
-		if err != nil {
-			return err
-		}
-		allow = append(allow, own...)
-	}
-	if err := applyList(s.log, s.att.Shield, shield.AllowList, allow); err != nil {
+	if err := applyList(s.log, s.att.Shield, shield.AllowList, s.cfg.Allow); err != nil {
 		return err
 	}
 	return applyList(s.log, s.att.Shield, shield.DenyList, s.cfg.Deny)
+}
+
+// ownAddresses marks the namespace's addresses as own and keeps them so
+// until Close, or clears the own set when that is off or the interface is
+// loopback.
+func (s *Service) ownAddresses() error {
+	sh := s.att.Shield
+	ifc, err := net.InterfaceByName(s.att.Iface)
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", s.att.Iface, err)
+	}
+	if !s.cfg.SpoofOwnAddresses || ifc.Flags&net.FlagLoopback != 0 {
+		_, removed, err := sh.SetOwn(nil)
+		if err != nil {
+			return fmt.Errorf("clear own addresses: %w", err)
+		}
+		if len(removed) > 0 {
+			s.log.Info("own addresses cleared", keyIface, s.att.Iface, keyAddrs, removed)
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopOwn = cancel
+	err = sh.WatchOwn(ctx, func(ch shield.OwnChange) {
+		if ch.Err != nil {
+			s.log.Warn("own addresses", keyIface, s.att.Iface, keyErr, ch.Err)
+			return
+		}
+		s.log.Info("own addresses changed", keyIface, s.att.Iface, keyAdded, ch.Added, keyRemoved, ch.Removed)
+	})
+	if err != nil {
+		return fmt.Errorf("own addresses: %w", err)
+	}
+	own, err := sh.Own()
+	if err == nil {
+		s.log.Info("own addresses: frames from the wire claiming them are dropped as spoofed", keyIface, s.att.Iface, keyAddrs, own)
+	}
+	return nil
 }
 
 func (s *Service) serve() {
@@ -326,6 +366,9 @@ func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.shutdown()
 		<-s.done
+		if s.stopOwn != nil {
+			s.stopOwn()
+		}
 		close(s.stop)
 		<-s.watchDone
 		s.closeErr = errors.Join(s.lb.Close(), s.att.Close())
@@ -341,50 +384,13 @@ func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Pr
 	if len(ps) == 0 {
 		return nil
 	}
-	before, err := sh.List(l)
+	ch, err := sh.Add(l, ps)
 	if err != nil {
-		return err
-	}
-	if err := sh.Add(l, ps); err != nil {
 		return fmt.Errorf("%s list: %w", l, err)
 	}
-	after, err := sh.List(l)
-	if err != nil {
-		return err
-	}
-	var added []string
-	for _, p := range after {
-		if !slices.Contains(before, p) {
-			added = append(added, p.String())
-		}
-	}
-	if len(added) > 0 {
-		log.Info("list changed", keyWho, "config", keyWhat, l.String()+" add", keyItems, added,
-			keyOld, len(before), keyNew, len(after))
+	if len(ch.Added) > 0 {
+		log.Info("list changed", keyWho, "config", keyWhat, l.String()+" add", keyItems, ch.Added,
+			keyOld, ch.Before, keyNew, len(ch.After))
 	}
 	return nil
-}
-
-// ownAddresses lists this machine's addresses (in the service's network
-// namespace) as host prefixes: the operator is never limited when talking
-// from the machine itself.
-func ownAddresses() ([]netip.Prefix, error) {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil, fmt.Errorf("list own addresses: %w", err)
-	}
-	var out []netip.Prefix
-	for _, a := range addrs {
-		n, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(n.IP)
-		if !ok {
-			continue
-		}
-		ip = ip.Unmap()
-		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
-	}
-	return out, nil
 }
