@@ -9,6 +9,8 @@ pkgs=(
 	qemu-system-x86 busybox-static cpio zstd xz-utils lz4 # the VM matrix
 	prometheus               # promtool, to check /metrics
 	tcpdump                  # reading failure pcaps
+	nftables                 # shield nft -apply, its test, the study's nftables baseline
+	gnuplot-nox              # the study's plots (shield study)
 )
 missing=()
 for p in "${pkgs[@]}"; do
