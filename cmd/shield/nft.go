@@ -64,7 +64,7 @@ func runNft(ctx context.Context, args []string) error {
 		}
 		allow = append(allow, own...)
 	}
-	rs, err := nft.Render(nft.Config{Table: *table, Iface: cfg.Iface, TableSize: uint32(cfg.TableSize),
+	rs, err := nft.Render(nft.Config{Table: *table, Ifaces: []string{cfg.Iface}, TableSize: uint32(cfg.TableSize),
 		Limits: set.limits, Allow: allow, Deny: set.deny, Timeout: *timeout})
 	if err != nil {
 		return err

@@ -35,7 +35,7 @@ var Counters = []string{CounterAllow, CounterDeny, CounterAdmission, CounterLimi
 // configuration nftables can express.
 type Config struct {
 	Table     string // nftables table name; "": DefaultTable
-	Iface     string // the protected interface
+	Ifaces    []string // the protected interfaces (one chain hooks them all, sharing the sets)
 	TableSize uint32 // capacity of each per-source set (one per family)
 	Limits    shield.Limits
 	Allow     []netip.Prefix
@@ -57,11 +57,13 @@ func (c Config) table() string {
 // Validate reports every problem of c at once.
 func (c Config) Validate() error {
 	var errs []error
-	if c.Iface == "" {
+	if len(c.Ifaces) == 0 {
 		errs = append(errs, errors.New("no interface"))
 	}
-	if strings.ContainsAny(c.Iface, "\"\\ \t\n") {
-		errs = append(errs, fmt.Errorf("interface %q: not a name nft can quote", c.Iface))
+	for _, i := range c.Ifaces {
+		if i == "" || strings.ContainsAny(i, "\"\\ \t\n,{}") {
+			errs = append(errs, fmt.Errorf("interface %q: not a name nft can quote", i))
+		}
 	}
 	if !validName(c.table()) {
 		errs = append(errs, fmt.Errorf("table %q: want letters, digits and _", c.table()))
@@ -121,7 +123,7 @@ func Render(c Config) (string, error) {
 	}
 	t := c.table()
 	var b strings.Builder
-	fmt.Fprintf(&b, "# xdpshield: the nftables twin of the shield on %s (shield nft)\n", c.Iface)
+	fmt.Fprintf(&b, "# xdpshield: the nftables twin of the shield on %s (shield nft)\n", strings.Join(c.Ifaces, ", "))
 	fmt.Fprintf(&b, "# limits: %d packets/s per source, burst %d; admission %d strangers/s, burst %d; dry run %v\n",
 		l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun)
 	fmt.Fprintf(&b, "table netdev %s\ndelete table netdev %s\ntable netdev %s {\n", t, t, t)
@@ -150,7 +152,17 @@ func Render(c Config) (string, error) {
 	set("sources4", "ipv4_addr", "dynamic,timeout", dyn, nil)
 	set("sources6", "ipv6_addr", "dynamic,timeout", dyn, nil)
 
-	fmt.Fprintf(&b, "\tchain ingress {\n\t\ttype filter hook ingress device %q priority -500; policy accept;\n", c.Iface)
+	// Several devices on one chain need kernel 5.5; one is written the
+	// older way.
+	dev := fmt.Sprintf("device %q", c.Ifaces[0])
+	if len(c.Ifaces) > 1 {
+		q := make([]string, len(c.Ifaces))
+		for i, d := range c.Ifaces {
+			q[i] = fmt.Sprintf("%q", d)
+		}
+		dev = "devices = { " + strings.Join(q, ", ") + " }"
+	}
+	fmt.Fprintf(&b, "\tchain ingress {\n\t\ttype filter hook ingress %s priority -500; policy accept;\n", dev)
 	rule := func(s string) { fmt.Fprintf(&b, "\t\t%s\n", s) }
 	rule(fmt.Sprintf("ip saddr @allow4 counter name %q accept", counterObj(CounterAllow)))
 	rule(fmt.Sprintf("ip6 saddr @allow6 counter name %q accept", counterObj(CounterAllow)))

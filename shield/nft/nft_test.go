@@ -16,15 +16,15 @@ import (
 )
 
 func TestRenderValidates(t *testing.T) {
-	good := nft.Config{Iface: "eth0", TableSize: 1024, Limits: shield.DefaultLimits()}
+	good := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: shield.DefaultLimits()}
 	for _, tc := range []struct {
 		name string
 		mod  func(*nft.Config)
 		want string // "" : no error
 	}{
 		{"good", func(*nft.Config) {}, ""},
-		{"no iface", func(c *nft.Config) { c.Iface = "" }, "no interface"},
-		{"quote in iface", func(c *nft.Config) { c.Iface = `a"b` }, "quote"},
+		{"no iface", func(c *nft.Config) { c.Ifaces = nil }, "no interface"},
+		{"quote in iface", func(c *nft.Config) { c.Ifaces = []string{`a"b`} }, "quote"},
 		{"bad table", func(c *nft.Config) { c.Table = "x y" }, "table"},
 		{"zero rate", func(c *nft.Config) { c.Limits.Rate = 0 }, "rate"},
 		{"zero size", func(c *nft.Config) { c.TableSize = 0 }, "table size"},
@@ -41,7 +41,7 @@ func TestRenderValidates(t *testing.T) {
 }
 
 func TestRenderDryRun(t *testing.T) {
-	c := nft.Config{Iface: "eth0", TableSize: 1024, Limits: shield.DefaultLimits(),
+	c := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: shield.DefaultLimits(),
 		Deny: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}}
 	c.Limits.DryRun = true
 	s, err := nft.Render(c)
@@ -112,7 +112,7 @@ func TestRulesetInNamespace(t *testing.T) {
 			e2e.Flow{Proto: e2e.UDP, First: e2e.Many4, Count: 20000}, 20000, want{admitted: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := nft.Config{Iface: e2e.EdgeDev, TableSize: 65536, Limits: tc.limits,
+			cfg := nft.Config{Ifaces: []string{e2e.EdgeDev, e2e.FrontDev}, TableSize: 65536, Limits: tc.limits,
 				Allow: []netip.Prefix{netip.PrefixFrom(e2e.Allowed4, 32), netip.PrefixFrom(e2e.Allowed6, 128)},
 				Deny:  []netip.Prefix{netip.PrefixFrom(e2e.Denied4, 32), netip.PrefixFrom(e2e.Denied6, 128)}}
 			rs, err := nft.Render(cfg)
