@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"xdpshield/study"
+)
+
+func init() {
+	commands["study"] = command{
+		summary: "measure what the hook costs and where it pays, against nftables, in throwaway namespaces (root)",
+		run:     runStudy,
+	}
+	commands["study-edge"] = command{
+		summary: "(internal) the study's edge server, started by shield study in its namespace",
+		run: func(ctx context.Context, args []string) error {
+			return study.ServeEdge(ctx, os.Stdin, os.Stdout)
+		},
+	}
+}
+
+func runStudy(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("study", flag.ContinueOnError)
+	quick := fs.Bool("quick", false, "a short run for CI: checks every configuration produced numbers, concludes nothing")
+	out := fs.String("out", "out/study", "directory for report.md, results.json and the plots")
+	runs := fs.Int("runs", 0, "repetitions of every measurement (default 5; -quick 2)")
+	phase := fs.Duration("phase", 0, "length of each legitimate-traffic phase (default 4s; -quick 1s)")
+	dropPhase := fs.Duration("drop-phase", 0, "length of each drop-capacity measurement (default 3s; -quick 1s)")
+	rate := fs.Uint64("storm-rate", 0, "frames/s of the storm the legitimate client meets (default 500000)")
+	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./sim, from the source tree)")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return helpOK(err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("study: unexpected arguments %q", fs.Args())
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("study: needs root (namespaces, XDP, nftables)")
+	}
+	opt := study.DefaultOptions()
+	if *quick {
+		opt = study.QuickOptions()
+	}
+	if *runs > 0 {
+		opt.Runs = *runs
+	}
+	if *phase > 0 {
+		opt.Phase = *phase
+	}
+	if *dropPhase > 0 {
+		opt.DropPhase = *dropPhase
+	}
+	if *rate > 0 {
+		opt.StormRate = *rate
+	}
+	opt.Bench = *bench
+	opt.Out = *out
+	opt.Command = "shield study " + strings.Join(args, " ")
+	if !*quiet {
+		opt.Progress = os.Stderr
+	}
+	res, err := study.Run(ctx, opt)
+	if res != nil {
+		fmt.Fprintf(stdout, "study written to %s (report.md, results.json, plots)\n", filepath.Clean(*out))
+		if missing := res.Missing(); len(missing) > 0 {
+			return errors.Join(err, fmt.Errorf("study: configurations without numbers:\n  %s", strings.Join(missing, "\n  ")))
+		}
+	}
+	return err
+}
