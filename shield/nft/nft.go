@@ -34,9 +34,9 @@ var Counters = []string{CounterAllow, CounterDeny, CounterAdmission, CounterLimi
 // Config is what the ruleset is made of: the fields of a shield
 // configuration nftables can express.
 type Config struct {
-	Table     string // nftables table name; "": DefaultTable
+	Table     string   // nftables table name; "": DefaultTable
 	Ifaces    []string // the protected interfaces (one chain hooks them all, sharing the sets)
-	TableSize uint32 // capacity of each per-source set (one per family)
+	TableSize uint32   // capacity of each per-source set (one per family)
 	Limits    shield.Limits
 	Allow     []netip.Prefix
 	Deny      []netip.Prefix
