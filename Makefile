@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo test generate check-generate lint bench vmtest kernels-repin
+.PHONY: help demo test generate check-generate lint bench study study-quick vmtest kernels-repin
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -31,6 +31,16 @@ lint: ## gofmt and go vet
 
 bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./sim
+
+study: ## the cost study, as root (about 15 min): out/study, and docs/study.md with its plots
+	@ci/deps.sh
+	$(GO) build -o out/bin/shield ./cmd/shield
+	out/bin/shield study -out out/study -docs docs
+
+study-quick: ## the study in short (CI, under 5 min): fails if a configuration produced no numbers
+	@ci/deps.sh
+	$(GO) build -o out/bin/shield ./cmd/shield
+	out/bin/shield study -quick -out out/study-quick
 
 # The VM matrix (vmtest/): packages run in every kernel, and flags for each
 # test binary (-test.short shortens the storms).

@@ -10,6 +10,7 @@ import (
 
 // bar is the progress bar: one line, redrawn in place at each step.
 type bar struct {
+	lines bool // not a terminal: one line per step, no redrawing
 	mu    sync.Mutex
 	w     io.Writer
 	total int
@@ -17,7 +18,9 @@ type bar struct {
 	start time.Time
 }
 
-func newBar(w io.Writer, total int) *bar { return &bar{w: w, total: total, start: time.Now()} }
+func newBar(w io.Writer, lines bool, total int) *bar {
+	return &bar{w: w, lines: lines, total: total, start: time.Now()}
+}
 
 // step says what is being measured now; it counts the previous step done.
 func (b *bar) step(what string) {
@@ -39,8 +42,12 @@ func (b *bar) draw(what string) {
 		left := time.Duration(float64(time.Since(b.start)) / float64(done) * float64(b.total-done))
 		eta = left.Round(time.Second).String()
 	}
-	fmt.Fprintf(b.w, "\r\033[K[%s%s] %3d%% %d/%d  eta %-6s %s", strings.Repeat("#", fill), strings.Repeat(".", width-fill),
-		100*done/max(b.total, 1), done, b.total, eta, what)
+	start, end := "\r\033[K", ""
+	if b.lines {
+		start, end = "", "\n"
+	}
+	fmt.Fprintf(b.w, "%s[%s%s] %3d%% %d/%d  eta %-6s %s%s", start, strings.Repeat("#", fill), strings.Repeat(".", width-fill),
+		100*done/max(b.total, 1), done, b.total, eta, what, end)
 }
 
 func (b *bar) done() {
@@ -51,5 +58,7 @@ func (b *bar) done() {
 	defer b.mu.Unlock()
 	b.n = b.total
 	b.draw(fmt.Sprintf("done in %s", time.Since(b.start).Round(time.Second)))
-	fmt.Fprintln(b.w)
+	if !b.lines {
+		fmt.Fprintln(b.w)
+	}
 }

@@ -190,7 +190,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 	if len(plots) > 0 {
 		fmt.Fprintln(w, "\n## Plots")
 		for _, p := range plots {
-			fmt.Fprintf(w, "\n![%s](%s)\n", strings.TrimSuffix(p, ".png"), p)
+			fmt.Fprintf(w, "\n![%s](%s)\n", strings.TrimSuffix(filepath.Base(p), ".png"), p)
 		}
 	}
 	if len(r.Notes) > 0 {
@@ -215,7 +215,8 @@ func human(x float64) string {
 	return fmt.Sprintf("%.0f", x)
 }
 
-// Conclusion draws the plain-language conclusion from the numbers.
+// Conclusion draws the plain-language conclusion from the numbers: every
+// verdict in it is a comparison of medians measured in the same study.
 func Conclusion(r *Results) []string {
 	var out []string
 	get := func(n, ph string) *Legit { return r.legit(n, ph) }
@@ -227,20 +228,49 @@ func Conclusion(r *Results) []string {
 	if r.Quick {
 		out = append(out, "This is a quick run (CI): its phases are too short and too few for the figures below to mean much.")
 	}
-	out = append(out, fmt.Sprintf("**What the hook costs when it only watches.** With the shield attached and passing everything (dry-run), legitimate throughput at saturation was %.1f%% of no program and the keep-alive p50 %.2fx; CPU per request %.0f µs against %.0f µs. On this veth edge the per-packet cost of the program is lost in the noise of the TLS server and the stack: the hook costs nothing a client can see when nothing is attacking.",
-		100*ratio(drySat.RPS.Median, noneSat.RPS.Median), ratio(dry.KAP50.Median, none.KAP50.Median), dry.CPUReq.Median, none.CPUReq.Median))
+	tp, p50 := ratio(drySat.RPS.Median, noneSat.RPS.Median), ratio(dry.KAP50.Median, none.KAP50.Median)
+	verdict := "no cost a client can see: the differences are inside the run-to-run spread"
+	var costs []string
+	if noise := noneSat.RPS.Spread(); tp < 1-max(0.03, noise) {
+		costs = append(costs, fmt.Sprintf("%.1f%% of the throughput, beyond the spread of the no-program runs (%.0f%%)", 100*(1-tp), 100*noise))
+	}
+	if noise := none.KAP50.Spread(); p50 > 1.05+noise {
+		costs = append(costs, fmt.Sprintf("%.0f%% on the p50, beyond the spread of the no-program runs (%.0f%%)", 100*(p50-1), 100*noise))
+	}
+	if len(costs) > 0 {
+		verdict = "a visible cost: " + strings.Join(costs, "; ")
+	}
+	out = append(out, fmt.Sprintf("**What the hook costs when it only watches.** With the shield attached and passing everything (dry-run), legitimate throughput at saturation was %.1f%% of no program (spread of the no-program runs: %.0f%%), the keep-alive p50 %.2fx, and the edge's CPU per request %.0f µs against %.0f µs: %s. Allow-listing everyone gave %s.",
+		100*tp, 100*noneSat.RPS.Spread(), p50, dry.CPUReq.Median, none.CPUReq.Median, verdict, allowAll(r)))
+
 	shQ, shS, noS, nfS := get("shield", PhaseFixed), get("shield/storm", PhaseFixed), get("none/storm", PhaseFixed), get("nft/storm", PhaseFixed)
 	if shQ != nil && shS != nil && noS != nil && nfS != nil {
-		out = append(out, fmt.Sprintf("**Where it earns its place.** Under a few-source storm at %s frames/s, the legitimate keep-alive p99 was %.2f ms with the shield (%.2fx its quiet p99), %.2f ms with the nftables twin and %.2f ms with no protection; success %.2f%%, %.2f%% and %.2f%%; CPU per request %.0f, %.0f and %.0f µs. The shield drops the storm before an skb exists; nftables drops it after the veth has built one for every frame, and no protection lets the stack and the listener's SYN queue pay for all of it.",
-			human(float64(r.StormRate)), shS.KAP99.Median, ratio(shS.KAP99.Median, shQ.KAP99.Median), nfS.KAP99.Median, noS.KAP99.Median,
-			100*shS.Success.Median, 100*nfS.Success.Median, 100*noS.Success.Median, shS.CPUReq.Median, nfS.CPUReq.Median, noS.CPUReq.Median))
+		para := fmt.Sprintf("**Under a storm.** With a few-source storm of %s frames/s (%s packets/s per source) on the edge, the legitimate keep-alive p99 was %.2f ms with the shield (%.2fx its quiet %.2f ms), %.2f ms with the nftables twin and %.2f ms with no protection; success %.2f%%, %.2f%% and %.2f%%; the edge's CPU per request %.0f, %.0f and %.0f µs.",
+			human(float64(r.StormRate)), human(float64(r.StormRate)/32), shS.KAP99.Median, ratio(shS.KAP99.Median, shQ.KAP99.Median), shQ.KAP99.Median,
+			nfS.KAP99.Median, noS.KAP99.Median, 100*shS.Success.Median, 100*nfS.Success.Median, 100*noS.Success.Median,
+			shS.CPUReq.Median, nfS.CPUReq.Median, noS.CPUReq.Median)
+		cheaper := shS.CPUReq.Median < min(nfS.CPUReq.Median, noS.CPUReq.Median)
+		faster := shS.KAP99.Median <= min(nfS.KAP99.Median, noS.KAP99.Median)
+		switch {
+		case faster && cheaper:
+			para += " The shield earns its place here: the lowest tail latency and the least CPU per request, because it drops the storm before the kernel builds an skb for it."
+		case cheaper:
+			para += " The shield spent the least CPU per request (it drops before an skb exists), but the legitimate tail was not better than without it: at this storm rate the edge's stack absorbs the storm, and the tail is set by the shared machine, not by the storm. Here the hook buys headroom, not latency."
+		case faster:
+			para += " The shield gave the lowest tail latency but not the least CPU per request."
+		default:
+			para += " At this storm rate the shield improved neither the tail nor the CPU per request over the alternatives: here it only adds a hook."
+		}
+		out = append(out, para)
 	}
 	fl, sh, nf := r.drop("floor", "few"), r.drop("shield", "few"), r.drop("nft", "few")
 	flM, shM, nfM := r.drop("floor", "many"), r.drop("shield", "many"), r.drop("nft", "many")
 	if fl != nil && sh != nil && nf != nil && flM != nil && shM != nil && nfM != nil {
-		out = append(out, fmt.Sprintf("**Drop capacity.** From a few sources the shield dropped %s Mpps (%.0f%% of XDP_DROP's %s, %.1fx nftables' %s). From many forged sources it dropped %s Mpps (nftables %s, floor %s); nftables passed %s frames of the forged flood (each new source is inserted with its own burst until its set is full, then falls through) where the shield passed %s (the admission bucket lets %d new sources in per second). On two shared cores the generator and the edge's receive path compete for the same CPU, so these are lower bounds of what a NIC queue would see.",
+		out = append(out, fmt.Sprintf("**Drop capacity.** At full generator speed from a few sources the shield dropped %s Mpps (%.0f%% of XDP_DROP's %s, %.1fx nftables' %s), %s drops per softirq CPU-second against nftables' %s. From many forged sources it dropped %s Mpps (nftables %s, floor %s); nftables tracked %.0f sources at the end and passed %s frames, the shield tracked %.0f and passed %s (its admission bucket lets %d new sources in per second). Where frames come faster than the stack can take them, this is where the hook pays: per CPU-second it drops %.1fx what nftables does. On two shared cores the generator and the edge's receive path compete for the same CPUs, so these rates are far below what a NIC queue would see; the ratios are the result.",
 			mpps(sh.DropPPS.Median), 100*ratio(sh.DropPPS.Median, fl.DropPPS.Median), mpps(fl.DropPPS.Median), ratio(sh.DropPPS.Median, nf.DropPPS.Median), mpps(nf.DropPPS.Median),
-			mpps(shM.DropPPS.Median), mpps(nfM.DropPPS.Median), mpps(flM.DropPPS.Median), human(nfM.Passed.Median), human(shM.Passed.Median), r.Limits.AdmissionRate))
+			human(sh.PerCPU.Median), human(nf.PerCPU.Median),
+			mpps(shM.DropPPS.Median), mpps(nfM.DropPPS.Median), mpps(flM.DropPPS.Median), nfM.Tracked.Median, human(nfM.Passed.Median), shM.Tracked.Median, human(shM.Passed.Median), r.Limits.AdmissionRate,
+			ratio(sh.PerCPU.Median, nf.PerCPU.Median)))
 	}
 	shSat := get("shield", PhaseSaturation)
 	if shQ != nil && shSat != nil {
@@ -252,17 +282,39 @@ func Conclusion(r *Results) []string {
 			satPPS = append(satPPS, s.ClientPPS)
 		}
 		fp, sp := statOf(fixedPPS).Median, statOf(satPPS).Median
-		out = append(out, fmt.Sprintf("**Where it only slows the machine.** A legitimate source sending more than the per-source rate is limited like any flood: the saturating keep-alive client sent %.0f packets/s from one address and the shield held it to %d/s, so its throughput with the limiting shield was %.0f req/s against %.0f with no program (%.0f%%). Behind a NAT or a proxy that concentrates many users on one address, the default rate throttles them; allow-list such sources (or raise the rate) rather than pay that.",
-			sp, r.Limits.Rate, shSat.RPS.Median, noneSat.RPS.Median, 100*ratio(shSat.RPS.Median, noneSat.RPS.Median)))
-		out = append(out, fmt.Sprintf("**Which default the data supports.** The demo's pace of one client (25 new connections and 100 keep-alive requests/s per family) is %.0f packets/s from its address, %.1fx under the default %d/s; a burst of %d covers its TLS handshakes with room. A few-source storm sends tens of thousands of packets/s per source, two orders of magnitude above: anything from about 2x a real client's rate up to a few thousand per second separates them equally well here. The data supports keeping rate %d/s and burst %d as the default, with the allow list for known heavy sources (the saturating client above needed %.0f/s).",
-			fp, ratio(float64(r.Limits.Rate), fp), r.Limits.Rate, r.Limits.Burst, r.Limits.Rate, r.Limits.Burst, sp))
+		if sp > float64(r.Limits.Rate) {
+			out = append(out, fmt.Sprintf("**Where it only slows things down.** A legitimate source above the per-source rate is limited like any flood: the saturating keep-alive client sent %.0f packets/s from one address, over the %d/s rate, and its throughput with the limiting shield was %.0f req/s against %.0f with no program (%.0f%%). Behind a NAT or a proxy that puts many users on one address, the default rate throttles them; allow-list such sources (or raise the rate) rather than pay that. When nothing attacks, the hook is pure overhead, small as it is (above).",
+				sp, r.Limits.Rate, shSat.RPS.Median, noneSat.RPS.Median, 100*ratio(shSat.RPS.Median, noneSat.RPS.Median)))
+		} else {
+			out = append(out, fmt.Sprintf("**Where it only slows things down.** When nothing attacks, the hook is pure overhead, small as it is (above). The saturating client stayed under the per-source rate (%.0f packets/s against %d/s), so the limit itself cost it nothing here.", sp, r.Limits.Rate))
+		}
+		stormPer := float64(r.StormRate) / 32
+		para := fmt.Sprintf("**Which default the data supports.** The demo's pace of one client (25 new connections and 100 keep-alive requests/s per family) is %.0f packets/s from its address; a saturating keep-alive client %.0f; a source of the few-source storm %.0f. ", fp, sp, stormPer)
+		switch rate := float64(r.Limits.Rate); {
+		case rate >= 2*fp && rate <= stormPer/5:
+			para += fmt.Sprintf("The default of %d/s (burst %d) is %.1fx the paced client and %.0fx under a storm source: the data supports keeping it, with the allow list for known heavy sources such as the saturating client.", r.Limits.Rate, r.Limits.Burst, rate/fp, stormPer/rate)
+		case rate < 2*fp:
+			para += fmt.Sprintf("The default of %d/s leaves the paced client less than 2x headroom: the data supports raising it to about %.0f/s.", r.Limits.Rate, 4*fp)
+		default:
+			para += fmt.Sprintf("The default of %d/s is within 5x of a storm source: the data supports lowering it towards %.0f/s.", r.Limits.Rate, max(2*fp, stormPer/10))
+		}
+		out = append(out, para)
 	}
 	pr, prSat := get("probe", PhaseFixed), get("probe", PhaseSaturation)
 	if pr != nil && prSat != nil {
-		out = append(out, fmt.Sprintf("**The probe.** Alone on the client link, the tc probe left %.1f%% of no program's saturation throughput and timed %d requests with p50 %.2f ms where the client measured %.2f ms itself.",
-			100*ratio(prSat.RPS.Median, noneSat.RPS.Median), pr.ProbeN, pr.ProbeP50, msq(pr.pooled, 0.5)))
+		out = append(out, fmt.Sprintf("**The probe.** Alone on the client link the tc probe left %.1f%% of no program's saturation throughput (CPU per request %.0f against %.0f µs), and timed %d requests at p50 %.2f ms where the client measured %.2f ms itself (the client adds the round trip and its own wake-ups).",
+			100*ratio(prSat.RPS.Median, noneSat.RPS.Median), pr.CPUReq.Median, none.CPUReq.Median, pr.ProbeN, pr.ProbeP50, msq(pr.pooled, 0.5)))
 	}
 	return out
+}
+
+func allowAll(r *Results) string {
+	l, sat := r.legit("shield-allowall", PhaseFixed), r.legit("shield-allowall", PhaseSaturation)
+	none, noneSat := r.legit("none", PhaseFixed), r.legit("none", PhaseSaturation)
+	if l == nil || sat == nil || none == nil || noneSat == nil {
+		return "no figures"
+	}
+	return fmt.Sprintf("%.1f%% of the throughput and %.2fx the p50", 100*ratio(sat.RPS.Median, noneSat.RPS.Median), ratio(l.KAP50.Median, none.KAP50.Median))
 }
 
 // WriteHeadline writes just the headline table to path (for the README).
@@ -273,4 +325,33 @@ func WriteHeadline(path string, r *Results) error {
 		return errors.New("no headline")
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// WriteDocs publishes a study written to out into docs: docs/study.md (the
+// report, its plot links pointing into docs/study/) and docs/study/ (the
+// PNGs and results.json).
+func WriteDocs(docs, out string, r *Results) error {
+	dir := filepath.Join(docs, "study")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var links []string
+	for _, name := range []string{"results.json", "latency-cdf.png", "throughput.png", "drop-capacity.png", "probe-vs-client.png"} {
+		b, err := os.ReadFile(filepath.Join(out, name))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) && strings.HasSuffix(name, ".png") {
+				continue
+			}
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return err
+		}
+		if strings.HasSuffix(name, ".png") {
+			links = append(links, "study/"+name)
+		}
+	}
+	var md strings.Builder
+	Report(&md, r, links)
+	return os.WriteFile(filepath.Join(docs, "study.md"), []byte(md.String()), 0o644)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"xdpshield/study"
 )
 
@@ -35,6 +37,7 @@ func runStudy(ctx context.Context, args []string) error {
 	rate := fs.Uint64("storm-rate", 0, "frames/s of the storm the legitimate client meets (default 500000)")
 	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./sim, from the source tree)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	docs := fs.String("docs", "", "also publish the report as DIR/study.md with its plots in DIR/study/ (make study: docs)")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
@@ -65,10 +68,18 @@ func runStudy(ctx context.Context, args []string) error {
 	opt.Command = "shield study " + strings.Join(args, " ")
 	if !*quiet {
 		opt.Progress = os.Stderr
+		_, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)
+		opt.Lines = err != nil
 	}
 	res, err := study.Run(ctx, opt)
 	if res != nil {
 		fmt.Fprintf(stdout, "study written to %s (report.md, results.json, plots)\n", filepath.Clean(*out))
+		if *docs != "" && err == nil {
+			if err := study.WriteDocs(*docs, *out, res); err != nil {
+				return fmt.Errorf("study: publish to %s: %w", *docs, err)
+			}
+			fmt.Fprintf(stdout, "published to %s\n", filepath.Join(*docs, "study.md"))
+		}
 		if missing := res.Missing(); len(missing) > 0 {
 			return errors.Join(err, fmt.Errorf("study: configurations without numbers:\n  %s", strings.Join(missing, "\n  ")))
 		}
