@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/vishvananda/netlink"
@@ -27,10 +28,41 @@ type NS struct {
 	handle netns.NsHandle
 }
 
+// prepareRunDir makes /run/netns a shared mount point, as `ip netns add`
+// does before its first namespace. Without it, the first `ip netns add` run
+// by anyone (another test package, an operator) while our namespaces exist
+// bind-mounts /run/netns over itself: our nsfs mounts are hidden beneath,
+// their unmount misses and their files cannot be removed (EBUSY). Done once
+// per process; on a machine where iproute2 prepared the directory already,
+// only the idempotent make-shared step runs.
+var prepareRunDir = sync.OnceValue(func() error {
+	if err := os.MkdirAll(netnsDir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", netnsDir, err)
+	}
+	bound := false
+	for {
+		err := syscall.Mount("", netnsDir, "none", syscall.MS_SHARED|syscall.MS_REC, "")
+		if err == nil {
+			return nil
+		}
+		// EINVAL: not a mount point yet; make it one, once.
+		if !errors.Is(err, syscall.EINVAL) || bound {
+			return fmt.Errorf("mount --make-rshared %s: %w", netnsDir, err)
+		}
+		if err := syscall.Mount(netnsDir, netnsDir, "none", syscall.MS_BIND|syscall.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount --rbind %s %s: %w", netnsDir, netnsDir, err)
+		}
+		bound = true
+	}
+})
+
 // New creates the namespace Prefix+role+"-"+pid with its loopback up. The pid
 // suffix lets CleanupStale tell a crashed run's namespaces from live ones.
 func New(role string) (*NS, error) {
 	name := fmt.Sprintf("%s%s-%d", Prefix, role, os.Getpid())
+	if err := prepareRunDir(); err != nil {
+		return nil, err
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	orig, err := netns.Get()
@@ -91,8 +123,25 @@ func (n *NS) Close() error {
 		return nil
 	}
 	n.handle.Close()
-	if err := netns.DeleteNamed(n.Name); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := deleteNamed(n.Name); err != nil {
 		return fmt.Errorf("delete netns %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// deleteNamed unmounts and removes /run/netns/name. A file that is no mount
+// point (left by a mount namespace that is gone) is only removed; a missing
+// one is no error.
+func deleteNamed(name string) error {
+	p := filepath.Join(netnsDir, name)
+	if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("unmount %s: %w", p, err)
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }
@@ -193,7 +242,7 @@ func CleanupStale() ([]string, error) {
 		if err != nil || pid == os.Getpid() || processAlive(pid) {
 			continue
 		}
-		if err := netns.DeleteNamed(name); err != nil {
+		if err := deleteNamed(name); err != nil {
 			errs = append(errs, fmt.Errorf("delete stale %s: %w", filepath.Join(netnsDir, name), err))
 			continue
 		}

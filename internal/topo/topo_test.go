@@ -1,8 +1,10 @@
 package topo
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -77,5 +79,40 @@ func TestCleanupStaleRemovesDeadPids(t *testing.T) {
 	if !found {
 		netns.DeleteNamed(dead)
 		t.Fatalf("CleanupStale() removed %v, want it to include %s", removed, dead)
+	}
+}
+
+// TestNamespacesSurviveIPNetnsAdd: an `ip netns add` run by someone else
+// while our namespaces exist must not keep them from being removed. On a
+// machine where /run/netns was never a mount point (a fresh boot; CI
+// reproduces it in a private mount namespace), iproute2 then bind-mounts the
+// directory over itself and hides nsfs mounts made without preparing it.
+func TestNamespacesSurviveIPNetnsAdd(t *testing.T) {
+	testutil.Root(t)
+	a, err := New("ipr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	other := fmt.Sprintf("%sipr-other-%d", Prefix, os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", other).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v\n%s", other, err, out)
+	}
+	defer exec.Command("ip", "netns", "del", other).Run()
+	b, err := New("ipr-after")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for _, n := range []*NS{a, b} {
+		if err := n.Close(); err != nil {
+			t.Errorf("Close(%s) = %v, want nil", n.Name, err)
+		}
+		if _, err := os.Stat(filepath.Join(netnsDir, n.Name)); err == nil {
+			t.Errorf("namespace %s still exists after Close", n.Name)
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "del", other).CombinedOutput(); err != nil {
+		t.Errorf("ip netns del %s: %v\n%s", other, err, out)
 	}
 }
