@@ -7,7 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
+
+	"xdpshield/probe"
 )
 
 // Write writes results.json, the plots and report.md into dir.
@@ -18,6 +22,9 @@ func Write(dir string, r *Results) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write results: %w", err)
+	}
+	if err := writeRaw(dir, r); err != nil {
+		return err
 	}
 	plots, perr := Plot(dir, r)
 	if perr != nil {
@@ -354,4 +361,66 @@ func WriteDocs(docs, out string, r *Results) error {
 	var md strings.Builder
 	Report(&md, r, links)
 	return os.WriteFile(filepath.Join(docs, "study.md"), []byte(md.String()), 0o644)
+}
+
+// raw is what the plots need beyond results.json: every fixed-phase
+// keep-alive latency and the probe's summed histograms, per
+// configuration. It goes to raw.json beside results.json, so a report can
+// be drawn again (Load) without measuring again.
+type raw struct {
+	KeepAliveNs map[string][]int64          `json:"keep_alive_ns"`
+	Probe       map[string]*probe.Histogram `json:"probe"`
+}
+
+func writeRaw(dir string, r *Results) error {
+	rw := raw{KeepAliveNs: map[string][]int64{}, Probe: map[string]*probe.Histogram{}}
+	for _, l := range r.Legit {
+		if l.Phase != PhaseFixed {
+			continue
+		}
+		ns := make([]int64, len(l.pooled))
+		for i, d := range l.pooled {
+			ns[i] = int64(d)
+		}
+		rw.KeepAliveNs[l.Config.Name] = ns
+		if l.probe != nil {
+			rw.Probe[l.Config.Name] = l.probe
+		}
+	}
+	b, err := json.Marshal(rw)
+	if err != nil {
+		return fmt.Errorf("encode raw: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, "raw.json"), b, 0o644)
+}
+
+// Load reads a study written to dir (results.json and raw.json) back, to
+// draw its report and plots again.
+func Load(dir string) (*Results, error) {
+	var r Results
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("decode results: %w", err)
+	}
+	var rw raw
+	if b, err = os.ReadFile(filepath.Join(dir, "raw.json")); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(b, &rw); err != nil {
+		return nil, fmt.Errorf("decode raw: %w", err)
+	}
+	for _, l := range r.Legit {
+		if l.Phase != PhaseFixed {
+			continue
+		}
+		for _, ns := range rw.KeepAliveNs[l.Config.Name] {
+			l.pooled = append(l.pooled, time.Duration(ns))
+		}
+		l.probe = rw.Probe[l.Config.Name]
+	}
+	r.Notes = slices.DeleteFunc(r.Notes, func(n string) bool { return strings.HasPrefix(n, "plots not drawn") })
+	return &r, nil
 }

@@ -38,11 +38,25 @@ func runStudy(ctx context.Context, args []string) error {
 	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./sim, from the source tree)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	docs := fs.String("docs", "", "also publish the report as DIR/study.md with its plots in DIR/study/ (make study: docs)")
+	render := fs.Bool("render", false, "measure nothing: draw the report and plots of the study in -out again (and -docs)")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("study: unexpected arguments %q", fs.Args())
+	}
+	if *render {
+		res, err := study.Load(*out)
+		if err != nil {
+			return fmt.Errorf("study -render: %w", err)
+		}
+		if err := study.Write(*out, res); err != nil {
+			return err
+		}
+		if *docs != "" {
+			return study.WriteDocs(*docs, *out, res)
+		}
+		return nil
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("study: needs root (namespaces, XDP, nftables)")
