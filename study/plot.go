@@ -42,7 +42,7 @@ func Plot(dir string, r *Results) ([]string, error) {
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
 			continue
 		}
-		script = fmt.Sprintf("set terminal pngcairo size 960,540 font 'sans,10'\nset output '%s'\n%s", filepath.Join(dir, p.name), script)
+		script = fmt.Sprintf("set terminal pngcairo noenhanced size 960,540 font 'sans,10'\nset output '%s'\n%s", filepath.Join(dir, p.name), script)
 		sf := filepath.Join(data, strings.TrimSuffix(p.name, ".png")+".gp")
 		if err := os.WriteFile(sf, []byte(script), 0o644); err != nil {
 			errs = append(errs, err)
@@ -180,7 +180,7 @@ func plotProbe(data string, r *Results) (string, error) {
 	var plots []string
 	for _, c := range Configs {
 		l := r.legit(c.Name, PhaseFixed)
-		if l == nil || l.probe == nil || !c.Probe {
+		if l == nil || l.probeKA == nil || !c.Probe {
 			continue
 		}
 		fc := filepath.Join(data, "probe-client-"+safeName(c.Name)+".dat")
@@ -188,7 +188,7 @@ func plotProbe(data string, r *Results) (string, error) {
 			return "", err
 		}
 		fp := filepath.Join(data, "probe-"+safeName(c.Name)+".dat")
-		if err := writeDat(fp, histCDF(l.probe)); err != nil {
+		if err := writeDat(fp, histCDF(l.probeKA)); err != nil {
 			return "", err
 		}
 		plots = append(plots, fmt.Sprintf("'%s' using 1:2 with lines lw 2 title 'client, %s', '%s' using 1:2 with steps lw 2 title 'probe, %s'", fc, c.Name, fp, c.Name))
@@ -196,7 +196,7 @@ func plotProbe(data string, r *Results) (string, error) {
 	if len(plots) == 0 {
 		return "", errors.New("no probe histogram")
 	}
-	return fmt.Sprintf(`set title "The probe's request times (edge side, all flows) against the client's own keep-alive times, fixed rate"
+	return fmt.Sprintf(`set title "The probe's request times on the keep-alive flows (edge side) against the client's own, fixed rate"
 set xlabel "latency (ms, log scale)"
 set ylabel "fraction of requests"
 set logscale x

@@ -30,6 +30,8 @@ type Results struct {
 	DropSeconds  float64       `json:"drop_phase_seconds"`
 	StormRate    uint64        `json:"storm_rate_pps"`
 	Limits       shield.Limits `json:"limits"`
+	LoadStart    string        `json:"loadavg_start"` // /proc/loadavg: the machine's load when the study began
+	LoadEnd      string        `json:"loadavg_end"`
 	Generator    string        `json:"generator"`
 	RPS          bool          `json:"rps"`
 	ProbeMode    string        `json:"probe_mode,omitempty"`
@@ -90,8 +92,9 @@ type Sample struct {
 	ClientPPS     float64 `json:"client4_pps,omitempty"`
 	ClientDropped uint64  `json:"client4_dropped,omitempty"`
 
-	ka    []time.Duration
-	Probe *probe.Histogram `json:"-"`
+	ka      []time.Duration
+	Probe   *probe.Histogram `json:"-"` // every flow to the edge's port
+	ProbeKA *probe.Histogram `json:"-"` // the keep-alive connections' flows
 }
 
 func sampleOf(s *e2e.Samples) Sample {
@@ -135,12 +138,16 @@ type Legit struct {
 	Success Stat     `json:"success"`
 	// Every run's keep-alive latencies together, and the probe's
 	// histograms summed: for the plots.
-	pooled []time.Duration
-	probe  *probe.Histogram
+	pooled  []time.Duration
+	probe   *probe.Histogram
+	probeKA *probe.Histogram
 	// The probe's quantiles over every run, beside the client's.
-	ProbeP50 float64 `json:"probe_p50_ms,omitempty"`
-	ProbeP99 float64 `json:"probe_p99_ms,omitempty"`
-	ProbeN   uint64  `json:"probe_timed,omitempty"`
+	ProbeP50   float64 `json:"probe_p50_ms,omitempty"`
+	ProbeP99   float64 `json:"probe_p99_ms,omitempty"`
+	ProbeN     uint64  `json:"probe_timed,omitempty"`
+	ProbeKAP50 float64 `json:"probe_keep_alive_p50_ms,omitempty"`
+	ProbeKAP99 float64 `json:"probe_keep_alive_p99_ms,omitempty"`
+	ProbeKAN   uint64  `json:"probe_keep_alive_timed,omitempty"`
 }
 
 // DropSample is one drop-capacity measurement.
@@ -194,7 +201,18 @@ func newResults(opt Options) *Results {
 		DropSeconds:  opt.DropPhase.Seconds(),
 		StormRate:    opt.StormRate,
 		Limits:       shield.DefaultLimits(),
+		LoadStart:    loadavg(),
 	}
+}
+
+// loadavg is the 1, 5 and 15 minute load averages.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func kernel() string {
@@ -242,6 +260,12 @@ func (r *Results) addLegit(c Config, phase string, s Sample) {
 		}
 		l.probe.Add(s.Probe)
 	}
+	if s.ProbeKA != nil {
+		if l.probeKA == nil {
+			l.probeKA = new(probe.Histogram)
+		}
+		l.probeKA.Add(s.ProbeKA)
+	}
 	l.Samples = append(l.Samples, s)
 }
 
@@ -266,6 +290,7 @@ func (r *Results) addDrop(target, sources string, s DropSample) {
 // finish computes the medians, spreads and targets.
 func (r *Results) finish() {
 	r.Seconds = time.Since(r.Started).Seconds()
+	r.LoadEnd = loadavg()
 	for _, l := range r.Legit {
 		col := func(f func(Sample) float64) Stat {
 			var xs []float64
@@ -291,6 +316,11 @@ func (r *Results) finish() {
 			l.ProbeN = l.probe.Count()
 			l.ProbeP50 = float64(l.probe.Quantile(0.5)) / 1e6
 			l.ProbeP99 = float64(l.probe.Quantile(0.99)) / 1e6
+		}
+		if l.probeKA != nil {
+			l.ProbeKAN = l.probeKA.Count()
+			l.ProbeKAP50 = float64(l.probeKA.Quantile(0.5)) / 1e6
+			l.ProbeKAP99 = float64(l.probeKA.Quantile(0.99)) / 1e6
 		}
 	}
 	for _, d := range r.Drop {

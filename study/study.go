@@ -453,9 +453,27 @@ func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (
 			return smp, err
 		}
 		smp.Probe = &h
+		// The client's keep-alive connections are the flows with many
+		// requests; a new connection makes a handful (SYN, TLS, request).
+		flows, err := p.probe.Flows()
+		if err != nil {
+			return smp, err
+		}
+		ka := new(probe.Histogram)
+		for _, f := range flows {
+			if f.Count >= keepAliveFlow {
+				ka.Add(f.Histogram)
+			}
+		}
+		smp.ProbeKA = ka
 	}
 	return smp, nil
 }
+
+// keepAliveFlow is the least number of requests the probe must have timed
+// on a flow to count it as one of the client's kept-alive connections
+// (which make 100 a second; a new connection makes 3 or 4).
+const keepAliveFlow = 20
 
 func sleep(ctx context.Context, d time.Duration) error {
 	select {

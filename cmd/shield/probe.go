@@ -47,7 +47,7 @@ func runProbe(ctx context.Context, args []string) error {
 	}
 	ifi, err := net.InterfaceByName(*iface)
 	if err != nil {
-		return fmt.Errorf("probe: %w", err)
+		return fmt.Errorf("probe: interface %s: %w", *iface, err)
 	}
 	p, err := probe.Load(probe.Options{Port: uint16(*port), Clsact: *clsact})
 	if err != nil {
