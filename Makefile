@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo test generate check-generate lint bench study study-quick vmtest kernels-repin
+.PHONY: help demo test generate check-generate lint bench study study-quick vmtest soak kernels-repin
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -46,11 +46,19 @@ study-quick: ## the study in short (CI, under 5 min): fails if a configuration p
 # test binary (-test.short shortens the storms).
 VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./internal/...
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
+VM_CPUS ?= 2
+SOAK_RUNS ?= 5
 
 vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest matrix -kernels "$(KERNELS)" -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
+	out/bin/vmtest matrix -kernels "$(KERNELS)" -cpus $(VM_CPUS) -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
+
+soak: ## the short storm $(SOAK_RUNS) times per kernel of $(KERNELS) in qemu ($(VM_CPUS) vCPUs): pass counts per kernel
+	@ci/deps.sh
+	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
+	out/bin/vmtest matrix -kernels "$(KERNELS)" -cpus $(VM_CPUS) -runs $(SOAK_RUNS) -out out/soak \
+		-testflags "-test.short -test.v -test.timeout=5m -test.run ^TestScenario" ./e2e/
 
 kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-amd64 kernel
 	$(GO) run ./vmtest/cmd/vmtest repin -kernels "$(KERNELS)"

@@ -40,8 +40,8 @@ struct storm_config {
 
 volatile struct storm_config cfg;
 
-/* Frames generated since load; the source index is seq % nsources. One
- * generator runs one instance at a time, so plain increments suffice. */
+/* The template's frame sequence, set by user space before each run; the
+ * source index is seq % nsources. One run at a time: plain increments. */
 volatile __u64 seq;
 
 static __always_inline __u16 fold(__u32 sum)

@@ -2,60 +2,27 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"xdpshield/internal/topo"
-	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
 
-// newAPIProber runs the service's HTTP API in-process on a loopback listener
-// inside the edge namespace, as `shield serve` would beside the edge, and
-// probes it with the service's own client: GET /v1/counters, whose answer
-// must also show the table within its capacity.
-func newAPIProber(sh *shield.Shield, edge *topo.NS) (*apiProber, error) {
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
-		return nil, fmt.Errorf("token: %w", err)
-	}
-	h := api.NewServer(sh, api.Options{
-		Token:            hex.EncodeToString(tok),
-		Logger:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		NoProcessMetrics: true,
-	})
-	var ln net.Listener
-	if err := edge.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("listen for the api in %s: %w", edge.Name, err)
-	}
-	p := &apiProber{
-		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second},
-		client: &api.Client{
-			Base: "http://" + ln.Addr().String(),
-			HTTP: &http.Client{Transport: &http.Transport{DialContext: dialer(edge), MaxIdleConnsPerHost: 1}},
-		},
-	}
-	go func() {
-		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			slog.Warn("api server", logErr, err)
-		}
-	}()
-	return p, nil
+// newAPIProber probes the service's HTTP API (bound in the edge namespace at
+// addr, reads behind the token) with the service's own client, dialling from
+// inside the edge namespace: GET /v1/counters, whose answer must also show
+// the table within its capacity.
+func newAPIProber(addr, token string, edge *topo.NS) *apiProber {
+	return &apiProber{client: &api.Client{
+		Base:     "http://" + addr,
+		Token:    token,
+		Operator: "storm",
+		HTTP:     &http.Client{Transport: &http.Transport{DialContext: dialer(edge), MaxIdleConnsPerHost: 1}},
+	}}
 }
 
 type apiProber struct {
-	srv    *http.Server
 	client *api.Client
 }
 
@@ -72,8 +39,9 @@ func (p *apiProber) Probe(ctx context.Context) error {
 	return nil
 }
 
+// Close drops the prober's idle connections; the service is stopped by the
+// run.
 func (p *apiProber) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	return p.srv.Shutdown(ctx)
+	p.client.HTTP.CloseIdleConnections()
+	return nil
 }

@@ -200,25 +200,20 @@ func TestStormBoundedInTime(t *testing.T) {
 	}
 }
 
-// TestScenario runs the storm of `shield storm` with short phases: every
-// assertion of the demo must hold, and the contrast with no program
-// attached must run (it is reported, not asserted). Before 5.18 the storm comes from the
-// AF_PACKET generator, as `shield storm` would raise it there.
+// scenarioConfig is the storm TestScenario and TestScenarioDryRun run:
+// the demo's with 5 s phases, or with -short (the VM matrix, on emulated
+// CPUs) ShortConfig.
 //
-// With -short (the VM matrix, on emulated CPUs) it runs the same phases and
-// assertions, shorter, at a 50th of the rate, with the latency budget as a
-// ratio to the baseline alone (no absolute cap means anything under TCG),
-// and with the AF_PACKET generator on every kernel (so the matrix runs the
-// fallback's scenario too). Multi-threaded TCG mishandles kernel text
-// patching: a 7.2 guest oopsed on an int3 left in bpf_dispatcher_xdp_func,
-// which every live-frames run repatches twice while the shield runs through
-// it on the other vCPU (and once in cookie_hash, a static key the SYN flood
-// flips); AF_PACKET spares it hundreds of patches a second. With
-// single-threaded TCG (VMTEST_TCG=thread=single) 6.1 and 7.2 pass. The
-// live-frames generator keeps its own tests there (TestGenerators,
-// TestStormBoundedInTime), where nothing else runs beside it.
-func TestScenario(t *testing.T) {
-	testutil.Root(t)
+// ShortConfig uses the AF_PACKET generator on every kernel (so the matrix
+// runs the fallback's scenario too). Multi-threaded TCG mishandles kernel
+// text patching: a 7.2 guest oopsed on an int3 left in
+// bpf_dispatcher_xdp_func, which every live-frames run repatches twice while
+// the shield runs through it on the other vCPU (and once in cookie_hash, a
+// static key the SYN flood flips); AF_PACKET spares it hundreds of patches a
+// second. The live-frames generator keeps its own tests there
+// (TestGenerators, TestStormBoundedInTime), where nothing else runs beside
+// it.
+func scenarioConfig() Config {
 	cfg := DefaultConfig()
 	cfg.PhaseDuration = 5 * time.Second
 	cfg.Settle = 500 * time.Millisecond
@@ -227,31 +222,24 @@ func TestScenario(t *testing.T) {
 	// (1 s) costs.
 	cfg.Budget.P99Ratio = 8
 	if testing.Short() {
-		cfg.PhaseDuration = 2 * time.Second
-		cfg.Settle = 300 * time.Millisecond
-		cfg.Rate = 10_000
-		cfg.Generator = "af_packet"
-		// At a 50th of the rate, 2 sources per family (not 16) still
-		// send each past its limit, and a fifth of the admission rate
-		// still turns most forged sources away: what the shield passes
-		// costs emulated CPUs dearly.
-		cfg.FewSources = 2
-		cfg.Limits.AdmissionRate /= 5
-		// The listed probes are judged by the reason the shield gives
-		// them, not by their rate: a quarter of it spares the emulated
-		// CPUs 6,000 writes a second.
-		cfg.ProbeRate /= 4
-		cfg.Budget.P99Cap = 0
+		cfg = ShortConfig()
 	}
 	if testutil.Emulated() {
-		// Under TCG both vCPUs share one host thread: a 2 s phase's p99 is
-		// the emulator's scheduling more than the edge's (a 6.1 guest saw
-		// 27 ms baseline, 225 ms under a storm the shield dropped, on a
-		// loaded host). The ratio stays, wide enough for that; a storm
-		// reaching the stack unfiltered costs far more, and the counters
-		// are asserted exactly as on the host.
+		// Under TCG both vCPUs share one host thread: a short phase's p99
+		// is the emulator's scheduling more than the edge's (a 6.1 guest
+		// saw 27 ms baseline, 225 ms under a storm the shield dropped, on
+		// a loaded host). The ratio stays, wide enough for that; the
+		// datagram service's answers and the counters are asserted
+		// exactly as on the host.
 		cfg.Budget.P99Ratio = 20
 	}
+	return cfg
+}
+
+// runScenario runs cfg, logs its table and writes its JSON where
+// SHIELD_E2E_OUT says.
+func runScenario(t *testing.T, cfg Config, name string) *Result {
+	t.Helper()
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -260,7 +248,7 @@ func TestScenario(t *testing.T) {
 	PrintTable(&b, res)
 	t.Log(b.String())
 	if dir := os.Getenv("SHIELD_E2E_OUT"); dir != "" {
-		if err := WriteJSON(filepath.Join(dir, "storm.json"), res); err != nil {
+		if err := WriteJSON(filepath.Join(dir, name+".json"), res); err != nil {
 			t.Error(err)
 		}
 	}
@@ -271,23 +259,75 @@ func TestScenario(t *testing.T) {
 	if want := []string{"baseline", "few-sources", "many-forged", "recovery"}; !slices.Equal(names, want) {
 		t.Errorf("ran phases %q, want %q", names, want)
 	}
+	checkNoLeftovers(t)
+	return res
+}
+
+// TestScenario runs the storm of `shield storm` with short phases: every
+// assertion of the demo must hold, and the same storms with no program
+// attached must break the legitimate client's budget. Before 5.18 the storm
+// comes from the AF_PACKET generator, as `shield storm` would raise it
+// there.
+func TestScenario(t *testing.T) {
+	testutil.Root(t)
+	res := runScenario(t, scenarioConfig(), "storm")
 	if !res.OK {
 		t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
 	}
-	// The contrast, with the program detached, is reported, not asserted:
-	// it must only have run, the storm sent and the client measured.
-	names = nil
+	var names []string
 	for _, p := range res.Contrast {
 		names = append(names, p.Name)
-		if p.Shield || p.Counters != nil || len(p.Checks) > 0 || p.Sent.Frames == 0 || p.Legit.Requests == 0 {
-			t.Errorf("contrast %s: shield %v, counters %v, %d assertions, sent %d, %d requests; want no shield, counters or assertions, and a storm and requests",
-				p.Name, p.Shield, p.Counters, len(p.Checks), p.Sent.Frames, p.Legit.Requests)
+		if p.Shield || p.Counters != nil || p.Sent.Frames == 0 || p.Legit.Requests == 0 {
+			t.Errorf("contrast %s: shield %v, counters %v, sent %d, %d requests; want no shield or counters, and a storm and requests",
+				p.Name, p.Shield, p.Counters, p.Sent.Frames, p.Legit.Requests)
+		}
+		if !checked(p, "storm hurts an unprotected edge") {
+			t.Errorf("contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
 		}
 	}
 	if want := []string{"no-shield/few-sources", "no-shield/many-forged"}; !slices.Equal(names, want) {
 		t.Errorf("ran contrast phases %q, want %q", names, want)
 	}
-	checkNoLeftovers(t)
+}
+
+// TestScenarioDryRun is the suite's proof that its budget has teeth: the
+// same storms against a shield in dry-run (counting what it would drop,
+// passing everything) must break the budget in every storm phase, while
+// every assertion about what the shield counted still holds.
+func TestScenarioDryRun(t *testing.T) {
+	testutil.Root(t)
+	cfg := scenarioConfig()
+	cfg.Limits.DryRun = true
+	cfg.Contrast = false
+	res := runScenario(t, cfg, "storm-dry-run")
+	if res.OK {
+		t.Error("a dry-run storm met the budget: the budget cannot fail for its purpose")
+	}
+	for _, p := range res.Phases {
+		var broke []string
+		for _, c := range p.Checks {
+			switch {
+			case c.OK:
+			case c.Budget:
+				broke = append(broke, c.Name)
+			default:
+				t.Errorf("%s: %s failed: %s (only the budget may break in dry-run)", p.Name, c.Name, c.Detail)
+			}
+		}
+		if p.Storm != string(stormNone) && len(broke) == 0 {
+			t.Errorf("%s: a dry-run shield kept the budget under a storm", p.Name)
+		}
+	}
+}
+
+// checked reports whether ph has a check called name, and it held.
+func checked(ph *Phase, name string) bool {
+	for _, c := range ph.Checks {
+		if c.Name == name {
+			return c.OK
+		}
+	}
+	return false
 }
 
 // TestScenarioInterrupted: a run cancelled mid-phase (Ctrl-C) returns the

@@ -11,7 +11,7 @@ import (
 type Proto uint8
 
 const (
-	UDP    Proto = iota // to the discard port, 9
+	UDP    Proto = iota // to the edge's datagram service, DatagramPort
 	TCPSYN              // SYN to the edge's HTTPS port: the flood a listener fears
 	ICMP                // echo request (ICMP or ICMPv6)
 )
@@ -20,19 +20,39 @@ func (p Proto) String() string { return [...]string{"udp", "tcp-syn", "icmp"}[p]
 
 // Ports and sizes of the generated frames.
 const (
-	udpDstPort = 9
 	stormPort  = 40000 // source port of every generated frame
 	payloadLen = 18    // makes the IPv4/UDP frame 60 bytes, Ethernet's minimum
 )
 
 // Flow is one stream of generated frames: every frame carries the same
 // headers except the source address, which cycles through Count addresses
-// starting at First (only the low 32 bits vary, so First's low 32 bits plus
-// Count must not wrap).
+// starting at First. One aligned 32-bit word of the address varies (so
+// First's word plus Count must not wrap): an IPv4 address whole, and an
+// IPv6 address's bits 32-63, so each IPv6 source lies in a /64 of its own,
+// as a forger facing a shield that keys IPv6 sources by /64 would send.
 type Flow struct {
 	Proto Proto
 	First netip.Addr
 	Count uint32
+}
+
+// wordOff is where, in First.As16(), the varying 32-bit word starts.
+func (f Flow) wordOff() int {
+	if f.First.Is4() {
+		return 12
+	}
+	return 4
+}
+
+// Source returns the flow's source number i (modulo Count).
+func (f Flow) Source(i uint32) netip.Addr {
+	a := f.First.As16()
+	off := f.wordOff()
+	binary.BigEndian.PutUint32(a[off:], binary.BigEndian.Uint32(a[off:])+i%max(f.Count, 1))
+	if f.First.Is4() {
+		return netip.AddrFrom16(a).Unmap()
+	}
+	return netip.AddrFrom16(a)
 }
 
 func (f Flow) String() string {
@@ -44,15 +64,7 @@ func (f Flow) String() string {
 }
 
 // Last is the last source the flow uses.
-func (f Flow) Last() netip.Addr {
-	a := f.First.As16()
-	low := binary.BigEndian.Uint32(a[12:]) + f.Count - 1
-	binary.BigEndian.PutUint32(a[12:], low)
-	if f.First.Is4() {
-		return netip.AddrFrom16(a).Unmap()
-	}
-	return netip.AddrFrom16(a)
-}
+func (f Flow) Last() netip.Addr { return f.Source(f.Count - 1) }
 
 // Validate checks the flow's sources do not wrap and stay inside the
 // documentation and benchmarking ranges.
@@ -61,7 +73,7 @@ func (f Flow) Validate() error {
 		return fmt.Errorf("flow %s: no sources", f)
 	}
 	a := f.First.As16()
-	if uint64(binary.BigEndian.Uint32(a[12:]))+uint64(f.Count) > 1<<32 {
+	if uint64(binary.BigEndian.Uint32(a[f.wordOff():]))+uint64(f.Count) > 1<<32 {
 		return fmt.Errorf("flow %s: sources wrap", f)
 	}
 	for _, x := range []netip.Addr{f.First, f.Last()} {
@@ -87,7 +99,7 @@ func Safe(a netip.Addr) bool { return safe4.Contains(a) || safe6.Contains(a) }
 type Template struct {
 	Frame     []byte
 	Count     uint32 // sources cycled through
-	Base      uint32 // low 32 bits of the first source
+	Base      uint32 // the varying 32 bits of the first source (Flow)
 	AddrOff   int    // offset of those 32 bits
 	IPCsumOff int    // IPv4 header checksum; 0: none
 	L4CsumOff int    // L4 checksum covering the source; 0: none
@@ -95,6 +107,11 @@ type Template struct {
 	// with the varying 32 bits and the checksum itself left out.
 	IPCsumBase uint32
 	L4CsumBase uint32
+	// Next is the sequence number of the template's next frame; its source
+	// is Base + Next % Count. The generators keep one sequence per
+	// template, so whatever else they interleave, the n frames a template
+	// sends give each of its sources n/Count of them, within one.
+	Next uint64
 }
 
 // BuildTemplate makes the frame of flow f from srcMAC to dstMAC, addressed
@@ -113,7 +130,7 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		ipProto = 17
 		l4 = make([]byte, 8+payloadLen)
 		binary.BigEndian.PutUint16(l4[0:], stormPort)
-		binary.BigEndian.PutUint16(l4[2:], udpDstPort)
+		binary.BigEndian.PutUint16(l4[2:], DatagramPort)
 		binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 		copy(l4[8:], "xdpshield storm   ")
 	case TCPSYN:
@@ -143,7 +160,8 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 
 	t := Template{Count: f.Count}
 	src := f.First.As16()
-	t.Base = binary.BigEndian.Uint32(src[12:])
+	t.Base = binary.BigEndian.Uint32(src[f.wordOff():])
+	clear(src[f.wordOff() : f.wordOff()+4]) // written per frame
 	eth := make([]byte, 14)
 	copy(eth[0:], dstMAC)
 	copy(eth[6:], srcMAC)
@@ -180,12 +198,12 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)))
 		ip[6] = ipProto
 		ip[7] = 64
-		copy(ip[8:20], src[:12]) // the fixed part of the source
+		copy(ip[8:24], src[:]) // the fixed part of the source
 		d := dst.As16()
 		copy(ip[24:], d[:])
-		t.AddrOff = 14 + 8 + 12
+		t.AddrOff = 14 + 8 + f.wordOff()
 		pseudo = make([]byte, 40)
-		copy(pseudo[0:12], src[:12])
+		copy(pseudo[0:16], src[:])
 		copy(pseudo[16:], d[:])
 		binary.BigEndian.PutUint32(pseudo[32:], uint32(len(l4)))
 		pseudo[39] = ipProto

@@ -100,10 +100,16 @@ func TestTemplateChecksums(t *testing.T) {
 	}
 }
 
+// sourceN is the flow's source number i: IPv4 addresses count up whole,
+// IPv6 ones count /64s up (bits 32-63), their interface identifier fixed.
 func sourceN(f Flow, i uint64) netip.Addr {
 	a := f.First.As16()
-	low := binary.BigEndian.Uint32(a[12:]) + uint32(i%uint64(f.Count))
-	binary.BigEndian.PutUint32(a[12:], low)
+	off := 4
+	if f.First.Is4() {
+		off = 12
+	}
+	w := binary.BigEndian.Uint32(a[off:]) + uint32(i%uint64(f.Count))
+	binary.BigEndian.PutUint32(a[off:], w)
 	if f.First.Is4() {
 		return netip.AddrFrom16(a).Unmap()
 	}
@@ -121,7 +127,8 @@ func TestFlowValidate(t *testing.T) {
 		{Flow{UDP, netip.MustParseAddr("10.0.0.1"), 1}, false},
 		{Flow{UDP, netip.MustParseAddr("2001:db9::1"), 1}, false},
 		{Flow{UDP, Many6, 1 << 30}, true},
-		{Flow{UDP, netip.MustParseAddr("2001:db8::ffff:ffff"), 2}, false}, // wraps
+		{Flow{UDP, netip.MustParseAddr("2001:db8:ffff:ffff::1"), 2}, false}, // wraps
+		{Flow{UDP, netip.MustParseAddr("2001:db8::ffff:ffff"), 2}, true},    // only the /64 varies
 		{Flow{UDP, Few4, 0}, false},
 	} {
 		if err := tc.flow.Validate(); (err == nil) != tc.ok {

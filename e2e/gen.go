@@ -82,9 +82,9 @@ func (g *XDPGenerator) Send(t *Template, n uint32) (uint64, error) {
 	if err := g.configure(t); err != nil {
 		return 0, err
 	}
-	var before, after uint64
-	if err := g.objs.Seq.Get(&before); err != nil {
-		return 0, fmt.Errorf("read generator counter: %w", err)
+	before, after := t.Next, t.Next
+	if err := g.objs.Seq.Set(before); err != nil {
+		return 0, fmt.Errorf("set generator counter: %w", err)
 	}
 	// The ingress ifindex is resolved in the caller's namespace.
 	err := g.ns.Do(func() error {
@@ -100,6 +100,7 @@ func (g *XDPGenerator) Send(t *Template, n uint32) (uint64, error) {
 	if gerr := g.objs.Seq.Get(&after); gerr != nil && err == nil {
 		err = fmt.Errorf("read generator counter: %w", gerr)
 	}
+	t.Next = after
 	if err != nil {
 		return after - before, fmt.Errorf("live-frames run: %w", err)
 	}
@@ -127,7 +128,6 @@ func (g *XDPGenerator) configure(t *Template) error {
 // kernels before 5.18, about a tenth of the XDP generator's rate.
 type PacketGenerator struct {
 	fd  int
-	seq uint64
 	buf []byte
 }
 
@@ -166,8 +166,8 @@ func (g *PacketGenerator) Send(t *Template, n uint32) (uint64, error) {
 	g.buf = append(g.buf[:0], t.Frame...)
 	var sent uint64
 	for i := uint32(0); i < n; i++ {
-		t.Rewrite(g.buf, g.seq)
-		g.seq++
+		t.Rewrite(g.buf, t.Next)
+		t.Next++
 		if _, err := unix.Write(g.fd, g.buf); err != nil {
 			if errors.Is(err, unix.ENOBUFS) {
 				return sent + 1, nil

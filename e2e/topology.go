@@ -45,15 +45,17 @@ var (
 	Denied4  = netip.MustParseAddr("198.18.3.1")
 	Denied6  = netip.MustParseAddr("2001:db8:0:3::1")
 
-	// Few sources: up to 16 per family from here.
+	// Few sources: up to 16 per family from here (IPv6: one /64 each,
+	// 2001:db8:0:100::/64 onwards; see Flow).
 	Few4 = netip.MustParseAddr("198.18.1.1")
-	Few6 = netip.MustParseAddr("2001:db8:0:1::1")
+	Few6 = netip.MustParseAddr("2001:db8:0:100::1")
 
 	// Many forged sources: IPv4 has only 198.19.0.0/16 (65,536) to forge
-	// from inside the benchmarking range; IPv6 forges millions from
-	// 2001:db8:1::/96.
+	// from inside the benchmarking range; IPv6 forges millions of /64s,
+	// from 2001:db8:1::/64 onwards (4,194,304 of them end at
+	// 2001:db8:40:ffff::/64).
 	Many4 = netip.MustParseAddr("198.19.0.0")
-	Many6 = netip.MustParseAddr("2001:db8:1::")
+	Many6 = netip.MustParseAddr("2001:db8:1::1")
 )
 
 // EdgePort is the HTTPS port of the edge server (and of the SYN flood).

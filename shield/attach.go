@@ -15,6 +15,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
+
+	"xdpshield/bpf"
 )
 
 // DefaultPinRoot is where the service pins, one directory per interface.
@@ -95,16 +97,96 @@ type Attachment struct {
 	// Notes are things the caller should log (fallbacks, kept settings).
 	Notes []string
 
-	link link.Link
-	lock *os.File
+	link     link.Link
+	lock     *os.File
+	detached bool
 }
 
-// PinDir is the pin directory of iface under root (DefaultPinRoot if empty).
-func PinDir(root, iface string) string {
+// PinDir is the pin directory of iface under root (DefaultPinRoot if empty)
+// for the calling thread's network namespace: root/netns-INODE/IFACE. Keyed
+// by namespace, a service in another namespace with an interface of the
+// same name (every container's eth0) has pins of its own and never adopts
+// or unpins a link that protects another namespace's interface.
+func PinDir(root, iface string) (string, error) {
 	if root == "" {
 		root = DefaultPinRoot
 	}
-	return filepath.Join(root, iface)
+	ns, err := netnsKey()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ns, iface), nil
+}
+
+// netnsKey names the calling thread's network namespace by the inode of
+// its nsfs file: unique among the namespaces alive on this boot.
+func netnsKey() (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
+		return "", fmt.Errorf("identify the network namespace: %w", err)
+	}
+	return fmt.Sprintf("netns-%d", st.Ino), nil
+}
+
+// ownedPins are the names Attach pins in a pin directory: the link, the
+// change journal and every map of the program that is pinned by name. Detach removes these and only
+// these.
+func ownedPins() (map[string]bool, error) {
+	spec, err := bpf.LoadShield()
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	names := map[string]bool{linkPin: true, journalPin: true}
+	for name := range spec.Maps {
+		if filepath.Ext(name) == "" {
+			names[name] = true
+		}
+	}
+	return names, nil
+}
+
+// onBPFFS reports whether path lives on a bpf filesystem.
+func onBPFFS(path string) (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return false, fmt.Errorf("statfs %s: %w", path, err)
+	}
+	return st.Type == unix.BPF_FS_MAGIC, nil
+}
+
+// removeOwned removes the shield's pins from dir, then dir when nothing
+// else is left in it; entries that are not the shield's are left alone and
+// named in the error.
+func removeOwned(dir string) error {
+	owned, err := ownedPins()
+	if err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	var errs []error
+	var foreign []string
+	for _, e := range entries {
+		if !owned[e.Name()] || e.IsDir() {
+			foreign = append(foreign, e.Name())
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove pin: %w", err))
+		}
+	}
+	if len(foreign) > 0 {
+		errs = append(errs, fmt.Errorf("left %s in %s: not the shield's pins", strings.Join(foreign, ", "), dir))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("remove pin directory: %w", err)
+	}
+	return nil
 }
 
 // Attach loads the shield, pins its maps under PinRoot/Iface and attaches it
@@ -128,7 +210,10 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("find interface %q: %w", opts.Iface, err)
 	}
-	dir := PinDir(opts.PinRoot, opts.Iface)
+	dir, err := PinDir(opts.PinRoot, opts.Iface)
+	if err != nil {
+		return nil, err
+	}
 	if err := EnsureBPFFS(filepath.Dir(dir)); err != nil {
 		return nil, err
 	}
@@ -140,11 +225,23 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		return nil, fmt.Errorf("lock %s: %w", opts.Iface, err)
 	}
 	a := &Attachment{Iface: opts.Iface, Ifindex: ifc.Index, PinDir: dir, lock: lock}
+	// An empty directory means this Attach makes the pins: a failure
+	// removes them again instead of leaving orphan maps behind.
+	entries, err := os.ReadDir(dir)
+	fresh := err == nil && len(entries) == 0
 	ok := false
 	defer func() {
-		if !ok {
-			a.Close()
+		if ok {
+			return
 		}
+		if fresh {
+			if a.link != nil {
+				a.link.Unpin()
+			}
+			removeOwned(dir)
+			os.Remove(filepath.Dir(dir))
+		}
+		a.Close()
 	}()
 
 	// Pinned maps must match the spec to be reused: keep the pinned table
@@ -168,6 +265,9 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		return nil, err
 	}
 	a.Shield = sh
+	if r, ok := sh.Recovered(); ok {
+		a.Notes = append(a.Notes, r.String())
+	}
 	progInfo, err := sh.Program().Info()
 	if err != nil {
 		return nil, fmt.Errorf("program info: %w", err)
@@ -204,6 +304,13 @@ func (a *Attachment) adopt(l link.Link, want Mode) error {
 		return fmt.Errorf("pinned link info: %w", err)
 	}
 	xdp := info.XDP()
+	if xdp != nil && xdp.Ifindex != 0 && int(xdp.Ifindex) != a.Ifindex {
+		if other, err := net.InterfaceByIndex(int(xdp.Ifindex)); err == nil {
+			l.Close()
+			return fmt.Errorf("the link pinned for %s protects interface %s (index %d) of this namespace, renamed since? "+
+				"`shield detach -iface %s` drops it", a.Iface, other.Name, other.Index, a.Iface)
+		}
+	}
 	if xdp == nil || int(xdp.Ifindex) != a.Ifindex {
 		a.Notes = append(a.Notes, fmt.Sprintf("pinned link was for another or a deleted interface (ifindex %v); attaching afresh", xdp))
 		l.Unpin()
@@ -280,17 +387,47 @@ func (a *Attachment) Close() error {
 	return errors.Join(errs...)
 }
 
-// Detach removes the program from iface and deletes its pins (link and maps)
-// and pin directory, in that order. It takes the interface's lock, so it
-// fails with ErrLocked while a service runs. iface need not exist any more.
+// Detach takes the program off the interface now and removes the link's
+// pin; the maps stay pinned. The Attachment must still be closed.
+func (a *Attachment) Detach() error {
+	if a.link == nil || a.detached {
+		return nil
+	}
+	a.detached = true
+	if err := a.link.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("detach link: %w", err)
+	}
+	if err := a.link.Unpin(); err != nil {
+		return fmt.Errorf("unpin link: %w", err)
+	}
+	return nil
+}
+
+// Detach removes the program from iface (in the caller's network namespace)
+// and deletes its pins (link and maps) and pin directory, in that order. It
+// refuses a pin root that is not on a bpf filesystem and removes only the
+// names the shield pins, leaving anything else where it is. It takes the
+// interface's lock, so it fails with ErrLocked while a service runs. iface
+// need not exist any more.
 func Detach(pinRoot, iface string) error {
 	if iface == "" || strings.ContainsAny(iface, "/\x00") || iface == "." || iface == ".." {
 		return fmt.Errorf("invalid interface name %q", iface)
 	}
-	dir := PinDir(pinRoot, iface)
+	if pinRoot == "" {
+		pinRoot = DefaultPinRoot
+	}
+	if ok, err := onBPFFS(pinRoot); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("%s is not on a bpf filesystem: no shield pins there, nothing removed", pinRoot)
+	}
+	dir, err := PinDir(pinRoot, iface)
+	if err != nil {
+		return err
+	}
 	if _, err := os.Stat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("nothing pinned for %q: %s does not exist", iface, dir)
+			return fmt.Errorf("nothing pinned for %q in this network namespace: %s does not exist", iface, dir)
 		}
 		return fmt.Errorf("stat %s: %w", dir, err)
 	}
@@ -316,23 +453,13 @@ func Detach(pinRoot, iface string) error {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("load pinned link %s: %w", linkPath, err)
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", dir, err)
-	}
-	var errs []error
-	for _, e := range entries {
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("remove pin: %w", err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := removeOwned(dir); err != nil {
 		return err
 	}
-	if err := os.Remove(dir); err != nil {
-		return fmt.Errorf("remove pin directory: %w", err)
+	// The namespace's directory and the root, when this was the last.
+	if os.Remove(filepath.Dir(dir)) == nil {
+		os.Remove(pinRoot)
 	}
-	os.Remove(filepath.Dir(dir)) // the root, when this was the last interface
 	return nil
 }
 

@@ -125,14 +125,56 @@ func (t trie) list() ([]netip.Prefix, error) {
 	return out, err
 }
 
-// List returns the prefixes of list l, IPv4 first, sorted.
+// List returns the prefixes of list l, IPv4 first, sorted. It reads a
+// snapshot kept beside the tries and takes no lock: however long a caller
+// takes over a large list, changes never wait for it.
 func (s *Shield) List(l List) ([]netip.Prefix, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	return s.listLocked(l)
 }
 
+// listLocked returns the snapshot of list l (a copy of it).
 func (s *Shield) listLocked(l List) ([]netip.Prefix, error) {
+	if p := s.snap[l].Load(); p != nil {
+		return slices.Clone(*p), nil
+	}
+	return s.readList(l)
+}
+
+// loadSnapshots reads both lists from their tries into the snapshots List
+// answers from. The service is the only writer of the tries (the pin
+// directory's lock), so the snapshots stay true once read.
+func (s *Shield) loadSnapshots() error {
+	for _, l := range []List{AllowList, DenyList} {
+		ps, err := s.readList(l)
+		if err != nil {
+			return err
+		}
+		s.snap[l].Store(&ps)
+	}
+	return nil
+}
+
+// setSnapshot makes the prefixes of have list l's snapshot.
+func (s *Shield) setSnapshot(l List, have map[netip.Prefix]bool) {
+	ps := make([]netip.Prefix, 0, len(have))
+	for p := range have {
+		ps = append(ps, p)
+	}
+	sortPrefixes(ps)
+	s.snap[l].Store(&ps)
+}
+
+func sortPrefixes(ps []netip.Prefix) {
+	slices.SortFunc(ps, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+}
+
+// readList reads list l from its tries.
+func (s *Shield) readList(l List) ([]netip.Prefix, error) {
 	v4, v6 := s.tries(l)
 	a, err := v4.list()
 	if err != nil {
@@ -143,12 +185,7 @@ func (s *Shield) listLocked(l List) ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("list %s (IPv6): %w", l, err)
 	}
 	out := append(a, b...)
-	slices.SortFunc(out, func(x, y netip.Prefix) int {
-		if c := x.Addr().Compare(y.Addr()); c != 0 {
-			return c
-		}
-		return x.Bits() - y.Bits()
-	})
+	sortPrefixes(out)
 	return out, nil
 }
 
@@ -198,6 +235,12 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 		return inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
 	}
 
+	// The intent first: a crash from here on is rolled back at the next
+	// load, so the batch is in force whole or not at all.
+	j, err := s.beginJournal(l, journalAdded, fresh)
+	if err != nil {
+		return err
+	}
 	v4, v6 := s.tries(l)
 	one := uint8(1)
 	for i, p := range fresh {
@@ -206,19 +249,32 @@ func (s *Shield) Add(l List, prefixes []netip.Prefix) error {
 			t = v6
 		}
 		if err := t.m.Put(t.key(p), one); err != nil {
-			s.removeLocked(l, fresh[:i])
+			if s.removeLocked(l, fresh[:i]) == nil {
+				j.commit()
+			}
 			return fmt.Errorf("add %s to %s list: %w", p, l, err)
 		}
 	}
+	old := s.snap[l].Load()
+	s.setSnapshot(l, have)
 	if err := s.syncVerdicts(); err != nil {
-		s.removeLocked(l, fresh)
-		if err2 := s.syncVerdicts(); err2 != nil {
+		err2 := s.removeLocked(l, fresh)
+		s.snap[l].Store(old)
+		if err2 == nil {
+			err2 = s.syncVerdicts()
+		}
+		if err2 != nil {
 			err = errors.Join(err, fmt.Errorf("undo: %w", err2))
+		} else {
+			j.commit()
 		}
 		return fmt.Errorf("add to %s list: %w", l, err)
 	}
 	// Entries first, then the flag that makes the program look them up.
-	return s.publish(s.limits)
+	if err := s.publish(s.limits); err != nil {
+		return err
+	}
+	return j.commit()
 }
 
 // Remove takes prefixes off list l (a prefix given twice is removed once).
@@ -251,13 +307,22 @@ func (s *Shield) Remove(l List, prefixes []netip.Prefix) error {
 	if err != nil {
 		return err
 	}
+	j, err := s.beginJournal(l, journalRemoved, gone)
+	if err != nil {
+		return err
+	}
 	if err := s.publishFlags(s.limits, flags); err != nil {
 		return err
 	}
 	if err := s.removeLocked(l, gone); err != nil {
+		s.loadSnapshots()
 		return err
 	}
-	return s.syncVerdicts()
+	s.setSnapshot(l, have)
+	if err := s.syncVerdicts(); err != nil {
+		return err
+	}
+	return j.commit()
 }
 
 func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {

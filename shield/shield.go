@@ -3,9 +3,11 @@ package shield
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -77,6 +79,10 @@ type Shield struct {
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
+	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
+
+	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
+	recovered *Recovery // what Load rolled back
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
@@ -162,6 +168,17 @@ func Load(opts Options) (*Shield, error) {
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
+	s.pinPath = opts.PinPath
+	if s.pinPath != "" {
+		if err := s.rollback(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if err := s.loadSnapshots(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	cfg, ok, err := s.readConfig()
 	if err != nil {
 		s.Close()
@@ -175,6 +192,13 @@ func Load(opts Options) (*Shield, error) {
 	}
 	if ok {
 		s.limits = limitsOf(cfg)
+		// A rollback may have refilled a trie whose flag was cleared.
+		if s.recovered != nil {
+			if err := s.publish(s.limits); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
 	} else if err := s.start(opts.Limits); err != nil {
 		s.Close()
 		return nil, err

@@ -27,6 +27,7 @@ type Matrix struct {
 	BootTimeout time.Duration
 	Timeout     time.Duration // per kernel
 	MemoryMiB   int
+	CPUs        int       // vCPUs per VM; 2 when 0
 	Dir         string    // module directory; "." when empty
 	Output      io.Writer // live test output, prefixed with the kernel
 	Console     io.Writer // live kernel console, when set
@@ -281,7 +282,7 @@ func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, 
 	}
 	vm := &VM{
 		Kernel: k, Modules: m.Modules, Tools: m.Tools, Runs: runs, Data: data,
-		MemoryMiB: m.MemoryMiB, BootTimeout: m.BootTimeout, Timeout: m.Timeout,
+		MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, BootTimeout: m.BootTimeout, Timeout: m.Timeout,
 		Output: &prefixWriter{w: out, prefix: "[" + pin.Name + "] "}, Console: m.Console,
 		WorkDir: work, CacheDir: m.Cache.Dir, Log: m.Log,
 	}

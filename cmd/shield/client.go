@@ -1,14 +1,18 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/user"
 	"strings"
+	"time"
 
 	"xdpshield/shield/api"
 )
@@ -18,6 +22,7 @@ const (
 	envAPI       = "SHIELD_API"
 	envToken     = "SHIELD_TOKEN"
 	envTokenFile = "SHIELD_TOKEN_FILE"
+	envCAFile    = "SHIELD_CA_FILE"
 )
 
 // stdout is where the API commands print (tests capture it).
@@ -27,12 +32,14 @@ var stdout io.Writer = os.Stdout
 type clientFlags struct {
 	api       string
 	tokenFile string
+	caFile    string
 	json      bool
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.api, "api", "", "service URL (default $"+envAPI+" or http://"+api.DefaultListen+")")
 	fs.StringVar(&c.tokenFile, "token-file", "", "operator token file, for changes (default $"+envTokenFile+", or the token in $"+envToken+")")
+	fs.StringVar(&c.caFile, "ca-file", "", "PEM certificates to trust for an https:// -api (default $"+envCAFile+", else the system's)")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 }
 
@@ -49,6 +56,22 @@ func (c *clientFlags) client(needToken bool) (*api.Client, error) {
 		base = "http://" + base
 	}
 	cl := &api.Client{Base: base, Operator: operator()}
+	ca := c.caFile
+	if ca == "" {
+		ca = os.Getenv(envCAFile)
+	}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no PEM certificate in %s", ca)
+		}
+		cl.HTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
 	tf := c.tokenFile
 	if tf == "" {
 		tf = os.Getenv(envTokenFile)

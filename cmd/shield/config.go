@@ -5,13 +5,16 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"xdpshield/shield"
 	"xdpshield/shield/api"
+	svc "xdpshield/shield/service"
 )
 
 // config is the service's configuration file (TOML; docs/shield.example.toml
@@ -29,6 +32,11 @@ type config struct {
 		AuthReads    bool     `toml:"auth_reads"`
 		MaxBodyBytes int64    `toml:"max_body_bytes"`
 		TopTimeout   duration `toml:"top_timeout"`
+		TLSCert      string   `toml:"tls_cert"`
+		TLSKey       string   `toml:"tls_key"`
+		// DangerouslyExpose serves a non-loopback address without
+		// auth_reads or TLS; refused otherwise.
+		DangerouslyExpose bool `toml:"dangerously_expose"`
 	} `toml:"api"`
 
 	Limits struct {
@@ -93,6 +101,14 @@ func loadConfig(path string) (config, error) {
 	if err != nil {
 		return c, fmt.Errorf("config %s: %w", path, err)
 	}
+	// Unsigned fields would take -1 as 2^64-1 and report that: name the
+	// negative values as written instead.
+	var raw map[string]any
+	if _, err := toml.DecodeFile(path, &raw); err == nil {
+		if neg := negatives("", raw); len(neg) > 0 {
+			return c, fmt.Errorf("config %s: negative values: %s", path, strings.Join(neg, ", "))
+		}
+	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
@@ -101,6 +117,24 @@ func loadConfig(path string) (config, error) {
 		return c, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(keys, ", "))
 	}
 	return c, nil
+}
+
+// negatives lists the keys of m (recursively) holding negative integers,
+// as key = value.
+func negatives(prefix string, m map[string]any) []string {
+	var out []string
+	for k, v := range m {
+		switch v := v.(type) {
+		case int64:
+			if v < 0 {
+				out = append(out, fmt.Sprintf("%s%s = %d", prefix, k, v))
+			}
+		case map[string]any:
+			out = append(out, negatives(prefix+k+".", v)...)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // settings is a validated configuration, in the types the service uses.
@@ -169,13 +203,34 @@ func (c *config) validate() (settings, error) {
 			errs = append(errs, fmt.Errorf("api.token_file: %w", err))
 		}
 	}
+	// What the service checks before it binds or attaches anything: the
+	// address, and that an exposed API is protected.
+	if err := svc.ValidateAPI(c.apiConfig(s.token)); err != nil {
+		errs = append(errs, err)
+	}
 	return s, errors.Join(errs...)
 }
 
-// readTokenFile reads the operator token from a file only its owner can
-// read or write (mode 0600 or stricter).
+// apiConfig is the service's API configuration.
+func (c *config) apiConfig(token string) svc.API {
+	return svc.API{
+		Listen:            c.API.Listen,
+		Token:             token,
+		TokenSource:       c.API.TokenFile,
+		AuthReads:         c.API.AuthReads,
+		MaxBody:           c.API.MaxBodyBytes,
+		TopTimeout:        c.API.TopTimeout.Duration,
+		TLSCert:           c.API.TLSCert,
+		TLSKey:            c.API.TLSKey,
+		DangerouslyExpose: c.API.DangerouslyExpose,
+	}
+}
+
+// readTokenFile reads the operator token from a regular file only its owner
+// can read or write (mode 0600 or stricter). It opens without blocking: a
+// FIFO would otherwise hold serve in open(), deaf to SIGTERM.
 func readTokenFile(path string) (string, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open token file: %w", err)
 	}

@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // The documented example must stay a valid, complete configuration: every
@@ -44,7 +46,17 @@ func TestConfigErrors(t *testing.T) {
 		{"rate 0", "iface = \"eth0\"\n[limits]\nrate = 0", "rate 0 out of range"},
 		{"table 0", "iface = \"eth0\"\ntable_size = 0", "table_size: 0 out of range [1024, 16777216]"},
 		{"table absurd", "iface = \"eth0\"\ntable_size = 5000000000", "table_size: 5000000000 out of range"},
-		{"negative", "iface = \"eth0\"\n[limits]\nburst = -1", "burst"},
+		// Issue 10, finding 7: negative values as written, not 2^64-N.
+		{"negative", "iface = \"eth0\"\n[limits]\nburst = -1", "limits.burst = -1"},
+		{"negative table", "iface = \"eth0\"\ntable_size = -5", "table_size = -5"},
+		// Issue 10, findings 6 and 7: the listen address is checked by
+		// -check, and an exposed API needs protection.
+		{"listen not a host", "iface = \"eth0\"\n[api]\nlisten = \"not-a-host:9470\"", `api.listen "not-a-host:9470"`},
+		{"listen no port", "iface = \"eth0\"\n[api]\nlisten = \"127.0.0.1\"", `api.listen "127.0.0.1"`},
+		{"exposed", "iface = \"eth0\"\n[api]\nlisten = \"0.0.0.0:9470\"", "beyond loopback"},
+		{"exposed with token and auth_reads, no TLS", "iface = \"eth0\"\n[api]\nlisten = \"198.18.0.1:9470\"\nauth_reads = true\ntoken_file = \"" + tok + "\"", "TLS (api.tls_cert"},
+		{"exposed, dangerously", "iface = \"eth0\"\n[api]\nlisten = \"0.0.0.0:9470\"\ndangerously_expose = true", ""},
+		{"tls cert alone", "iface = \"eth0\"\n[api]\ntls_cert = \"/nonexistent\"", "give both or neither"},
 		{"bad cidr", "iface = \"eth0\"\n[lists]\ndeny = [\"198.18.0.0/24\", \"198.18.0.999\"]", `lists.deny: "198.18.0.999"`},
 		{"bad mode", "iface = \"eth0\"\nmode = \"fast\"", `unknown mode "fast"`},
 		{"bad duration", "iface = \"eth0\"\n[api]\ntop_timeout = \"soon\"", "top_timeout"},
@@ -68,5 +80,27 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("config %q: %v, want an error with %q", tc.body, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestTokenFileFIFODoesNotBlock (issue 10, finding 7): a FIFO as token file
+// held serve in open(), deaf to SIGTERM. It must be refused at once.
+func TestTokenFileFIFODoesNotBlock(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "token")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := readTokenFile(fifo)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("readTokenFile(fifo) = %v, want a not-a-regular-file error", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("readTokenFile(fifo) still blocked after 2 s")
 	}
 }

@@ -31,7 +31,8 @@ func runDetach(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	dir, _ := shield.PinDir(*pinRoot, *iface)
 	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info("detached; program and pins removed",
-		keyIface, *iface, keyPinDir, shield.PinDir(*pinRoot, *iface))
+		keyIface, *iface, keyPinDir, dir)
 	return nil
 }

@@ -36,7 +36,7 @@ func TestServeMillionSources(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := ebpf.LoadPinnedMap(filepath.Join(shield.PinDir(l.pinRoot, "va"), "sources"), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir(t), "sources"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func newLab(t *testing.T, role string) *lab {
 	}
 	t.Cleanup(func() {
 		// Pins left by a failed test: detach first so no link stays.
-		shield.Detach(l.pinRoot, "va")
+		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va") })
 		os.RemoveAll(l.pinRoot)
 	})
 	l.tokenFile = filepath.Join(t.TempDir(), "token")
@@ -108,6 +108,20 @@ func newLab(t *testing.T, role string) *lab {
 	l.client = &api.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
 		HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 	return l
+}
+
+// pinDir is where serve, run in the edge namespace, pins va.
+func (l *lab) pinDir(t *testing.T) string {
+	t.Helper()
+	var dir string
+	if err := l.edge.Do(func() error {
+		var err error
+		dir, err = shield.PinDir(l.pinRoot, "va")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // syncBuffer collects a process's output.
@@ -287,7 +301,7 @@ func denyDrops(t *testing.T, l *lab) uint64 {
 
 func linkInfo(t *testing.T, l *lab) *link.Info {
 	t.Helper()
-	lk, err := link.LoadPinnedLink(filepath.Join(shield.PinDir(l.pinRoot, "va"), "link"), nil)
+	lk, err := link.LoadPinnedLink(filepath.Join(l.pinDir(t), "link"), nil)
 	if err != nil {
 		t.Fatalf("load pinned link: %v", err)
 	}
@@ -441,7 +455,7 @@ func TestServeLifecycle(t *testing.T) {
 	if ok, _ := xdpAttached(t, l); ok {
 		t.Error("XDP program still attached after detach")
 	}
-	if _, err := os.Stat(shield.PinDir(l.pinRoot, "va")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(l.pinDir(t)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("pin directory still there after detach: %v", err)
 	}
 	// Without the shield the same source gets through: the sender was live.

@@ -40,13 +40,27 @@ func runStorm(ctx context.Context, args []string) error {
 	many := fs.Uint("many", uint(cfg.ManySources), "forged IPv6 sources in the many storm (IPv4 uses up to 65536)")
 	few := fs.Uint("few", uint(cfg.FewSources), "sources per family in the few storm (1-16)")
 	table := fs.Uint("table", uint(cfg.TableSize), "capacity of the shield's sources table")
-	fs.BoolVar(&cfg.Contrast, "contrast", cfg.Contrast, "also run the storms with no program attached (reported, not asserted)")
+	fs.BoolVar(&cfg.Contrast, "contrast", cfg.Contrast, "also run the storms with no program attached: they must break the budget")
+	fs.BoolVar(&cfg.Limits.DryRun, "dry-run", false, "run the storms against a shield in dry-run (counting, passing everything): its budget assertions must fail")
+	short := fs.Bool("short", false, "the VM matrix's scaled-down storm (e2e.ShortConfig): 3 s phases, 10k frames/s, tight limits; other flags apply on top")
+	fs.Float64Var(&cfg.UDPCapacity, "udp-capacity", cfg.UDPCapacity, "requests/s the edge's datagram service answers")
 	quiet := fs.Bool("quiet", false, "no live progress line")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("storm: unexpected arguments %q", fs.Args())
+	}
+	if *short {
+		// The short storm, with every flag given on the command line
+		// applied over it (the flags write into cfg).
+		given := map[string]string{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = f.Value.String() })
+		cfg = e2e.ShortConfig()
+		*many, *few, *table = uint(cfg.ManySources), uint(cfg.FewSources), uint(cfg.TableSize)
+		for name, v := range given {
+			fs.Set(name, v)
+		}
 	}
 	// Checked before narrowing: -table 4294967296 must be refused, not
 	// wrap to 0.

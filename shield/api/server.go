@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +37,11 @@ const (
 	keyPath   = "path"
 	keyReason = "reason"
 	keyItems  = "prefixes"
+	// keyClaimed is the operator name an unauthorized request gave.
+	keyClaimed = "claimed_operator"
+	// keySuppressed counts the unauthorized requests not logged since the
+	// last line.
+	keySuppressed = "suppressed"
 )
 
 // Defaults of Options.
@@ -90,6 +97,53 @@ type Server struct {
 	// the response and the log say what this request changed, not what a
 	// concurrent one did.
 	listMu sync.Mutex
+	// denyLog bounds the rate of "api unauthorized" lines.
+	denyLog logLimiter
+}
+
+// logLimiter lets a burst of logLimitBurst lines through, then one per
+// second, and counts what it held back.
+type logLimiter struct {
+	mu         sync.Mutex
+	credit     float64
+	last       time.Time
+	suppressed int
+}
+
+const logLimitBurst = 10
+
+// allow reports whether a line may be written now and how many were held
+// back since the last one.
+func (l *logLimiter) allow(now time.Time) (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last.IsZero() {
+		l.credit = logLimitBurst
+	} else {
+		l.credit = min(logLimitBurst, l.credit+now.Sub(l.last).Seconds())
+	}
+	l.last = now
+	if l.credit < 1 {
+		l.suppressed++
+		return 0, false
+	}
+	l.credit--
+	n := l.suppressed
+	l.suppressed = 0
+	return n, true
+}
+
+// sanitize bounds a request-supplied string for the logs.
+func sanitize(s string) string {
+	if len(s) > 128 {
+		s = s[:128] + "..."
+	}
+	return strings.Map(func(c rune) rune {
+		if c < 0x20 || c == 0x7f {
+			return '_'
+		}
+		return c
+	}, s)
 }
 
 // NewServer returns a Server for sh. It does not listen: serve it with
@@ -151,7 +205,13 @@ func (s *Server) Registry() *prometheus.Registry { return s.reg }
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
-	s.mux.ServeHTTP(rec, r)
+	// net/url drops the pairs it cannot parse; a request is answered as
+	// written or not at all.
+	if _, err := url.ParseQuery(r.URL.RawQuery); err != nil {
+		writeError(rec, http.StatusBadRequest, fmt.Errorf("malformed query string: %v", err))
+	} else {
+		s.mux.ServeHTTP(rec, r)
+	}
 	s.reqs.WithLabelValues(strconv.Itoa(rec.code)).Inc()
 }
 
@@ -165,17 +225,20 @@ func (r *statusRecorder) WriteHeader(code int) {
 	r.ResponseWriter.WriteHeader(code)
 }
 
-// who names the operator of r for the logs.
+// who names the operator of r for the logs: at most 64 characters of
+// letters, digits and ._@+- (anything else becomes _), so a header cannot
+// forge log fields or lines.
 func who(r *http.Request) string {
 	op := r.Header.Get(OperatorHeader)
 	if len(op) > 64 {
 		op = op[:64]
 	}
 	op = strings.Map(func(c rune) rune {
-		if c < 0x20 || c == 0x7f {
-			return -1
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', strings.ContainsRune("._@+-", c):
+			return c
 		}
-		return c
+		return '_'
 	}, op)
 	if op == "" {
 		return "unnamed"
@@ -202,8 +265,18 @@ func (s *Server) authorized(r *http.Request) (bool, string) {
 }
 
 func (s *Server) deny(w http.ResponseWriter, r *http.Request, reason string) {
-	s.log.Warn("api unauthorized", keyMethod, r.Method, keyPath, r.URL.Path,
-		keyWho, who(r), keyRemote, r.RemoteAddr, keyReason, reason)
+	// A flood of unauthorized requests must not become a flood of log
+	// lines: a few per second, then one line saying how many were not
+	// logged. The operator a stranger claims to be is theirs to choose:
+	// it is logged as a claim, never as who.
+	if n, ok := s.denyLog.allow(time.Now()); ok {
+		args := []any{keyMethod, r.Method, keyPath, sanitize(r.URL.Path), keyClaimed, who(r),
+			keyRemote, r.RemoteAddr, keyReason, reason}
+		if n > 0 {
+			args = append(args, keySuppressed, n)
+		}
+		s.log.Warn("api unauthorized", args...)
+	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="xdpshield"`)
 	writeError(w, http.StatusUnauthorized, errors.New(reason))
 }
@@ -277,7 +350,11 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := dec.Decode(v); err == nil {
+		if err := checkKeys(body, reflect.TypeOf(v)); err != nil {
+			return err
+		}
+	} else {
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
 		switch {

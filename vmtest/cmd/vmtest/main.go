@@ -1,6 +1,6 @@
 // Command vmtest runs the VM matrix and maintains the kernel lock:
 //
-//	vmtest matrix [-kernels "5.10 6.1"] [-out out/vmtest] [packages]
+//	vmtest matrix [-kernels "5.10 6.1"] [-out out/vmtest] [-cpus 2] [-runs N] [packages]
 //	vmtest repin  [-kernels "5.10 6.1 6.12 7.2"]
 //	vmtest fetch  [-kernels ...]
 //
@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	timeout := fs.Duration("timeout", 8*time.Minute, "matrix: budget of one kernel's VM (a binary stuck in the kernel outlives -test.timeout)")
 	testFlags := fs.String("testflags", "-test.short -test.v", "matrix: flags for every test binary")
 	mem := fs.Int("memory", 1024, "matrix: guest memory, MiB")
+	cpus := fs.Int("cpus", 2, "matrix: vCPUs per guest")
+	runs := fs.Int("runs", 1, "matrix: run the matrix this many times and report pass counts per kernel (a soak)")
 	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "matrix: host programs copied into the guest")
 	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "matrix: kernel modules loaded in the guest (with their dependencies)")
 	if err := fs.Parse(args[1:]); err != nil {
@@ -91,11 +94,14 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 		m := &vmtest.Matrix{
 			Cache: c, Kernels: names, Packages: fs.Args(),
 			TestFlags: strings.Fields(*testFlags), BootTimeout: *bootTimeout, Timeout: *timeout,
-			MemoryMiB: *mem, Output: os.Stdout, Log: log,
+			MemoryMiB: *mem, CPUs: *cpus, Output: os.Stdout, Log: log,
 			Tools: splitList(*tools), Modules: splitList(*modules),
 		}
 		if *verbose {
 			m.Console = os.Stderr
+		}
+		if *runs > 1 {
+			return soak(ctx, m, *runs, *out)
 		}
 		rep, code, err := m.Run(ctx)
 		if rep != nil {
@@ -143,6 +149,40 @@ func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCod
 	}
 	slog.Info("lock rewritten", vmtest.LogPath, path)
 	return vmtest.ExitPass, nil
+}
+
+// soak runs m n times, each run's report in out/run-I, and prints how many
+// runs passed on each kernel; it fails unless every run passed everywhere.
+func soak(ctx context.Context, m *vmtest.Matrix, n int, out string) (vmtest.ExitCode, error) {
+	passed := map[string]int{}
+	code := vmtest.ExitPass
+	var errs []error
+	for i := 1; i <= n && ctx.Err() == nil; i++ {
+		slog.Info("soak run", "run", i, "of", n)
+		rep, c, err := m.Run(ctx)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("run %d: %w", i, err))
+		}
+		if c > code {
+			code = c
+		}
+		if rep == nil {
+			continue
+		}
+		if werr := rep.Write(filepath.Join(out, fmt.Sprintf("run-%d", i)), io.Discard); werr != nil {
+			errs = append(errs, werr)
+		}
+		for _, k := range rep.Kernels {
+			if k.Code == int(vmtest.ExitPass) {
+				passed[k.Name]++
+			}
+		}
+	}
+	fmt.Printf("\nsoak: %d runs of %s on %d vCPU(s)\n", n, strings.Join(m.Packages, " "), m.CPUs)
+	for _, k := range m.Kernels {
+		fmt.Printf("  %-6s passed %d of %d\n", k, passed[k], n)
+	}
+	return code, errors.Join(errs...)
 }
 
 func splitList(s string) []string {

@@ -1,0 +1,300 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"xdpshield/shield"
+	"xdpshield/shield/api"
+)
+
+// Tests named after the findings of issue 10 ("the service under attack and
+// accident"), each run against the real `shield serve` process.
+
+// TestServeInAnotherNamespaceDoesNotTakeOver (finding 1): two network
+// namespaces, each with an interface va, one pin root. The service of the
+// first stops (its program stays attached through the pinned link); a
+// service in the second must attach its own program and leave the first
+// namespace's link alone.
+func TestServeInAnotherNamespaceDoesNotTakeOver(t *testing.T) {
+	a := newLab(t, "nsa")
+	b := newLab(t, "nsb")
+	os.Remove(b.pinRoot) // b shares a's root
+	b.pinRoot = a.pinRoot
+	s1 := a.serve(t)
+	s1.stop(t)
+	okA, modeA := xdpAttached(t, a)
+	if !okA {
+		t.Fatalf("after the first service stopped, va in %s has no XDP program", a.edge.Name)
+	}
+	s2 := b.serve(t)
+	if ok, mode := xdpAttached(t, a); !ok || mode != modeA {
+		t.Errorf("after a service started in %s, va in %s has XDP attached %v (mode %d), want true (mode %d): taken over\n%s",
+			b.edge.Name, a.edge.Name, ok, mode, modeA, s2.out)
+	}
+	if ok, _ := xdpAttached(t, b); !ok {
+		t.Errorf("va in %s has no XDP program though its service runs", b.edge.Name)
+	}
+	if out := s2.out.String(); strings.Contains(out, "adopted") || strings.Contains(out, "attaching afresh") {
+		t.Errorf("the second namespace's service adopted or unpinned the first's link:\n%s", out)
+	}
+}
+
+// TestDetachRefusesNonBPFFS (finding 2): `shield detach -pin-root DIR` on an
+// ordinary directory must delete nothing.
+func TestDetachRefusesNonBPFFS(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim", "a.conf")
+	if err := os.MkdirAll(filepath.Dir(victim), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := plainCmd("detach", "-iface", "victim", "-pin-root", dir)
+	if err := cmd.Run(); err == nil {
+		t.Errorf("shield detach -pin-root %s (not bpffs) exited 0, want an error:\n%s", dir, out)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Errorf("detach on a non-bpffs directory removed %s: %v\n%s", victim, err, out)
+	}
+	if !strings.Contains(out.String(), "not on a bpf filesystem") {
+		t.Errorf("detach output = %q, want it to say the directory is not on a bpf filesystem", out)
+	}
+}
+
+// TestFailedAttachLeavesNoOrphanPins (finding 7): a second service on the
+// same interface under another pin root fails to attach (the first one's
+// program is there); it must leave no pins behind.
+func TestFailedAttachLeavesNoOrphanPins(t *testing.T) {
+	l := newLab(t, "orphan")
+	l.serve(t)
+	other := l.pinRoot + "-other"
+	if err := shield.EnsureBPFFS(other); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(other) })
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", other, "-listen", "127.0.0.1:9471")
+	if err := cmd.Run(); err == nil {
+		t.Fatalf("a second serve on va under another pin root exited 0:\n%s", out)
+	}
+	var pins []string
+	filepath.WalkDir(other, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			pins = append(pins, p)
+		}
+		return nil
+	})
+	if len(pins) > 0 {
+		t.Errorf("the failed attach left %d pins: %v\n%s", len(pins), pins, out)
+	}
+}
+
+// TestServeBindsListenerBeforeAttaching (finding 7): when the API address
+// cannot be bound, serve must fail before it attaches anything.
+func TestServeBindsListenerBeforeAttaching(t *testing.T) {
+	l := newLab(t, "bind")
+	var ln net.Listener
+	if err := l.edge.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:9470")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-listen", "127.0.0.1:9470")
+	if err := cmd.Run(); err == nil {
+		t.Fatalf("serve with its address taken exited 0:\n%s", out)
+	}
+	if ok, _ := xdpAttached(t, l); ok {
+		t.Errorf("serve failed to listen but left XDP attached to va:\n%s", out)
+	}
+}
+
+// plainCmd runs this test binary as `shield ARGS...` in the test's own
+// namespaces.
+func plainCmd(args ...string) (*exec.Cmd, *syncBuffer) {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), envAsMain+"=1")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	return cmd, out
+}
+
+// TestExposedAPIRefusedWithoutProtection (issue 10, finding 6): a listener
+// beyond loopback without TLS and the token on reads is refused before
+// anything is attached; with them, a remote peer needs the token over TLS.
+func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
+	l := newLab(t, "expose")
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile,
+		"-listen", "198.18.0.1:9470")
+	if err := cmd.Run(); err == nil {
+		t.Errorf("serve -listen 198.18.0.1:9470 without TLS exited 0, want a refusal:\n%s", out)
+	}
+	if !strings.Contains(out.String(), "beyond loopback") {
+		t.Errorf("serve's refusal does not say why:\n%s", out)
+	}
+	if ok, _ := xdpAttached(t, l); ok {
+		t.Errorf("the refused serve attached XDP to va:\n%s", out)
+	}
+
+	// Protected: TLS, reads behind the token.
+	dir := t.TempDir()
+	certPEM, keyPEM := selfSigned(t, netip.MustParseAddr("198.18.0.1"))
+	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	cfgFile := filepath.Join(dir, "shield.toml")
+	for f, b := range map[string][]byte{cert: certPEM, key: keyPEM, cfgFile: []byte("[api]\nauth_reads = true\n")} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd, out = l.shieldCmd("serve", "-config", cfgFile, "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile,
+		"-listen", "198.18.0.1:9470", "-tls-cert", cert, "-tls-key", key)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &service{cmd: cmd, out: out, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(certPEM)
+	tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := l.storm.Do(func() error {
+			var err error
+			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}}
+	defer tr.CloseIdleConnections()
+	remote := &api.Client{Base: "https://198.18.0.1:9470", HTTP: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+	waitFor(t, "the TLS API to answer", func() bool {
+		_, err := remote.Info(context.Background())
+		var ae *api.Error
+		return errors.As(err, &ae)
+	})
+	if _, err := remote.Info(context.Background()); err == nil {
+		t.Error("a remote peer read /v1/info without the token")
+	}
+	remote.Token = testToken
+	if _, err := remote.Info(context.Background()); err != nil {
+		t.Errorf("a remote peer with the token over TLS: %v", err)
+	}
+	plain := &api.Client{Base: "http://198.18.0.1:9470", Token: testToken, HTTP: &http.Client{Transport: &http.Transport{DialContext: tr.DialContext}, Timeout: 5 * time.Second}}
+	if _, err := plain.Info(context.Background()); err == nil {
+		t.Error("the API answered plain HTTP beside TLS")
+	}
+}
+
+// selfSigned makes a certificate for ip and its key, PEM-encoded.
+func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "xdpshield test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{ip.AsSlice()}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+}
+
+// TestListChangeAtomicAcrossKill (issue 10, finding 4): kill -9 of the
+// service while it writes a batch of 60,000 deny prefixes. After the
+// restart the batch is in force whole or not at all, and a rollback is
+// logged.
+func TestListChangeAtomicAcrossKill(t *testing.T) {
+	l := newLab(t, "kill")
+	cfg := filepath.Join(t.TempDir(), "shield.toml")
+	if err := os.WriteFile(cfg, []byte("[api]\nmax_body_bytes = 4194304\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s1 := l.serve(t, "-config", cfg)
+	const n = 60000
+	batch := make([]string, n)
+	for i := range batch {
+		batch[i] = netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}).String() + "/32"
+	}
+	// The deny trie, watched from here: the first entry of the batch
+	// means the service is writing it.
+	var deny4 *ebpf.Map
+	waitFor(t, "the pinned deny4 map", func() bool {
+		ms, _ := filepath.Glob(filepath.Join(l.pinRoot, "*", "va", "deny4"))
+		if old := filepath.Join(l.pinRoot, "va", "deny4"); len(ms) == 0 {
+			ms = []string{old}
+		}
+		m, err := ebpf.LoadPinnedMap(ms[0], nil)
+		deny4 = m
+		return err == nil
+	})
+	defer deny4.Close()
+	go l.client.Add(context.Background(), shield.DenyList, batch)
+	var k []byte
+	deadline := time.Now().Add(30 * time.Second)
+	for deny4.NextKey(nil, &k) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the batch did not start within 30 s")
+		}
+	}
+	if err := s1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s1.done
+	s1.done <- nil
+
+	s2 := l.serve(t, "-config", cfg)
+	got, err := l.client.List(context.Background(), shield.DenyList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inForce := 0
+	for _, p := range got.Prefixes {
+		if strings.HasPrefix(p, "198.19.") {
+			inForce++
+		}
+	}
+	switch {
+	case inForce == 0:
+		if !strings.Contains(s2.out.String(), "rolled back") {
+			t.Errorf("the interrupted batch was rolled back, but no line says so:\n%s", s2.out)
+		}
+	case inForce == n:
+		t.Logf("the batch was complete when killed")
+	default:
+		t.Errorf("after kill -9 during a batch of %d deny prefixes, %d are in force: want all or none\n%s", n, inForce, s2.out)
+	}
+	t.Logf("kill -9 during the batch: %d of %d in force after the restart", inForce, n)
+}

@@ -1,0 +1,138 @@
+package service
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Bounds of the API's connections.
+const (
+	// MaxConns bounds the API's open connections; past it, new ones wait
+	// in the kernel's backlog until one closes.
+	MaxConns = 64
+	// WriteTimeout bounds the writing of one answer beyond the handler's
+	// own time: a client that does not read its answer is cut off.
+	WriteTimeout = 30 * time.Second
+)
+
+// ValidateAPI checks the API's configuration whole, before anything is
+// bound or attached: the address must be IP:PORT, and an address beyond
+// loopback needs reads behind the token and TLS, unless DangerouslyExpose
+// says otherwise.
+func ValidateAPI(a API) error {
+	var errs []error
+	ap, err := netip.ParseAddrPort(a.Listen)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("api.listen %q: want IP:PORT with a literal address (127.0.0.1:9470, [::1]:9470)", a.Listen))
+	}
+	if (a.TLSCert == "") != (a.TLSKey == "") {
+		errs = append(errs, errors.New("api.tls_cert and api.tls_key: give both or neither"))
+	}
+	if a.TLSCert != "" && a.TLSKey != "" {
+		if _, err := tls.LoadX509KeyPair(a.TLSCert, a.TLSKey); err != nil {
+			errs = append(errs, fmt.Errorf("api.tls_cert/api.tls_key: %w", err))
+		}
+	}
+	if err == nil && !ap.Addr().Unmap().IsLoopback() && !a.DangerouslyExpose {
+		var missing []string
+		if a.Token == "" {
+			missing = append(missing, "an operator token (api.token_file)")
+		}
+		if !a.AuthReads {
+			missing = append(missing, "reads behind the token (api.auth_reads = true)")
+		}
+		if a.TLSCert == "" {
+			missing = append(missing, "TLS (api.tls_cert, api.tls_key)")
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("api.listen %s is beyond loopback and lacks %v; "+
+				"or set api.dangerously_expose = true to serve it unprotected", a.Listen, missing))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// exposed reports whether the API is reachable beyond loopback without
+// every protection (allowed only by DangerouslyExpose).
+func exposed(a API) bool {
+	ap, err := netip.ParseAddrPort(a.Listen)
+	return err == nil && !ap.Addr().Unmap().IsLoopback() && (a.Token == "" || !a.AuthReads || a.TLSCert == "")
+}
+
+// listen binds the API's address in exactly the family it names (Go would
+// make 0.0.0.0 a dual-stack socket, reachable on [::] too), bounded to
+// MaxConns connections, under TLS when configured.
+func listen(a API) (net.Listener, error) {
+	ap, err := netip.ParseAddrPort(a.Listen)
+	if err != nil {
+		return nil, err
+	}
+	network := "tcp6"
+	if ap.Addr().Unmap().Is4() {
+		network = "tcp4"
+	}
+	ln, err := net.Listen(network, a.Listen)
+	if err != nil {
+		return nil, err
+	}
+	ln = &limitListener{Listener: ln, sem: make(chan struct{}, MaxConns)}
+	if a.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(a.TLSCert, a.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("load TLS key pair: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	return ln, nil
+}
+
+// limitListener accepts at most cap(sem) connections at a time.
+type limitListener struct {
+	net.Listener
+	sem  chan struct{}
+	once sync.Once
+	done chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.once.Do(func() { l.done = make(chan struct{}) })
+	select {
+	case l.sem <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { l.done = make(chan struct{}) })
+	select {
+	case <-l.done:
+	default:
+		close(l.done)
+	}
+	return l.Listener.Close()
+}
+
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}

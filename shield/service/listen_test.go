@@ -1,0 +1,87 @@
+package service
+
+import (
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestConnectionsBounded (issue 10, finding 5): 40 clients that never read
+// kept their answers queued; the API now holds at most a bounded number of
+// connections, and one more is accepted only when one closes.
+func TestConnectionsBounded(t *testing.T) {
+	inner, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &limitListener{Listener: inner, sem: make(chan struct{}, 2)}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 3)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	for range 3 {
+		c, err := net.Dial("tcp4", inner.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	var held []net.Conn
+	for range 2 {
+		select {
+		case c := <-accepted:
+			held = append(held, c)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the first two connections were not accepted")
+		}
+	}
+	select {
+	case <-accepted:
+		t.Fatal("a third connection was accepted with two open and a bound of two")
+	case <-time.After(200 * time.Millisecond):
+	}
+	held[0].Close()
+	select {
+	case c := <-accepted:
+		c.Close()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the third connection was not accepted after one closed")
+	}
+	held[1].Close()
+}
+
+func TestValidateAPI(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		api  API
+		want string // in the error; "" for none
+	}{
+		{"loopback", API{Listen: "127.0.0.1:9470"}, ""},
+		{"loopback v6", API{Listen: "[::1]:9470"}, ""},
+		{"host name", API{Listen: "not-a-host:9470"}, `api.listen "not-a-host:9470"`},
+		{"no address", API{Listen: ":9470"}, `api.listen ":9470"`},
+		{"exposed bare", API{Listen: "0.0.0.0:9470"}, "beyond loopback"},
+		{"exposed no TLS", API{Listen: "198.18.0.1:9470", Token: "t", AuthReads: true}, "TLS"},
+		{"exposed reads open", API{Listen: "198.18.0.1:9470", Token: "t"}, "reads behind the token"},
+		{"exposed dangerously", API{Listen: "0.0.0.0:9470", DangerouslyExpose: true}, ""},
+		{"half TLS", API{Listen: "127.0.0.1:9470", TLSKey: "k"}, "give both or neither"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateAPI(tc.api)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("ValidateAPI(%+v) = %v, want nil", tc.api, err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("ValidateAPI(%+v) = %v, want an error with %q", tc.api, err, tc.want)
+			}
+		})
+	}
+}

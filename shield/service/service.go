@@ -1,0 +1,352 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"xdpshield/shield"
+	"xdpshield/shield/api"
+)
+
+// Log attribute keys of the service's lifecycle logs.
+const (
+	keyIface     = "iface"
+	keyMode      = "mode"
+	keyPinDir    = "pin_dir"
+	keyLinkID    = "link_id"
+	keyProg      = "program_id"
+	keyOldProg   = "old_program_id"
+	keyTable     = "table_size"
+	keyListen    = "listen"
+	keyLimits    = "limits"
+	keyConfig    = "configured"
+	keyNote      = "note"
+	keyWho       = "who"
+	keyWhat      = "what"
+	keyItems     = "prefixes"
+	keyOld       = "old"
+	keyNew       = "new"
+	keyErr       = "err"
+	keyVersion   = "version"
+	keyToken     = "token"
+	keyAuthReads = "auth_reads"
+	keyTLS       = "tls"
+)
+
+// Config is a service's whole configuration, in the types it uses
+// (cmd/shield turns the TOML file and the flags into one).
+type Config struct {
+	// Iface is the interface to protect, in the caller's network namespace.
+	Iface string
+	// Mode is how XDP is attached (shield.ModeAuto: native, else generic).
+	Mode shield.Mode
+	// PinRoot is the bpffs directory of the pins (shield.DefaultPinRoot
+	// when empty).
+	PinRoot string
+	// TableSize is the sources table's capacity (shield.DefaultTableSize
+	// when zero); a pinned table keeps its own.
+	TableSize uint32
+	// Clock is the program's time source.
+	Clock shield.Clock
+	// Limits apply to a fresh attach (zero: shield.DefaultLimits); adopted
+	// pins keep theirs.
+	Limits shield.Limits
+	// Allow and Deny are put on the lists at start (listed ones are kept).
+	Allow, Deny []netip.Prefix
+	// AllowOwnAddresses adds this namespace's own addresses to Allow.
+	AllowOwnAddresses bool
+	// API configures the HTTP API.
+	API API
+	// Build labels shield_build_info and /v1/info.
+	Build api.BuildInfo
+}
+
+// API configures the service's HTTP API.
+type API struct {
+	// Listen is the TCP address (api.DefaultListen when empty; port 0
+	// picks a free one, see Service.Addr).
+	Listen string
+	// Token is the operator token; empty makes the API read-only.
+	Token string
+	// TokenSource names where the token came from, for the logs.
+	TokenSource string
+	// AuthReads makes reads need the token too.
+	AuthReads bool
+	// MaxBody and TopTimeout: see api.Options (zero: their defaults).
+	MaxBody    int64
+	TopTimeout time.Duration
+	// TLSCert and TLSKey are PEM files; with them the API speaks HTTPS.
+	TLSCert, TLSKey string
+	// DangerouslyExpose serves an address beyond loopback without a
+	// token on reads or without TLS (ValidateAPI refuses it otherwise).
+	DangerouslyExpose bool
+	// NoProcessMetrics leaves the Go and process collectors out of
+	// /metrics (several services in one process).
+	NoProcessMetrics bool
+}
+
+// Service is a running shield service: the shield attached to one interface
+// and its API serving.
+type Service struct {
+	cfg  Config
+	log  *slog.Logger
+	att  *shield.Attachment
+	ln   net.Listener
+	hs   *http.Server
+	done chan struct{} // closed when the API server has stopped
+	err  error         // why it stopped, when it failed
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start validates cfg, binds the API listener, attaches the shield to
+// cfg.Iface, applies the configured lists and serves the API, all in the
+// caller's network namespace. Nothing is attached when the configuration or
+// the listener fails. The service runs until ctx is done or Close is
+// called; Wait waits for it.
+func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if cfg.TableSize == 0 {
+		cfg.TableSize = shield.DefaultTableSize
+	}
+	if cfg.API.Listen == "" {
+		cfg.API.Listen = api.DefaultListen
+	}
+	if cfg.Limits == (shield.Limits{}) {
+		cfg.Limits = shield.DefaultLimits()
+	}
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
+	}
+	if err := ValidateAPI(cfg.API); err != nil {
+		return nil, err
+	}
+	// The listener first: an address that cannot be served must not leave
+	// a program attached with no API to manage it.
+	ln, err := listen(cfg.API)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (nothing was attached): %w", cfg.API.Listen, err)
+	}
+	s := &Service{cfg: cfg, log: log, ln: ln, done: make(chan struct{})}
+	ok := false
+	defer func() {
+		if !ok {
+			ln.Close()
+			if s.att != nil {
+				s.att.Close()
+			}
+		}
+	}()
+	if err := s.attach(); err != nil {
+		return nil, err
+	}
+	if err := s.applyLists(); err != nil {
+		return nil, err
+	}
+	s.serve()
+	ok = true
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.shutdown()
+		case <-s.done:
+		}
+	}()
+	return s, nil
+}
+
+func (s *Service) attach() error {
+	cfg := s.cfg
+	a, err := shield.Attach(shield.AttachOptions{
+		Iface:   cfg.Iface,
+		Mode:    cfg.Mode,
+		PinRoot: cfg.PinRoot,
+		Load:    shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits},
+	})
+	if err != nil {
+		if errors.Is(err, shield.ErrLocked) {
+			return fmt.Errorf("another shield serve is already running on %s: %w", cfg.Iface, err)
+		}
+		return err
+	}
+	s.att = a
+	sh := a.Shield
+	for _, n := range a.Notes {
+		s.log.Warn("attach", keyIface, a.Iface, keyNote, n)
+	}
+	if a.Adopted {
+		s.log.Info("adopted pinned shield; program replaced through the link", keyIface, a.Iface, keyMode, a.Mode.String(),
+			keyPinDir, a.PinDir, keyLinkID, a.LinkID, keyOldProg, a.OldProgram, keyProg, a.Program,
+			keyTable, sh.TableSize(), keyVersion, cfg.Build.Version)
+		if got := sh.Limits(); got != cfg.Limits {
+			s.log.Warn("pinned limits kept; the configured ones are ignored (change them with PUT /v1/limits)",
+				keyIface, a.Iface, keyLimits, got, keyConfig, cfg.Limits)
+		}
+	} else {
+		s.log.Info("attached", keyIface, a.Iface, keyMode, a.Mode.String(), keyPinDir, a.PinDir,
+			keyLinkID, a.LinkID, keyProg, a.Program, keyTable, sh.TableSize(), keyLimits, sh.Limits(), keyVersion, cfg.Build.Version)
+	}
+	return nil
+}
+
+func (s *Service) applyLists() error {
+	allow := slices.Clone(s.cfg.Allow)
+	if s.cfg.AllowOwnAddresses {
+		own, err := ownAddresses()
+		if err != nil {
+			return err
+		}
+		allow = append(allow, own...)
+	}
+	if err := applyList(s.log, s.att.Shield, shield.AllowList, allow); err != nil {
+		return err
+	}
+	return applyList(s.log, s.att.Shield, shield.DenyList, s.cfg.Deny)
+}
+
+func (s *Service) serve() {
+	a, cfg := s.att, s.cfg
+	if cfg.API.Token == "" {
+		s.log.Warn("no operator token (-token-file): the API refuses every change", keyIface, a.Iface)
+	}
+	srv := api.NewServer(a.Shield, api.Options{
+		Token:            cfg.API.Token,
+		AuthReads:        cfg.API.AuthReads,
+		MaxBody:          cfg.API.MaxBody,
+		TopTimeout:       cfg.API.TopTimeout,
+		Logger:           s.log.With(keyIface, a.Iface),
+		Build:            cfg.Build,
+		NoProcessMetrics: cfg.API.NoProcessMetrics,
+		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
+			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
+	})
+	topTimeout := cfg.API.TopTimeout
+	if topTimeout <= 0 {
+		topTimeout = api.DefaultTopTimeout
+	}
+	s.hs = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: topTimeout + WriteTimeout, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	go func() {
+		err := s.hs.Serve(s.ln)
+		if !errors.Is(err, http.ErrServerClosed) {
+			s.err = fmt.Errorf("api server: %w", err)
+		}
+		close(s.done)
+	}()
+	addr := s.ln.Addr().String()
+	if exposed(cfg.API) {
+		s.log.Error("DANGER: the API listens beyond loopback without a token on reads or without TLS (api.dangerously_expose)",
+			keyListen, addr, keyToken, cfg.API.Token != "", keyAuthReads, cfg.API.AuthReads, keyTLS, cfg.API.TLSCert != "")
+	}
+	src := cfg.API.TokenSource
+	if cfg.API.Token == "" {
+		src = "none (read-only API)"
+	}
+	s.log.Info("serving", keyIface, a.Iface, keyListen, addr, keyToken, src)
+}
+
+// Shield is the attached shield.
+func (s *Service) Shield() *shield.Shield { return s.att.Shield }
+
+// Attachment is what shield.Attach returned: interface, pins, link, mode.
+func (s *Service) Attachment() *shield.Attachment { return s.att }
+
+// Addr is the address the API listens on.
+func (s *Service) Addr() net.Addr { return s.ln.Addr() }
+
+// Wait blocks until the service stops: nil after ctx was done or Close was
+// called, the API server's error when it failed.
+func (s *Service) Wait() error {
+	<-s.done
+	return s.err
+}
+
+// shutdown stops the API server, letting requests in flight finish (5 s).
+func (s *Service) shutdown() {
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.hs.Shutdown(sctx); err != nil {
+		s.log.Warn("api shutdown", keyErr, err)
+		s.hs.Close()
+	}
+}
+
+// Close stops the API and releases the lock and this process's handles.
+// The program stays attached through the pinned link and the maps keep the
+// state (Detach removes the link).
+func (s *Service) Close() error {
+	s.closeOnce.Do(func() {
+		s.shutdown()
+		<-s.done
+		s.closeErr = s.att.Close()
+		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
+			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
+	})
+	return s.closeErr
+}
+
+// applyList puts the configured prefixes on list l (already listed ones are
+// kept) and logs what it added.
+func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Prefix) error {
+	if len(ps) == 0 {
+		return nil
+	}
+	before, err := sh.List(l)
+	if err != nil {
+		return err
+	}
+	if err := sh.Add(l, ps); err != nil {
+		return fmt.Errorf("%s list: %w", l, err)
+	}
+	after, err := sh.List(l)
+	if err != nil {
+		return err
+	}
+	var added []string
+	for _, p := range after {
+		if !slices.Contains(before, p) {
+			added = append(added, p.String())
+		}
+	}
+	if len(added) > 0 {
+		log.Info("list changed", keyWho, "config", keyWhat, l.String()+" add", keyItems, added,
+			keyOld, len(before), keyNew, len(after))
+	}
+	return nil
+}
+
+// ownAddresses lists this machine's addresses (in the service's network
+// namespace) as host prefixes: the operator is never limited when talking
+// from the machine itself.
+func ownAddresses() ([]netip.Prefix, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil, fmt.Errorf("list own addresses: %w", err)
+	}
+	var out []netip.Prefix
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, netip.PrefixFrom(ip, ip.BitLen()))
+	}
+	return out, nil
+}
