@@ -96,10 +96,13 @@ func (e *edgeProc) stop() {
 	}
 }
 
+// UDPCapacity is the datagram service's capacity, as in the storm demo.
+const UDPCapacity = 10_000
+
 // ServeEdge is the study-edge process: it reads a certificate and key
-// (PEM) on stdin, serves e2e's edge page on EdgePort of every address of
-// the namespace it was started in, says "ready" on stdout, and runs until
-// ctx ends.
+// (PEM) on stdin, serves e2e's edge page on EdgePort and e2e's datagram
+// service on DatagramPort of every address of the namespace it was started
+// in, says "ready" on stdout, and runs until ctx ends.
 func ServeEdge(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	b, err := io.ReadAll(stdin)
 	if err != nil {
@@ -114,9 +117,17 @@ func ServeEdge(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	srv := e2e.ServeEdge(ln, cert)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: e2e.DatagramPort})
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	udp, err := e2e.ServeDatagram(conn, UDPCapacity)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintln(stdout, "ready")
 	<-ctx.Done()
-	return srv.Close()
+	return errors.Join(srv.Close(), udp.Close())
 }
 
 // cpuReading is a reading of the CPU time the edge used so far, seconds.

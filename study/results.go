@@ -86,6 +86,8 @@ type Sample struct {
 	NewP50        float64 `json:"new_conn_p50_ms"`
 	NewP99        float64 `json:"new_conn_p99_ms"`
 	NewP999       float64 `json:"new_conn_p999_ms"`
+	UDPP50        float64 `json:"datagram_p50_ms"`
+	UDPP99        float64 `json:"datagram_p99_ms"`
 	ServerCPU     float64 `json:"server_cpu_seconds"`
 	SoftirqCPU    float64 `json:"softirq_cpu_seconds"`
 	CPUPerReqUs   float64 `json:"cpu_per_request_us"` // (server + softirq) / successful requests
@@ -115,6 +117,8 @@ func sampleOf(s *e2e.Samples) Sample {
 	ka, nc := s.Lat[e2e.KeepAlive], s.Lat[e2e.NewConn]
 	smp.KAP50, smp.KAP99, smp.KAP999 = msq(ka, 0.5), msq(ka, 0.99), msq(ka, 0.999)
 	smp.NewP50, smp.NewP99, smp.NewP999 = msq(nc, 0.5), msq(nc, 0.99), msq(nc, 0.999)
+	dg := s.Lat[e2e.Datagram]
+	smp.UDPP50, smp.UDPP99 = msq(dg, 0.5), msq(dg, 0.99)
 	smp.ka = slices.Clone(ka)
 	return smp
 }
@@ -134,6 +138,8 @@ type Legit struct {
 	KAP999  Stat     `json:"keep_alive_p999_ms"`
 	NewP50  Stat     `json:"new_conn_p50_ms"`
 	NewP99  Stat     `json:"new_conn_p99_ms"`
+	UDPP50  Stat     `json:"datagram_p50_ms"`
+	UDPP99  Stat     `json:"datagram_p99_ms"`
 	CPUReq  Stat     `json:"cpu_per_request_us"`
 	Success Stat     `json:"success"`
 	// Every run's keep-alive latencies together, and the probe's
@@ -305,6 +311,8 @@ func (r *Results) finish() {
 		l.KAP999 = col(func(s Sample) float64 { return s.KAP999 })
 		l.NewP50 = col(func(s Sample) float64 { return s.NewP50 })
 		l.NewP99 = col(func(s Sample) float64 { return s.NewP99 })
+		l.UDPP50 = col(func(s Sample) float64 { return s.UDPP50 })
+		l.UDPP99 = col(func(s Sample) float64 { return s.UDPP99 })
 		l.CPUReq = col(func(s Sample) float64 { return s.CPUPerReqUs })
 		l.Success = col(func(s Sample) float64 {
 			if s.Requests == 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"xdpshield/shield/nft"
+	svc "xdpshield/shield/service"
 )
 
 func init() {
@@ -58,7 +59,7 @@ func runNft(ctx context.Context, args []string) error {
 	}
 	allow := set.allow
 	if cfg.Lists.AllowOwnAddresses {
-		own, err := ownAddresses()
+		own, err := svc.OwnAddresses()
 		if err != nil {
 			return err
 		}

@@ -327,6 +327,11 @@ func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Pr
 	return nil
 }
 
+// OwnAddresses lists this machine's addresses (in the caller's network
+// namespace) as host prefixes, as serve allow-lists them; shield nft writes
+// the same into its twin.
+func OwnAddresses() ([]netip.Prefix, error) { return ownAddresses() }
+
 // ownAddresses lists this machine's addresses (in the service's network
 // namespace) as host prefixes: the operator is never limited when talking
 // from the machine itself.
