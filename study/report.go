@@ -53,7 +53,7 @@ func mpps(x float64) string { return fmt.Sprintf("%.2f", x/1e6) }
 // legitimate throughput at saturation, keep-alive p50/p99/p99.9 at the
 // fixed rate and CPU per request.
 func Headline(w io.Writer, r *Results) {
-	fmt.Fprintln(w, "| configuration | saturation req/s | p50 ms | p99 ms | p99.9 ms | success | CPU µs/req |")
+	fmt.Fprintln(w, "| configuration | saturation req/s | paced: keep-alive p50 ms | p99 ms | p99.9 ms | success | edge CPU µs/req |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|")
 	for _, c := range Configs {
 		fx, sat := r.legit(c.Name, PhaseFixed), r.legit(c.Name, PhaseSaturation)
