@@ -44,7 +44,7 @@ study-quick: ## the study in short (CI, under 5 min): fails if a configuration p
 
 # The VM matrix (vmtest/): packages run in every kernel, and flags for each
 # test binary (-test.short shortens the storms).
-VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./internal/...
+VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./internal/... ./probe/...
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 VM_CPUS ?= 2
 SOAK_RUNS ?= 5
