@@ -334,10 +334,10 @@ func (r *run) assertHarm(ph *Phase) {
 		udp = float64(ph.Sent.AtService) / ph.Seconds
 	}
 	why := fmt.Sprintf("sent %.0f UDP frames/s at a service answering %.0f/s", udp, r.cfg.UDPCapacity)
-	if udp <= r.cfg.UDPCapacity {
-		why = "storm too weak: " + why
-	}
 	if len(broke) == 0 {
+		if udp <= r.cfg.UDPCapacity {
+			why = "storm too weak: " + why
+		}
 		r.check(ph, "storm hurts an unprotected edge", false, "the storm did not hurt an unprotected edge; it proves nothing (%s)", why)
 		return
 	}

@@ -24,13 +24,16 @@ import (
 // are aimed at it.
 const DatagramPort = 53
 
-// datagramRcvBuf is the service socket's receive buffer: the queue a flood
-// overflows. Set with SO_RCVBUFFORCE, so it does not depend on a machine's
-// net.core.rmem_max. A datagram that arrives through a veth with an XDP
-// program costs its socket a page or more, so this holds about 900 of them:
-// a tenth of a second of the demo service's work, enough for the first
-// burst a shield lets through from every new source at once.
-const datagramRcvBuf = 2 << 20
+// rcvBuf is the service socket's receive buffer for a capacity: the queue a
+// flood overflows, about a tenth of a second of the service's work (a
+// datagram through a veth with an XDP program costs its socket a page or
+// more), within [64 KiB, 8 MiB]. Set with SO_RCVBUFFORCE, so it does not
+// depend on a machine's net.core.rmem_max; large enough for the first burst
+// a shield lets through from a storm's new sources, small enough that a
+// backlog drains within a phase's settle time.
+func rcvBuf(capacity float64) int {
+	return int(min(max(capacity/10*4096, 64<<10), 8<<20))
+}
 
 // DatagramService answers every datagram it reads on DatagramPort with one
 // carrying the same first 8 bytes, at most Capacity a second: a service of
@@ -48,8 +51,11 @@ type DatagramService struct {
 }
 
 // paceSlack is how far behind its schedule the service may fall and still
-// catch up.
-const paceSlack = 20 * time.Millisecond
+// catch up: after an idle moment it answers up to a quarter second of its
+// capacity at once (a pool of workers, each free), never more than its
+// capacity over a longer stretch. So a shield's first burst of a storm is
+// answered at once, and a storm's sustained excess is not.
+const paceSlack = 250 * time.Millisecond
 
 // StartDatagramService listens on DatagramPort of every address inside ns
 // (one dual-stack socket, shared by the flood and the client, as a real
@@ -76,7 +82,7 @@ func ServeDatagram(conn *net.UDPConn, capacity float64) (*DatagramService, error
 	if capacity <= 0 {
 		return nil, fmt.Errorf("datagram service capacity %v: want > 0", capacity)
 	}
-	if err := setRcvBufForce(conn, datagramRcvBuf); err != nil {
+	if err := setRcvBufForce(conn, rcvBuf(capacity)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("receive buffer: %w", err)
 	}
@@ -106,9 +112,9 @@ func (s *DatagramService) serve() {
 		}
 		s.served.Add(1)
 		// Pace: one request per 1/capacity. Sleep only when more than a
-		// millisecond ahead; a sleep that overran (a busy machine's
-		// timers) is made up by serving its backlog at once, up to
-		// paceSlack of it, so timer granularity costs no capacity.
+		// millisecond ahead; time not spent answering (idle, or a sleep
+		// that overran on a busy machine) is made up by answering at once,
+		// up to paceSlack of it.
 		next = next.Add(every)
 		now := time.Now()
 		if d := next.Sub(now); d > time.Millisecond {

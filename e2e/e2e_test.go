@@ -232,6 +232,9 @@ func scenarioConfig() Config {
 		// datagram service's answers and the counters are asserted
 		// exactly as on the host.
 		cfg.Budget.P99Ratio = 20
+		// An emulated edge answers its API in hundreds of milliseconds,
+		// more when the host is busy: the API must answer, not race.
+		cfg.ProbeTimeout = 5 * time.Second
 	}
 	return cfg
 }
