@@ -556,8 +556,8 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 		if err != nil {
 			return err
 		}
-		d.Dropped = m[nft.CounterAdmission] + m[nft.CounterLimit] + m[nft.CounterDeny]
-		d.Passed = m[nft.CounterOK] + m[nft.CounterAllow]
+		d.Dropped = m[nft.CounterAdmission] + m[nft.CounterLimit] + m[nft.CounterDeny] + m[nft.CounterSpoofed] + m[nft.CounterUnprotectedDrop]
+		d.Passed = m[nft.CounterOK] + m[nft.CounterAllow] + m[nft.CounterUnprotectedPass]
 		for _, set := range []string{"sources4", "sources6"} {
 			if n, err := nft.SetSize(ctx, s.nftRun, "", set); err == nil {
 				d.Tracked += n

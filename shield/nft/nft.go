@@ -20,16 +20,35 @@ const DefaultTable = "xdpshield"
 
 // Counter names, one per reason the shield counts (the nftables twin has
 // no not_ip or malformed: it passes what it does not match, uncounted).
+// The shield counts both verdicts of the unprotected class under one
+// reason; the twin splits them.
 const (
-	CounterAllow     = "allow"
-	CounterDeny      = "deny"
-	CounterAdmission = "admission"
-	CounterLimit     = "limit"
-	CounterOK        = "ok"
+	CounterSpoofed         = "spoofed"
+	CounterAllow           = "allow"
+	CounterDeny            = "deny"
+	CounterAdmission       = "admission"
+	CounterLimit           = "limit"
+	CounterOK              = "ok"
+	CounterUnprotectedPass = "unprotected_pass"
+	CounterUnprotectedDrop = "unprotected_drop"
 )
 
 // Counters lists the counters a rendered table carries, in rule order.
-var Counters = []string{CounterAllow, CounterDeny, CounterAdmission, CounterLimit, CounterOK}
+var Counters = []string{CounterSpoofed, CounterAllow, CounterDeny, CounterAdmission, CounterLimit, CounterOK,
+	CounterUnprotectedPass, CounterUnprotectedDrop}
+
+// Destination is a protected destination: TCP or UDP to a port (on every
+// address, or on Addr only), or ICMP (and ICMPv6).
+type Destination struct {
+	Proto string     // "tcp", "udp" or "icmp"
+	Port  uint16     // tcp and udp
+	Addr  netip.Addr // the zero Addr: every address
+}
+
+// Class is the limits of one traffic class.
+type Class struct {
+	Rate, Burst, AdmissionRate, AdmissionBurst uint64
+}
 
 // Config is what the ruleset is made of: the fields of a shield
 // configuration nftables can express.
@@ -40,6 +59,18 @@ type Config struct {
 	Limits    shield.Limits
 	Allow     []netip.Prefix
 	Deny      []netip.Prefix
+	// Protected names the destinations held to Limits; traffic to any
+	// other is held to Unprotected. Empty: every destination is protected
+	// (and Unprotected is unused).
+	Protected   []Destination
+	Unprotected Class
+	// KeyPrefix4 and KeyPrefix6 key a source by its prefix: every address
+	// of one shares a bucket. 0: 32 and 128 (one address).
+	KeyPrefix4, KeyPrefix6 uint8
+	// Own are the machine's own addresses: a frame from the wire that
+	// claims one is forged, and dropped as spoofed (so are IPv4-mapped
+	// IPv6 sources, always).
+	Own []netip.Prefix
 	// Timeout is how long an idle source stays in its set; 0: a minute.
 	// The shield's LRU keeps a source until the table needs its slot; an
 	// nftables set can only time entries out, so a returning source past
@@ -74,6 +105,27 @@ func (c Config) Validate() error {
 	if err := c.Limits.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if c.KeyPrefix4 > 32 || c.KeyPrefix6 > 128 {
+		errs = append(errs, fmt.Errorf("key prefixes /%d and /%d: at most /32 and /128", c.KeyPrefix4, c.KeyPrefix6))
+	}
+	for _, d := range c.Protected {
+		switch {
+		case d.Proto == "icmp" && (d.Port != 0 || d.Addr.IsValid()):
+			errs = append(errs, fmt.Errorf("protected %+v: icmp takes no port nor address", d))
+		case d.Proto == "tcp" || d.Proto == "udp":
+			if d.Port == 0 {
+				errs = append(errs, fmt.Errorf("protected %s: port 0", d.Proto))
+			}
+		case d.Proto != "icmp":
+			errs = append(errs, fmt.Errorf("protected %+v: proto %q, want tcp, udp or icmp", d, d.Proto))
+		}
+	}
+	if len(c.Protected) > 0 {
+		u := c.Unprotected
+		if u.Rate == 0 || u.Burst == 0 || u.AdmissionRate == 0 || u.AdmissionBurst == 0 {
+			errs = append(errs, fmt.Errorf("unprotected limits %+v: every one must be set when destinations are protected", u))
+		}
+	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("timeout %v is negative", c.Timeout))
 	}
@@ -93,21 +145,31 @@ func validName(s string) bool {
 }
 
 // Render returns the ruleset: a script for `nft -f` that replaces the table
-// atomically (declare, delete, define: one transaction) with
+// atomically (declare, delete, define: one transaction) with, in the
+// shield's order,
 //
+//   - spoofed sources dropped: IPv4-mapped IPv6 ones, and the machine's own
+//     addresses (own4/own6) arriving from the wire;
 //   - allow4/allow6 and deny4/deny6, interval sets of the lists' prefixes;
 //     allow is matched first, so it wins over deny as in the shield;
-//   - admission: a source in neither per-source set is a stranger; strangers
-//     share one `limit rate over` (the admission rate and burst) and past it
-//     are dropped without being added, as the shield's admission bucket does;
-//   - sources4/sources6, dynamic sets keyed by source address whose elements
-//     each carry a `limit rate over RATE/second burst BURST packets`: the
+//   - the class: protected destinations (a set of proto . port, and of
+//     address . proto . port, plus ICMP) jump to chain protected, the rest
+//     to chain unprotected; with none named, everything is protected;
+//   - in each class, admission: a source key (the address masked to the key
+//     prefix) in neither class's set is a stranger; strangers of the class
+//     share one named `limit rate over` (its admission rate and burst), and
+//     past it are dropped without being added, as the shield's admission
+//     bucket does;
+//   - then the class's dynamic set keyed by source, whose elements each
+//     carry a `limit rate over RATE/second burst BURST packets`: the
 //     per-source bucket. A full set adds nothing and the packet falls
 //     through to accept (the shield's LRU evicts instead);
 //   - named counters per reason, read back by ReadCounters.
 //
 // With Limits.DryRun the admission and limit rules count and do not drop;
-// deny still drops, as in the shield.
+// spoofed and deny still drop, as in the shield. Where the twin differs: a
+// TCP or UDP packet without a readable port (a later fragment) is
+// unprotected here and protected in the shield.
 func Render(c Config) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", fmt.Errorf("nft config: %w", err)
@@ -126,31 +188,78 @@ func Render(c Config) (string, error) {
 	fmt.Fprintf(&b, "# xdpshield: the nftables twin of the shield on %s (shield nft)\n", strings.Join(c.Ifaces, ", "))
 	fmt.Fprintf(&b, "# limits: %d packets/s per source, burst %d; admission %d strangers/s, burst %d; dry run %v\n",
 		l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun)
+	if len(c.Protected) > 0 {
+		names := make([]string, len(c.Protected))
+		for i, d := range c.Protected {
+			names[i] = d.String()
+		}
+		u := c.Unprotected
+		fmt.Fprintf(&b, "# protected: %s; the rest: %d packets/s per source, burst %d; admission %d/s, burst %d\n",
+			strings.Join(names, ", "), u.Rate, u.Burst, u.AdmissionRate, u.AdmissionBurst)
+	}
 	fmt.Fprintf(&b, "table netdev %s\ndelete table netdev %s\ntable netdev %s {\n", t, t, t)
 	for _, name := range Counters {
 		fmt.Fprintf(&b, "\tcounter %s { }\n", counterObj(name))
 	}
 	fmt.Fprintf(&b, "\tlimit admission { rate over %d/second burst %d packets }\n", l.AdmissionRate, l.AdmissionBurst)
-	set := func(name, typ, flags, extra string, ps []netip.Prefix) {
-		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n\t\tflags %s\n%s", name, typ, flags, extra)
-		if len(ps) > 0 {
-			elems := make([]string, len(ps))
-			for i, p := range ps {
-				elems[i] = p.Masked().String()
-			}
+	if len(c.Protected) > 0 {
+		fmt.Fprintf(&b, "\tlimit admission_unprotected { rate over %d/second burst %d packets }\n", c.Unprotected.AdmissionRate, c.Unprotected.AdmissionBurst)
+	}
+	set := func(name, typ, flags, extra string, elems []string) {
+		fmt.Fprintf(&b, "\tset %s {\n\t\ttype %s\n", name, typ)
+		if flags != "" {
+			fmt.Fprintf(&b, "\t\tflags %s\n", flags)
+		}
+		b.WriteString(extra)
+		if len(elems) > 0 {
 			fmt.Fprintf(&b, "\t\telements = { %s }\n", strings.Join(elems, ", "))
 		}
 		b.WriteString("\t}\n")
 	}
+	prefixes := func(ps []netip.Prefix) []string {
+		out := make([]string, len(ps))
+		for i, p := range ps {
+			out[i] = p.Masked().String()
+		}
+		return out
+	}
+	own4, own6 := split(c.Own)
 	allow4, allow6 := split(c.Allow)
 	deny4, deny6 := split(c.Deny)
-	set("allow4", "ipv4_addr", "interval", "", allow4)
-	set("allow6", "ipv6_addr", "interval", "", allow6)
-	set("deny4", "ipv4_addr", "interval", "", deny4)
-	set("deny6", "ipv6_addr", "interval", "", deny6)
+	set("own4", "ipv4_addr", "interval", "", prefixes(own4))
+	set("own6", "ipv6_addr", "interval", "", prefixes(own6))
+	set("allow4", "ipv4_addr", "interval", "", prefixes(allow4))
+	set("allow6", "ipv6_addr", "interval", "", prefixes(allow6))
+	set("deny4", "ipv4_addr", "interval", "", prefixes(deny4))
+	set("deny6", "ipv6_addr", "interval", "", prefixes(deny6))
+	var ports, addr4, addr6 []string
+	icmp := false
+	for _, d := range c.Protected {
+		switch {
+		case d.Proto == "icmp":
+			icmp = true
+		case !d.Addr.IsValid():
+			ports = append(ports, fmt.Sprintf("%s . %d", d.Proto, d.Port))
+		case d.Addr.Unmap().Is4():
+			addr4 = append(addr4, fmt.Sprintf("%s . %s . %d", d.Addr.Unmap(), d.Proto, d.Port))
+		default:
+			addr6 = append(addr6, fmt.Sprintf("%s . %s . %d", d.Addr, d.Proto, d.Port))
+		}
+	}
+	if len(c.Protected) > 0 {
+		set("protected", "inet_proto . inet_service", "", "", ports)
+		set("protected4", "ipv4_addr . inet_proto . inet_service", "", "", addr4)
+		set("protected6", "ipv6_addr . inet_proto . inet_service", "", "", addr6)
+	}
 	dyn := fmt.Sprintf("\t\tsize %d\n\t\ttimeout %ds\n", c.TableSize, int64((timeout+time.Second-1)/time.Second))
-	set("sources4", "ipv4_addr", "dynamic,timeout", dyn, nil)
-	set("sources6", "ipv6_addr", "dynamic,timeout", dyn, nil)
+	classes := []string{"sources"}
+	if len(c.Protected) > 0 {
+		classes = append(classes, "unprotected")
+	}
+	for _, cl := range classes {
+		set(cl+"4", "ipv4_addr", "dynamic,timeout", dyn, nil)
+		set(cl+"6", "ipv6_addr", "dynamic,timeout", dyn, nil)
+	}
 
 	// Several devices on one chain need kernel 5.5; one is written the
 	// older way.
@@ -162,27 +271,97 @@ func Render(c Config) (string, error) {
 		}
 		dev = "devices = { " + strings.Join(q, ", ") + " }"
 	}
-	fmt.Fprintf(&b, "\tchain ingress {\n\t\ttype filter hook ingress %s priority -500; policy accept;\n", dev)
 	rule := func(s string) { fmt.Fprintf(&b, "\t\t%s\n", s) }
+	fmt.Fprintf(&b, "\tchain ingress {\n\t\ttype filter hook ingress %s priority -500; policy accept;\n", dev)
+	rule(fmt.Sprintf("ip6 saddr ::ffff:0.0.0.0/96 counter name %q drop", counterObj(CounterSpoofed)))
+	rule(fmt.Sprintf("ip saddr @own4 counter name %q drop", counterObj(CounterSpoofed)))
+	rule(fmt.Sprintf("ip6 saddr @own6 counter name %q drop", counterObj(CounterSpoofed)))
 	rule(fmt.Sprintf("ip saddr @allow4 counter name %q accept", counterObj(CounterAllow)))
 	rule(fmt.Sprintf("ip6 saddr @allow6 counter name %q accept", counterObj(CounterAllow)))
 	rule(fmt.Sprintf("ip saddr @deny4 counter name %q drop", counterObj(CounterDeny)))
 	rule(fmt.Sprintf("ip6 saddr @deny6 counter name %q drop", counterObj(CounterDeny)))
-	// Strangers (in neither per-source set) share one named limit, global
-	// as the shield's admission bucket is; past it they are dropped before
-	// the update below could add them.
-	for _, fam := range []struct{ n, proto, sel string }{{"4", "ip", "ip saddr"}, {"6", "ip6", "ip6 saddr"}} {
-		rule(fmt.Sprintf("meta protocol %s %s != @sources%s limit name \"admission\" counter name %q%s",
-			fam.proto, fam.sel, fam.n, counterObj(CounterAdmission), verdict))
+	if len(c.Protected) == 0 {
+		rule("meta protocol { ip, ip6 } jump sources")
+	} else {
+		if len(ports) > 0 {
+			rule("meta l4proto . th dport @protected jump sources")
+		}
+		if len(addr4) > 0 {
+			rule("ip daddr . meta l4proto . th dport @protected4 jump sources")
+		}
+		if len(addr6) > 0 {
+			rule("ip6 daddr . meta l4proto . th dport @protected6 jump sources")
+		}
+		if icmp {
+			rule("meta l4proto { icmp, ipv6-icmp } jump sources")
+		}
+		rule("meta protocol { ip, ip6 } jump unprotected")
 	}
-	for _, fam := range []struct{ n, sel string }{{"4", "ip saddr"}, {"6", "ip6 saddr"}} {
-		rule(fmt.Sprintf("update @sources%s { %s limit rate over %d/second burst %d packets } counter name %q%s",
-			fam.n, fam.sel, l.Rate, l.Burst, counterObj(CounterLimit), verdict))
-	}
-	rule(fmt.Sprintf("meta protocol { ip, ip6 } counter name %q", counterObj(CounterOK)))
 	b.WriteString("\t}\n")
+
+	key4, key6 := "ip saddr", "ip6 saddr"
+	if p := c.KeyPrefix4; p != 0 && p < 32 {
+		key4 = "ip saddr & " + maskString(32, int(p))
+	}
+	if p := c.KeyPrefix6; p != 0 && p < 128 {
+		key6 = "ip6 saddr & " + maskString(128, int(p))
+	}
+	// A stranger is in neither class's set: the shield keeps one entry per
+	// source with a bucket for each class.
+	stranger := func(fam string) string {
+		key, n := key4, "4"
+		if fam == "ip6" {
+			key, n = key6, "6"
+		}
+		s := fmt.Sprintf("meta protocol %s %s != @sources%s", fam, key, n)
+		if len(c.Protected) > 0 {
+			s += fmt.Sprintf(" %s != @unprotected%s", key, n)
+		}
+		return s
+	}
+	chain := func(name, admission string, rate, burst uint64, passed, over string) {
+		fmt.Fprintf(&b, "\tchain %s {\n", name)
+		for _, fam := range []string{"ip", "ip6"} {
+			rule(fmt.Sprintf("%s limit name %q counter name %q%s", stranger(fam), admission, counterObj(CounterAdmission), verdict))
+		}
+		rule(fmt.Sprintf("update @%s4 { %s limit rate over %d/second burst %d packets } counter name %q%s", name, key4, rate, burst, counterObj(over), verdict))
+		rule(fmt.Sprintf("update @%s6 { %s limit rate over %d/second burst %d packets } counter name %q%s", name, key6, rate, burst, counterObj(over), verdict))
+		rule(fmt.Sprintf("counter name %q accept", counterObj(passed)))
+		b.WriteString("\t}\n")
+	}
+	chain("sources", "admission", l.Rate, l.Burst, CounterOK, CounterLimit)
+	if len(c.Protected) > 0 {
+		u := c.Unprotected
+		chain("unprotected", "admission_unprotected", u.Rate, u.Burst, CounterUnprotectedPass, CounterUnprotectedDrop)
+	}
 	b.WriteString("}\n")
 	return b.String(), nil
+}
+
+// maskString is the address of bits bits whose first ones bits are set.
+func maskString(bits, ones int) string {
+	return netip.PrefixFrom(allOnes(bits), ones).Masked().Addr().String()
+}
+
+func allOnes(bits int) netip.Addr {
+	if bits == 32 {
+		return netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	}
+	var a [16]byte
+	for i := range a {
+		a[i] = 255
+	}
+	return netip.AddrFrom16(a)
+}
+
+func (d Destination) String() string {
+	switch {
+	case d.Proto == "icmp":
+		return "icmp"
+	case d.Addr.IsValid():
+		return d.Proto + "/" + netip.AddrPortFrom(d.Addr, d.Port).String()
+	}
+	return fmt.Sprintf("%s/%d", d.Proto, d.Port)
 }
 
 func counterObj(name string) string { return "c_" + name }

@@ -40,6 +40,42 @@ func TestRenderValidates(t *testing.T) {
 	}
 }
 
+func TestRenderClassesAndKeys(t *testing.T) {
+	c := nft.Config{Ifaces: []string{"eth0", "eth1"}, TableSize: 1024, Limits: shield.DefaultLimits(),
+		Protected: []nft.Destination{{Proto: "tcp", Port: 443}, {Proto: "udp", Port: 53, Addr: netip.MustParseAddr("2001:db8::1")},
+			{Proto: "tcp", Port: 8443, Addr: netip.MustParseAddr("198.18.0.1")}, {Proto: "icmp"}},
+		Unprotected: nft.Class{Rate: 250000, Burst: 250000, AdmissionRate: 10000, AdmissionBurst: 10000},
+		KeyPrefix4:  24, KeyPrefix6: 64,
+		Own: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/32")}}
+	s, err := nft.Render(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`devices = { "eth0", "eth1" }`,
+		"elements = { tcp . 443 }",
+		"elements = { 198.18.0.1 . tcp . 8443 }",
+		"elements = { 2001:db8::1 . udp . 53 }",
+		"meta l4proto { icmp, ipv6-icmp } jump sources",
+		"meta protocol { ip, ip6 } jump unprotected",
+		"update @sources4 { ip saddr & 255.255.255.0 limit rate over 1000/second burst 2000 packets }",
+		"update @sources6 { ip6 saddr & ffff:ffff:ffff:ffff:: limit rate over 1000/second burst 2000 packets }",
+		"update @unprotected4 { ip saddr & 255.255.255.0 limit rate over 250000/second burst 250000 packets }",
+		"ip saddr & 255.255.255.0 != @sources4 ip saddr & 255.255.255.0 != @unprotected4 limit name \"admission\"",
+		"limit admission_unprotected { rate over 10000/second burst 10000 packets }",
+		`ip saddr @own4 counter name "c_spoofed" drop`,
+		`ip6 saddr ::ffff:0.0.0.0/96 counter name "c_spoofed" drop`,
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("Render lacks %q:\n%s", want, s)
+		}
+	}
+	c.Unprotected = nft.Class{}
+	if _, err := nft.Render(c); err == nil || !strings.Contains(err.Error(), "unprotected") {
+		t.Errorf("Render with protected destinations and no unprotected limits = %v, want an error", err)
+	}
+}
+
 func TestRenderDryRun(t *testing.T) {
 	c := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: shield.DefaultLimits(),
 		Deny: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}}
@@ -92,29 +128,50 @@ func TestRulesetInNamespace(t *testing.T) {
 		passed   bool   // ... and passed (allow, ok) rather than dropped
 		limited  bool   // passes at most burst + rate*t, the rest count as limit
 		admitted bool   // strangers: at most admission burst + rate*t pass
+		// The counters of a limited class: ok and limit unless named.
+		pass, drop string
+	}
+	protect443 := func(c *nft.Config) {
+		c.Protected = []nft.Destination{{Proto: "tcp", Port: 443}}
+		c.Unprotected = nft.Class{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}
 	}
 	for _, tc := range []struct {
 		name   string
 		limits shield.Limits
+		mod    func(*nft.Config)
 		flow   e2e.Flow
 		frames uint32
 		want   want
 	}{
-		{"deny4", shield.DefaultLimits(), e2e.Flow{Proto: e2e.UDP, First: e2e.Denied4, Count: 1}, 3000, want{counter: nft.CounterDeny}},
-		{"deny6", shield.DefaultLimits(), e2e.Flow{Proto: e2e.UDP, First: e2e.Denied6, Count: 1}, 3000, want{counter: nft.CounterDeny}},
-		{"allow4 over the limit", shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100},
+		{"own4 spoofed", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(e2e.Few4, 32)} },
+			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
+		{"own6 spoofed over allow", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(e2e.Allowed6, 128)} },
+			e2e.Flow{Proto: e2e.UDP, First: e2e.Allowed6, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
+		{"syn4 to a protected port", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
+			e2e.Flow{Proto: e2e.TCPSYN, First: e2e.Few4, Count: 1}, 20000, want{limited: true}},
+		{"udp4 to an unprotected port", shield.Limits{Rate: 10, Burst: 10, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
+			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 20000, want{limited: true, pass: nft.CounterUnprotectedPass, drop: nft.CounterUnprotectedDrop}},
+		{"16 sources of one /24 share a bucket", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000},
+			func(c *nft.Config) { c.KeyPrefix4 = 24 },
+			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 16}, 20000, want{limited: true}},
+		{"deny4", shield.DefaultLimits(), nil, e2e.Flow{Proto: e2e.UDP, First: e2e.Denied4, Count: 1}, 3000, want{counter: nft.CounterDeny}},
+		{"deny6", shield.DefaultLimits(), nil, e2e.Flow{Proto: e2e.UDP, First: e2e.Denied6, Count: 1}, 3000, want{counter: nft.CounterDeny}},
+		{"allow4 over the limit", shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100}, nil,
 			e2e.Flow{Proto: e2e.UDP, First: e2e.Allowed4, Count: 1}, 3000, want{counter: nft.CounterAllow, passed: true}},
-		{"flood4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000},
+		{"flood4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
 			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 20000, want{limited: true}},
-		{"flood6", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000},
+		{"flood6", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
 			e2e.Flow{Proto: e2e.UDP, First: e2e.Few6, Count: 1}, 20000, want{limited: true}},
-		{"strangers4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 200, AdmissionBurst: 200},
+		{"strangers4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 200, AdmissionBurst: 200}, nil,
 			e2e.Flow{Proto: e2e.UDP, First: e2e.Many4, Count: 20000}, 20000, want{admitted: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := nft.Config{Ifaces: []string{e2e.EdgeDev, e2e.FrontDev}, TableSize: 65536, Limits: tc.limits,
 				Allow: []netip.Prefix{netip.PrefixFrom(e2e.Allowed4, 32), netip.PrefixFrom(e2e.Allowed6, 128)},
 				Deny:  []netip.Prefix{netip.PrefixFrom(e2e.Denied4, 32), netip.PrefixFrom(e2e.Denied6, 128)}}
+			if tc.mod != nil {
+				tc.mod(&cfg)
+			}
 			rs, err := nft.Render(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -145,6 +202,12 @@ func TestRulesetInNamespace(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond) // the ring drains
 			elapsed := time.Since(start).Seconds()
+			// Counters first: a frame they count was received before the
+			// links' counters are read.
+			c, err := nft.ReadCounters(ctx, run, "")
+			if err != nil {
+				t.Fatal(err)
+			}
 			after, err := top.VethStats()
 			if err != nil {
 				t.Fatal(err)
@@ -153,21 +216,19 @@ func TestRulesetInNamespace(t *testing.T) {
 			// refused. The edge's link also receives a few frames of its
 			// own (neighbour discovery), counted as ok or not at all.
 			arrived := per[0] - (after.Storm.TxDropped - before.Storm.TxDropped)
-			rx := after.Edge.RxPackets - before.Edge.RxPackets
-			c, err := nft.ReadCounters(ctx, run, "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			// The chain hooks both edge links: the client link's own
+			// frames (neighbour discovery) count too.
+			rx := after.Edge.RxPackets - before.Edge.RxPackets + after.Front.RxPackets - before.Front.RxPackets
 			var total uint64
 			for _, n := range c {
 				total += n
 			}
-			t.Logf("sent and arrived %d (edge0 received %d) in %.2fs, counters %v", arrived, rx, elapsed, c)
+			t.Logf("sent and arrived %d (the edge's links received %d) in %.2fs, counters %v", arrived, rx, elapsed, c)
 			if arrived < uint64(tc.frames)/2 {
 				t.Fatalf("only %d of %d frames arrived: nothing to judge", arrived, tc.frames)
 			}
 			if total < arrived || total > rx {
-				t.Errorf("counters total %d, want at least the %d frames of ours and at most the %d edge0 received", total, arrived, rx)
+				t.Errorf("counters total %d, want at least the %d frames of ours and at most the %d the edge's links received", total, arrived, rx)
 			}
 			switch {
 			case tc.want.counter != "":
@@ -175,12 +236,18 @@ func TestRulesetInNamespace(t *testing.T) {
 					t.Errorf("counter %s = %d, want every arrived frame, %d", tc.want.counter, got, arrived)
 				}
 			case tc.want.limited:
-				maxPass := uint64(float64(tc.limits.Burst) + float64(tc.limits.Rate)*elapsed + 2)
-				if c[nft.CounterOK] > maxPass || c[nft.CounterOK] < tc.limits.Burst {
-					t.Errorf("ok = %d, want between the burst %d and burst + rate * %.2fs = %d", c[nft.CounterOK], tc.limits.Burst, elapsed, maxPass)
+				pass, drop := nft.CounterOK, nft.CounterLimit
+				rate, burst := tc.limits.Rate, tc.limits.Burst
+				if tc.want.pass != "" {
+					pass, drop = tc.want.pass, tc.want.drop
+					rate, burst = cfg.Unprotected.Rate, cfg.Unprotected.Burst
 				}
-				if c[nft.CounterLimit]+maxPass < arrived {
-					t.Errorf("limit = %d, want at least %d arrived - %d passable", c[nft.CounterLimit], arrived, maxPass)
+				maxPass := uint64(float64(burst) + float64(rate)*elapsed + 2)
+				if c[pass] > maxPass || c[pass] < burst {
+					t.Errorf("%s = %d, want between the burst %d and burst + rate * %.2fs = %d", pass, c[pass], burst, elapsed, maxPass)
+				}
+				if c[drop]+maxPass < arrived {
+					t.Errorf("%s = %d, want at least %d arrived - %d passable", drop, c[drop], arrived, maxPass)
 				}
 			case tc.want.admitted:
 				maxAdmit := uint64(float64(tc.limits.AdmissionBurst) + float64(tc.limits.AdmissionRate)*elapsed + 2)
