@@ -158,7 +158,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 	}
 
 	fmt.Fprintln(w, "\n## Drop capacity")
-	fmt.Fprintln(w, "\nThe live-frames generator at full speed on the storm link, no legitimate client. *few*: 16 sources per family; *many*: all of 198.19.0.0/16 and 4,194,304 of 2001:db8:1::/96, each recurring alike. Seen: frames the link handed to the edge (sent less what the veth refused). Per CPU-second: drops over every CPU's softirq time in the phase. The shield and the twin have the default table (1,048,576 sources; the twin: that many per family).")
+	fmt.Fprintln(w, "\nThe live-frames generator at full speed on the storm link, no legitimate client. *few*: 16 sources per family; *many*: all of 198.19.0.0/16 and 4,194,304 of 2001:db8:1::/96, each recurring alike. Seen: frames the link handed to the edge (sent less what the veth refused). Per CPU-second: drops over every CPU's softirq time in the phase. The shield and the twin have the default table (1,048,576 sources; the twin: that many per family). The shield is loaded as `shield serve` loads it (shield.Load) and attached by the study to the storm link; the twin is `shield nft`'s ruleset for the same limits, applied with nft. The twin has the shield's admission bucket too (one named limit shared by every stranger), so a forged flood's new sources are admitted at the admission rate, not each with a burst of its own; what it tracked at the end is what its sets took in.")
 	fmt.Fprintln(w, "\n| target | sources | seen Mpps | dropped Mpps | passed | drops per softirq CPU-s | sources tracked at end |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
 	for _, src := range DropSources {
