@@ -11,6 +11,13 @@
 // a contrast run with no program attached), their assertions and their
 // report (table and JSON).
 //
+// The shield runs through `shield serve`'s own wiring (shield/service,
+// service.go here): edge0 under the service with a temporary pin root on
+// bpffs (xdpshield-storm-PID, removed at the end, or by the next run when
+// the process died), the lock, the lists and limits of the Config, and the
+// API with a token on reads and changes; edge1 runs the same program and
+// maps.
+//
 // It must not touch anything outside the namespaces it creates (internal/topo
 // creates and removes them; the root namespace is never changed), must use
 // addresses only from 198.18.0.0/15 and 2001:db8::/32, and every generator it

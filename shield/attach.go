@@ -387,6 +387,27 @@ func (a *Attachment) Close() error {
 	return errors.Join(errs...)
 }
 
+// Reattach attaches the program to the interface again after it was
+// deleted and re-created under the same name (ifindex is the new index):
+// a new link, pinned in place of the defunct one, with the same program
+// and maps. Call it in the Attachment's network namespace.
+func (a *Attachment) Reattach(ifindex int) error {
+	linkPath := filepath.Join(a.PinDir, linkPin)
+	if a.link != nil {
+		a.link.Unpin()
+		a.link.Close()
+		a.link = nil
+	}
+	a.Ifindex, a.detached = ifindex, false
+	if err := a.attach(a.Mode, linkPath); err != nil {
+		return err
+	}
+	if info, err := a.link.Info(); err == nil {
+		a.LinkID = info.ID
+	}
+	return nil
+}
+
 // Detach takes the program off the interface now and removes the link's
 // pin; the maps stay pinned. The Attachment must still be closed.
 func (a *Attachment) Detach() error {

@@ -22,7 +22,9 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
+	"xdpshield/internal/topo"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -297,4 +299,158 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 		t.Errorf("after kill -9 during a batch of %d deny prefixes, %d are in force: want all or none\n%s", n, inForce, s2.out)
 	}
 	t.Logf("kill -9 during the batch: %d of %d in force after the restart", inForce, n)
+}
+
+// TestInterfaceDeletedAndRecreated (issue 10, finding 3): after `ip link
+// del` the service kept saying "attached". Now it reports unhealthy (health
+// endpoint, metric, log line) while the interface is gone, and attaches the
+// program again, with its maps, when the interface comes back.
+func TestInterfaceDeletedAndRecreated(t *testing.T) {
+	l := newLab(t, "relink")
+	s := l.serve(t)
+	ctx := context.Background()
+	if _, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.3/32"}); err != nil {
+		t.Fatal(err)
+	}
+	health := func() api.HealthResponse {
+		h, err := l.client.Health(ctx)
+		if err != nil {
+			t.Fatalf("GET /v1/health: %v", err)
+		}
+		return h
+	}
+	if h := health(); !h.Healthy {
+		t.Fatalf("health before the interface went = %+v, want healthy", h)
+	}
+	if err := l.edge.Do(func() error {
+		lk, err := netlink.LinkByName("va")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkDel(lk)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the service to report the interface gone", func() bool { return !health().Healthy })
+	if m, err := l.client.Metrics(ctx); err != nil || !strings.Contains(m, "shield_attached 0") {
+		t.Errorf("metrics while the interface is gone lack shield_attached 0 (%v)", err)
+	}
+	if in, err := l.client.Info(ctx); err != nil || in.Healthy {
+		t.Errorf("/v1/info while the interface is gone = %+v, %v; want healthy false", in, err)
+	}
+	if !strings.Contains(s.out.String(), "NOT PROTECTING") {
+		t.Errorf("no log line says the interface is unprotected:\n%s", s.out)
+	}
+
+	// The interface comes back: the program follows, with its deny list.
+	if err := topo.Veth(l.edge, "va", l.storm, "vb"); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []struct {
+		ns   *topo.NS
+		dev  string
+		cidr string
+	}{{l.edge, "va", "198.18.0.1/24"}, {l.storm, "vb", "198.18.0.2/24"}, {l.storm, "vb", "198.18.0.3/24"}} {
+		if err := a.ns.AddAddr(a.dev, a.cidr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the service to protect the new interface", func() bool { return health().Healthy })
+	if ok, _ := xdpAttached(t, l); !ok {
+		t.Fatal("health is back but va has no XDP program")
+	}
+	before := denyDrops(t, l)
+	f := l.sender(t, "198.18.0.3", 9999, time.Millisecond, 20)
+	f.wg.Wait()
+	waitFor(t, "deny drops on the new interface", func() bool { return denyDrops(t, l) >= before+uint64(f.sent.Load()) })
+}
+
+// TestServeRefusesLoopback (issue 10, finding 7): with the shield on lo,
+// deleting the loopback allow entry and setting every limit to 1 locked the
+// operator out of the API on lo. Serve refuses a loopback interface.
+func TestServeRefusesLoopback(t *testing.T) {
+	l := newLab(t, "lo")
+	cmd, out := l.shieldCmd("serve", "-iface", "lo", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "loopback") {
+			t.Errorf("serve -iface lo = %v, want a refusal naming loopback:\n%s", err, out)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Signal(os.Interrupt)
+		<-done
+		t.Errorf("serve -iface lo was still serving after 10 s, want a refusal:\n%s", out)
+	}
+	var attached bool
+	l.edge.Do(func() error {
+		lo, err := netlink.LinkByName("lo")
+		if err == nil && lo.Attrs().Xdp != nil {
+			attached = lo.Attrs().Xdp.Attached
+		}
+		return err
+	})
+	if attached {
+		t.Error("XDP attached to lo")
+	}
+	l.edge.Do(func() error { return shield.Detach(l.pinRoot, "lo") })
+}
+
+// TestServeRefusesLinkOfRenamedInterface (issue 10, finding 1, within one
+// namespace): the pinned link protects an interface that was renamed, and a
+// new interface took the old name. Serve must neither unpin the live link
+// nor adopt it for the wrong interface.
+func TestServeRefusesLinkOfRenamedInterface(t *testing.T) {
+	l := newLab(t, "rename")
+	s1 := l.serve(t)
+	s1.stop(t)
+	if err := l.edge.Do(func() error {
+		va, err := netlink.LinkByName("va")
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetDown(va); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetName(va, "vc"); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(va)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.Veth(l.edge, "va", l.storm, "vd"); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(out.String(), "renamed") {
+			t.Errorf("serve = %v, want a refusal saying the pinned link protects a renamed interface:\n%s", err, out)
+		}
+	case <-time.After(10 * time.Second):
+		cmd.Process.Signal(os.Interrupt)
+		<-done
+		t.Errorf("serve adopted or replaced the link of the renamed interface:\n%s", out)
+	}
+	var attached bool
+	l.edge.Do(func() error {
+		vc, err := netlink.LinkByName("vc")
+		if err == nil && vc.Attrs().Xdp != nil {
+			attached = vc.Attrs().Xdp.Attached
+		}
+		return err
+	})
+	if !attached {
+		t.Errorf("the renamed interface vc lost its program:\n%s", out)
+	}
 }

@@ -68,6 +68,9 @@ func runStatus(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(stdout, "shield   %s on %s (%s XDP), link %d, program %d, %s, up %s\n", in.Version, in.Iface, in.Mode,
 			in.LinkID, in.ProgramID, how, time.Duration(in.UptimeSeconds*float64(time.Second)).Round(time.Second))
+		if !in.Healthy {
+			fmt.Fprintf(stdout, "NOT PROTECTING: %s\n", in.Problem)
+		}
 	}
 	fmt.Fprintf(stdout, "sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
 		100*float64(c.Sources.Tracked)/float64(max(c.Sources.Capacity, 1)))

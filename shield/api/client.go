@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -107,6 +108,23 @@ func (c *Client) request(ctx context.Context, method, path string, body any) ([]
 func (c *Client) Info(ctx context.Context) (Info, error) {
 	var r Info
 	return r, c.do(ctx, http.MethodGet, "/v1/info", nil, &r)
+}
+
+// Health reads GET /v1/health. An unhealthy service answers 503: that is
+// a HealthResponse with Healthy false, not an error.
+func (c *Client) Health(ctx context.Context) (HealthResponse, error) {
+	var r HealthResponse
+	err := c.do(ctx, http.MethodGet, "/v1/health", nil, &r)
+	var e *Error
+	if errors.As(err, &e) && e.Status == http.StatusServiceUnavailable {
+		// The body is a HealthResponse, which the error kept as text.
+		if json.Unmarshal([]byte(e.Message), &r) != nil || r.Problem == "" {
+			r.Problem = e.Message
+		}
+		r.Healthy = false
+		return r, nil
+	}
+	return r, err
 }
 
 // Counters reads GET /v1/counters.

@@ -123,6 +123,15 @@ func newRegistry(s *Server, opts Options) (*prometheus.Registry, *prometheus.Cou
 		Help: "API requests answered, by HTTP status code.",
 	}, []string{"code"})
 	reg.MustRegister(reqs)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shield_attached",
+		Help: "1 while the program protects the interface, 0 while it cannot (interface gone, program detached).",
+	}, func() float64 {
+		if ok, _ := s.health(); ok {
+			return 1
+		}
+		return 0
+	}))
 	if !opts.NoProcessMetrics {
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}

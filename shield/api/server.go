@@ -78,6 +78,9 @@ type Options struct {
 	// NoProcessMetrics leaves the Go and process collectors out of the
 	// registry (for several servers in one test process).
 	NoProcessMetrics bool
+	// Health says whether the program protects the interface now, and
+	// if not why (GET /v1/health, /v1/info, shield_attached). Nil: always.
+	Health func() (ok bool, problem string)
 }
 
 // Server serves the /v1 contract and /metrics for one shield.
@@ -172,6 +175,7 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 		s.opts.Info.Started = time.Now()
 	}
 	s.mux.HandleFunc("GET /v1/info", s.read(s.getInfo))
+	s.mux.HandleFunc("GET /v1/health", s.read(s.getHealth))
 	s.mux.HandleFunc("GET /v1/counters", s.read(s.getCounters))
 	s.mux.HandleFunc("GET /v1/top", s.read(s.getTop))
 	s.mux.HandleFunc("GET /v1/limits", s.read(s.getLimits))
@@ -185,7 +189,7 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
 	s.mux.HandleFunc("GET /metrics", s.read(metrics.ServeHTTP))
 	allowed := map[string]string{
-		"/v1/info": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
+		"/v1/info": "GET", "/v1/health": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
 		"/v1/allow": "GET, POST, DELETE", "/v1/deny": "GET, POST, DELETE", "/metrics": "GET",
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -404,10 +408,28 @@ func (s *Server) sourceCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// health asks Options.Health.
+func (s *Server) health() (bool, string) {
+	if s.opts.Health == nil {
+		return true, ""
+	}
+	return s.opts.Health()
+}
+
 func (s *Server) getInfo(w http.ResponseWriter, r *http.Request) {
 	info := s.opts.Info
 	info.UptimeSeconds = time.Since(info.Started).Round(time.Millisecond).Seconds()
+	info.Healthy, info.Problem = s.health()
 	writeJSON(w, http.StatusOK, info)
+}
+
+func (s *Server) getHealth(w http.ResponseWriter, r *http.Request) {
+	ok, problem := s.health()
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, HealthResponse{Healthy: ok, Problem: problem})
 }
 
 func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {

@@ -79,4 +79,15 @@ type Info struct {
 	Version   string    `json:"version,omitempty"`
 	// UptimeSeconds is filled in by the server when it answers.
 	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Healthy and Problem are filled in by the server when it answers:
+	// whether the program protects the interface now (Options.Health).
+	Healthy bool   `json:"healthy"`
+	Problem string `json:"problem,omitempty"`
+}
+
+// HealthResponse answers GET /v1/health: 200 when the shield protects its
+// interface, 503 with the reason when it cannot.
+type HealthResponse struct {
+	Healthy bool   `json:"healthy"`
+	Problem string `json:"problem,omitempty"`
 }

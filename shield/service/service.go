@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vishvananda/netns"
+
 	"xdpshield/shield"
 	"xdpshield/shield/api"
 )
@@ -38,6 +40,8 @@ const (
 	keyVersion   = "version"
 	keyToken     = "token"
 	keyAuthReads = "auth_reads"
+	keyIndex     = "ifindex"
+	keyOldIndex  = "old_ifindex"
 	keyTLS       = "tls"
 )
 
@@ -104,6 +108,10 @@ type Service struct {
 	done chan struct{} // closed when the API server has stopped
 	err  error         // why it stopped, when it failed
 
+	health    health
+	stop      chan struct{} // closed by Close: stops the watcher
+	watchDone chan struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -132,17 +140,30 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err := ValidateAPI(cfg.API); err != nil {
 		return nil, err
 	}
+	// On a loopback interface the program would limit the service's own
+	// API: one change (an allow entry deleted, limits of 1) locks the
+	// operator out, with nothing left to undo it through.
+	if ifc, err := net.InterfaceByName(cfg.Iface); err == nil && ifc.Flags&net.FlagLoopback != 0 {
+		return nil, fmt.Errorf("iface %s is a loopback interface: the shield would limit its own API there (nothing was attached)", cfg.Iface)
+	}
 	// The listener first: an address that cannot be served must not leave
 	// a program attached with no API to manage it.
 	ln, err := listen(cfg.API)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (nothing was attached): %w", cfg.API.Listen, err)
 	}
-	s := &Service{cfg: cfg, log: log, ln: ln, done: make(chan struct{})}
+	// The namespace the service runs in: the watcher re-attaches there.
+	ns, err := netns.Get()
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("current network namespace: %w", err)
+	}
+	s := &Service{cfg: cfg, log: log, ln: ln, done: make(chan struct{}), stop: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
 			ln.Close()
+			ns.Close()
 			if s.att != nil {
 				s.att.Close()
 			}
@@ -152,6 +173,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	if err := s.applyLists(); err != nil {
+		return nil, err
+	}
+	if err := s.watch(ns); err != nil {
 		return nil, err
 	}
 	s.serve()
@@ -228,6 +252,7 @@ func (s *Service) serve() {
 		Logger:           s.log.With(keyIface, a.Iface),
 		Build:            cfg.Build,
 		NoProcessMetrics: cfg.API.NoProcessMetrics,
+		Health:           s.Healthy,
 		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
 			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
 	})
@@ -290,6 +315,8 @@ func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.shutdown()
 		<-s.done
+		close(s.stop)
+		<-s.watchDone
 		s.closeErr = s.att.Close()
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
