@@ -32,12 +32,12 @@ lint: ## gofmt and go vet
 bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./sim
 
-study: ## the cost study, as root (about 15 min): out/study, and docs/study.md with its plots
+study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
 	@ci/deps.sh
 	$(GO) build -o out/bin/shield ./cmd/shield
 	out/bin/shield study -out out/study -docs docs
 
-study-quick: ## the study in short (CI, under 5 min): fails if a configuration produced no numbers
+study-quick: ## the study in short (CI, about 2 min): fails if a configuration produced no numbers
 	@ci/deps.sh
 	$(GO) build -o out/bin/shield ./cmd/shield
 	out/bin/shield study -quick -out out/study-quick
