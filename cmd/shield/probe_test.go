@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
+	"xdpshield/probe"
 )
 
 func TestProbeFlags(t *testing.T) {
@@ -117,5 +119,30 @@ func udpPingPong(t *testing.T, ns *topo.NS, port, n int) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestPrintProbe(t *testing.T) {
+	var h probe.Histogram
+	h[probe.SlotOf(150_000)] = 30
+	h[probe.SlotOf(3_000_000)] = 1
+	s := probeSnapshot{Iface: "eth0", Mode: probe.ModeTCX, Seconds: 2, Stats: probe.Stats{Requests: 31, Answered: 31},
+		P50: h.Quantile(0.5), P99: h.Quantile(0.99),
+		Flows: []probe.Flow{{Client: netip.MustParseAddrPort("198.18.4.2:40000"), Server: netip.MustParseAddrPort("198.18.4.1:443"),
+			Proto: "tcp", Count: 31, Mean: 240 * time.Microsecond, P50: 150 * time.Microsecond, P99: 3 * time.Millisecond}},
+		AllFlows: 3}
+	for i, c := range h {
+		if c > 0 {
+			lo, hi := probe.SlotRange(i)
+			s.Slots = append(s.Slots, probeSlot{lo, hi, c})
+		}
+	}
+	var b bytes.Buffer
+	printProbe(&b, s)
+	out := b.String()
+	for _, want := range []string{"on eth0 (tcx)", "31 requests, 31 answered", "198.18.4.2:40000 > 198.18.4.1:443", strings.Repeat("#", 50), "(2 more flows)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("printProbe output lacks %q:\n%s", want, out)
+		}
 	}
 }
