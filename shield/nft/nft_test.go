@@ -179,6 +179,12 @@ func TestRulesetInNamespace(t *testing.T) {
 			if err := nft.Check(ctx, run, rs); err != nil {
 				t.Fatalf("nft -c refuses the ruleset: %v\n%s", err, rs)
 			}
+			// The links' counters before the table exists: whatever the
+			// table counts, they count too.
+			before, err := top.VethStats()
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := nft.Apply(ctx, run, rs); err != nil { // a fresh table: fresh counters and sets
 				t.Fatal(err)
 			}
@@ -188,10 +194,6 @@ func TestRulesetInNamespace(t *testing.T) {
 				dst = e2e.Edge6
 			}
 			tpl, err := e2e.BuildTemplate(tc.flow, top.StormMAC, top.EdgeMAC, dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before, err := top.VethStats()
 			if err != nil {
 				t.Fatal(err)
 			}
