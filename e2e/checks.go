@@ -297,6 +297,9 @@ func (r *run) assertBudget(ph *Phase) {
 		if kind == Datagram {
 			note = slowService(ph)
 		}
+		if b.P99Cap > 0 && r.base[kind] > b.P99Cap {
+			note += "; the baseline itself is above the cap: this machine is too busy to judge"
+		}
 		r.budgetCheck(ph, "p99 "+name+" within budget", p99 > 0 && p99 <= limit,
 			"p99 %.2f ms, baseline %.2f ms, budget %.2f ms (%.0fx baseline floored at %v, %s)%s",
 			ms(p99), ms(r.base[kind]), ms(limit), b.P99Ratio, b.Floor(kind), capped, note)
