@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -66,11 +66,21 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and 
 bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./sim
 
+study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
+	@ci/deps.sh
+	$(GO) build -o out/bin/shield ./cmd/shield
+	out/bin/shield study -out out/study -docs docs
+
+study-quick: ## the study in short (CI, about 2 min): fails if a configuration produced no numbers
+	@ci/deps.sh
+	$(GO) build -o out/bin/shield ./cmd/shield
+	out/bin/shield study -quick -out out/study-quick
+
 # The VM matrix (vmtest/): packages run in every kernel, and flags for each
 # test binary (-test.short shortens the storms).
 # (./e2e, not ./e2e/...: the container lane needs a Docker engine, which the
 # VMs' initramfs has not.)
-VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/...
+VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/... ./probe/...
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 VM_CPUS ?= 2
 SOAK_RUNS ?= 5

@@ -5,11 +5,13 @@ set -euo pipefail
 
 pkgs=(
 	clang-14 llvm-14 libbpf-dev # make generate (bpf2go; the pinned compiler, bpf/gen.go)
-	iproute2 iputils-ping nftables # namespaces, veths, the nftables DNAT the balancer is compared with (lb TestCompare)
+	iproute2 iputils-ping     # namespaces, veths
 	qemu-system-x86 busybox-static cpio zstd xz-utils lz4 # the VM matrix
 	prometheus               # promtool, to check /metrics
 	tcpdump                  # reading failure pcaps
 	docker.io                # the container lane (dockerd 20.10, started by the test)
+	nftables                 # shield nft -apply, its test, the study's baseline, the balancer's DNAT comparison
+	gnuplot-nox              # the study's plots (shield study)
 )
 missing=()
 for p in "${pkgs[@]}"; do

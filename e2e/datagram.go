@@ -72,6 +72,16 @@ func StartDatagramService(ns *topo.NS, capacity float64) (*DatagramService, erro
 	}); err != nil {
 		return nil, fmt.Errorf("listen on udp port %d in %s: %w", DatagramPort, ns.Name, err)
 	}
+	return ServeDatagram(conn, capacity)
+}
+
+// ServeDatagram runs the service on conn (a socket already bound in the
+// edge's namespace): the study runs it in a process of its own, beside the
+// edge server, to measure the edge's CPU time apart from the client's.
+func ServeDatagram(conn *net.UDPConn, capacity float64) (*DatagramService, error) {
+	if capacity <= 0 {
+		return nil, fmt.Errorf("datagram service capacity %v: want > 0", capacity)
+	}
 	if err := setRcvBufForce(conn, rcvBuf(capacity)); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("receive buffer: %w", err)

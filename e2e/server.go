@@ -71,6 +71,23 @@ func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	var ln net.Listener
+	if err := ns.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", EdgePort))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("listen on port %d in %s: %w", EdgePort, ns.Name, err)
+	}
+	s := ServeEdge(ln, cert)
+	s.Pool = pool
+	return s, nil
+}
+
+// ServeEdge serves the edge's page over TLS with cert on ln (a listener
+// already in the edge's namespace): the study runs it in a process of its
+// own, to measure the edge's CPU time apart from the client's.
+func ServeEdge(ln net.Listener, cert tls.Certificate) *EdgeServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -85,22 +102,13 @@ func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 			// debug level, not the storm's output.
 			ErrorLog: slog.NewLogLogger(slog.Default().Handler(), slog.LevelDebug),
 		},
-		Pool: pool,
-	}
-	var ln net.Listener
-	if err := ns.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", EdgePort))
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("listen on port %d in %s: %w", EdgePort, ns.Name, err)
 	}
 	go func() {
 		if err := s.srv.ServeTLS(ln, "", ""); !errors.Is(err, http.ErrServerClosed) {
 			slog.Warn("edge server", logErr, err)
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // Close stops the server.

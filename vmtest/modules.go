@@ -14,7 +14,9 @@ import (
 // DefaultModules are the modules the suites need, by name; whatever a
 // kernel has built in is skipped, dependencies are added.
 var DefaultModules = []string{
-	"veth", // topo, storms
+	"veth",        // topo, storms
+	"sch_ingress", // the probe's clsact qdisc (before TCX, 6.6)
+	"cls_bpf",     // the probe's filters on it
 }
 
 // moduleName normalises a module file or name: "nf_tables.ko.xz" and

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"xdpshield/internal/testutil"
+)
+
+// TestNftFromConfig renders the twin of a serve configuration file: its
+// limits and lists must be in the ruleset, and nft must accept it.
+func TestNftFromConfig(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "shield.toml")
+	conf := `iface = "edge0"
+table_size = 4096
+[limits]
+rate = 123
+burst = 456
+admission_rate = 789
+admission_burst = 1011
+protected = ["tcp/443", "udp/53", "icmp"]
+key_prefix4 = 24
+key_prefix6 = 48
+[limits.unprotected]
+rate = 5000
+burst = 6000
+admission_rate = 700
+admission_burst = 800
+[lists]
+own_addresses_spoofed = false
+allow = ["198.18.2.0/24"]
+deny = ["198.18.3.0/24", "2001:db8:0:3::/64"]
+`
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	stdout = &out
+	defer func() { stdout = os.Stdout }()
+	if err := commands["nft"].run(context.Background(), []string{"-config", path}); err != nil {
+		t.Fatalf("shield nft -config: %v", err)
+	}
+	rs := out.String()
+	for _, want := range []string{
+		`device "edge0"`,
+		"size 4096",
+		"ip saddr & 255.255.255.0 limit rate over 123/second burst 456 packets",
+		"ip6 saddr & ffff:ffff:ffff:: limit rate over 123/second burst 456 packets",
+		"limit rate over 5000/second burst 6000 packets",
+		"limit admission_unprotected { rate over 700/second burst 800 packets }",
+		"elements = { tcp . 443, udp . 53 }",
+		"meta l4proto { icmp, ipv6-icmp } jump sources",
+		"limit admission { rate over 789/second burst 1011 packets }",
+		"elements = { 198.18.2.0/24 }",
+		"elements = { 198.18.3.0/24 }",
+		"elements = { 2001:db8:0:3::/64 }",
+	} {
+		if !strings.Contains(rs, want) {
+			t.Errorf("shield nft output lacks %q:\n%s", want, rs)
+		}
+	}
+	testutil.Root(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		testutil.SkipOrFail(t, "nft not installed (ci/deps.sh installs nftables)")
+	}
+	cmd := exec.Command("nft", "-c", "-f", "-")
+	cmd.Stdin = strings.NewReader(rs)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -c -f refuses the output: %v: %s\n%s", err, b, rs)
+	}
+}

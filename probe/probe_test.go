@@ -1,0 +1,235 @@
+package probe_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"xdpshield/e2e"
+	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
+	"xdpshield/probe"
+)
+
+func TestSlots(t *testing.T) {
+	for _, ns := range []uint64{0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 1000, 1023, 1024, 1 << 20, 3<<20 + 7, 123456789, 1 << 40} {
+		s := probe.SlotOf(ns)
+		lo, hi := probe.SlotRange(s)
+		if ns < lo || ns >= hi {
+			t.Errorf("SlotOf(%d) = %d, whose range [%d, %d) does not hold it", ns, s, lo, hi)
+		}
+		if ns >= 4 && float64(hi-lo) > float64(lo)/4 {
+			t.Errorf("slot %d = [%d, %d) is wider than a quarter of its lower bound", s, lo, hi)
+		}
+	}
+	var prevHi uint64
+	for i := range probe.Slots {
+		lo, hi := probe.SlotRange(i)
+		if lo == hi {
+			continue // unused slot
+		}
+		if lo != prevHi {
+			t.Fatalf("slot %d starts at %d, the slot before ends at %d: the slots must tile", i, lo, prevHi)
+		}
+		prevHi = hi
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	var h probe.Histogram
+	for _, ms := range []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10} {
+		h[probe.SlotOf(ms*1e6)] += 10
+	}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 5 * time.Millisecond}, {0.9, 9 * time.Millisecond}, {0.1, time.Millisecond}} {
+		got := h.Quantile(tc.q)
+		if d := got - tc.want; d < -tc.want/4 || d > tc.want/4 {
+			t.Errorf("Quantile(%v) = %v, want %v within 25%%", tc.q, got, tc.want)
+		}
+	}
+}
+
+// port of the delayed echo service.
+const port = 7077
+
+// Tolerance of the probe against the client: the probe sees the edge's
+// side only, so it must not read more than the client (up to its slot
+// error, 12.5% after interpolation and 25% at worst), and the client adds
+// the veth round trip and its own wake-ups, bounded here by a quarter of
+// its figure plus 2 ms (a busy 2-core machine).
+func within(probeD, client time.Duration) bool {
+	return probeD <= client+client/4 && probeD >= client-client/4-2*time.Millisecond
+}
+
+// TestTimingsMatchClient attaches the probe to the edge's client link and
+// times a delayed echo service over UDP and TCP, IPv4 and IPv6: each
+// flow's p50 and p90 must agree with what the client measured itself.
+func TestTimingsMatchClient(t *testing.T) {
+	testutil.Root(t)
+	for _, clsact := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clsact=%v", clsact), func(t *testing.T) { timings(t, clsact) })
+	}
+}
+
+func timings(t *testing.T, clsact bool) {
+	top, err := e2e.NewTopology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { top.Close() })
+	p, err := probe.Load(probe.Options{Port: port, Clsact: clsact})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := top.Edge.Do(func() error { return p.Attach(top.FrontIfindex) }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { top.Edge.Do(p.Close) })
+	wantMode := probe.ModeClsact
+	if testutil.KernelAtLeast(6, 6) && !clsact {
+		wantMode = probe.ModeTCX
+	}
+	if p.Mode() != wantMode {
+		t.Errorf("Mode() = %s, want %s on this kernel", p.Mode(), wantMode)
+	}
+	stop := serveEcho(t, top.Edge)
+	defer stop()
+
+	const n = 60
+	for _, delay := range []time.Duration{2 * time.Millisecond, 10 * time.Millisecond} {
+		for _, dst := range []netip.Addr{e2e.Front4, e2e.Front6} {
+			for _, network := range []string{"udp", "tcp"} {
+				t.Run(fmt.Sprintf("%s-%s-%v", network, dst, delay), func(t *testing.T) {
+					lat, local := ask(t, top.Storm, network, netip.AddrPortFrom(dst, port), delay, n)
+					flows, err := p.Flows()
+					if err != nil {
+						t.Fatal(err)
+					}
+					var f *probe.Flow
+					for i := range flows {
+						if flows[i].Client == local {
+							f = &flows[i]
+						}
+					}
+					if f == nil {
+						t.Fatalf("the probe has no flow from %s (it has %d flows)", local, len(flows))
+					}
+					// TCP: the handshake (SYN, SYN-ACK) is timed too.
+					want := uint64(n)
+					if network == "tcp" {
+						want++
+					}
+					if f.Count != want {
+						t.Errorf("flow %s: %d requests timed, want %d", local, f.Count, want)
+					}
+					c50, c90 := e2e.Quantile(lat, 0.5), e2e.Quantile(lat, 0.9)
+					p50, p90 := f.Histogram.Quantile(0.5), f.Histogram.Quantile(0.9)
+					t.Logf("client p50 %v p90 %v; probe p50 %v p90 %v (%d timed)", c50, c90, p50, p90, f.Count)
+					if !within(p50, c50) || !within(p90, c90) {
+						t.Errorf("probe p50 %v p90 %v, client p50 %v p90 %v: outside the tolerance", p50, p90, c50, c90)
+					}
+				})
+			}
+		}
+	}
+	st, err := p.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Answered == 0 || st.Answered > st.Requests {
+		t.Errorf("Stats() = %+v: want answers, no more than requests", st)
+	}
+}
+
+// serveEcho answers each request (an 8-byte big-endian delay in
+// nanoseconds) after that delay, over UDP and TCP, inside ns.
+func serveEcho(t *testing.T, ns *topo.NS) (stop func()) {
+	t.Helper()
+	var pc net.PacketConn
+	var ln net.Listener
+	if err := ns.Do(func() error {
+		var err error
+		if pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port)); err != nil {
+			return err
+		}
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			if n == 8 {
+				time.Sleep(time.Duration(binary.BigEndian.Uint64(buf)))
+				pc.WriteTo(buf[:8], from)
+			}
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 8)
+				for {
+					if _, err := io.ReadFull(c, buf); err != nil {
+						return
+					}
+					time.Sleep(time.Duration(binary.BigEndian.Uint64(buf)))
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return func() { pc.Close(); ln.Close() }
+}
+
+// ask sends n requests for delay over one socket from ns and returns the
+// round trips it measured and its own address.
+func ask(t *testing.T, ns *topo.NS, network string, to netip.AddrPort, delay time.Duration, n int) ([]time.Duration, netip.AddrPort) {
+	t.Helper()
+	var c net.Conn
+	if err := ns.Do(func() error {
+		var err error
+		c, err = net.DialTimeout(network, to.String(), 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	local := netip.MustParseAddrPort(c.LocalAddr().String())
+	r := bufio.NewReader(c)
+	req := binary.BigEndian.AppendUint64(nil, uint64(delay))
+	resp := make([]byte, 8)
+	var lat []time.Duration
+	for range n {
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		start := time.Now()
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(r, resp); err != nil {
+			t.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		time.Sleep(time.Millisecond)
+	}
+	return lat, netip.AddrPortFrom(local.Addr().Unmap(), local.Port())
+}

@@ -1,0 +1,26 @@
+// Package study is the honest half of xdpshield: it measures, side by side
+// in one run and repeated, what the hook costs legitimate traffic and where
+// it pays, against nftables (the twin of shield/nft) and against nothing.
+//
+// In throwaway namespaces (e2e's topology, generators, client and edge
+// server, reused, not copied; the edge server runs in a process of its own
+// so its CPU time can be read from /proc) it measures:
+//
+//   - legitimate throughput (fixed rate and saturation), p50/p99/p99.9 and
+//     the edge's CPU time per request, with no program, the shield passing
+//     everything (dry-run; allow-all), the shield limiting, the nftables
+//     twin, and with a few-source storm against the shield, nftables and
+//     nothing;
+//   - drop capacity: the live-frames generator at full speed, few and many
+//     forged sources, against an XDP_DROP-everything floor, the shield and
+//     nftables (frames/s at the edge, drops per softirq CPU-second);
+//   - the simulator's ns/packet table (go test -bench ./sim);
+//   - the tc probe's own cost, alone, beside the shield and under storm, and
+//     its histogram against the client's own timings.
+//
+// It writes report.md, results.json and PNG plots (drawn by gnuplot) to an
+// output directory. It must not touch anything outside the namespaces it
+// creates (the e2e rules: addresses from 198.18.0.0/15 and 2001:db8::/32,
+// bounded generators, everything removed at the end); its figures are
+// medians over runs with their spread, never asserted here.
+package study

@@ -1,0 +1,173 @@
+package study
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"xdpshield/e2e"
+	"xdpshield/internal/topo"
+)
+
+// edgeProc is the edge server running in a process of its own inside the
+// edge namespace (`shield study-edge`), so that its CPU time is its own.
+type edgeProc struct {
+	cmd *exec.Cmd
+	pid int
+}
+
+// startEdge starts self's study-edge command in ns with a certificate made
+// here, and returns once it listens.
+func startEdge(self string, ns *topo.NS) (*edgeProc, *x509.CertPool, error) {
+	if self == "" {
+		var err error
+		if self, err = os.Executable(); err != nil {
+			return nil, nil, fmt.Errorf("find the shield binary: %w", err)
+		}
+	}
+	cert, pool, err := e2e.NewCertificate(e2e.Edge4, e2e.Edge6, e2e.Front4, e2e.Front6)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode key: %w", err)
+	}
+	var in strings.Builder
+	pem.Encode(&in, &pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]})
+	pem.Encode(&in, &pem.Block{Type: "PRIVATE KEY", Bytes: key})
+	// `ip netns exec` execs the command in place: the pid is the server's.
+	cmd := ns.Command(self, "study-edge")
+	cmd.Stdin = strings.NewReader(in.String())
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s study-edge: %w", self, err)
+	}
+	e := &edgeProc{cmd: cmd, pid: cmd.Process.Pid}
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && strings.TrimSpace(line) != "ready" {
+			err = fmt.Errorf("study-edge said %q", line)
+		}
+		ready <- err
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			e.stop()
+			return nil, nil, fmt.Errorf("edge server: %w", err)
+		}
+	case <-time.After(10 * time.Second):
+		e.stop()
+		return nil, nil, errors.New("edge server: not ready after 10s")
+	}
+	return e, pool, nil
+}
+
+func (e *edgeProc) stop() {
+	if e.cmd.Process != nil {
+		e.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { e.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			e.cmd.Process.Kill()
+			<-done
+		}
+	}
+}
+
+// UDPCapacity is the datagram service's capacity, as in the storm demo.
+const UDPCapacity = 10_000
+
+// ServeEdge is the study-edge process: it reads a certificate and key
+// (PEM) on stdin, serves e2e's edge page on EdgePort and e2e's datagram
+// service on DatagramPort of every address of the namespace it was started
+// in, says "ready" on stdout, and runs until ctx ends.
+func ServeEdge(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	b, err := io.ReadAll(stdin)
+	if err != nil {
+		return fmt.Errorf("read certificate: %w", err)
+	}
+	cert, err := tls.X509KeyPair(b, b)
+	if err != nil {
+		return fmt.Errorf("parse certificate: %w", err)
+	}
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", e2e.EdgePort))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := e2e.ServeEdge(ln, cert)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: e2e.DatagramPort})
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	udp, err := e2e.ServeDatagram(conn, UDPCapacity)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "ready")
+	<-ctx.Done()
+	return errors.Join(srv.Close(), udp.Close())
+}
+
+// cpuReading is a reading of the CPU time the edge used so far, seconds.
+type cpuReading struct {
+	proc    float64 // the edge server process (user + system)
+	softirq float64 // every CPU's softirq time: the XDP, tc, nftables and stack receive work
+	busy    float64 // every CPU's non-idle time: the machine, neighbours included
+}
+
+var clkTck = 100.0 // USER_HZ: 100 on every Linux this runs on
+
+func (e *edgeProc) cpu() (cpuReading, error) {
+	var r cpuReading
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.pid))
+	if err != nil {
+		return r, fmt.Errorf("edge server cpu: %w", err)
+	}
+	// Fields after the command name (which may hold spaces) in ")".
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return r, fmt.Errorf("edge server cpu: short /proc/%d/stat", e.pid)
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	r.proc = (ut + st) / clkTck
+	b, err = os.ReadFile("/proc/stat")
+	if err != nil {
+		return r, fmt.Errorf("read /proc/stat: %w", err)
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f = strings.Fields(line) // cpu user nice system idle iowait irq softirq steal
+	if len(f) < 8 || f[0] != "cpu" {
+		return r, errors.New("unexpected /proc/stat")
+	}
+	var v [8]float64
+	for i := 1; i < 8 && i < len(f); i++ {
+		v[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	r.softirq = v[7] / clkTck
+	r.busy = (v[1] + v[2] + v[3] + v[6] + v[7]) / clkTck
+	return r, nil
+}

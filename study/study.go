@@ -1,0 +1,617 @@
+package study
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"xdpshield/e2e"
+	"xdpshield/probe"
+	"xdpshield/shield"
+	"xdpshield/shield/nft"
+)
+
+// Log attribute keys.
+const (
+	logErr    = "err"
+	logConfig = "config"
+)
+
+// Options are one study.
+type Options struct {
+	Quick     bool          // a short run for CI: fewer runs, shorter phases
+	Runs      int           // repetitions of every measurement
+	Phase     time.Duration // length of each legitimate-traffic phase
+	DropPhase time.Duration // length of each drop-capacity measurement
+	StormRate uint64        // frames/s of the storm the legitimate client meets
+	Out       string        // output directory
+	Command   string        // the command line, for the report
+	Self      string        // the shield binary (runs the edge server: `shield study-edge`)
+	Bench     bool          // run the simulator's benchmarks (needs the go tool and the source tree)
+	Progress  io.Writer     // the progress bar; nil: none
+	Lines     bool          // Progress is no terminal: a line per step
+	Logger    *slog.Logger
+}
+
+// DefaultOptions is `make study`: 5 runs of 4 s phases, 3 s drop
+// measurements; about 12 minutes on this machine.
+func DefaultOptions() Options {
+	return Options{Runs: 5, Phase: 4 * time.Second, DropPhase: 3 * time.Second, StormRate: 500_000, Bench: true}
+}
+
+// QuickOptions is `shield study -quick`: every configuration once or twice,
+// short phases; it checks that each produced numbers, nothing more.
+func QuickOptions() Options {
+	return Options{Quick: true, Runs: 2, Phase: time.Second, DropPhase: time.Second, StormRate: 500_000, Bench: true}
+}
+
+// Limits are the limits of the shield and of its nftables twin in every
+// configuration: the service's defaults, with the destinations the storm
+// floods protected as in the storm demo (TCP 443, UDP 53, ICMP).
+func Limits() shield.Limits { return e2e.StormLimits(shield.DefaultLimits()) }
+
+// Config is one way the edge is set up for legitimate traffic.
+type Config struct {
+	Name    string `json:"name"`
+	Program string `json:"program"` // none, shield, dryrun, allowall, nft
+	Storm   bool   `json:"storm"`   // a few-source storm at StormRate throughout
+	Probe   bool   `json:"probe"`   // the tc probe on the client link
+}
+
+// Configs are the configurations measured, in the order of a run.
+var Configs = []Config{
+	{"none", "none", false, false},
+	{"shield-dryrun", "dryrun", false, false},
+	{"shield-allowall", "allowall", false, false},
+	{"shield", "shield", false, false},
+	{"nft", "nft", false, false},
+	{"probe", "none", false, true},
+	{"shield+probe", "shield", false, true},
+	{"none/storm", "none", true, false},
+	{"shield/storm", "shield", true, false},
+	{"nft/storm", "nft", true, false},
+	{"shield+probe/storm", "shield", true, true},
+}
+
+// Phases of a configuration.
+const (
+	PhaseFixed      = "fixed"      // the e2e client's default pace
+	PhaseSaturation = "saturation" // keep-alive requests back to back
+)
+
+// Drop-capacity targets.
+var DropTargets = []string{"floor", "shield", "nft"}
+
+// Drop-capacity source sets.
+var DropSources = []string{"few", "many"}
+
+// study holds what a run needs.
+type study struct {
+	opt    Options
+	log    *slog.Logger
+	top    *e2e.Topology
+	gen    e2e.Generator
+	edge   *edgeProc
+	pool   *x509.CertPool
+	few    []e2e.Template
+	many   []e2e.Template
+	manyW  []float64
+	res    *Results
+	bar    *bar
+	nftRun nft.Runner
+}
+
+// Run carries out the study and writes its output to opt.Out.
+func Run(ctx context.Context, opt Options) (*Results, error) {
+	if opt.Runs < 1 || opt.Phase <= 0 || opt.DropPhase <= 0 || opt.Out == "" {
+		return nil, fmt.Errorf("study: runs %d, phase %v, drop phase %v, out %q: all required", opt.Runs, opt.Phase, opt.DropPhase, opt.Out)
+	}
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("study: %w", err)
+	}
+	s := &study{opt: opt, log: opt.Logger, res: newResults(opt)}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	// As e2e.Run: the generator holds a P through long syscalls.
+	if n := runtime.NumCPU() + 1; runtime.GOMAXPROCS(0) < n {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	}
+	steps := opt.Runs*len(Configs)*2 + opt.Runs*len(DropTargets)*len(DropSources)
+	if opt.Bench {
+		steps++
+	}
+	s.bar = newBar(opt.Progress, opt.Lines, steps)
+	defer s.close()
+	if err := s.setup(); err != nil {
+		return nil, err
+	}
+	err := s.all(ctx)
+	s.bar.done()
+	if err != nil {
+		s.res.Error = err.Error()
+	}
+	s.res.finish()
+	if werr := Write(opt.Out, s.res); werr != nil {
+		return s.res, errors.Join(err, werr)
+	}
+	return s.res, err
+}
+
+func (s *study) setup() error {
+	var err error
+	if s.top, err = e2e.NewTopology(); err != nil {
+		return fmt.Errorf("topology: %w", err)
+	}
+	s.res.RPS = s.top.RPS
+	s.nftRun = nft.Command(s.top.Edge.Command)
+	if s.gen, err = e2e.NewGenerator("auto", s.top.Storm, s.top.StormIfindex); err != nil {
+		return fmt.Errorf("generator: %w", err)
+	}
+	s.res.Generator = s.gen.Name()
+	if s.edge, s.pool, err = startEdge(s.opt.Self, s.top.Edge); err != nil {
+		return fmt.Errorf("edge server: %w", err)
+	}
+	// The storms: e2e's few sources (16 per family, UDP, SYN and ICMP)
+	// and its many forged ones (all of 198.19.0.0/16, 4M of
+	// 2001:db8:1::/96), weighted so each forged source recurs alike.
+	for _, p := range []e2e.Proto{e2e.UDP, e2e.TCPSYN, e2e.ICMP} {
+		for _, f := range []e2e.Flow{{Proto: p, First: e2e.Few4, Count: 16}, {Proto: p, First: e2e.Few6, Count: 16}} {
+			t, err := s.template(f)
+			if err != nil {
+				return err
+			}
+			s.few = append(s.few, t)
+		}
+		many4, many6 := uint32(e2e.MaxMany4), uint32(1<<22)
+		for _, f := range []e2e.Flow{{Proto: p, First: e2e.Many4, Count: many4}, {Proto: p, First: e2e.Many6, Count: many6}} {
+			t, err := s.template(f)
+			if err != nil {
+				return err
+			}
+			s.many = append(s.many, t)
+			s.manyW = append(s.manyW, float64(f.Count))
+		}
+	}
+	return nil
+}
+
+func (s *study) template(f e2e.Flow) (e2e.Template, error) {
+	dst := e2e.Edge4
+	if f.First.Is6() {
+		dst = e2e.Edge6
+	}
+	return e2e.BuildTemplate(f, s.top.StormMAC, s.top.EdgeMAC, dst)
+}
+
+func (s *study) close() {
+	if s.edge != nil {
+		s.edge.stop()
+	}
+	if s.gen != nil {
+		s.gen.Close()
+	}
+	if s.top != nil {
+		if err := s.top.Close(); err != nil {
+			s.log.Warn("remove namespaces", logErr, err)
+		}
+	}
+}
+
+func (s *study) all(ctx context.Context) error {
+	for run := range s.opt.Runs {
+		// Rotate the order from run to run, so a drift of the shared
+		// machine does not always fall on the same configuration.
+		for i := range Configs {
+			c := Configs[(i+run)%len(Configs)]
+			if err := s.legit(ctx, run, c); err != nil {
+				return fmt.Errorf("run %d, %s: %w", run+1, c.Name, err)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+		for _, src := range DropSources {
+			for _, t := range DropTargets {
+				if err := s.drop(ctx, run, t, src); err != nil {
+					return fmt.Errorf("run %d, drop capacity %s/%s: %w", run+1, t, src, err)
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	if s.opt.Bench {
+		s.bar.step("simulator benchmarks")
+		rows, raw, err := simBench(ctx, s.opt.Quick)
+		s.res.Bench, s.res.BenchRaw = rows, raw
+		if err != nil {
+			s.res.Notes = append(s.res.Notes, "simulator benchmarks not run: "+err.Error())
+		}
+	}
+	return nil
+}
+
+// protection is what a configuration put on the edge; undo removes it.
+type protection struct {
+	sh    *shield.Shield
+	links []link.Link
+	nft   bool
+	probe *probe.Probe
+}
+
+func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*protection, error) {
+	p := &protection{}
+	ok := false
+	defer func() {
+		if !ok {
+			s.undo(ctx, p)
+		}
+	}()
+	switch c.Program {
+	case "none":
+	case "shield", "dryrun", "allowall":
+		l := Limits()
+		l.DryRun = c.Program == "dryrun"
+		sh, err := shield.Load(shield.Options{TableSize: tableSize, Limits: l})
+		if err != nil {
+			return nil, err
+		}
+		p.sh = sh
+		if c.Program == "allowall" {
+			if _, err := sh.Add(shield.AllowList, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}); err != nil {
+				return nil, fmt.Errorf("allow all: %w", err)
+			}
+		}
+		for _, idx := range []int{s.top.EdgeIfindex, s.top.FrontIfindex} {
+			if err := s.top.Edge.Do(func() error {
+				l, err := link.AttachXDP(link.XDPOptions{Program: sh.Program(), Interface: idx})
+				if err == nil {
+					p.links = append(p.links, l)
+				}
+				return err
+			}); err != nil {
+				return nil, fmt.Errorf("attach shield: %w", err)
+			}
+		}
+	case "nft":
+		rs, err := nft.Render(nft.Config{Ifaces: []string{e2e.EdgeDev, e2e.FrontDev}, TableSize: tableSize}.WithLimits(Limits()))
+		if err != nil {
+			return nil, err
+		}
+		if err := nft.Apply(ctx, s.nftRun, rs); err != nil {
+			return nil, err
+		}
+		p.nft = true
+	case "floor":
+		prog, err := dropAll()
+		if err != nil {
+			return nil, err
+		}
+		defer prog.Close() // the link keeps it
+		if err := s.top.Edge.Do(func() error {
+			l, err := link.AttachXDP(link.XDPOptions{Program: prog, Interface: s.top.EdgeIfindex})
+			if err == nil {
+				p.links = append(p.links, l)
+			}
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("attach XDP_DROP: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("unknown program %q", c.Program)
+	}
+	if c.Probe {
+		pr, err := probe.Load(probe.Options{Port: e2e.EdgePort})
+		if err != nil {
+			return nil, err
+		}
+		if err := s.top.Edge.Do(func() error { return pr.Attach(s.top.FrontIfindex) }); err != nil {
+			pr.Close()
+			return nil, err
+		}
+		p.probe = pr
+		s.res.ProbeMode = string(pr.Mode())
+	}
+	ok = true
+	return p, nil
+}
+
+func (s *study) undo(ctx context.Context, p *protection) {
+	if p.probe != nil {
+		s.top.Edge.Do(p.probe.Close)
+	}
+	for _, l := range p.links {
+		l.Close()
+	}
+	if p.sh != nil {
+		p.sh.Close()
+	}
+	if p.nft {
+		if err := nft.Delete(ctx, s.nftRun, ""); err != nil {
+			s.log.Warn("remove nftables twin", logErr, err)
+		}
+	}
+}
+
+// dropAll is the floor: XDP_DROP for every frame.
+func dropAll() (*ebpf.Program, error) {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:         "drop_all",
+		Type:         ebpf.XDP,
+		License:      "Dual BSD/GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1 /* XDP_DROP */), asm.Return()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("load XDP_DROP: %w", err)
+	}
+	return p, nil
+}
+
+// legit measures configuration c: a fixed-rate phase, then a saturation
+// phase, the storm (if any) raging through both.
+func (s *study) legit(ctx context.Context, run int, c Config) error {
+	p, err := s.protect(ctx, c, 1<<16)
+	if err != nil {
+		return err
+	}
+	defer s.undo(ctx, p)
+	var wg sync.WaitGroup
+	sctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	var stormErr error
+	var stormSent []uint64
+	if c.Storm {
+		spec := e2e.StormSpec{Templates: s.few, Rate: s.opt.StormRate,
+			Duration: 4*s.opt.Phase + 10*time.Second, MaxFrames: s.opt.StormRate * uint64((4*s.opt.Phase+10*time.Second)/time.Second)}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stormSent, stormErr = e2e.Storm(sctx, s.gen, spec, nil)
+		}()
+		time.Sleep(200 * time.Millisecond) // the storm is on before the client starts
+	}
+	for _, ph := range []string{PhaseFixed, PhaseSaturation} {
+		s.bar.step(fmt.Sprintf("run %d/%d %s %s", run+1, s.opt.Runs, c.Name, ph))
+		smp, err := s.phase(ctx, c, ph, p)
+		if err != nil {
+			return err
+		}
+		smp.Run = run
+		s.res.addLegit(c, ph, smp)
+	}
+	cancel()
+	wg.Wait()
+	_ = stormSent
+	if stormErr != nil && !errors.Is(stormErr, context.Canceled) {
+		return fmt.Errorf("storm: %w", stormErr)
+	}
+	return nil
+}
+
+// phase runs the legitimate client in one phase and reads its figures.
+func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (Sample, error) {
+	cc := e2e.DefaultClientConfig()
+	if ph == PhaseSaturation {
+		// Back to back on one kept-alive connection per family: the
+		// client's loop goes on at once when late.
+		cc = e2e.ClientConfig{KeepAliveRate: 1e6, Timeout: cc.Timeout}
+	}
+	rec := &e2e.Recorder{}
+	cl := e2e.StartClient(s.top.Storm, s.pool, cc, rec, e2e.Front4, e2e.Front6)
+	defer cl.Stop()
+	// Warm up: connections opened, neighbours resolved, the client's
+	// first packets admitted.
+	if err := sleep(ctx, 300*time.Millisecond); err != nil {
+		return Sample{}, err
+	}
+	var src0 shield.Source
+	if p.sh != nil {
+		src0, _, _ = p.sh.Source(e2e.Client4)
+	}
+	if p.probe != nil {
+		if err := p.probe.Reset(); err != nil {
+			return Sample{}, err
+		}
+	}
+	cpu0, err := s.edge.cpu()
+	if err != nil {
+		return Sample{}, err
+	}
+	rec.Switch(true)
+	if err := sleep(ctx, s.opt.Phase); err != nil {
+		return Sample{}, err
+	}
+	got := rec.Switch(false)
+	cpu1, err := s.edge.cpu()
+	if err != nil {
+		return Sample{}, err
+	}
+	smp := sampleOf(got)
+	smp.ServerCPU = cpu1.proc - cpu0.proc
+	smp.SoftirqCPU = cpu1.softirq - cpu0.softirq
+	if n := smp.Requests - smp.Failures; n > 0 {
+		smp.CPUPerReqUs = (smp.ServerCPU + smp.SoftirqCPU) / float64(n) * 1e6
+	}
+	if p.sh != nil {
+		if src1, ok, err := p.sh.Source(e2e.Client4); err == nil && ok {
+			smp.ClientPPS = float64(src1.Passed+src1.Dropped-src0.Passed-src0.Dropped) / smp.Seconds
+			smp.ClientDropped = src1.Dropped - src0.Dropped
+		}
+	}
+	if p.probe != nil {
+		h, err := p.probe.Histogram()
+		if err != nil {
+			return smp, err
+		}
+		smp.Probe = &h
+		// The client's keep-alive connections are the flows with many
+		// requests; a new connection makes a handful (SYN, TLS, request).
+		flows, err := p.probe.Flows()
+		if err != nil {
+			return smp, err
+		}
+		ka := new(probe.Histogram)
+		for _, f := range flows {
+			if f.Count >= keepAliveFlow {
+				ka.Add(f.Histogram)
+			}
+		}
+		smp.ProbeKA = ka
+	}
+	return smp, nil
+}
+
+// keepAliveFlow is the least number of requests the probe must have timed
+// on a flow to count it as one of the client's kept-alive connections
+// (which make 100 a second; a new connection makes 3 or 4).
+const keepAliveFlow = 20
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+// drop measures one drop-capacity point: the generator at full speed for
+// DropPhase against target, from few or many sources.
+func (s *study) drop(ctx context.Context, run int, target, sources string) error {
+	s.bar.step(fmt.Sprintf("run %d/%d drop capacity %s, %s sources", run+1, s.opt.Runs, target, sources))
+	c := Config{Name: target, Program: target}
+	p, err := s.protect(ctx, c, shield.DefaultTableSize)
+	if err != nil {
+		return err
+	}
+	defer s.undo(ctx, p)
+	tpls, w := s.few, []float64(nil)
+	if sources == "many" {
+		tpls, w = s.many, s.manyW
+	}
+	var c0 shield.Counters
+	if p.sh != nil {
+		if c0, err = p.sh.Counters(); err != nil {
+			return err
+		}
+	}
+	v0, err := s.top.VethStats()
+	if err != nil {
+		return err
+	}
+	cpu0, err := s.edge.cpu()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	per, err := fullSpeed(ctx, s.gen, tpls, w, s.opt.DropPhase)
+	secs := time.Since(start).Seconds()
+	if err != nil {
+		return err
+	}
+	if err := sleep(ctx, 300*time.Millisecond); err != nil { // the ring drains
+		return err
+	}
+	cpu1, err := s.edge.cpu()
+	if err != nil {
+		return err
+	}
+	v1, err := s.top.VethStats()
+	if err != nil {
+		return err
+	}
+	d := DropSample{Run: run, Seconds: secs}
+	for _, n := range per {
+		d.Sent += n
+	}
+	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
+	d.Seen = d.Sent - min(d.Refused, d.Sent)
+	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
+	d.BusyCPU = cpu1.busy - cpu0.busy
+	switch target {
+	case "floor":
+		d.Dropped = d.Seen
+	case "shield":
+		c1, err := p.sh.Counters()
+		if err != nil {
+			return err
+		}
+		diff := c1.Sub(c0)
+		d.Dropped = diff.Verdict(shield.Drop)
+		d.Passed = diff.Verdict(shield.Pass)
+		if n, err := p.sh.CountSources(ctx); err == nil {
+			d.Tracked = n
+		}
+	case "nft":
+		m, err := nft.ReadCounters(ctx, s.nftRun, "")
+		if err != nil {
+			return err
+		}
+		d.Dropped = m[nft.CounterAdmission] + m[nft.CounterLimit] + m[nft.CounterDeny] + m[nft.CounterSpoofed] + m[nft.CounterUnprotectedDrop]
+		d.Passed = m[nft.CounterOK] + m[nft.CounterAllow] + m[nft.CounterUnprotectedPass]
+		for _, set := range []string{"sources4", "sources6"} {
+			if n, err := nft.SetSize(ctx, s.nftRun, "", set); err == nil {
+				d.Tracked += n
+			}
+		}
+	}
+	d.SeenPPS = float64(d.Seen) / secs
+	d.DropPPS = float64(d.Dropped) / secs
+	if d.SoftirqCPU > 0 {
+		d.DropsPerCPUSec = float64(d.Dropped) / d.SoftirqCPU
+	}
+	s.res.addDrop(target, sources, d)
+	return nil
+}
+
+// bigChunk is the most frames one generator call sends at full speed: a
+// live-frames run costs about 28 ms besides its frames (e2e's chunk of
+// 65,536 frames per call is sized for pacing and lets that fixed cost
+// dominate), so drop capacity is measured with calls of half a million
+// frames (0.1-0.5 s each here).
+const bigChunk = 1 << 19
+
+// fullSpeed sends tpls in turn, in shares w (nil: equal), as fast as the
+// generator goes, for d; it returns the frames sent per template.
+func fullSpeed(ctx context.Context, g e2e.Generator, tpls []e2e.Template, w []float64, d time.Duration) ([]uint64, error) {
+	if w == nil {
+		w = make([]float64, len(tpls))
+		for i := range w {
+			w[i] = 1
+		}
+	}
+	var most float64
+	for _, x := range w {
+		most = max(most, x)
+	}
+	per := make([]uint64, len(tpls))
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for i := range tpls {
+			n := max(uint32(float64(bigChunk)*w[i]/most), 1<<12)
+			got, err := g.Send(&tpls[i], n)
+			per[i] += got
+			if err != nil {
+				return per, err
+			}
+			if !time.Now().Before(deadline) {
+				break
+			}
+		}
+	}
+	return per, nil
+}

@@ -1,0 +1,104 @@
+package study
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStatOf(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want Stat
+	}{
+		{nil, Stat{}},
+		{[]float64{3}, Stat{3, 3, 3, 1}},
+		{[]float64{5, 1, 3}, Stat{3, 1, 5, 3}},
+		{[]float64{4, 1, 3, 2}, Stat{2.5, 1, 4, 4}},
+	} {
+		if got := statOf(tc.in); got != tc.want {
+			t.Errorf("statOf(%v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestParseBench(t *testing.T) {
+	out := `goos: linux
+BenchmarkShield/reference-2         	    1000	     13393 ns/op	        38.00 ns/pkt	         1.000 x-ref
+BenchmarkShield/allow-2             	    1000	     63777 ns/op	        50.00 ns/pkt	       100.0 on-path-%	         1.786 x-ref
+BenchmarkOther-2	100	5 ns/op
+PASS`
+	got := parseBench(out)
+	want := []BenchRow{{"BenchmarkShield/reference", 38, 1}, {"BenchmarkShield/allow", 50, 1.786}}
+	if len(got) != len(want) {
+		t.Fatalf("parseBench = %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("parseBench row %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// full returns results in which every configuration and drop point has
+// numbers.
+func full() *Results {
+	r := &Results{Runs: 1, Limits: newResults(Options{}).Limits, StormRate: 500_000}
+	for _, c := range Configs {
+		for _, ph := range []string{PhaseFixed, PhaseSaturation} {
+			s := Sample{RPS: 100, Requests: 100, CPUPerReqUs: 50, KAP50: 1, KAP99: 2, ClientPPS: 300, ka: []time.Duration{time.Millisecond}}
+			r.addLegit(c, ph, s)
+		}
+		if c.Probe {
+			l := r.legit(c.Name, PhaseFixed)
+			l.ProbeN = 1
+		}
+	}
+	for _, src := range DropSources {
+		for _, tg := range DropTargets {
+			r.addDrop(tg, src, DropSample{SeenPPS: 1e6, DropPPS: 9e5, DropsPerCPUSec: 1e6})
+		}
+	}
+	r.finish()
+	for _, c := range Configs {
+		if c.Probe {
+			r.legit(c.Name, PhaseFixed).ProbeN = 1
+		}
+	}
+	return r
+}
+
+func TestMissing(t *testing.T) {
+	r := full()
+	if m := r.Missing(); len(m) != 0 {
+		t.Fatalf("Missing() of complete results = %q, want none", m)
+	}
+	// Each gap must be reported.
+	r.legit("nft/storm", PhaseSaturation).RPS.Median = 0
+	r.drop("shield", "many").DropPPS.Median = 0
+	r.Drop = r.Drop[1:] // floor/few gone
+	r.legit("probe", PhaseFixed).ProbeN = 0
+	m := strings.Join(r.Missing(), "\n")
+	for _, want := range []string{"nft/storm saturation: no successful request", "drop capacity shield/many: nothing dropped", "drop capacity floor/few: not measured", "probe fixed: the probe timed nothing"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("Missing() = %q, want it to name %q", m, want)
+		}
+	}
+}
+
+func TestReportNamesEveryConfiguration(t *testing.T) {
+	r := full()
+	var b strings.Builder
+	Report(&b, r, nil)
+	md := b.String()
+	for _, c := range Configs {
+		if !strings.Contains(md, "| "+c.Name+" |") {
+			t.Errorf("report lacks a row for %s", c.Name)
+		}
+	}
+	for _, want := range []string{"## Conclusion", "**Under a storm.**", "**Drop capacity.**", "**Which default the data supports.**", "shared"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
