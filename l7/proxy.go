@@ -223,17 +223,15 @@ type fastListener struct {
 }
 
 func (l *fastListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		cc, err := l.fp.accept(c)
-		if err != nil {
-			// The proxy alone serves it: nothing of the data plane saw it.
-			l.fp.logf("accept: %v", err)
-			return c, nil
-		}
-		return cc, nil
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	cc, err := l.fp.accept(c)
+	if err != nil {
+		// The proxy alone serves it: nothing of the data plane saw it.
+		l.fp.logf("accept: %v", err)
+		return c, nil
+	}
+	return cc, nil
 }

@@ -166,9 +166,9 @@ func TestListChangeReports(t *testing.T) {
 		require.NoError(t, err)
 		return out
 	}
-	ch, err := s.Add(DenyList, ps("198.18.0.0/24"))
+	_, err := s.Add(DenyList, ps("198.18.0.0/24"))
 	require.NoError(t, err)
-	ch, err = s.Add(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
+	ch, err := s.Add(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
 	require.NoError(t, err)
 	assert.Equal(t, ListChange{List: DenyList, Added: ps("198.18.1.0/24", "2001:db8::/48"), Before: 1,
 		After: ps("198.18.0.0/24", "198.18.1.0/24", "2001:db8::/48")}, ch, "Add()")

@@ -39,8 +39,6 @@ func Write(dir string, r *Results) error {
 	return perr
 }
 
-func f1(s Stat) string { return fmt.Sprintf("%.1f", s.Median) }
-
 func spread(s Stat, format string) string {
 	if s.N < 2 {
 		return fmt.Sprintf(format, s.Median)

@@ -68,8 +68,8 @@ func TestModernCapabilities(t *testing.T) {
 	defer detach()
 
 	// serve runs serve with exactly caps; it returns whether it served
-	// (it is then stopped, leaving its pins) or its exit error and log.
-	serve := func(caps []string, checkOff bool) (serving bool, exit error, log string) {
+	// (it is then stopped, leaving its pins), its log, or its exit error.
+	serve := func(caps []string, checkOff bool) (serving bool, log string, exit error) {
 		t.Helper()
 		set := "-all"
 		for _, c := range caps {
@@ -101,29 +101,29 @@ func TestModernCapabilities(t *testing.T) {
 		if serving {
 			err = nil
 		}
-		return serving, err, b.String()
+		return serving, b.String(), err
 	}
-	if ok, err, log := serve(ModernCaps, false); !ok {
+	if ok, log, err := serve(ModernCaps, false); !ok {
 		t.Fatalf("with %v: not serving (%v); log:\n%s", ModernCaps, err, log)
 	}
 	t.Logf("with %v: serves on a fresh interface", ModernCaps)
 	// Its pins are there now: a restart adopts them.
 	for _, checkOff := range []bool{false, true} {
-		ok, err, log := serve(ModernCaps, checkOff)
+		ok, log, err := serve(ModernCaps, checkOff)
 		if ok || err == nil || (!checkOff && !strings.Contains(log, "CAP_SYS_ADMIN")) {
 			t.Errorf("restart with %v (check off: %v): serving %v, exit %v; want a refusal naming CAP_SYS_ADMIN; log:\n%s", ModernCaps, checkOff, ok, err, log)
 		} else {
 			t.Logf("restart with %v (check off: %v): %v: %s", ModernCaps, checkOff, err, lastLine(log))
 		}
 	}
-	if ok, err, log := serve(append(slices.Clone(ModernCaps), "CAP_SYS_ADMIN"), false); !ok || !strings.Contains(log, "adopted pinned shield") {
+	if ok, log, err := serve(append(slices.Clone(ModernCaps), "CAP_SYS_ADMIN"), false); !ok || !strings.Contains(log, "adopted pinned shield") {
 		t.Errorf("restart with CAP_SYS_ADMIN too: serving %v (%v), want the pins adopted; log:\n%s", ok, err, log)
 	}
 	detach()
 	for _, miss := range ModernCaps {
 		rest := slices.DeleteFunc(slices.Clone(ModernCaps), func(c string) bool { return c == miss })
 		for _, checkOff := range []bool{false, true} {
-			ok, err, log := serve(rest, checkOff)
+			ok, log, err := serve(rest, checkOff)
 			if ok {
 				detach()
 			}
