@@ -233,9 +233,20 @@ func ShieldConfig(cfg service.Config) string {
 	fmt.Fprintf(&b, "iface = %q\ntable_size = %d\n\n", cfg.Iface, cfg.TableSize)
 	fmt.Fprintf(&b, "[api]\nlisten = %q\ntoken_file = \"/etc/xdpshield/token\"\nauth_reads = true\n\n", shieldAPI)
 	lm := cfg.Limits
-	fmt.Fprintf(&b, "[limits]\nrate = %d\nburst = %d\nadmission_rate = %d\nadmission_burst = %d\ndry_run = %v\n\n",
-		lm.Rate, lm.Burst, lm.AdmissionRate, lm.AdmissionBurst, lm.DryRun)
-	fmt.Fprintf(&b, "[lists]\nallow_own_addresses = false\nallow = %s\ndeny = %s\n", quoted(allow), quoted(deny))
+	var protected []string
+	for _, d := range lm.Protected {
+		protected = append(protected, d.String())
+	}
+	fmt.Fprintf(&b, "[limits]\nrate = %d\nburst = %d\nadmission_rate = %d\nadmission_burst = %d\ndry_run = %v\nprotected = %s\n",
+		lm.Rate, lm.Burst, lm.AdmissionRate, lm.AdmissionBurst, lm.DryRun, quoted(protected))
+	if lm.KeyPrefix4 != 0 {
+		fmt.Fprintf(&b, "key_prefix4 = %d\n", lm.KeyPrefix4)
+	}
+	if lm.KeyPrefix6 != 0 {
+		fmt.Fprintf(&b, "key_prefix6 = %d\n", lm.KeyPrefix6)
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "[lists]\nown_addresses_spoofed = true\nallow = %s\ndeny = %s\n", quoted(allow), quoted(deny))
 	return b.String()
 }
 
