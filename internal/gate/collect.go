@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"xdpshield/internal/testutil"
 )
 
 // Marker starts the line a measurement run prints its figures on, so the
@@ -15,7 +17,7 @@ const Marker = "@@GATE-FIGURES "
 // Collect measures complexity and speed in the running kernel; behaviour
 // comes from the test runs beside it. Failures are kept in Errors.
 func Collect(kernel string, o SpeedOptions) Figures {
-	f := Figures{Kernel: kernel, Release: Release()}
+	f := Figures{Kernel: kernel, Release: Release(), Emulated: testutil.Emulated()}
 	var err error
 	if f.Programs, err = Complexity(); err != nil {
 		f.Errors = append(f.Errors, fmt.Sprintf("complexity: %v", err))

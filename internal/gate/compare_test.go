@@ -56,6 +56,10 @@ func TestCompare(t *testing.T) {
 		{"speed within tolerance", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.11, Spread: 0.02} }, nil},
 		{"speed past tolerance", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.13, Spread: 0.02} }, []string{"6.1 speed ok x-ref"}},
 		{"a noisy run widens it", func(f *Figures) { f.Speed["ok"] = Path{Ratio: 2.13, Spread: 0.05} }, nil},
+		// Under TCG only a gross slow-down counts: the floor is 100%.
+		{"emulated: +58% passes", func(f *Figures) { f.Emulated = true; f.Speed["ok"] = Path{Ratio: 3.16, Spread: 0.02} }, nil},
+		{"emulated: +101% fails", func(f *Figures) { f.Emulated = true; f.Speed["ok"] = Path{Ratio: 4.02, Spread: 0.02} },
+			[]string{"6.1 speed ok x-ref"}},
 		{"speed error", func(f *Figures) { f.Speed["ok"] = Path{Error: "only 3% on path"} }, []string{"6.1 speed ok x-ref"}},
 		{"a test fails", func(f *Figures) {
 			f.Behaviour[CompatRun] = Behaviour{Pass: 99, Fail: 1, Failed: []string{"TestDryRun: boom"}}

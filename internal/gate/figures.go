@@ -4,6 +4,9 @@ package gate
 type Figures struct {
 	Kernel  string `json:"kernel"`  // lock name, or "host"
 	Release string `json:"release"` // uname -r
+	// Emulated: measured on a CPU emulated by qemu's TCG, where speed
+	// differs from one boot to the next far more than within one.
+	Emulated bool `json:"emulated,omitempty"`
 	// Programs are the verifier's figures, by program name.
 	Programs map[string]Program `json:"programs"`
 	// Speed is per path of the shield, by path name.
