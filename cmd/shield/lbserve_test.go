@@ -116,9 +116,7 @@ backends = ["198.18.0.2:8080", "198.18.0.3:8080"]
 		t.Fatal(err)
 	}
 	s := l.serve(t, "-config", conf)
-	if !strings.Contains(s.out.String(), `msg="lb attached"`) {
-		t.Errorf("serve did not log the balancer's start:\n%s", s.out)
-	}
+	s.waitLog(t, `msg="lb attached"`)
 
 	// client runs one connect from a new process born in the cgroup.
 	client := func() (backend, peer string) {

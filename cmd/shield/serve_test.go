@@ -484,6 +484,19 @@ func TestServeLifecycle(t *testing.T) {
 	}
 }
 
+// waitLog waits until the service has written want: the API can answer
+// before the pipe has carried an earlier log line into out.
+func (s *service) waitLog(t *testing.T, want string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(s.out.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("serve did not log %q:\n%s", want, s.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
