@@ -76,6 +76,9 @@ func (sc Scenario) Exec() (Result, error) {
 	if sc.Target.Prog == nil {
 		return res, fmt.Errorf("scenario %q has no program", sc.Name)
 	}
+	// last holds the counters read after the previous step: nothing else
+	// runs the program between two steps, so it is the next step's before.
+	var last map[string]uint64
 	for i, st := range sc.Steps {
 		label := fmt.Sprintf("step %d (%s)", i, st.Name)
 		if st.At != 0 || sc.Target.SetTime != nil {
@@ -86,8 +89,9 @@ func (sc Scenario) Exec() (Result, error) {
 				return res, fmt.Errorf("%s: set time: %w", label, err)
 			}
 		}
-		var before map[string]uint64
-		if st.Delta != nil {
+		before := last
+		last = nil
+		if st.Delta != nil && before == nil {
 			if sc.Target.Counters == nil {
 				return res, fmt.Errorf("%s: expects counter deltas but the target has no counters", label)
 			}
@@ -116,6 +120,7 @@ func (sc Scenario) Exec() (Result, error) {
 			if d := DiffCounts(st.Delta, Delta(before, after)); d != "" {
 				res.Failures = append(res.Failures, fmt.Sprintf("%s: counter deltas differ (-want +got):\n%s", label, d))
 			}
+			last = after
 		}
 		res.Steps++
 		if len(res.Failures) > 0 {

@@ -16,7 +16,9 @@ func Key(v shield.Verdict, r shield.Reason, p shield.Proto) string {
 func CounterMap(c shield.Counters) map[string]uint64 {
 	m := map[string]uint64{}
 	c.Each(func(v shield.Verdict, r shield.Reason, p shield.Proto, n uint64) {
-		m[Key(v, r, p)] = n
+		if n != 0 {
+			m[Key(v, r, p)] = n
+		}
 	})
 	return m
 }
