@@ -10,11 +10,12 @@ import (
 	"text/tabwriter"
 )
 
-// WriteJSON writes res to path, indented.
-func WriteJSON(path string, res *Result) error {
-	b, err := json.MarshalIndent(res, "", "  ")
+// WriteJSON writes v (a storm's Result, a study's results) to path,
+// indented.
+func WriteJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode result: %w", err)
+		return fmt.Errorf("encode %s: %w", path, err)
 	}
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -22,7 +23,8 @@ func WriteJSON(path string, res *Result) error {
 	return nil
 }
 
-func human(x float64) string {
+// Human renders a count or a rate in 3 or 4 figures: 950, 1.5k, 12k, 1.25M.
+func Human(x float64) string {
 	switch {
 	case x >= 1e6:
 		return fmt.Sprintf("%.2fM", x/1e6)
@@ -43,7 +45,7 @@ func ProgressLine(p Progress) string {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		drops = append(drops, fmt.Sprintf("%s %s", k, human(p.DropPPS[k])))
+		drops = append(drops, fmt.Sprintf("%s %s", k, Human(p.DropPPS[k])))
 	}
 	d := strings.Join(drops, " ")
 	if d == "" {
@@ -53,12 +55,12 @@ func ProgressLine(p Progress) string {
 	if !p.APIOK {
 		api = "FAIL"
 	}
-	pass, table := human(p.PassPPS), fmt.Sprint(p.Sources)
+	pass, table := Human(p.PassPPS), fmt.Sprint(p.Sources)
 	if !p.Shield {
 		pass, d, table = "-", "no program", "-"
 	}
 	return fmt.Sprintf("%-22s %4.1f/%.0fs  sent %7s pps  pass %6s pps  drop/s [%s]  legit %d req (%d failed) p99 new %.1f ms ka %.1f ms udp %.1f ms  api %s  table %s",
-		p.Phase, p.Elapsed.Seconds(), p.Length.Seconds(), human(p.SentPPS), pass, d,
+		p.Phase, p.Elapsed.Seconds(), p.Length.Seconds(), Human(p.SentPPS), pass, d,
 		p.Requests, p.Failures, ms(p.P99[NewConn]), ms(p.P99[KeepAlive]), ms(p.P99[Datagram]), api, table)
 }
 
@@ -77,7 +79,7 @@ func PrintTable(w io.Writer, res *Result) {
 			if c == nil {
 				return "-"
 			}
-			return human(float64(m[key]))
+			return Human(float64(m[key]))
 		}
 		var pm, am map[string]uint64
 		if c != nil {
@@ -93,9 +95,9 @@ func PrintTable(w io.Writer, res *Result) {
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.2f%%\t%.1fms\t%.1fms\t%.1fms\t%.1fms\t%.1f%%\t%.1fms\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 			p.Name, p.Legit.RatePerSec, 100*p.Legit.Success, n.P50Ms, n.P99Ms, k.P50Ms, k.P99Ms, 100*u.success(), u.P99Ms,
-			human(float64(p.Sent.Frames)), human(p.Sent.PPS),
+			Human(float64(p.Sent.Frames)), Human(p.Sent.PPS),
 			get(pm, "ok"), get(pm, "allow"), get(am, "limit"), get(am, "admission"), get(am, "deny"),
-			human(float64(p.Veth.Dropped)), api, table)
+			Human(float64(p.Veth.Dropped)), api, table)
 	}
 	tw.Flush()
 
@@ -136,5 +138,5 @@ func rateName(r uint64) string {
 	if r == 0 {
 		return "full speed"
 	}
-	return human(float64(r)) + " pps"
+	return Human(float64(r)) + " pps"
 }
