@@ -212,7 +212,12 @@ func (m *Matrix) withoutExtraOnly(ctx context.Context, dir string, pkgs []builtP
 	return slices.DeleteFunc(pkgs, func(p builtPkg) bool { return !slices.Contains(named, p.path) })
 }
 
-// prefixWriter prefixes every line written through it.
+// PrefixWriter returns a writer that prefixes every line written through
+// it to w (a kernel's or the host's name before each line of a run).
+func PrefixWriter(w io.Writer, prefix string) io.Writer {
+	return &prefixWriter{w: w, prefix: prefix}
+}
+
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
@@ -367,7 +372,7 @@ func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, 
 	vm := &VM{
 		Kernel: k, Modules: m.Modules, Tools: m.Tools, Runs: runs, Data: data,
 		MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, BootTimeout: m.BootTimeout, Timeout: m.Timeout,
-		Output: &prefixWriter{w: out, prefix: "[" + pin.Name + "] "}, Console: m.Console,
+		Output: PrefixWriter(out, "["+pin.Name+"] "), Console: m.Console,
 		WorkDir: work, CacheDir: m.Cache.Dir, Log: m.Log,
 	}
 	res, err := vm.Boot(ctx)
@@ -418,12 +423,13 @@ func failures(kernel string, c Cell, r RunResult) []Failure {
 		if c.Pass+c.Skip == 0 && r.Exit == 0 {
 			what = "(no tests ran)"
 		}
-		fs = append(fs, Failure{Kernel: kernel, Package: c.Package, Test: what, Output: lastLines(r.Output, 30)})
+		fs = append(fs, Failure{Kernel: kernel, Package: c.Package, Test: what, Output: LastLines(r.Output, 30)})
 	}
 	return fs
 }
 
-func lastLines(l []string, n int) []string {
+// LastLines is the last n lines of l (all of l when shorter).
+func LastLines(l []string, n int) []string {
 	if len(l) > n {
 		return l[len(l)-n:]
 	}

@@ -98,7 +98,7 @@ func figuresOf(kernel string, runs []vmtest.RunResult) Figures {
 			found = true
 			m, err := Parse(r.Output)
 			if err != nil {
-				f.Errors = append(f.Errors, fmt.Sprintf("measurement run (exit %d): %v; last lines: %s", r.Exit, err, strings.Join(tail(r.Output, 5), " | ")))
+				f.Errors = append(f.Errors, fmt.Sprintf("measurement run (exit %d): %v; last lines: %s", r.Exit, err, strings.Join(vmtest.LastLines(r.Output, 5), " | ")))
 				continue
 			}
 			f.Release, f.Programs, f.Speed = m.Release, m.Programs, m.Speed
@@ -178,13 +178,6 @@ func failed(tests []vmtest.TestResult) []string {
 	return out
 }
 
-func tail(l []string, n int) []string {
-	if len(l) > n {
-		return l[len(l)-n:]
-	}
-	return l
-}
-
 // host runs the same binaries natively.
 func (c Config) host(ctx context.Context) (Figures, error) {
 	work, err := os.MkdirTemp("", "xdpshield-gate-")
@@ -232,7 +225,7 @@ func (c Config) host(ctx context.Context) (Figures, error) {
 		var buf bytes.Buffer
 		w := io.Writer(&buf)
 		if c.Output != nil {
-			w = io.MultiWriter(&buf, &prefixWriter{w: c.Output, prefix: "[host] "})
+			w = io.MultiWriter(&buf, vmtest.PrefixWriter(c.Output, "[host] "))
 		}
 		cmd.Stdout, cmd.Stderr = w, w
 		exit := 0
@@ -261,29 +254,6 @@ func cmp(a, b string) string {
 		return a
 	}
 	return b
-}
-
-// prefixWriter prefixes every line written through it.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-	mid    bool
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	var sb strings.Builder
-	for _, c := range string(b) {
-		if !p.mid {
-			sb.WriteString(p.prefix)
-			p.mid = true
-		}
-		sb.WriteRune(c)
-		if c == '\n' {
-			p.mid = false
-		}
-	}
-	_, err := io.WriteString(p.w, sb.String())
-	return len(b), err
 }
 
 // Git reads the tree's revision and whether it has changes other than
