@@ -370,31 +370,8 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 // operator out of the API on lo. Serve refuses a loopback interface.
 func TestServeRefusesLoopback(t *testing.T) {
 	l := newLab(t, "lo")
-	cmd, out := l.shieldCmd("serve", "-iface", "lo", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
-	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(out.String(), "loopback") {
-			t.Errorf("serve -iface lo = %v, want a refusal naming loopback:\n%s", err, out)
-		}
-	case <-time.After(10 * time.Second):
-		cmd.Process.Signal(os.Interrupt)
-		<-done
-		t.Errorf("serve -iface lo was still serving after 10 s, want a refusal:\n%s", out)
-	}
-	var attached bool
-	l.edge.Do(func() error {
-		lo, err := netlink.LinkByName("lo")
-		if err == nil && lo.Attrs().Xdp != nil {
-			attached = lo.Attrs().Xdp.Attached
-		}
-		return err
-	})
-	if attached {
+	l.serveRefused(t, "loopback", "lo")
+	if ok, _ := xdpAttachedOn(t, l, "lo"); ok {
 		t.Error("XDP attached to lo")
 	}
 	l.edge.Do(func() error { return shield.Detach(l.pinRoot, "lo") })
@@ -426,7 +403,17 @@ func TestServeRefusesLinkOfRenamedInterface(t *testing.T) {
 	if err := topo.Veth(l.edge, "va", l.storm, "vd"); err != nil {
 		t.Fatal(err)
 	}
-	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
+	out := l.serveRefused(t, "renamed", "va")
+	if ok, _ := xdpAttachedOn(t, l, "vc"); !ok {
+		t.Errorf("the renamed interface vc lost its program:\n%s", out)
+	}
+}
+
+// serveRefused runs serve on iface and wants it to exit with an error whose
+// output says want within 10 s; it returns the output.
+func (l *lab) serveRefused(t *testing.T, want, iface string) string {
+	t.Helper()
+	cmd, out := l.shieldCmd("serve", "-iface", iface, "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
 	done := make(chan error, 1)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -434,23 +421,13 @@ func TestServeRefusesLinkOfRenamedInterface(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(out.String(), "renamed") {
-			t.Errorf("serve = %v, want a refusal saying the pinned link protects a renamed interface:\n%s", err, out)
+		if err == nil || !strings.Contains(out.String(), want) {
+			t.Errorf("serve -iface %s = %v, want a refusal saying %q:\n%s", iface, err, want, out)
 		}
 	case <-time.After(10 * time.Second):
 		cmd.Process.Signal(os.Interrupt)
 		<-done
-		t.Errorf("serve adopted or replaced the link of the renamed interface:\n%s", out)
+		t.Errorf("serve -iface %s was still serving after 10 s, want a refusal saying %q:\n%s", iface, want, out)
 	}
-	var attached bool
-	l.edge.Do(func() error {
-		vc, err := netlink.LinkByName("vc")
-		if err == nil && vc.Attrs().Xdp != nil {
-			attached = vc.Attrs().Xdp.Attached
-		}
-		return err
-	})
-	if !attached {
-		t.Errorf("the renamed interface vc lost its program:\n%s", out)
-	}
+	return out.String()
 }

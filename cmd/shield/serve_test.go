@@ -312,11 +312,14 @@ func linkInfo(t *testing.T, l *lab) *link.Info {
 	return info
 }
 
-func xdpAttached(t *testing.T, l *lab) (bool, uint32) {
+// xdpAttached reports whether the edge's va has an XDP program, and how.
+func xdpAttached(t *testing.T, l *lab) (bool, uint32) { return xdpAttachedOn(t, l, "va") }
+
+func xdpAttachedOn(t *testing.T, l *lab, iface string) (bool, uint32) {
 	t.Helper()
 	var x *netlink.LinkXdp
 	if err := l.edge.Do(func() error {
-		lk, err := netlink.LinkByName("va")
+		lk, err := netlink.LinkByName(iface)
 		if err != nil {
 			return err
 		}
