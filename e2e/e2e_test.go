@@ -282,6 +282,16 @@ func runScenario(t *testing.T, cfg Config, name string) *Result {
 func TestScenario(t *testing.T) {
 	testutil.Root(t)
 	res := runScenario(t, scenarioConfig(), "storm")
+	if !res.OK && testutil.Emulated() && latencyOnly(res) {
+		// Under TCG a host busy elsewhere stalls the whole guest for
+		// hundreds of milliseconds, and a phase's p99 of some twenty
+		// requests is its worst one: a soak on a loaded host failed 2 of
+		// 8 runs this way, every counter and contrast check holding. A
+		// shield that really slows the edge fails both runs.
+		t.Logf("RERUN: under emulation only latency budgets failed (%s); the storm runs once more and must pass whole",
+			strings.Join(res.Failed, "; "))
+		res = runScenario(t, scenarioConfig(), "storm-rerun")
+	}
 	if !res.OK {
 		t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
 	}
@@ -329,6 +339,29 @@ func TestScenarioDryRun(t *testing.T) {
 			t.Errorf("%s: a dry-run shield kept the budget under a storm", p.Name)
 		}
 	}
+}
+
+// latencyOnly reports whether res failed on p99 budgets of shielded phases
+// alone: every count, attribution, success rate and contrast held.
+func latencyOnly(res *Result) bool {
+	if res.OK {
+		return false
+	}
+	for _, p := range res.Phases {
+		for _, c := range p.Checks {
+			if !c.OK && !(c.Budget && strings.HasPrefix(c.Name, "p99 ")) {
+				return false
+			}
+		}
+	}
+	for _, p := range res.Contrast {
+		for _, c := range p.Checks {
+			if !c.OK && !c.Budget {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // checked reports whether ph has a check called name, and it held.
@@ -461,4 +494,37 @@ func rootNetwork(t *testing.T) string {
 		fmt.Fprintf(&b, "route %s\n", r)
 	}
 	return b.String()
+}
+
+// TestLatencyOnly: only a run that failed on shielded phases' p99 budgets,
+// everything else holding, is run again under emulation.
+func TestLatencyOnly(t *testing.T) {
+	p99 := Check{Name: "p99 udp within budget", Budget: true}
+	success := Check{Name: "udp success", Budget: true}
+	counted := Check{Name: "counters add up"}
+	hurt := Check{Name: "storm hurts an unprotected edge"}
+	ok := func(c Check) Check { c.OK = true; return c }
+	for _, tc := range []struct {
+		name            string
+		phase, contrast []Check
+		want            bool
+	}{
+		{"all held", []Check{ok(p99), ok(success), ok(counted)}, []Check{ok(hurt)}, false},
+		{"p99 alone", []Check{p99, ok(success), ok(counted)}, []Check{ok(hurt), success}, true},
+		{"success rate", []Check{ok(p99), success, ok(counted)}, []Check{ok(hurt)}, false},
+		{"a count", []Check{p99, ok(success), counted}, []Check{ok(hurt)}, false},
+		{"the contrast held its budget", []Check{p99}, []Check{hurt}, false},
+	} {
+		res := &Result{OK: true, Phases: []*Phase{{Name: "few-sources", Checks: tc.phase}},
+			Contrast: []*Phase{{Name: "no-shield/few-sources", Checks: tc.contrast}}}
+		for _, c := range tc.phase {
+			res.OK = res.OK && c.OK
+		}
+		for _, c := range tc.contrast {
+			res.OK = res.OK && (c.OK || c.Budget)
+		}
+		if got := latencyOnly(res); got != tc.want {
+			t.Errorf("%s: latencyOnly() = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }
