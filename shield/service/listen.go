@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"time"
@@ -19,6 +21,15 @@ const (
 	// own time: a client that does not read its answer is cut off.
 	WriteTimeout = 30 * time.Second
 )
+
+// httpServer is the API's HTTP server: headers, requests and idle
+// connections bounded in size and time, and an answer cut off when its
+// client has not taken it within write.
+func httpServer(h http.Handler, write time.Duration, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: write, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+}
 
 // ValidateAPI checks the API's configuration whole, before anything is
 // bound or attached: the address must be IP:PORT, and an address beyond

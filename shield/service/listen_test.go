@@ -1,7 +1,10 @@
 package service
 
 import (
+	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +59,45 @@ func TestConnectionsBounded(t *testing.T) {
 		t.Fatal("the third connection was not accepted after one closed")
 	}
 	held[1].Close()
+}
+
+// TestWriteDeadline (issue 10, finding 5): a client that asks and never
+// reads must not hold an answer, and its connection, for longer than the
+// write bound.
+func TestWriteDeadline(t *testing.T) {
+	wrote := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 1<<20)
+		var err error
+		for i := 0; i < 256 && err == nil; i++ {
+			_, err = w.Write(buf)
+		}
+		wrote <- err
+	})
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpServer(h, 300*time.Millisecond, slog.New(slog.DiscardHandler))
+	go srv.Serve(ln)
+	defer srv.Close()
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.(*net.TCPConn).SetReadBuffer(4096)
+	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: api\r\n\r\n")
+	start := time.Now()
+	select {
+	case err := <-wrote:
+		if err == nil {
+			t.Fatal("the answer's 256 MiB were written to a client that never read")
+		}
+		t.Logf("the answer was cut off after %v: %v", time.Since(start).Round(time.Millisecond), err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("a client that never reads held its answer for 10 s against a write bound of 300 ms")
+	}
 }
 
 func TestValidateAPI(t *testing.T) {

@@ -311,9 +311,7 @@ func (s *Service) serve() {
 	if topTimeout <= 0 {
 		topTimeout = api.DefaultTopTimeout
 	}
-	s.hs = &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
-		WriteTimeout: topTimeout + WriteTimeout, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.hs = httpServer(srv, topTimeout+WriteTimeout, s.log)
 	go func() {
 		err := s.hs.Serve(s.ln)
 		if !errors.Is(err, http.ErrServerClosed) {
