@@ -176,7 +176,7 @@ struct {
 /* Allow and deny lists as the operator wrote them (one trie per list and
  * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
  * keeps them as the record of membership; the program reads lists4/lists6. */
-enum list_limits {
+enum list_capacity {
 	MAX_LIST_ENTRIES = 65536, /* per list and family */
 	MAX_OWN_ENTRIES = 4096,   /* own4_addrs, own6_addrs */
 };
@@ -216,7 +216,9 @@ struct {
 } own6_addrs SEC(".maps");
 
 /* Destinations protected on one address (the value is unused). */
-#define MAX_PROTECTED_DSTS 4096
+enum dst_capacity {
+	MAX_PROTECTED_DSTS = 4096,
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_PROTECTED_DSTS);
@@ -287,7 +289,8 @@ struct contract {
 	enum clock clock;
 	enum config_flag flag;
 	enum traffic_class class;
-	enum list_limits list_limits;
+	enum list_capacity list_capacity;
+	enum dst_capacity dst_capacity;
 	enum list_verdict list;
 };
 const struct contract *unused_contract __attribute__((unused));

@@ -68,6 +68,12 @@ const (
 	ShieldCreditTOKEN ShieldCredit = 1000000000
 )
 
+type ShieldDstCapacity uint32
+
+const (
+	ShieldDstCapacityMAX_PROTECTED_DSTS ShieldDstCapacity = 4096
+)
+
 type ShieldDstKey struct {
 	_     structs.HostLayout
 	Addr  [16]uint8
@@ -83,11 +89,11 @@ type ShieldLimit struct {
 	FillNs uint64
 }
 
-type ShieldListLimits uint32
+type ShieldListCapacity uint32
 
 const (
-	ShieldListLimitsMAX_LIST_ENTRIES ShieldListLimits = 65536
-	ShieldListLimitsMAX_OWN_ENTRIES  ShieldListLimits = 4096
+	ShieldListCapacityMAX_LIST_ENTRIES ShieldListCapacity = 65536
+	ShieldListCapacityMAX_OWN_ENTRIES  ShieldListCapacity = 4096
 )
 
 type ShieldListVerdict uint32

@@ -136,8 +136,12 @@ func TestContract(t *testing.T) {
 	t.Run("credit", func(t *testing.T) {
 		valued(t, "credit", map[string]uint64{"TOKEN": token})
 	})
-	t.Run("list_limits", func(t *testing.T) {
-		valued(t, "list_limits", map[string]uint64{
+	t.Run("capacity", func(t *testing.T) {
+		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(maxProtectedDsts)})
+		if got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries; got != uint32(maxProtectedDsts) {
+			t.Errorf("protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
+		}
+		valued(t, "list_capacity", map[string]uint64{
 			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
 		})
 		for _, m := range []string{bpf.ShieldMapAllow4, bpf.ShieldMapAllow6, bpf.ShieldMapDeny4, bpf.ShieldMapDeny6} {

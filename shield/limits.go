@@ -38,9 +38,9 @@ const (
 	DefaultKeyPrefix6 = 64
 )
 
-// maxProtectedDsts mirrors MAX_PROTECTED_DSTS in bpf/shield.c: destinations
+// maxProtectedDsts is MAX_PROTECTED_DSTS in bpf/shield.c: destinations
 // protected on one address.
-const maxProtectedDsts = 4096
+const maxProtectedDsts = int(bpf.ShieldDstCapacityMAX_PROTECTED_DSTS)
 
 // Limits is the shield's configuration of the data path; it changes without
 // a reload. It is the one type that carries these settings from the

@@ -37,7 +37,7 @@ type inputError struct{ error }
 func (inputError) Is(target error) bool { return target == ErrInvalid }
 
 // maxListEntries is MAX_LIST_ENTRIES in bpf/shield.c (per list and family).
-const maxListEntries = int(bpf.ShieldListLimitsMAX_LIST_ENTRIES)
+const maxListEntries = int(bpf.ShieldListCapacityMAX_LIST_ENTRIES)
 
 // ParsePrefixes parses CIDRs or bare addresses (taken as /32 or /128). It
 // reports every bad entry, names them, and returns nothing when any is bad.
@@ -471,7 +471,7 @@ func ownSplit(own []netip.Addr) (inline, looked []netip.Addr) {
 }
 
 // maxOwn is MAX_OWN_ENTRIES in bpf/shield.c (per family).
-const maxOwn = int(bpf.ShieldListLimitsMAX_OWN_ENTRIES)
+const maxOwn = int(bpf.ShieldListCapacityMAX_OWN_ENTRIES)
 
 // Own returns the machine's own addresses as SetOwn last wrote them.
 func (s *Shield) Own() ([]netip.Addr, error) {
