@@ -19,14 +19,23 @@
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
+/* The numbers user space shares with this program are named enums, not
+ * #defines, so bpf2go emits them (-type, bpf/gen.go) and shield/ derives its
+ * constants from them; struct contract below puts them in the BTF. */
+
 /* One packet costs TOKEN credit; a bucket gains `rate` credit per nanosecond,
  * so credit is in packet-nanoseconds and needs no division per packet. */
-#define TOKEN 1000000000LL
+enum credit {
+	TOKEN = 1000000000,
+};
 
-/* Clock sources, chosen at load time through clock_mode. */
-#define CLOCK_KTIME 0   /* bpf_ktime_get_ns: exact, ~34 ns on this VM */
-#define CLOCK_JIFFIES 1 /* bpf_jiffies64 * ns_per_jiffy: ~2 ns, 1/HZ resolution */
-#define CLOCK_VIRTUAL 2 /* virtual_now_ns, set from user space (simulator) */
+/* Clock sources, chosen at load time through clock_mode. The loader's
+ * default, jiffies, is 0: shield.Options' zero value. */
+enum clock {
+	CLOCK_JIFFIES = 0, /* bpf_jiffies64 * ns_per_jiffy: ~2 ns, 1/HZ resolution */
+	CLOCK_KTIME = 1,   /* bpf_ktime_get_ns: exact, ~34 ns on this VM */
+	CLOCK_VIRTUAL = 2, /* virtual_now_ns, set from user space (simulator) */
+};
 
 /* Load-time switches: the verifier removes the branches they rule out. */
 const volatile __u8 clock_mode = CLOCK_KTIME;
@@ -58,16 +67,22 @@ struct limit {
 	__u64 fill_ns; /* nanoseconds from empty to full: ceil(cap / rate) */
 };
 
-#define CONFIG_DRY_RUN (1 << 0) /* count would-be limit/admission drops, pass them */
-#define CONFIG_ALLOW4 (1 << 1)  /* allow4 has entries; with DENY4: lists4 is looked up */
-#define CONFIG_ALLOW6 (1 << 2)
-#define CONFIG_DENY4 (1 << 3)
-#define CONFIG_DENY6 (1 << 4)
-#define CONFIG_OWN4 (1 << 5)          /* own4 has entries: lists4 is looked up */
-#define CONFIG_OWN6 (1 << 6)
-#define CONFIG_PROTECT (1 << 7)       /* protected destinations are named; else all are */
-#define CONFIG_PROTECT_ICMP (1 << 8)  /* ICMP and ICMPv6 are protected */
-#define CONFIG_PROTECT_ADDR (1 << 9)  /* *_addr_ports has bits: protected_dsts is looked up */
+/* config.flags */
+enum config_flag {
+	CONFIG_DRY_RUN = 1 << 0, /* count would-be limit/admission drops, pass them */
+	CONFIG_ALLOW4 = 1 << 1,  /* allow4 has entries; with DENY4: lists4 is looked up */
+	CONFIG_ALLOW6 = 1 << 2,
+	CONFIG_DENY4 = 1 << 3,
+	CONFIG_DENY6 = 1 << 4,
+	CONFIG_OWN4 = 1 << 5,          /* own4 has entries: lists4 is looked up */
+	CONFIG_OWN6 = 1 << 6,
+	CONFIG_PROTECT = 1 << 7,       /* protected destinations are named; else all are */
+	CONFIG_PROTECT_ICMP = 1 << 8,  /* ICMP and ICMPv6 are protected */
+	CONFIG_PROTECT_ADDR = 1 << 9,  /* *_addr_ports has bits: protected_dsts is looked up */
+	/* Bits from here up are user space's, never read here: the loader
+	 * records the clock (clock_mode + 1) the state was written with. */
+	CONFIG_CLOCK_SHIFT = 24,
+};
 
 /* Port bitmaps: bit (port & 63) of word (port >> 6). */
 #define PORT_WORDS (65536 / 64)
@@ -79,9 +94,11 @@ struct limit {
 
 /* Traffic classes: what is protected is held to the client limits; the rest
  * (the edge's own return traffic, above all) to limits of its own. */
-#define CLASS_PROTECTED 0
-#define CLASS_UNPROTECTED 1
-#define MAX_CLASSES 2
+enum traffic_class {
+	CLASS_PROTECTED = 0,
+	CLASS_UNPROTECTED = 1,
+	MAX_CLASSES,
+};
 
 struct config {
 	struct limit source;                /* every source, protected destinations */
@@ -159,7 +176,10 @@ struct {
 /* Allow and deny lists as the operator wrote them (one trie per list and
  * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
  * keeps them as the record of membership; the program reads lists4/lists6. */
-#define MAX_LIST_ENTRIES 65536
+enum list_capacity {
+	MAX_LIST_ENTRIES = 65536, /* per list and family */
+	MAX_OWN_ENTRIES = 4096,   /* own4_addrs, own6_addrs */
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_LIST_ENTRIES);
@@ -179,7 +199,6 @@ struct {
 /* The machine's own addresses, as the service found them (records, like
  * allow4/deny4; the program compares config.own4/own6, or reads
  * lists4/lists6 for a family with more than OWN_INLINE). */
-#define MAX_OWN_ENTRIES 4096
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_OWN_ENTRIES);
@@ -197,7 +216,9 @@ struct {
 } own6_addrs SEC(".maps");
 
 /* Destinations protected on one address (the value is unused). */
-#define MAX_PROTECTED_DSTS 4096
+enum dst_capacity {
+	MAX_PROTECTED_DSTS = 4096,
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_PROTECTED_DSTS);
@@ -211,9 +232,11 @@ struct {
  * allowed iff an allow prefix contains the match: the loader computes that
  * per entry. One lookup decides both lists, and allow wins over deny even
  * when the deny prefix is the more specific. */
-#define LIST_ALLOW 1 /* an allow prefix covers the entry: pass, never limited */
-#define LIST_DENY 2  /* only deny prefixes cover it: drop */
-#define LIST_OWN 3   /* an own address (a host prefix): spoofed from the wire */
+enum list_verdict {
+	LIST_ALLOW = 1, /* an allow prefix covers the entry: pass, never limited */
+	LIST_DENY = 2,  /* only deny prefixes cover it: drop */
+	LIST_OWN = 3,   /* an own address (a host prefix): spoofed from the wire */
+};
 #define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES)
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
@@ -255,6 +278,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct bucket);
 } admission SEC(".maps");
+
+/* clang emits BTF only for types a global reaches: this one reaches the
+ * enums user space shares, so bpf2go can emit them (-type). */
+struct contract {
+	enum reason reason;
+	enum proto proto;
+	enum verdict verdict;
+	enum credit credit;
+	enum clock clock;
+	enum config_flag flag;
+	enum traffic_class class;
+	enum list_capacity list_capacity;
+	enum dst_capacity dst_capacity;
+	enum list_verdict list;
+};
+const struct contract *unused_contract __attribute__((unused));
 
 /* now_ns is the only place the data path reads time. */
 static __always_inline __u64 now_ns(void)

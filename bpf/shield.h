@@ -21,8 +21,11 @@ struct vlan_tag {
 	__be16 proto; /* EtherType of what follows the tag */
 };
 
-/* Why a verdict was given. The Go side mirrors these names (shield/counters.go);
- * the order is part of the counters map layout. */
+/* Why a verdict was given. With proto and verdict it indexes the counters
+ * (bpf/shield.c, account()). These enums are the contract with user space:
+ * bpf2go emits them (-type, bpf/gen.go) and shield/counters.go derives its
+ * constants from what it emits; TestContract checks the Go names against the
+ * object's BTF. */
 enum reason {
 	REASON_OK = 0,        /* source within its bucket */
 	REASON_ALLOW = 1,     /* allow-listed, never limited */

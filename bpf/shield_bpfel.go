@@ -19,6 +19,14 @@ type ShieldBucket struct {
 	Credit int64
 }
 
+type ShieldClock uint32
+
+const (
+	ShieldClockCLOCK_JIFFIES ShieldClock = 0
+	ShieldClockCLOCK_KTIME   ShieldClock = 1
+	ShieldClockCLOCK_VIRTUAL ShieldClock = 2
+)
+
 type ShieldConfig struct {
 	_                    structs.HostLayout
 	Source               ShieldLimit
@@ -38,6 +46,34 @@ type ShieldConfig struct {
 	UdpAddrPorts         [1024]uint64
 }
 
+type ShieldConfigFlag uint32
+
+const (
+	ShieldConfigFlagCONFIG_DRY_RUN      ShieldConfigFlag = 1
+	ShieldConfigFlagCONFIG_ALLOW4       ShieldConfigFlag = 2
+	ShieldConfigFlagCONFIG_ALLOW6       ShieldConfigFlag = 4
+	ShieldConfigFlagCONFIG_DENY4        ShieldConfigFlag = 8
+	ShieldConfigFlagCONFIG_DENY6        ShieldConfigFlag = 16
+	ShieldConfigFlagCONFIG_OWN4         ShieldConfigFlag = 32
+	ShieldConfigFlagCONFIG_OWN6         ShieldConfigFlag = 64
+	ShieldConfigFlagCONFIG_PROTECT      ShieldConfigFlag = 128
+	ShieldConfigFlagCONFIG_PROTECT_ICMP ShieldConfigFlag = 256
+	ShieldConfigFlagCONFIG_PROTECT_ADDR ShieldConfigFlag = 512
+	ShieldConfigFlagCONFIG_CLOCK_SHIFT  ShieldConfigFlag = 24
+)
+
+type ShieldCredit uint32
+
+const (
+	ShieldCreditTOKEN ShieldCredit = 1000000000
+)
+
+type ShieldDstCapacity uint32
+
+const (
+	ShieldDstCapacityMAX_PROTECTED_DSTS ShieldDstCapacity = 4096
+)
+
 type ShieldDstKey struct {
 	_     structs.HostLayout
 	Addr  [16]uint8
@@ -53,6 +89,21 @@ type ShieldLimit struct {
 	FillNs uint64
 }
 
+type ShieldListCapacity uint32
+
+const (
+	ShieldListCapacityMAX_LIST_ENTRIES ShieldListCapacity = 65536
+	ShieldListCapacityMAX_OWN_ENTRIES  ShieldListCapacity = 4096
+)
+
+type ShieldListVerdict uint32
+
+const (
+	ShieldListVerdictLIST_ALLOW ShieldListVerdict = 1
+	ShieldListVerdictLIST_DENY  ShieldListVerdict = 2
+	ShieldListVerdictLIST_OWN   ShieldListVerdict = 3
+)
+
 type ShieldLpm4Key struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -64,6 +115,31 @@ type ShieldLpm6Key struct {
 	Prefixlen uint32
 	Addr      [16]uint8
 }
+
+type ShieldProto uint32
+
+const (
+	ShieldProtoPROTO_TCP   ShieldProto = 0
+	ShieldProtoPROTO_UDP   ShieldProto = 1
+	ShieldProtoPROTO_ICMP  ShieldProto = 2
+	ShieldProtoPROTO_OTHER ShieldProto = 3
+	ShieldProtoPROTO_MAX   ShieldProto = 4
+)
+
+type ShieldReason uint32
+
+const (
+	ShieldReasonREASON_OK          ShieldReason = 0
+	ShieldReasonREASON_ALLOW       ShieldReason = 1
+	ShieldReasonREASON_DENY        ShieldReason = 2
+	ShieldReasonREASON_LIMIT       ShieldReason = 3
+	ShieldReasonREASON_ADMISSION   ShieldReason = 4
+	ShieldReasonREASON_NOT_IP      ShieldReason = 5
+	ShieldReasonREASON_MALFORMED   ShieldReason = 6
+	ShieldReasonREASON_SPOOFED     ShieldReason = 7
+	ShieldReasonREASON_UNPROTECTED ShieldReason = 8
+	ShieldReasonREASON_MAX         ShieldReason = 9
+)
 
 type ShieldSource struct {
 	_           structs.HostLayout
@@ -78,33 +154,50 @@ type ShieldSrcKey struct {
 	Addr [16]uint8
 }
 
+type ShieldTrafficClass uint32
+
+const (
+	ShieldTrafficClassCLASS_PROTECTED   ShieldTrafficClass = 0
+	ShieldTrafficClassCLASS_UNPROTECTED ShieldTrafficClass = 1
+	ShieldTrafficClassMAX_CLASSES       ShieldTrafficClass = 2
+)
+
+type ShieldVerdict uint32
+
+const (
+	ShieldVerdictVERDICT_PASS ShieldVerdict = 0
+	ShieldVerdictVERDICT_DROP ShieldVerdict = 1
+	ShieldVerdictVERDICT_MAX  ShieldVerdict = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	ShieldMapAdmission     = "admission"
-	ShieldMapAllow4        = "allow4"
-	ShieldMapAllow6        = "allow6"
-	ShieldMapConfigMap     = "config_map"
-	ShieldMapCounters      = "counters"
-	ShieldMapDeny4         = "deny4"
-	ShieldMapDeny6         = "deny6"
-	ShieldMapLists4        = "lists4"
-	ShieldMapLists6        = "lists6"
-	ShieldMapOwn4Addrs     = "own4_addrs"
-	ShieldMapOwn6Addrs     = "own6_addrs"
-	ShieldMapProtectedDsts = "protected_dsts"
-	ShieldMapSources       = "sources"
-	ShieldProgClockProbe   = "clock_probe"
-	ShieldProgShield       = "shield"
-	ShieldProgShieldCompat = "shield_compat"
-	ShieldVarClockMode     = "clock_mode"
-	ShieldVarClockSlackNs  = "clock_slack_ns"
-	ShieldVarNsPerJiffy    = "ns_per_jiffy"
-	ShieldVarProbeJiffies  = "probe_jiffies"
-	ShieldVarProbeKtimeNs  = "probe_ktime_ns"
-	ShieldVarUnusedConfig  = "unused_config"
-	ShieldVarVirtualNowNs  = "virtual_now_ns"
+	ShieldMapAdmission      = "admission"
+	ShieldMapAllow4         = "allow4"
+	ShieldMapAllow6         = "allow6"
+	ShieldMapConfigMap      = "config_map"
+	ShieldMapCounters       = "counters"
+	ShieldMapDeny4          = "deny4"
+	ShieldMapDeny6          = "deny6"
+	ShieldMapLists4         = "lists4"
+	ShieldMapLists6         = "lists6"
+	ShieldMapOwn4Addrs      = "own4_addrs"
+	ShieldMapOwn6Addrs      = "own6_addrs"
+	ShieldMapProtectedDsts  = "protected_dsts"
+	ShieldMapSources        = "sources"
+	ShieldProgClockProbe    = "clock_probe"
+	ShieldProgShield        = "shield"
+	ShieldProgShieldCompat  = "shield_compat"
+	ShieldVarClockMode      = "clock_mode"
+	ShieldVarClockSlackNs   = "clock_slack_ns"
+	ShieldVarNsPerJiffy     = "ns_per_jiffy"
+	ShieldVarProbeJiffies   = "probe_jiffies"
+	ShieldVarProbeKtimeNs   = "probe_ktime_ns"
+	ShieldVarUnusedConfig   = "unused_config"
+	ShieldVarUnusedContract = "unused_contract"
+	ShieldVarVirtualNowNs   = "virtual_now_ns"
 )
 
 // LoadShield returns the embedded CollectionSpec for Shield.
@@ -177,13 +270,14 @@ type ShieldMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldVariableSpecs struct {
-	ClockMode    *ebpf.VariableSpec `ebpf:"clock_mode"`
-	ClockSlackNs *ebpf.VariableSpec `ebpf:"clock_slack_ns"`
-	NsPerJiffy   *ebpf.VariableSpec `ebpf:"ns_per_jiffy"`
-	ProbeJiffies *ebpf.VariableSpec `ebpf:"probe_jiffies"`
-	ProbeKtimeNs *ebpf.VariableSpec `ebpf:"probe_ktime_ns"`
-	UnusedConfig *ebpf.VariableSpec `ebpf:"unused_config"`
-	VirtualNowNs *ebpf.VariableSpec `ebpf:"virtual_now_ns"`
+	ClockMode      *ebpf.VariableSpec `ebpf:"clock_mode"`
+	ClockSlackNs   *ebpf.VariableSpec `ebpf:"clock_slack_ns"`
+	NsPerJiffy     *ebpf.VariableSpec `ebpf:"ns_per_jiffy"`
+	ProbeJiffies   *ebpf.VariableSpec `ebpf:"probe_jiffies"`
+	ProbeKtimeNs   *ebpf.VariableSpec `ebpf:"probe_ktime_ns"`
+	UnusedConfig   *ebpf.VariableSpec `ebpf:"unused_config"`
+	UnusedContract *ebpf.VariableSpec `ebpf:"unused_contract"`
+	VirtualNowNs   *ebpf.VariableSpec `ebpf:"virtual_now_ns"`
 }
 
 // ShieldObjects contains all objects after they have been loaded into the kernel.
@@ -243,13 +337,14 @@ func (m *ShieldMaps) Close() error {
 //
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldVariables struct {
-	ClockMode    *ebpf.Variable `ebpf:"clock_mode"`
-	ClockSlackNs *ebpf.Variable `ebpf:"clock_slack_ns"`
-	NsPerJiffy   *ebpf.Variable `ebpf:"ns_per_jiffy"`
-	ProbeJiffies *ebpf.Variable `ebpf:"probe_jiffies"`
-	ProbeKtimeNs *ebpf.Variable `ebpf:"probe_ktime_ns"`
-	UnusedConfig *ebpf.Variable `ebpf:"unused_config"`
-	VirtualNowNs *ebpf.Variable `ebpf:"virtual_now_ns"`
+	ClockMode      *ebpf.Variable `ebpf:"clock_mode"`
+	ClockSlackNs   *ebpf.Variable `ebpf:"clock_slack_ns"`
+	NsPerJiffy     *ebpf.Variable `ebpf:"ns_per_jiffy"`
+	ProbeJiffies   *ebpf.Variable `ebpf:"probe_jiffies"`
+	ProbeKtimeNs   *ebpf.Variable `ebpf:"probe_ktime_ns"`
+	UnusedConfig   *ebpf.Variable `ebpf:"unused_config"`
+	UnusedContract *ebpf.Variable `ebpf:"unused_contract"`
+	VirtualNowNs   *ebpf.Variable `ebpf:"virtual_now_ns"`
 }
 
 // ShieldPrograms contains all programs after they have been loaded into the kernel.

@@ -59,7 +59,7 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load probe spec: %w", err)
 	}
-	if err := spec.Variables["server_port"].Set(opts.Port); err != nil {
+	if err := spec.Variables[bpf.ProbeVarServerPort].Set(opts.Port); err != nil {
 		return nil, fmt.Errorf("set server_port: %w", err)
 	}
 	p := &Probe{clsact: opts.Clsact}

@@ -246,7 +246,7 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 
 	// Pinned maps must match the spec to be reused: keep the pinned table
 	// size rather than fail a restart over a changed setting.
-	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, "sources"), nil); err == nil {
+	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil); err == nil {
 		pinned := m.MaxEntries()
 		m.Close()
 		if pinned != opts.Load.TableSize {

@@ -16,10 +16,12 @@ func measureJiffy() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("load spec: %w", err)
 	}
+	// The probe alone (shield needs BPF_CMPXCHG) and the generated global
+	// data. The tag spells bpf.ShieldProgClockProbe (a tag cannot name a
+	// constant); LoadAndAssign refuses a name the object lacks.
 	var objs struct {
-		Probe   *ebpf.Program  `ebpf:"clock_probe"`
-		Jiffies *ebpf.Variable `ebpf:"probe_jiffies"`
-		Ktime   *ebpf.Variable `ebpf:"probe_ktime_ns"`
+		Probe *ebpf.Program `ebpf:"clock_probe"`
+		bpf.ShieldVariables
 	}
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return 0, fmt.Errorf("load clock probe: %w", err)
@@ -30,12 +32,12 @@ func measureJiffy() (uint64, error) {
 		if _, err := objs.Probe.Run(&ebpf.RunOptions{Data: make([]byte, 64)}); err != nil {
 			return 0, 0, fmt.Errorf("run clock probe: %w", err)
 		}
-		if err := objs.Jiffies.Get(&j); err != nil {
+		if err := objs.ProbeJiffies.Get(&j); err != nil {
 			return 0, 0, fmt.Errorf("read probe_jiffies: %w", err)
 		}
 		// k is read before it is returned: in `return j, k, Get(&k)` the
 		// order of k and the call is unspecified.
-		if err := objs.Ktime.Get(&k); err != nil {
+		if err := objs.ProbeKtimeNs.Get(&k); err != nil {
 			return 0, 0, fmt.Errorf("read probe_ktime_ns: %w", err)
 		}
 		return j, k, nil

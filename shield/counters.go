@@ -5,10 +5,14 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"xdpshield/bpf"
 )
 
-// Verdict, Reason and Proto index the counters; their order mirrors the enums
-// in bpf/shield.h.
+// Verdict, Reason and Proto index the counters. Their values are the C
+// enums' (bpf/shield.h), as bpf2go emits them: a reordered enum moves these
+// constants with it, a removed one fails the build, and TestContract checks
+// the names below against the object's BTF.
 type (
 	Verdict uint8
 	Reason  uint8
@@ -16,49 +20,93 @@ type (
 )
 
 const (
-	Pass Verdict = iota
-	Drop
-	numVerdicts
+	Pass        = Verdict(bpf.ShieldVerdictVERDICT_PASS)
+	Drop        = Verdict(bpf.ShieldVerdictVERDICT_DROP)
+	numVerdicts = Verdict(bpf.ShieldVerdictVERDICT_MAX)
 )
 
 const (
-	ReasonOK Reason = iota
-	ReasonAllow
-	ReasonDeny
-	ReasonLimit
-	ReasonAdmission
-	ReasonNotIP
-	ReasonMalformed
-	ReasonSpoofed     // a source no frame from the wire carries: an own address, IPv4-mapped IPv6
-	ReasonUnprotected // to a destination not protected: judged by the unprotected limits
-	numReasons
+	ReasonOK          = Reason(bpf.ShieldReasonREASON_OK)
+	ReasonAllow       = Reason(bpf.ShieldReasonREASON_ALLOW)
+	ReasonDeny        = Reason(bpf.ShieldReasonREASON_DENY)
+	ReasonLimit       = Reason(bpf.ShieldReasonREASON_LIMIT)
+	ReasonAdmission   = Reason(bpf.ShieldReasonREASON_ADMISSION)
+	ReasonNotIP       = Reason(bpf.ShieldReasonREASON_NOT_IP)
+	ReasonMalformed   = Reason(bpf.ShieldReasonREASON_MALFORMED)
+	ReasonSpoofed     = Reason(bpf.ShieldReasonREASON_SPOOFED)     // a source no frame from the wire carries: an own address, IPv4-mapped IPv6
+	ReasonUnprotected = Reason(bpf.ShieldReasonREASON_UNPROTECTED) // to a destination not protected: judged by the unprotected limits
+	numReasons        = Reason(bpf.ShieldReasonREASON_MAX)
 )
 
 const (
-	ProtoTCP Proto = iota
-	ProtoUDP
-	ProtoICMP
-	ProtoOther
-	numProtos
+	ProtoTCP   = Proto(bpf.ShieldProtoPROTO_TCP)
+	ProtoUDP   = Proto(bpf.ShieldProtoPROTO_UDP)
+	ProtoICMP  = Proto(bpf.ShieldProtoPROTO_ICMP)
+	ProtoOther = Proto(bpf.ShieldProtoPROTO_OTHER)
+	numProtos  = Proto(bpf.ShieldProtoPROTO_MAX)
 )
 
+// The names are the metrics' label values and the simulator's keys, keyed
+// by value: two constants of one value fail the build, a value without a
+// name fails TestContract.
 var (
-	verdictNames = [...]string{"pass", "drop"}
-	reasonNames  = [...]string{"ok", "allow", "deny", "limit", "admission", "not_ip", "malformed", "spoofed", "unprotected"}
-	protoNames   = [...]string{"tcp", "udp", "icmp", "other"}
+	verdictNames = [numVerdicts]string{Pass: "pass", Drop: "drop"}
+	reasonNames  = [numReasons]string{ReasonOK: "ok", ReasonAllow: "allow", ReasonDeny: "deny", ReasonLimit: "limit",
+		ReasonAdmission: "admission", ReasonNotIP: "not_ip", ReasonMalformed: "malformed", ReasonSpoofed: "spoofed",
+		ReasonUnprotected: "unprotected"}
+	protoNames = [numProtos]string{ProtoTCP: "tcp", ProtoUDP: "udp", ProtoICMP: "icmp", ProtoOther: "other"}
 )
 
-func (v Verdict) String() string { return verdictNames[v] }
-func (r Reason) String() string  { return reasonNames[r] }
-func (p Proto) String() string   { return protoNames[p] }
+func (v Verdict) String() string { return name(verdictNames[:], v, "verdict") }
+func (r Reason) String() string  { return name(reasonNames[:], r, "reason") }
+func (p Proto) String() string   { return name(protoNames[:], p, "proto") }
 
-// Verdicts, Reasons and Protos list every value, for iteration.
-func Verdicts() []Verdict { return []Verdict{Pass, Drop} }
-func Reasons() []Reason {
-	return []Reason{ReasonOK, ReasonAllow, ReasonDeny, ReasonLimit, ReasonAdmission, ReasonNotIP, ReasonMalformed,
-		ReasonSpoofed, ReasonUnprotected}
+// name is names[i], or kind(i) for a value without one.
+func name[T ~uint8](names []string, i T, kind string) string {
+	if int(i) < len(names) && names[i] != "" {
+		return names[i]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(i))
 }
-func Protos() []Proto { return []Proto{ProtoTCP, ProtoUDP, ProtoICMP, ProtoOther} }
+
+// Verdicts, Reasons and Protos list every value in order, for iteration.
+func Verdicts() []Verdict { return values[Verdict](numVerdicts) }
+func Reasons() []Reason   { return values[Reason](numReasons) }
+func Protos() []Proto     { return values[Proto](numProtos) }
+
+func values[T ~uint8](n T) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = T(i)
+	}
+	return out
+}
+
+// counterIndex is the counters map's key of (v, r, p): the formula of
+// account() in bpf/shield.c, and the only one on this side.
+func counterIndex(v Verdict, r Reason, p Proto) uint32 {
+	return (uint32(v)*uint32(numReasons)+uint32(r))*uint32(numProtos) + uint32(p)
+}
+
+// numCounters is the counters map's size (MAX_COUNTERS).
+const numCounters = int(numVerdicts) * int(numReasons) * int(numProtos)
+
+// counterKeys maps a counters map key back to (v, r, p).
+var counterKeys = func() (out [numCounters]struct {
+	v Verdict
+	r Reason
+	p Proto
+}) {
+	for _, v := range Verdicts() {
+		for _, r := range Reasons() {
+			for _, p := range Protos() {
+				k := &out[counterIndex(v, r, p)]
+				k.v, k.r, k.p = v, r, p
+			}
+		}
+	}
+	return out
+}()
 
 // Counters are packet counts summed over CPUs, by verdict, reason and protocol.
 type Counters [numVerdicts][numReasons][numProtos]uint64
@@ -133,7 +181,7 @@ func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
 	// One batch lookup (5.6+) reads every counter of every CPU: a
 	// scenario reads the counters around each frame, and a lookup per
 	// counter is 56 syscalls, slow under emulation (the VM matrix).
-	n := int(numVerdicts) * int(numReasons) * int(numProtos)
+	n := numCounters
 	cpus, err := ebpf.PossibleCPU()
 	if err != nil {
 		return nil, fmt.Errorf("read counters: %w", err)
@@ -154,9 +202,11 @@ func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
 	}
 	out := make([]Counters, cpus)
 	for i, idx := range keys {
-		v := Verdict(int(idx) / (int(numReasons) * int(numProtos)))
-		r := Reason(int(idx) / int(numProtos) % int(numReasons))
-		p := Proto(int(idx) % int(numProtos))
+		if int(idx) >= numCounters {
+			return nil, fmt.Errorf("read counters: key %d of %d", idx, numCounters)
+		}
+		k := counterKeys[idx]
+		v, r, p := k.v, k.r, k.p
 		for cpu := range cpus {
 			out[cpu][v][r][p] = vals[i*cpus+cpu]
 		}
@@ -169,10 +219,10 @@ func readCountersByCPU(m *ebpf.Map) ([]Counters, error) {
 func readCountersOneByOne(m *ebpf.Map) ([]Counters, error) {
 	var out []Counters
 	var perCPU []uint64
-	for v := range numVerdicts {
-		for r := range numReasons {
-			for p := range numProtos {
-				idx := uint32((int(v)*int(numReasons)+int(r))*int(numProtos) + int(p))
+	for _, v := range Verdicts() {
+		for _, r := range Reasons() {
+			for _, p := range Protos() {
+				idx := counterIndex(v, r, p)
 				if err := m.Lookup(idx, &perCPU); err != nil {
 					return nil, fmt.Errorf("read counter %d: %w", idx, err)
 				}

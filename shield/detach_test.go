@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"xdpshield/bpf"
 	"xdpshield/internal/testutil"
 )
 
@@ -29,7 +30,7 @@ func TestDetachRemovesOnlyOwnedPins(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"counters", "victim"} {
+	for _, name := range []string{bpf.ShieldMapCounters, "victim"} {
 		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -43,7 +44,7 @@ func TestDetachRemovesOnlyOwnedPins(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "victim") {
 		t.Errorf("Detach(dir with a foreign pin) = %v, want an error naming victim", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "counters")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, bpf.ShieldMapCounters)); !os.IsNotExist(err) {
 		t.Errorf("the shield's own pin counters is still there: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "victim")); err != nil {
@@ -59,7 +60,7 @@ func TestDetachRefusesNonBPFFS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := filepath.Join(dir, "counters")
+	f := filepath.Join(dir, bpf.ShieldMapCounters)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}

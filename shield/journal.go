@@ -38,8 +38,8 @@ var journalSpec = ebpf.MapSpec{
 	Type:       ebpf.Hash,
 	KeySize:    20,
 	ValueSize:  1,
-	MaxEntries: 2 * maxListEntries, // one batch: both families full
-	Flags:      1,                  // BPF_F_NO_PREALLOC: sized by the change
+	MaxEntries: uint32(2 * maxListEntries), // one batch: both families full
+	Flags:      1,                          // BPF_F_NO_PREALLOC: sized by the change
 }
 
 // journal is a pinned intent; a nil *journal (unpinned shield) does nothing.

@@ -13,8 +13,15 @@ import (
 	"xdpshield/bpf"
 )
 
-// token is the credit one packet costs; it mirrors TOKEN in bpf/shield.c.
+// token is the credit one packet costs: TOKEN in bpf/shield.c. It stays
+// untyped (it meets int64 credit and uint64 limits); the array lengths
+// below fail the build when it and the generated TOKEN differ.
 const token = 1_000_000_000
+
+var (
+	_ [token - uint64(bpf.ShieldCreditTOKEN)]struct{}
+	_ [uint64(bpf.ShieldCreditTOKEN) - token]struct{}
+)
 
 // maxRate and maxBurst bound limits so that credit arithmetic in the program
 // (burst * token, elapsed * rate) cannot overflow a signed 64-bit value.
@@ -31,9 +38,9 @@ const (
 	DefaultKeyPrefix6 = 64
 )
 
-// maxProtectedDsts mirrors MAX_PROTECTED_DSTS in bpf/shield.c: destinations
+// maxProtectedDsts is MAX_PROTECTED_DSTS in bpf/shield.c: destinations
 // protected on one address.
-const maxProtectedDsts = 4096
+const maxProtectedDsts = int(bpf.ShieldDstCapacityMAX_PROTECTED_DSTS)
 
 // Limits is the shield's configuration of the data path; it changes without
 // a reload. It is the one type that carries these settings from the
@@ -200,29 +207,32 @@ func bucketLimit(rate, burst uint64) bpf.ShieldLimit {
 	return bpf.ShieldLimit{Rate: rate, Cap: c, FillNs: (c + rate - 1) / rate}
 }
 
-// config flags, mirroring CONFIG_* in bpf/shield.c. The top byte is no
-// flag: it records the clock the state was written with (clockShift).
+// config flags: CONFIG_* in bpf/shield.c, as bpf2go emits them. The top
+// byte is no flag: it records the clock the state was written with
+// (clockShift).
 const (
-	flagDryRun uint32 = 1 << iota
-	flagAllow4
-	flagAllow6
-	flagDeny4
-	flagDeny6
-	flagOwn4
-	flagOwn6
-	flagProtect
-	flagProtectICMP
-	flagProtectAddr
+	flagDryRun      = uint32(bpf.ShieldConfigFlagCONFIG_DRY_RUN)
+	flagAllow4      = uint32(bpf.ShieldConfigFlagCONFIG_ALLOW4)
+	flagAllow6      = uint32(bpf.ShieldConfigFlagCONFIG_ALLOW6)
+	flagDeny4       = uint32(bpf.ShieldConfigFlagCONFIG_DENY4)
+	flagDeny6       = uint32(bpf.ShieldConfigFlagCONFIG_DENY6)
+	flagOwn4        = uint32(bpf.ShieldConfigFlagCONFIG_OWN4)
+	flagOwn6        = uint32(bpf.ShieldConfigFlagCONFIG_OWN6)
+	flagProtect     = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT)
+	flagProtectICMP = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ICMP)
+	flagProtectAddr = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ADDR)
 
 	// listFlagsMask are the flags that follow the lists' contents.
 	listFlagsMask = flagAllow4 | flagAllow6 | flagDeny4 | flagDeny6 | flagOwn4 | flagOwn6
 )
 
-// clockShift places clock mode + 1 in the top byte of the config flags:
-// the clock is part of the pinned state (0: not recorded).
-const clockShift = 24
+// clockShift places the clock + 1 in the top byte of the config flags
+// (CONFIG_CLOCK_SHIFT: the program reads none of those bits): the clock is
+// part of the pinned state (0: not recorded).
+const clockShift = uint32(bpf.ShieldConfigFlagCONFIG_CLOCK_SHIFT)
 
-const portWords = 65536 / 64
+// portWords is PORT_WORDS, the length of the config's port bitmaps.
+const portWords = len(bpf.ShieldConfig{}.TcpPorts)
 
 // config builds what the program reads: l (with its defaults filled), the
 // list flags, the clock and the own addresses compared inline (at most
@@ -233,18 +243,18 @@ func (l Limits) config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldCo
 		Admission:            bucketLimit(l.AdmissionRate, l.AdmissionBurst),
 		Unprotected:          bucketLimit(l.Unprotected.Rate, l.Unprotected.Burst),
 		UnprotectedAdmission: bucketLimit(l.Unprotected.AdmissionRate, l.Unprotected.AdmissionBurst),
-		Flags:                lists&listFlagsMask | uint32(clockModes[clock]+1)<<clockShift,
+		Flags:                lists&listFlagsMask | (uint32(clock)+1)<<clockShift,
 	}
 	mask4 := prefixMask(4, int(l.KeyPrefix4))
 	mask6 := prefixMask(16, int(l.KeyPrefix6))
 	cfg.Mask4 = le32(mask4)
 	cfg.Mask6[0], cfg.Mask6[1] = le64(mask6[:8]), le64(mask6[8:])
 	for _, a := range own {
-		if a.Is4() && cfg.Own4N < ownInline {
+		if a.Is4() && int(cfg.Own4N) < ownInline {
 			b := a.As4()
 			cfg.Own4[cfg.Own4N] = le32(b[:])
 			cfg.Own4N++
-		} else if !a.Is4() && cfg.Own6N < ownInline {
+		} else if !a.Is4() && int(cfg.Own6N) < ownInline {
 			b := a.As16()
 			cfg.Own6[cfg.Own6N] = [2]uint64{le64(b[:8]), le64(b[8:])}
 			cfg.Own6N++

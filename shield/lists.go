@@ -36,8 +36,8 @@ type inputError struct{ error }
 
 func (inputError) Is(target error) bool { return target == ErrInvalid }
 
-// maxListEntries mirrors MAX_LIST_ENTRIES in bpf/shield.c (per family).
-const maxListEntries = 65536
+// maxListEntries is MAX_LIST_ENTRIES in bpf/shield.c (per list and family).
+const maxListEntries = int(bpf.ShieldListCapacityMAX_LIST_ENTRIES)
 
 // ParsePrefixes parses CIDRs or bare addresses (taken as /32 or /128). It
 // reports every bad entry, names them, and returns nothing when any is bad.
@@ -444,8 +444,9 @@ func (s *Shield) ownTries() (v4, v6 trie) {
 	return trie{s.objs.Own4Addrs, flagOwn4, false}, trie{s.objs.Own6Addrs, flagOwn6, true}
 }
 
-// ownInline mirrors OWN_INLINE in bpf/shield.c.
-const ownInline = 8
+// ownInline is OWN_INLINE in bpf/shield.c: the config's inline own
+// addresses per family.
+const ownInline = len(bpf.ShieldConfig{}.Own4)
 
 // ownSplit returns the own addresses the program compares inline (a family
 // of at most ownInline) and those it finds in the verdict tries (a family
@@ -469,8 +470,8 @@ func ownSplit(own []netip.Addr) (inline, looked []netip.Addr) {
 	return inline, looked
 }
 
-// maxOwn mirrors MAX_OWN_ENTRIES in bpf/shield.c (per family).
-const maxOwn = 4096
+// maxOwn is MAX_OWN_ENTRIES in bpf/shield.c (per family).
+const maxOwn = int(bpf.ShieldListCapacityMAX_OWN_ENTRIES)
 
 // Own returns the machine's own addresses as SetOwn last wrote them.
 func (s *Shield) Own() ([]netip.Addr, error) {
@@ -573,12 +574,12 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 	return added, removed, nil
 }
 
-// Verdicts in the verdict tries lists4/lists6, mirroring LIST_* in
-// bpf/shield.c.
+// Verdicts in the verdict tries lists4/lists6: LIST_* in bpf/shield.c, as
+// bpf2go emits them.
 const (
-	verdictAllow uint8 = 1
-	verdictDeny  uint8 = 2
-	verdictOwn   uint8 = 3
+	verdictAllow = uint8(bpf.ShieldListVerdictLIST_ALLOW)
+	verdictDeny  = uint8(bpf.ShieldListVerdictLIST_DENY)
+	verdictOwn   = uint8(bpf.ShieldListVerdictLIST_OWN)
 )
 
 func (s *Shield) verdictTries() (v4, v6 trie) {

@@ -338,7 +338,7 @@ func TestCmpxchgProbe(t *testing.T) {
 	assert.False(t, s.Compat(), "Compat()")
 	info, err := s.Program().Info()
 	require.NoError(t, err)
-	assert.Equal(t, "shield", info.Name, "program name")
+	assert.Equal(t, bpf.ShieldProgShield, info.Name, "program name")
 }
 
 // TestCompatProgram loads shield_compat, the program for kernels without
@@ -350,7 +350,7 @@ func TestCompatProgram(t *testing.T) {
 	assert.True(t, s.Compat(), "Compat()")
 	info, err := s.Program().Info()
 	require.NoError(t, err)
-	assert.Equal(t, "shield_compat", info.Name, "program name")
+	assert.Equal(t, bpf.ShieldProgShieldCompat, info.Name, "program name")
 	require.NoError(t, s.SetTime(1e9))
 	f := frame4("198.18.0.1")
 	got := []uint32{run(t, s, f), run(t, s, f), run(t, s, f), run(t, s, frame4("198.18.0.2"))}

@@ -16,33 +16,37 @@ import (
 	"xdpshield/bpf"
 )
 
-// Clock selects where the program reads time.
+// Clock selects where the program reads time. Its values are the program's
+// clock_mode values (enum clock in bpf/shield.c, as bpf2go emits it).
 type Clock uint8
 
 const (
 	// ClockJiffies reads bpf_jiffies64 (cheapest; resolution 1/CONFIG_HZ,
-	// which the loader measures). The default.
-	ClockJiffies Clock = iota
+	// which the loader measures). The default: CLOCK_JIFFIES is 0.
+	ClockJiffies = Clock(bpf.ShieldClockCLOCK_JIFFIES)
 	// ClockKtime reads bpf_ktime_get_ns (exact, dearer).
-	ClockKtime
+	ClockKtime = Clock(bpf.ShieldClockCLOCK_KTIME)
 	// ClockVirtual reads a variable set with SetTime: the simulator's clock.
-	ClockVirtual
+	ClockVirtual = Clock(bpf.ShieldClockCLOCK_VIRTUAL)
 )
 
+// Options' zero value loads the jiffies clock: a C enum that gives another
+// clock 0 fails the build here (a negative array length).
+var _ [1 - 2*int(ClockJiffies)]struct{}
+
+// clockNames are the clocks' names, keyed by value (TestContract checks
+// them against the object's BTF).
+var clockNames = [...]string{ClockJiffies: "jiffies", ClockKtime: "ktime", ClockVirtual: "virtual"}
+
+// valid says whether c is a clock the program knows.
+func (c Clock) valid() bool { return int(c) < len(clockNames) && clockNames[c] != "" }
+
 func (c Clock) String() string {
-	switch c {
-	case ClockJiffies:
-		return "jiffies"
-	case ClockKtime:
-		return "ktime"
-	case ClockVirtual:
-		return "virtual"
+	if c.valid() {
+		return clockNames[c]
 	}
 	return fmt.Sprintf("clock(%d)", uint8(c))
 }
-
-// clock_mode values in bpf/shield.c.
-var clockModes = map[Clock]uint8{ClockKtime: 0, ClockJiffies: 1, ClockVirtual: 2}
 
 const (
 	// DefaultTableSize is the default capacity of the sources table.
@@ -73,6 +77,14 @@ type Options struct {
 	// compat program's scenarios on every kernel.
 	Compat bool
 }
+
+// The traffic classes index the admission buckets: enum traffic_class in
+// bpf/shield.c, as bpf2go emits it.
+const (
+	classProtected   = uint32(bpf.ShieldTrafficClassCLASS_PROTECTED)
+	classUnprotected = uint32(bpf.ShieldTrafficClassCLASS_UNPROTECTED)
+	numClasses       = uint32(bpf.ShieldTrafficClassMAX_CLASSES)
+)
 
 // ktimeSlack is how far apart two CPUs' ktime readings may be taken to be
 // (clock_slack_ns in bpf/shield.c): far more than they ever are, far less
@@ -115,7 +127,7 @@ func (o Options) validate() error {
 			errs = append(errs, fmt.Errorf("limits: %w", err))
 		}
 	}
-	if _, ok := clockModes[o.Clock]; !ok {
+	if !o.Clock.valid() {
 		errs = append(errs, fmt.Errorf("unknown clock %d", o.Clock))
 	}
 	return errors.Join(errs...)
@@ -131,7 +143,6 @@ func Load(opts Options) (*Shield, error) {
 		opts.Limits = DefaultLimits()
 	}
 	opts.Limits = opts.Limits.withDefaults()
-	mode := clockModes[opts.Clock]
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
@@ -141,8 +152,8 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	spec.Maps["sources"].MaxEntries = opts.TableSize
-	if err := spec.Variables["clock_mode"].Set(mode); err != nil {
+	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize
+	if err := spec.Variables[bpf.ShieldVarClockMode].Set(uint8(opts.Clock)); err != nil {
 		return nil, fmt.Errorf("set clock_mode: %w", err)
 	}
 	var tickNs, slack uint64
@@ -155,14 +166,14 @@ func Load(opts Options) (*Shield, error) {
 		if err := opts.Limits.checkTick(opts.Clock, nsPerJiffy); err != nil {
 			return nil, fmt.Errorf("limits: %w", err)
 		}
-		if err := spec.Variables["ns_per_jiffy"].Set(nsPerJiffy); err != nil {
+		if err := spec.Variables[bpf.ShieldVarNsPerJiffy].Set(nsPerJiffy); err != nil {
 			return nil, fmt.Errorf("set ns_per_jiffy: %w", err)
 		}
 		tickNs, slack = nsPerJiffy, 2*nsPerJiffy
 	case ClockKtime:
 		slack = ktimeSlack
 	}
-	if err := spec.Variables["clock_slack_ns"].Set(slack); err != nil {
+	if err := spec.Variables[bpf.ShieldVarClockSlackNs].Set(slack); err != nil {
 		return nil, fmt.Errorf("set clock_slack_ns: %w", err)
 	}
 
@@ -180,7 +191,7 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
-	s := &Shield{innerSpec: spec.Maps["config_map"].InnerMap, clock: opts.Clock, tickNs: tickNs}
+	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, &collOpts)
 	var ve *ebpf.VerifierError
@@ -261,16 +272,11 @@ func Load(opts Options) (*Shield, error) {
 // configuration is then republished with the new clock recorded.
 func (s *Shield) adoptClock(cfg bpf.ShieldConfig) error {
 	rec := cfg.Flags >> clockShift
-	if rec == uint32(clockModes[s.clock])+1 {
+	if rec == uint32(s.clock)+1 {
 		return nil
 	}
-	var from Clock = ClockVirtual + 1 // unknown
-	for c, m := range clockModes {
-		if uint32(m)+1 == rec {
-			from = c
-		}
-	}
-	if from == ClockVirtual || s.clock == ClockVirtual || from > ClockVirtual {
+	from := Clock(rec - 1) // rec 0 (not recorded) is clock(255): unknown
+	if from == ClockVirtual || s.clock == ClockVirtual || !from.valid() {
 		s.clockNote = fmt.Sprintf("pinned state written with clock %s, now %s: times not converted; each bucket is refilled once", from, s.clock)
 	} else {
 		oldNow, err := s.clockRead(from)
@@ -281,7 +287,7 @@ func (s *Shield) adoptClock(cfg bpf.ShieldConfig) error {
 		if err != nil {
 			return err
 		}
-		for i := range uint32(2) {
+		for i := range numClasses {
 			var b bpf.ShieldBucket
 			if err := s.objs.Admission.Lookup(i, &b); err != nil {
 				return fmt.Errorf("read admission bucket %d: %w", i, err)
@@ -305,7 +311,7 @@ func (s *Shield) ClockNote() string { return s.clockNote }
 func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
 	if s.compat {
 		spec = spec.Copy()
-		spec.Programs["shield"] = spec.Programs["shield_compat"].Copy()
+		spec.Programs[bpf.ShieldProgShield] = spec.Programs[bpf.ShieldProgShieldCompat].Copy()
 	}
 	return spec.LoadAndAssign(&s.objs, opts)
 }
@@ -496,7 +502,8 @@ func (s *Shield) protectedDsts() ([]Destination, error) {
 // start configures a freshly loaded collection: full admission buckets, so
 // the first strangers are admitted whatever the clock reads, then the limits.
 func (s *Shield) start(l Limits) error {
-	for i, burst := range []uint64{l.AdmissionBurst, l.Unprotected.AdmissionBurst} {
+	bursts := [numClasses]uint64{classProtected: l.AdmissionBurst, classUnprotected: l.Unprotected.AdmissionBurst}
+	for i, burst := range bursts {
 		full := bpf.ShieldBucket{Credit: int64(burst * token)}
 		if err := s.objs.Admission.Put(uint32(i), full); err != nil {
 			return fmt.Errorf("fill admission bucket: %w", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"xdpshield/bpf"
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
 	"xdpshield/shield"
@@ -256,8 +257,8 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 	// means the service is writing it.
 	var deny4 *ebpf.Map
 	waitFor(t, "the pinned deny4 map", func() bool {
-		ms, _ := filepath.Glob(filepath.Join(l.pinRoot, "*", "va", "deny4"))
-		if old := filepath.Join(l.pinRoot, "va", "deny4"); len(ms) == 0 {
+		ms, _ := filepath.Glob(filepath.Join(l.pinRoot, "*", "va", bpf.ShieldMapDeny4))
+		if old := filepath.Join(l.pinRoot, "va", bpf.ShieldMapDeny4); len(ms) == 0 {
 			ms = []string{old}
 		}
 		m, err := ebpf.LoadPinnedMap(ms[0], nil)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"xdpshield/bpf"
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
 )
@@ -36,7 +37,7 @@ func TestServeMillionSources(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir(t), "sources"), nil)
+	m, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir(t), bpf.ShieldMapSources), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

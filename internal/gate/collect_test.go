@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"xdpshield/bpf"
 	"xdpshield/internal/testutil"
 )
 
@@ -31,10 +32,10 @@ func TestCollect(t *testing.T) {
 		fmt.Println(line)
 	}
 	assert.Empty(t, f.Errors, "Collect() errors")
-	for _, name := range []string{"shield", "shield_compat", "clock_probe"} {
+	for _, name := range []string{bpf.ShieldProgShield, bpf.ShieldProgShieldCompat, bpf.ShieldProgClockProbe} {
 		p, ok := f.Programs[name]
 		require.True(t, ok, "Programs[%q] missing: %v", name, f.Programs)
-		if name == "shield" && !testutil.KernelAtLeast(5, 12) {
+		if name == bpf.ShieldProgShield && !testutil.KernelAtLeast(5, 12) {
 			assert.False(t, p.Loaded, "shield loaded before 5.12 (no BPF_CMPXCHG)")
 			continue
 		}

@@ -106,12 +106,12 @@ type state struct {
 }
 
 // listMaps are the pinned maps that hold list entries.
-var listMaps = []string{"allow4", "allow6", "deny4", "deny6", "lists4", "lists6"}
+var listMaps = []string{bpf.ShieldMapAllow4, bpf.ShieldMapAllow6, bpf.ShieldMapDeny4, bpf.ShieldMapDeny6, bpf.ShieldMapLists4, bpf.ShieldMapLists6}
 
 func (e *env) state(t *testing.T) state {
 	t.Helper()
 	st := state{lists: map[string][]string{}}
-	outer := e.pinned(t, "config_map")
+	outer := e.pinned(t, bpf.ShieldMapConfigMap)
 	if err := outer.Lookup(uint32(0), &st.configSlot); err != nil {
 		t.Fatalf("read config slot: %v", err)
 	}

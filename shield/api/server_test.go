@@ -180,7 +180,7 @@ func TestChangesLogged(t *testing.T) {
 // table and returns what it wrote.
 func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 	t.Helper()
-	m := e.pinned(t, "sources")
+	m := e.pinned(t, bpf.ShieldMapSources)
 	rng := rand.New(rand.NewPCG(seed, 1))
 	keys := make([]bpf.ShieldSrcKey, 0, n)
 	vals := make([]bpf.ShieldSource, 0, n)

@@ -1,0 +1,189 @@
+package shield
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+
+	"xdpshield/bpf"
+)
+
+// enumerators reads enum name's enumerators from the BTF of the committed
+// object, the one the loader loads.
+func enumerators(t *testing.T, spec *ebpf.CollectionSpec, name string) map[string]uint64 {
+	t.Helper()
+	var e *btf.Enum
+	if err := spec.Types.TypeByName(name, &e); err != nil {
+		t.Fatalf("Types.TypeByName(%q) = %v, want the enum (bpf/shield.c, struct contract)", name, err)
+	}
+	out := map[string]uint64{}
+	for _, v := range e.Values {
+		out[v.Name] = v.Value
+	}
+	if len(out) == 0 {
+		t.Fatalf("enum %s has no enumerators", name)
+	}
+	return out
+}
+
+// TestContract checks the Go side of the program's numbers against the
+// object's BTF, unprivileged: every enumerator of the counters' enums and
+// of the clock has the Go name its C name says (REASON_NOT_IP is "not_ip"
+// in the metrics and the simulator), every Go value is one of them, and
+// the flags, list verdicts, classes and limits Go writes are the
+// program's. The Go constants come from the bpf2go output: this catches
+// that output edited or stale, and a C enumerator added without a name.
+func TestContract(t *testing.T) {
+	spec, err := bpf.LoadShield()
+	if err != nil {
+		t.Fatalf("LoadShield() = %v", err)
+	}
+
+	// named checks an enum whose Go type names its values: enumerator
+	// PREFIX_X of value v is String() "x" in Go, the one MAX enumerator is
+	// how many there are, and the Go list holds exactly the other values.
+	named := func(t *testing.T, enum, prefix string, str func(uint64) string, list []uint64, max bool) {
+		t.Helper()
+		vals := enumerators(t, spec, enum)
+		var want []uint64
+		for name, v := range vals {
+			if max && name == prefix+"MAX" {
+				continue
+			}
+			want = append(want, v)
+			if got, w := str(v), strings.ToLower(strings.TrimPrefix(name, prefix)); got != w {
+				t.Errorf("%s: value %d (%s in C) is %q in Go, want %q", enum, v, name, got, w)
+			}
+		}
+		slices.Sort(want)
+		if max {
+			if got, ok := vals[prefix+"MAX"]; !ok || got != uint64(len(want)) {
+				t.Errorf("%s: %sMAX = %d (present %v), want %d, the count of the others", enum, prefix, got, ok, len(want))
+			}
+		}
+		if !slices.Equal(list, want) {
+			t.Errorf("%s: Go's values = %v, want %v (the C enumerators)", enum, list, want)
+		}
+	}
+	t.Run("reason", func(t *testing.T) {
+		named(t, "reason", "REASON_", func(v uint64) string { return Reason(v).String() }, asU64(Reasons()), true)
+	})
+	t.Run("proto", func(t *testing.T) {
+		named(t, "proto", "PROTO_", func(v uint64) string { return Proto(v).String() }, asU64(Protos()), true)
+	})
+	t.Run("verdict", func(t *testing.T) {
+		named(t, "verdict", "VERDICT_", func(v uint64) string { return Verdict(v).String() }, asU64(Verdicts()), true)
+	})
+	t.Run("clock", func(t *testing.T) {
+		var valid []uint64
+		for c := range 256 {
+			if Clock(c).valid() {
+				valid = append(valid, uint64(c))
+			}
+		}
+		named(t, "clock", "CLOCK_", func(v uint64) string { return Clock(v).String() }, valid, false)
+		if ClockJiffies != 0 {
+			t.Errorf("ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", ClockJiffies)
+		}
+	})
+
+	// valued checks constants Go writes into the program's maps against
+	// the enumerators of the same name.
+	valued := func(t *testing.T, enum string, want map[string]uint64) {
+		t.Helper()
+		vals := enumerators(t, spec, enum)
+		for name, got := range want {
+			if v, ok := vals[name]; !ok || v != got {
+				t.Errorf("%s: Go writes %d for %s, C has %d (present %v)", enum, got, name, v, ok)
+			}
+		}
+		for name := range vals {
+			if _, ok := want[name]; !ok {
+				t.Errorf("%s: %s has no Go counterpart in this test", enum, name)
+			}
+		}
+	}
+	t.Run("config_flag", func(t *testing.T) {
+		valued(t, "config_flag", map[string]uint64{
+			"CONFIG_DRY_RUN": uint64(flagDryRun), "CONFIG_ALLOW4": uint64(flagAllow4), "CONFIG_ALLOW6": uint64(flagAllow6),
+			"CONFIG_DENY4": uint64(flagDeny4), "CONFIG_DENY6": uint64(flagDeny6), "CONFIG_OWN4": uint64(flagOwn4),
+			"CONFIG_OWN6": uint64(flagOwn6), "CONFIG_PROTECT": uint64(flagProtect), "CONFIG_PROTECT_ICMP": uint64(flagProtectICMP),
+			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
+		})
+		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr} {
+			if f>>clockShift != 0 {
+				t.Errorf("flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
+			}
+		}
+	})
+	t.Run("list_verdict", func(t *testing.T) {
+		valued(t, "list_verdict", map[string]uint64{
+			"LIST_ALLOW": uint64(verdictAllow), "LIST_DENY": uint64(verdictDeny), "LIST_OWN": uint64(verdictOwn),
+		})
+	})
+	t.Run("traffic_class", func(t *testing.T) {
+		valued(t, "traffic_class", map[string]uint64{
+			"CLASS_PROTECTED": uint64(classProtected), "CLASS_UNPROTECTED": uint64(classUnprotected), "MAX_CLASSES": uint64(numClasses),
+		})
+		if got := spec.Maps[bpf.ShieldMapAdmission].MaxEntries; got != numClasses {
+			t.Errorf("admission MaxEntries = %d, want %d (a bucket per class)", got, numClasses)
+		}
+	})
+	t.Run("credit", func(t *testing.T) {
+		valued(t, "credit", map[string]uint64{"TOKEN": token})
+	})
+	t.Run("capacity", func(t *testing.T) {
+		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(maxProtectedDsts)})
+		if got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries; got != uint32(maxProtectedDsts) {
+			t.Errorf("protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
+		}
+		valued(t, "list_capacity", map[string]uint64{
+			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
+		})
+		for _, m := range []string{bpf.ShieldMapAllow4, bpf.ShieldMapAllow6, bpf.ShieldMapDeny4, bpf.ShieldMapDeny6} {
+			if got := spec.Maps[m].MaxEntries; got != uint32(maxListEntries) {
+				t.Errorf("%s MaxEntries = %d, want %d", m, got, maxListEntries)
+			}
+		}
+		for _, m := range []string{bpf.ShieldMapOwn4Addrs, bpf.ShieldMapOwn6Addrs} {
+			if got := spec.Maps[m].MaxEntries; got != uint32(maxOwn) {
+				t.Errorf("%s MaxEntries = %d, want %d", m, got, maxOwn)
+			}
+		}
+	})
+
+	// The counters: the map has a key per (verdict, reason, proto), and
+	// counterIndex gives each its own.
+	t.Run("counters", func(t *testing.T) {
+		if got := spec.Maps[bpf.ShieldMapCounters].MaxEntries; got != uint32(numCounters) {
+			t.Errorf("counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, numVerdicts, numReasons, numProtos)
+		}
+		seen := map[uint32]string{}
+		for _, v := range Verdicts() {
+			for _, r := range Reasons() {
+				for _, p := range Protos() {
+					i, what := counterIndex(v, r, p), fmt.Sprintf("%s/%s/%s", v, r, p)
+					if i >= uint32(numCounters) || seen[i] != "" {
+						t.Errorf("counterIndex(%s) = %d, out of range or also %q's", what, i, seen[i])
+					}
+					seen[i] = what
+					if k := counterKeys[i]; k.v != v || k.r != r || k.p != p {
+						t.Errorf("counterKeys[%d] = %s/%s/%s, want %s", i, k.v, k.r, k.p, what)
+					}
+				}
+			}
+		}
+	})
+}
+
+func asU64[T ~uint8](xs []T) []uint64 {
+	out := make([]uint64, len(xs))
+	for i, x := range xs {
+		out[i] = uint64(x)
+	}
+	return out
+}
