@@ -13,10 +13,21 @@ import (
 	"time"
 )
 
-// load runs conns connections, each sending n small GETs one after the
-// other (closed loop, kept alive), and returns every latency and the
-// elapsed time.
-func (e *nsEnv) load(t *testing.T, addr string, conns, n int) ([]time.Duration, time.Duration) {
+// request is connection i's GET, padded with an X-Pad header to size bytes
+// when size is beyond the plain request's.
+func request(i, size int) string {
+	req := fmt.Sprintf("GET /item HTTP/1.1\r\nHost: a.test\r\nX-User: user%d\r\n\r\n", i)
+	const pad = len("X-Pad: \r\n")
+	if size < len(req)+pad {
+		return req
+	}
+	return strings.TrimSuffix(req, "\r\n") + "X-Pad: " + strings.Repeat("a", size-len(req)-pad) + "\r\n\r\n"
+}
+
+// load runs conns connections, each sending n GETs of size bytes (0: the
+// plain small GET) one after the other (closed loop, kept alive), and
+// returns every latency and the elapsed time.
+func (e *nsEnv) load(t *testing.T, addr string, conns, n, size int) ([]time.Duration, time.Duration) {
 	t.Helper()
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -34,7 +45,11 @@ func (e *nsEnv) load(t *testing.T, addr string, conns, n int) ([]time.Duration, 
 			}
 			defer c.Close()
 			br := bufio.NewReader(c)
-			req := fmt.Sprintf("GET /item HTTP/1.1\r\nHost: a.test\r\nX-User: user%d\r\n\r\n", i)
+			req := request(i, size)
+			if size > 0 && len(req) != size {
+				errs <- fmt.Errorf("request of %d bytes, want %d", len(req), size)
+				return
+			}
 			local := make([]time.Duration, 0, n)
 			for k := 0; k < n; k++ {
 				c.SetDeadline(time.Now().Add(10 * time.Second))
@@ -118,7 +133,7 @@ func TestL7Compare(t *testing.T) {
 	}
 	for r := 0; r < rounds; r++ {
 		for i, a := range addrs {
-			lat, el := e.load(t, a, conns, reqs)
+			lat, el := e.load(t, a, conns, reqs, 0)
 			res[i].lat = append(res[i].lat, lat...)
 			res[i].el += el
 		}
@@ -156,10 +171,54 @@ func TestL7Compare(t *testing.T) {
 		fmt.Fprintf(&sb, "| %s | %v | %v | %.0f | %s |\n", n, pct(res[i].lat, 0.50).Round(time.Microsecond),
 			pct(res[i].lat, 0.99).Round(time.Microsecond), float64(len(res[i].lat))/res[i].el.Seconds(), slow)
 	}
-	t.Log("\n" + sb.String())
 	if fastN < total*9/10 {
 		t.Errorf("fast path took %d of %d requests, want at least 90%% (one miss per connection)", fastN, total)
 	}
+
+	// The header-size sweep: requests of 1 to 16 KB (an X-Pad header),
+	// direct, through the proxy alone and through the fast path. Beyond
+	// the parser's 512 bytes a connection is the proxy's for good
+	// (sticky): the fast path's cost is the parse and the hand-over.
+	sweepReqs := envInt("L7_COMPARE_SWEEP_REQS", 250)
+	sweepTotal := uint64(rounds * conns * sweepReqs)
+	fmt.Fprintf(&sb, "\nheader-size sweep: %d rounds x %d connections x %d GETs per size\n", rounds, conns, sweepReqs)
+	fmt.Fprintf(&sb, "| request | path | p50 | p99 | requests/s | on the slow path |\n|---|---|---|---|---|---|\n")
+	for _, kb := range []int{1, 2, 4, 8, 16} {
+		before, err := fp.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sw := make([]result, 3)
+		for r := 0; r < rounds; r++ {
+			for i, a := range addrs[:3] {
+				lat, el := e.load(t, a, conns, sweepReqs, kb<<10)
+				sw[i].lat = append(sw[i].lat, lat...)
+				sw[i].el += el
+			}
+		}
+		after, err := fp.Counters()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fastN := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
+		sticky := after.Reasons[ReasonSticky] - before.Reasons[ReasonSticky]
+		if fastN != 0 || sticky != uint64(rounds*conns) {
+			t.Errorf("%d KB requests: %d fast, %d connections sticky, want 0 fast and all %d sticky (headers beyond the parse bound)",
+				kb, fastN, sticky, rounds*conns)
+		}
+		for i, n := range names[:3] {
+			slow := "-"
+			switch i {
+			case 1:
+				slow = "100%"
+			case 2:
+				slow = fmt.Sprintf("%.0f%% (sticky)", 100*float64(sweepTotal-fastN)/float64(sweepTotal))
+			}
+			fmt.Fprintf(&sb, "| %d KB | %s | %v | %v | %.0f | %s |\n", kb, n, pct(sw[i].lat, 0.50).Round(time.Microsecond),
+				pct(sw[i].lat, 0.99).Round(time.Microsecond), float64(len(sw[i].lat))/sw[i].el.Seconds(), slow)
+		}
+	}
+	t.Log("\n" + sb.String())
 }
 
 func envInt(name string, def int) int {
