@@ -25,6 +25,7 @@ import (
 type l7Backend struct {
 	mu   sync.Mutex
 	seen []string // "PATH user"
+	edge []string // X-Edge of each request
 }
 
 func (b *l7Backend) requests() []string {
@@ -46,6 +47,7 @@ func (l *lab) l7Backend(t *testing.T, addr string) *l7Backend {
 	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.mu.Lock()
 		b.seen = append(b.seen, r.URL.Path+" "+r.Header.Get("X-User"))
+		b.edge = append(b.edge, r.Header.Get("X-Edge"))
 		b.mu.Unlock()
 		fmt.Fprintf(w, "%s %s", addr, r.URL.Path)
 	})}
@@ -259,5 +261,67 @@ source = "198.18.0.3/32"
 	}
 	if got := metric(`shield_l7_responses_total{code="2xx",route="api"}`); got != st.Routes[0].Slow {
 		t.Errorf("shield_l7_responses_total{code=\"2xx\",route=\"api\"} = %d, want the %d slow requests", got, st.Routes[0].Slow)
+	}
+}
+
+// TestServeL7SetHeader: with [l7.set_header] every request reaches its
+// backend with the header set, the client's own value replaced; the kernel
+// does not rewrite headers, so the fast path passes every request to the
+// proxy (policy) and the API says why nothing goes fast.
+func TestServeL7SetHeader(t *testing.T) {
+	l := newLab(t, "l7sh")
+	b := l.l7Backend(t, "198.18.0.1:9001")
+	conf := filepath.Join(t.TempDir(), "shield.toml")
+	if err := os.WriteFile(conf, []byte(`[l7]
+listen = "198.18.0.1:80"
+[[l7.route]]
+name = "all"
+path_prefix = "/"
+backends = ["198.18.0.1:9001"]
+[l7.set_header]
+name = "X-Edge"
+value = "shield"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := l.serve(t, "-config", conf)
+	s.waitLog(t, `msg="l7 proxy serving`)
+	c := l.l7Client(t, "198.18.0.2")
+	const n = 5
+	for i := range n {
+		req, _ := http.NewRequest("GET", fmt.Sprintf("http://198.18.0.1/x/%d", i), nil)
+		req.Header.Set("X-Edge", "client")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("GET /x/%d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /x/%d = %d, want 200", i, resp.StatusCode)
+		}
+	}
+	b.mu.Lock()
+	edge := append([]string(nil), b.edge...)
+	b.mu.Unlock()
+	if len(edge) != n {
+		t.Fatalf("backend got %d requests, want %d", len(edge), n)
+	}
+	for i, v := range edge {
+		if v != "shield" {
+			t.Errorf("request %d reached the backend with X-Edge %q, want %q", i, v, "shield")
+		}
+	}
+	st, err := l.client.L7(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SetHeader != "X-Edge: shield" || st.Routes[0].Fast != 0 || st.Routes[0].Slow != n {
+		t.Errorf("GET /v1/l7 = %+v, want set_header X-Edge: shield and all %d requests slow", st, n)
+	}
+	if testutil.KernelAtLeast(l7.MinKernel[0], l7.MinKernel[1]) {
+		if !st.FastPath.Attached || st.FastPath.Messages["policy"] != n {
+			t.Errorf("fast path = %+v, want attached and all %d requests passed up as policy", st.FastPath, n)
+		}
 	}
 }
