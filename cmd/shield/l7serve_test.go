@@ -320,8 +320,10 @@ value = "shield"
 		t.Errorf("GET /v1/l7 = %+v, want set_header X-Edge: shield and all %d requests slow", st, n)
 	}
 	if testutil.KernelAtLeast(l7.MinKernel[0], l7.MinKernel[1]) {
-		if !st.FastPath.Attached || st.FastPath.Messages["policy"] != n {
-			t.Errorf("fast path = %+v, want attached and all %d requests passed up as policy", st.FastPath, n)
+		// Passed up as policy, or as busy while the proxy still owed the
+		// connection an answer; none fast.
+		if m := st.FastPath.Messages; !st.FastPath.Attached || m["policy"]+m["busy"] != n || m["policy"] == 0 || m["fast"] != 0 {
+			t.Errorf("fast path = %+v, want attached and all %d requests passed up as policy (or busy)", st.FastPath, n)
 		}
 	}
 }
