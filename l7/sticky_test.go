@@ -14,12 +14,13 @@ import (
 // TestFastPathStickyStall: kept-alive connections whose requests carry
 // more than the parser's 512 bytes of headers go to the proxy for good
 // (sticky), and each must get every answer. Known to fail here (6.18):
-// after some fast-path traffic on the same proxy, about 1 in 1,000 such
-// connections stalls at its second request; the kernel counted it passed
+// about 1 in 1,000 such connections stalls at its second request (1 to 3
+// of 1,500 in each of nine runs); the kernel counted it passed
 // (sticky_more), the proxy's socket holds ~9 KB of receive memory with an
 // empty receive queue, and the proxy never reads it. Opt-in
 // (L7_STICKY_STALL=1) until that is fixed, so CI does not fail at random;
-// README "L7 fast path" says so.
+// README "L7 fast path" says so. Not sticky alone: small GETs passed up by
+// a set_header policy stalled 1 connection in 4,500.
 func TestFastPathStickyStall(t *testing.T) {
 	if os.Getenv("L7_STICKY_STALL") != "1" {
 		t.Skip("known to stall about 1 sticky connection in 1,000 (see the comment): L7_STICKY_STALL=1 runs it")
@@ -29,11 +30,6 @@ func TestFastPathStickyStall(t *testing.T) {
 	cfg := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
 		RBAC: []Rule{{Action: "deny", PathPrefix: "/admin"}}, HashHeader: "X-User"}
 	_, fp, fast := e.proxy(t, cfg, true)
-	// The traffic before: with none, 1,800 sticky connections passed.
-	for r := 0; r < 3; r++ {
-		e.load(t, fast, 4, 1000, 0, false)
-		e.load(t, fast, 4, 250, 0, true)
-	}
 	const conns, reqs = 1500, 3
 	var stalled atomic.Int64
 	var wg sync.WaitGroup
