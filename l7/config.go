@@ -179,8 +179,16 @@ func (c *Config) Validate() error {
 	if len(c.RBAC) > MaxRules {
 		bad("l7.rbac: %d rules, at most %d", len(c.RBAC), MaxRules)
 	}
+	ruleNames := map[string]bool{}
 	for i, r := range c.RBAC {
 		at := fmt.Sprintf("l7.rbac[%d]", i)
+		// Rules are counted by name (rbac[i] when unnamed): names are
+		// label values and must not collide.
+		if n := RuleName(r, i); ruleNames[n] {
+			bad("%s.name: %q used twice", at, n)
+		} else {
+			ruleNames[n] = true
+		}
 		if r.Action != "allow" && r.Action != "deny" {
 			bad("%s.action: %q, want allow or deny", at, r.Action)
 		}

@@ -8,4 +8,9 @@
 // It owns the l7 programs and their maps; it never touches the shield's XDP
 // program, its maps or the network configuration. Config.Validate checks a
 // configuration whole: nothing is applied from a configuration with an error.
+//
+// Section is the [l7] section of `shield serve`'s configuration; Listen and
+// Server.Start run it, with the fast path where the kernel runs it and the
+// proxy alone otherwise; Server.Status and Server.Collector report it (GET
+// /v1/l7, shield_l7_*).
 package l7

@@ -224,7 +224,7 @@ func TestFastPathManyConns(t *testing.T) {
 		HashHeader: "X-User",
 	}, true)
 	const conns, reqs = 200, 5
-	lat, _ := e.load(t, addr, conns, reqs) // closes its connections
+	lat, _ := e.load(t, addr, conns, reqs, 0, false) // closes its connections
 	if len(lat) != conns*reqs {
 		t.Fatalf("%d answers, want %d", len(lat), conns*reqs)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"xdpshield/l7"
 	"xdpshield/lb"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
@@ -57,6 +58,10 @@ type config struct {
 
 	// LB is the socket balancer ([lb], [[lb.service]]; lb.Config).
 	LB lb.Config `toml:"lb"`
+
+	// L7 is the L7 proxy and its fast path ([l7], [[l7.route]],
+	// [[l7.rbac]], [l7.set_header]; l7.Section). None when absent.
+	L7 l7.Section `toml:"l7"`
 }
 
 // duration reads "5s"-style TOML strings.
@@ -197,6 +202,9 @@ func (c *config) validate() (settings, error) {
 		errs = append(errs, fmt.Errorf("log.format: unknown format %q (want text or json)", c.Log.Format))
 	}
 	if _, err := c.LB.Services(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.L7.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.API.TokenFile != "" {

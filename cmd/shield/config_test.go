@@ -47,6 +47,35 @@ func TestExampleConfigSpellsLimits(t *testing.T) {
 	}
 }
 
+// l7Conf is an [l7] section that validates; cases break one key of it.
+const l7Conf = `[l7]
+listen = "198.18.0.1:8080"
+fast_path = "auto"
+hash_header = "X-User"
+[[l7.route]]
+name = "api"
+path_prefix = "/api"
+backends = ["198.18.0.2:9001", "198.18.0.3:9001"]
+[[l7.route]]
+name = "web"
+host = "www.example"
+path_prefix = "/"
+backends = ["198.18.0.2:9002"]
+[[l7.rbac]]
+name = "no-admin"
+action = "deny"
+methods = ["POST", "DELETE"]
+path_prefix = "/api/admin"
+[[l7.rbac]]
+action = "deny"
+source = "198.18.0.3/32"
+header = "X-Role"
+value = "guest"
+[l7.set_header]
+name = "X-Edge"
+value = "shield"
+`
+
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")
@@ -98,6 +127,19 @@ func TestConfigErrors(t *testing.T) {
 		{"syntax", "iface = ", "config"},
 		{"lb service", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80\nbackends = [\"198.18.0.10:8080\"]", ""},
 		{"lb zero backends", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80", "lb.service[0]: service tcp/198.18.0.100:80: zero backends"},
+		{"l7", "iface = \"eth0\"\n[api]\ntoken_file = \"" + tok + "\"\n" + l7Conf, ""},
+		{"l7 no routes", "iface = \"eth0\"\n[l7]\nlisten = \"198.18.0.1:8080\"", "l7.route: at least one route is needed"},
+		{"l7 no listen", "iface = \"eth0\"\n[[l7.route]]\nname = \"a\"\npath_prefix = \"/\"\nbackends = [\"198.18.0.2:80\"]", "l7.listen: empty"},
+		{"l7 bad listen", "iface = \"eth0\"\n" + strings.Replace(l7Conf, "198.18.0.1:8080", "198.18.0.1", 1), `l7.listen: "198.18.0.1" is not IP:port`},
+		{"l7 bad fast_path", "iface = \"eth0\"\n" + strings.Replace(l7Conf, `fast_path = "auto"`, `fast_path = "always"`, 1), `l7.fast_path: "always"`},
+		{"l7 bad backend", "iface = \"eth0\"\n" + strings.Replace(l7Conf, "198.18.0.2:9001", "198.18.0.2", 1), `l7.route[0].backends[0]: "198.18.0.2" is not IP:port`},
+		{"l7 bad action", "iface = \"eth0\"\n" + strings.Replace(l7Conf, `action = "deny"`, `action = "drop"`, 1), `l7.rbac[0].action: "drop"`},
+		{"l7 bad method", "iface = \"eth0\"\n" + strings.Replace(l7Conf, `"POST"`, `"post"`, 1), `l7.rbac[0].methods[0]: "post"`},
+		{"l7 hop-by-hop header set", "iface = \"eth0\"\n" + strings.Replace(l7Conf, `name = "X-Edge"`, `name = "Connection"`, 1), `l7.set_header.name: "Connection" frames the message`},
+		{"l7 rule name twice", "iface = \"eth0\"\n" + l7Conf + "\n[[l7.rbac]]\nname = \"no-admin\"\naction = \"allow\"", `l7.rbac[2].name: "no-admin" used twice`},
+		{"l7 unknown key", "iface = \"eth0\"\n" + strings.Replace(l7Conf, "path_prefix = \"/api\"", "prefix = \"/api\"", 1), "unknown keys: l7.route.prefix"},
+		// Every problem at once, each naming its key.
+		{"l7 two errors", "iface = \"eth0\"\n" + strings.Replace(strings.Replace(l7Conf, `action = "deny"`, `action = "drop"`, 1), "198.18.0.2:9001", "x", 1), "l7.route[0].backends[0]: \"x\" is not IP:port\nl7.rbac[0].action"},
 		{"lb unknown key", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nweight = 1", "unknown keys: lb.service.weight"},
 	}
 	for _, tc := range cases {

@@ -90,9 +90,9 @@ func runServe(ctx context.Context, args []string) error {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	if *check {
-		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d, own addresses spoofed %v, deny %d, lb services %d\n",
+		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d, own addresses spoofed %v, deny %d, lb services %d, l7 routes %d rules %d\n",
 			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, cfg.API.TLSCert != "", cfg.API.AuthReads, tokenState(cfg.API.TokenFile), set.limits,
-			len(set.allow), cfg.Lists.OwnAddressesSpoofed, len(set.deny), len(cfg.LB.Service))
+			len(set.allow), cfg.Lists.OwnAddressesSpoofed, len(set.deny), len(cfg.LB.Service), len(cfg.L7.Routes), len(cfg.L7.RBAC))
 		return nil
 	}
 	if !noCapCheck {
@@ -146,5 +146,6 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		API:               cfg.apiConfig(set.token),
 		Build:             api.BuildInfo{Version: version, Revision: revision},
 		LB:                cfg.LB,
+		L7:                cfg.L7,
 	}
 }

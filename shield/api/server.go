@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"xdpshield/l7"
 	"xdpshield/lb"
 	"xdpshield/shield"
 )
@@ -84,6 +85,8 @@ type Options struct {
 	Health func() (ok bool, problem string)
 	// LB, when set, is the socket balancer served under /v1/lb (lb.go).
 	LB *lb.LB
+	// L7, when set, is the L7 proxy served under /v1/l7 (l7.go).
+	L7 *l7.Server
 }
 
 // Server serves the /v1 contract and /metrics for one shield.
@@ -193,6 +196,9 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	}
 	if opts.LB != nil {
 		s.registerLB(opts.LB, allowed)
+	}
+	if opts.L7 != nil {
+		s.registerL7(opts.L7, allowed)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {

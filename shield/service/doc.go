@@ -2,7 +2,10 @@
 // listener, attaches the shield to one interface through shield.Attach
 // (pins, per-interface lock, adoption of a pinned link), puts the configured
 // allow and deny prefixes on the lists, and serves the authenticated HTTP
-// API and /metrics of package api until it is stopped.
+// API and /metrics of package api until it is stopped. When configured it
+// also runs the socket balancer (lb) and the L7 proxy with its fast path
+// (l7, [l7]): the proxy's address is bound, and its section validated,
+// before anything is attached; both stop with the service.
 //
 // `shield serve` (cmd/shield) and the storms (e2e) both run it, so a storm
 // exercises what operators run. Start works in the caller's network

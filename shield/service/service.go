@@ -14,6 +14,7 @@ import (
 
 	"github.com/vishvananda/netns"
 
+	"xdpshield/l7"
 	"xdpshield/lb"
 	"xdpshield/shield"
 	"xdpshield/shield/api"
@@ -81,6 +82,8 @@ type Config struct {
 	Build api.BuildInfo
 	// LB is the socket balancer's configuration (none without services).
 	LB lb.Config
+	// L7 is the L7 proxy and its fast path ([l7]; none when empty).
+	L7 l7.Section
 }
 
 // API configures the service's HTTP API.
@@ -114,6 +117,7 @@ type Service struct {
 	log  *slog.Logger
 	att  *shield.Attachment
 	lb   *lb.Started // nil without [[lb.service]]
+	l7   *l7.Server  // nil without [l7]
 	ln   net.Listener
 	hs   *http.Server
 	done chan struct{} // closed when the API server has stopped
@@ -181,8 +185,13 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 				s.att.Close()
 			}
 			s.lb.Close()
+			s.l7.Close()
 		}
 	}()
+	// The L7 proxy's address too, before anything is attached.
+	if err := s.listenL7(); err != nil {
+		return nil, err
+	}
 	if err := s.attach(); err != nil {
 		return nil, err
 	}
@@ -195,6 +204,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err := s.startLB(); err != nil {
 		return nil, err
 	}
+	s.startL7()
 	if err := s.watch(ns); err != nil {
 		return nil, err
 	}
@@ -304,6 +314,7 @@ func (s *Service) serve() {
 		NoProcessMetrics: cfg.API.NoProcessMetrics,
 		Health:           s.Healthy,
 		LB:               s.LB(),
+		L7:               s.l7,
 		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
 			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
 	})
@@ -369,7 +380,7 @@ func (s *Service) Close() error {
 		}
 		close(s.stop)
 		<-s.watchDone
-		s.closeErr = errors.Join(s.lb.Close(), s.att.Close())
+		s.closeErr = errors.Join(s.l7.Close(), s.lb.Close(), s.att.Close())
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
 	})
