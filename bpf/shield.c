@@ -72,6 +72,13 @@ struct limit {
 /* Port bitmaps: bit (port & 63) of word (port >> 6). */
 #define PORT_WORDS (65536 / 64)
 
+/* Region bitmaps of the lists: bit r (as in a port bitmap) is set when a
+ * prefix of the verdict tries may cover an address of region r: for IPv4
+ * its first 16 bits, for IPv6 its bits 16 to 31 (the first 16 are 2001 or
+ * 2a0x for most of the Internet). A clear bit answers "no list holds it"
+ * without the trie lookup; a set one costs the lookup, as before. */
+#define REGION_WORDS (65536 / 64)
+
 /* Own addresses held in the configuration and compared inline, per family:
  * a machine has a few, and a compare is far cheaper than a trie lookup.
  * A family with more lives in the verdict tries (LIST_OWN) instead. */
@@ -99,6 +106,8 @@ struct config {
 	__u64 udp_ports[PORT_WORDS];      /* UDP ports protected on every address */
 	__u64 tcp_addr_ports[PORT_WORDS]; /* TCP ports protected on some addresses */
 	__u64 udp_addr_ports[PORT_WORDS]; /* UDP ports protected on some addresses */
+	__u64 regions4[REGION_WORDS];     /* IPv4 regions a list may cover */
+	__u64 regions6[REGION_WORDS];     /* IPv6 regions a list may cover */
 };
 
 /* clang emits BTF only for types a global reaches; the inner map's value is
@@ -350,9 +359,16 @@ static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
+/* in_region says whether bit r of a region bitmap is set. */
+static __always_inline int in_region(const __u64 *bits, __u32 r)
+{
+	return (bits[(r >> 6) & (REGION_WORDS - 1)] >> (r & 63)) & 1;
+}
+
 /* listed returns LIST_ALLOW, LIST_DENY, LIST_OWN or 0 (none of them). A
- * family whose lists and own addresses are all empty costs no lookup. */
-static __always_inline int listed(const struct packet *pkt, __u32 flags)
+ * family whose lists and own addresses are all empty costs no lookup, and
+ * neither does an address in a region no list prefix reaches. */
+static __always_inline int listed(const struct packet *pkt, const struct config *cfg, __u32 flags)
 {
 	__u8 *v;
 
@@ -361,12 +377,16 @@ static __always_inline int listed(const struct packet *pkt, __u32 flags)
 
 		if (!(flags & (CONFIG_ALLOW6 | CONFIG_DENY6 | CONFIG_OWN6)))
 			return 0;
+		if (!in_region(cfg->regions6, bpf_ntohl(((const __u32 *)pkt->src)[0]) & 0xffff))
+			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
 		v = bpf_map_lookup_elem(&lists6, &k);
 	} else {
 		struct lpm4_key k = {.prefixlen = 32};
 
 		if (!(flags & (CONFIG_ALLOW4 | CONFIG_DENY4 | CONFIG_OWN4)))
+			return 0;
+		if (!in_region(cfg->regions4, bpf_ntohl(((const __u32 *)pkt->src)[3]) >> 16))
 			return 0;
 		__builtin_memcpy(k.addr, &pkt->src[12], 4);
 		v = bpf_map_lookup_elem(&lists4, &k);
@@ -498,7 +518,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (own(&pkt, cfg))
 		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 
-	int list = listed(&pkt, flags);
+	int list = listed(&pkt, cfg, flags);
 	/* From the wire, the machine's own address is forged. (On loopback the
 	 * machine talks to itself: there the service names no own address.) */
 	if (list == LIST_OWN)

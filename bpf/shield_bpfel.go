@@ -36,6 +36,8 @@ type ShieldConfig struct {
 	UdpPorts             [1024]uint64
 	TcpAddrPorts         [1024]uint64
 	UdpAddrPorts         [1024]uint64
+	Regions4             [1024]uint64
+	Regions6             [1024]uint64
 }
 
 type ShieldDstKey struct {

@@ -98,6 +98,9 @@ type Shield struct {
 	// maps was freed without waiting for an RCU grace period, while a
 	// program on another CPU could still be reading it.
 	prev *ebpf.Map
+	// verdictsMoved says the verdict tries changed since the last swap
+	// (syncVerdicts, republish).
+	verdictsMoved bool
 
 	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
 	recovered *Recovery // what Load rolled back
@@ -237,8 +240,9 @@ func Load(opts Options) (*Shield, error) {
 			s.Close()
 			return nil, err
 		}
-		// A rollback may have refilled a trie whose flag was cleared.
-		if s.recovered != nil {
+		// A rollback may have refilled a trie whose flag was cleared, and
+		// the region bitmaps follow the verdict tries (republish).
+		if s.recovered != nil || s.verdictsMoved {
 			if err := s.publish(s.limits); err != nil {
 				s.Close()
 				return nil, err
@@ -414,8 +418,18 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	inline, _ := ownSplit(own)
-	if err := inner.Put(uint32(0), l.config(flags, s.clock, inline)); err != nil {
+	inline, looked := ownSplit(own)
+	cfg := l.config(flags, s.clock, inline)
+	// The lists as their snapshots hold them: in a removal, still with
+	// the prefixes being removed (republish drops them after).
+	var listed []netip.Prefix
+	for _, l := range []List{AllowList, DenyList} {
+		if ps := s.snap[l].Load(); ps != nil {
+			listed = append(listed, *ps...)
+		}
+	}
+	cfg.Regions4, cfg.Regions6 = regions(listed, looked)
+	if err := inner.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	// Address-specific destinations first, then the config that looks
@@ -440,6 +454,7 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	}
 	s.prev = old
 	s.limits = l
+	s.verdictsMoved = false
 	for _, k := range stale {
 		if err := s.objs.ProtectedDsts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("remove protected destination: %w", err)
