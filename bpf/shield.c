@@ -100,6 +100,9 @@ struct config {
 	__u32 flags;    /* CONFIG_* */
 	__u32 own4_n;   /* own IPv4 addresses in own4 (0 to OWN_INLINE) */
 	__u32 own6_n;   /* own IPv6 addresses in own6 (0 to OWN_INLINE) */
+	__u32 filter;   /* the presence filter that answers (0 or 1): see presence */
+	__u32 _pad0;
+	__u64 filter_seed; /* keys the presence filter's hash (random, kept across restarts) */
 	__u32 own4[OWN_INLINE];    /* network order, as read from the header */
 	__u64 own6[OWN_INLINE][2]; /* the address as two words, as read */
 	__u64 tcp_ports[PORT_WORDS];      /* TCP ports protected on every address */
@@ -164,6 +167,30 @@ struct {
 	__type(key, struct src_key);
 	__type(value, struct source);
 } sources SEC(".maps");
+
+/*
+ * The presence filter: one bit per slot, set for every source the table
+ * holds (slot_of), so a stranger whose bit is clear is known to be one
+ * without a lookup in the big table, a cache and TLB miss per packet when
+ * a forged flood brings a new source each time. A set bit costs the lookup
+ * as before: bits of evicted sources stay set until user space rebuilds.
+ * Two filters, FILTER_WORDS words each: config.filter says which one
+ * answers; an insertion sets the bit in both, so the other can be cleared
+ * and refilled from a walk of the table (Shield.RefreshFilter) and then
+ * put in force without missing a source inserted meanwhile. mmapable: user
+ * space sets bits with atomic ORs. Only `shield` uses it (an atomic OR
+ * needs 5.12, like the refill's cmpxchg): shield_compat looks every source
+ * up, as before.
+ */
+#define FILTER_BITS (1 << 23) /* 1 MiB: ~12% of bits set by a full default table */
+#define FILTER_WORDS (FILTER_BITS / 64)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * FILTER_WORDS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64); /* 64 slots */
+} presence SEC(".maps");
 
 /* Allow and deny lists as the operator wrote them (one trie per list and
  * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
@@ -489,6 +516,28 @@ static __always_inline void source_key(const struct packet *pkt, const struct co
 	__builtin_memcpy(key->addr, w, 16);
 }
 
+/* slot_of is a source key's slot in the presence filter: a multiplicative
+ * hash of its two words, keyed by seed so that no one can aim forged
+ * sources at the slots of known ones. shield.slotOf mirrors it. */
+static __always_inline __u32 slot_of(const struct src_key *key, __u64 seed)
+{
+	__u64 w[2];
+
+	__builtin_memcpy(w, key->addr, 16);
+	__u64 h = (w[0] ^ seed) * 0x9e3779b97f4a7c15ULL;
+
+	h = (h ^ w[1]) * 0xc2b2ae3d27d4eb4fULL;
+	return h >> (64 - 23);
+}
+
+/* presence_word returns the word of the filter f holding slot. */
+static __always_inline __u64 *presence_word(__u32 f, __u32 slot)
+{
+	__u32 i = (f & 1) * FILTER_WORDS + slot / 64;
+
+	return bpf_map_lookup_elem(&presence, &i);
+}
+
 static __always_inline int run(struct xdp_md *ctx, const int cas)
 {
 	void *data = (void *)(long)ctx->data;
@@ -536,7 +585,18 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 
 	source_key(&pkt, cfg, &key);
 	__u64 now = now_ns();
-	struct source *src = bpf_map_lookup_elem(&sources, &key);
+	struct source *src = 0;
+	__u32 slot = 0;
+
+	if (cas) {
+		slot = slot_of(&key, cfg->filter_seed);
+		__u64 *w = presence_word(cfg->filter, slot);
+
+		if (!w || (*w >> (slot & 63)) & 1)
+			src = bpf_map_lookup_elem(&sources, &key);
+	} else {
+		src = bpf_map_lookup_elem(&sources, &key);
+	}
 	if (src) {
 		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
 
@@ -568,6 +628,20 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	else
 		fresh.unprotected.credit -= TOKEN;
 	bpf_map_update_elem(&sources, &key, &fresh, BPF_NOEXIST);
+	/* After the insertion: a walk of the table that misses it began
+	 * after it, so after the filter it refills was cleared
+	 * (Shield.RefreshFilter), and these bits stay. */
+	if (cas) {
+		__u64 bit = 1ULL << (slot & 63);
+
+#pragma unroll
+		for (__u32 f = 0; f < 2; f++) {
+			__u64 *w = presence_word(f, slot);
+
+			if (w && !(*w & bit))
+				__sync_fetch_and_or(w, bit);
+		}
+	}
 	return account(VERDICT_PASS, ok, pkt.proto);
 }
 

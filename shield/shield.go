@@ -1,6 +1,7 @@
 package shield
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
 )
@@ -101,6 +103,15 @@ type Shield struct {
 	// verdictsMoved says the verdict tries changed since the last swap
 	// (syncVerdicts, republish).
 	verdictsMoved bool
+	// The presence filter (presence.go): the one in force and the hash's
+	// key, both written into every configuration; filterMu orders
+	// refreshes; presence maps both filters (presenceMap the mapping).
+	filter          uint32
+	filterSeed      uint64
+	filterMu        sync.Mutex
+	presence        []uint64
+	presenceMap     []byte
+	afterFilterWalk func() // tests: runs between a refresh's walk and its swap
 
 	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
 	recovered *Recovery // what Load rolled back
@@ -230,6 +241,7 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 		s.limits = limitsOf(cfg, dsts)
+		s.filter, s.filterSeed = cfg.Filter, cfg.FilterSeed
 		// Pinned limits set under another clock may be ones this clock
 		// cannot honour: refuse before anything is converted.
 		if err := s.limits.checkTick(s.clock, s.tickNs); err != nil {
@@ -248,9 +260,21 @@ func Load(opts Options) (*Shield, error) {
 				return nil, err
 			}
 		}
-	} else if err := s.start(opts.Limits); err != nil {
-		s.Close()
-		return nil, err
+		// The pinned filter may not hold every pinned source (pins of a
+		// program without one): rebuild it from the table.
+		if _, err := s.RefreshFilter(context.Background()); err != nil {
+			s.Close()
+			return nil, err
+		}
+	} else {
+		if s.filterSeed, err = newFilterSeed(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := s.start(opts.Limits); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -318,6 +342,10 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOpt
 func (s *Shield) Close() error {
 	if s.prev != nil {
 		s.prev.Close()
+	}
+	if s.presenceMap != nil {
+		unix.Munmap(s.presenceMap)
+		s.presenceMap, s.presence = nil, nil
 	}
 	return s.objs.Close()
 }
@@ -429,6 +457,7 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 		}
 	}
 	cfg.Regions4, cfg.Regions6 = regions(listed, looked)
+	cfg.Filter, cfg.FilterSeed = s.filter, s.filterSeed
 	if err := inner.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"context"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -94,7 +95,9 @@ func sourcesOf(tb testing.TB, s *shield.Shield) *ebpf.Map {
 // admission-drop path as a flood takes it, where the lookup misses the
 // caches, unlike BenchmarkShield's admission-drop with one source.
 // "full" has the table filled with 1,000,000 other sources first (a long
-// run's state: a miss walks a chain), "empty" has none.
+// run's state: a miss walks a chain; the presence filter, refreshed, then
+// has their bits set and sends that share of strangers to the table),
+// "empty" has none.
 //
 // The forger (a random write and a tail call) runs in front of the shield;
 // the same forger in front of XDP_DROP is timed in the same run, so
@@ -114,8 +117,14 @@ func BenchmarkForgedFlood(b *testing.B) {
 			setLimits(b, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 			require.NoError(b, s.SetTime(1))
 			drainAdmission(b, s)
+			fillPct := 0.0
 			if fill.n > 0 {
 				require.NoError(b, testutil.FillSources(sourcesOf(b, s), fill.n))
+				// Written from user space: the presence filter learns
+				// of them as the service's refresh would make it.
+				st, err := s.RefreshFilter(context.Background())
+				require.NoError(b, err)
+				fillPct = 100 * st.Fill
 			}
 			ref := dropProgram(b)
 			fref := forge(b, ref, ebpf.AttachNone)
@@ -143,6 +152,7 @@ func BenchmarkForgedFlood(b *testing.B) {
 			b.ReportMetric(wNs-refNs, "forger-ns")
 			b.ReportMetric((ns-wNs+refNs)/refNs, "x-ref")
 			b.ReportMetric(share, "on-path-%")
+			b.ReportMetric(fillPct, "filter-fill-%")
 		})
 	}
 }

@@ -125,6 +125,8 @@ type Service struct {
 	detached  atomic.Bool   // Detach was called
 	stop      chan struct{} // closed by Close: stops the watcher
 	watchDone chan struct{}
+	// filterDone is closed when keepFilter's loop has ended.
+	filterDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -198,6 +200,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err := s.watch(ns); err != nil {
 		return nil, err
 	}
+	s.keepFilter()
 	s.serve()
 	ok = true
 	go func() {
@@ -371,6 +374,9 @@ func (s *Service) Close() error {
 		}
 		close(s.stop)
 		<-s.watchDone
+		if s.filterDone != nil {
+			<-s.filterDone
+		}
 		s.closeErr = errors.Join(s.lb.Close(), s.att.Close())
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
