@@ -518,15 +518,19 @@ static __always_inline void source_key(const struct packet *pkt, const struct co
 
 /* slot_of is a source key's slot in the presence filter: a multiplicative
  * hash of its two words, keyed by seed so that no one can aim forged
- * sources at the slots of known ones. shield.slotOf mirrors it. */
+ * sources at the slots of known ones. The multipliers are odd 32-bit
+ * immediates, sign-extended (a multiply by an immediate is one
+ * instruction). shield.slotOf mirrors it. */
+#define SLOT_MUL1 (-0x61c8864fLL) /* 0xffffffff9e3779b1 */
+#define SLOT_MUL2 (-0x3d4d51c3LL) /* 0xffffffffc2b2ae3d */
 static __always_inline __u32 slot_of(const struct src_key *key, __u64 seed)
 {
 	__u64 w[2];
 
 	__builtin_memcpy(w, key->addr, 16);
-	__u64 h = (w[0] ^ seed) * 0x9e3779b97f4a7c15ULL;
+	__u64 h = (w[0] ^ seed) * (__u64)SLOT_MUL1;
 
-	h = (h ^ w[1]) * 0xc2b2ae3d27d4eb4fULL;
+	h = (h ^ w[1]) * (__u64)SLOT_MUL2;
 	return h >> (64 - 23);
 }
 
@@ -638,7 +642,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 		for (__u32 f = 0; f < 2; f++) {
 			__u64 *w = presence_word(f, slot);
 
-			if (w && !(*w & bit))
+			if (w)
 				__sync_fetch_and_or(w, bit);
 		}
 	}

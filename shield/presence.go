@@ -27,8 +27,8 @@ const (
 func slotOf(k *bpf.ShieldSrcKey, seed uint64) uint32 {
 	w0 := binary.LittleEndian.Uint64(k.Addr[:8])
 	w1 := binary.LittleEndian.Uint64(k.Addr[8:])
-	h := (w0 ^ seed) * 0x9e3779b97f4a7c15
-	h = (h ^ w1) * 0xc2b2ae3d27d4eb4f
+	h := (w0 ^ seed) * 0xffffffff9e3779b1
+	h = (h ^ w1) * 0xffffffffc2b2ae3d
 	return uint32(h >> (64 - 23))
 }
 
