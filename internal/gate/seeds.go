@@ -52,6 +52,17 @@ var Seeds = []Seed{
 	{Name: "icmpv6-counted-as-other", Area: "parsing", File: "bpf/shield.h",
 		Old: "case IPPROTO_ICMPV6:\n", New: "",
 		Want: "TestFamiliesAndTags"},
+	{Name: "presence-bit-in-one-filter", Area: "presence filter", File: "bpf/shield.c",
+		Old: "__u64 *w = presence_word(f, slot);", New: "__u64 *w = presence_word(cfg->filter, slot);",
+		// A source admitted during a refresh, after its walk, must be in
+		// the filter the refresh puts in force.
+		Want: "TestPresenceFilter"},
+	{Name: "presence-refresh-skips-walk", Area: "presence filter (the Go that rebuilds it)", File: "shield/presence.go",
+		Old: "atomic.OrUint64(&mine[slot/64], 1<<(slot%64))", New: "_ = slot",
+		Want: "TestPresenceFilter"},
+	{Name: "regions-without-own", Area: "lists' regions", File: "shield/lists.go",
+		Old: "prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))", New: "_ = a",
+		Want: "TestOwnAddressSpoofed"},
 	{Name: "counter-index-drops-proto", Area: "counters", File: "bpf/shield.c",
 		Old: "(verdict * REASON_MAX + reason) * PROTO_MAX + proto;", New: "(verdict * REASON_MAX + reason) * PROTO_MAX;",
 		Want: "TestFixtures"},
