@@ -182,7 +182,7 @@ struct {
  * needs 5.12, like the refill's cmpxchg): shield_compat looks every source
  * up, as before.
  */
-#define FILTER_BITS (1 << 23) /* 1 MiB: ~12% of bits set by a full default table */
+#define FILTER_BITS (1 << 24) /* 2 MiB: ~6% of bits set by a full default table */
 #define FILTER_WORDS (FILTER_BITS / 64)
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -531,7 +531,7 @@ static __always_inline __u32 slot_of(const struct src_key *key, __u64 seed)
 	__u64 h = (w[0] ^ seed) * (__u64)SLOT_MUL1;
 
 	h = (h ^ w[1]) * (__u64)SLOT_MUL2;
-	return h >> (64 - 23);
+	return h >> (64 - 24);
 }
 
 /* presence_word returns the word of the filter f holding slot. */

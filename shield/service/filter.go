@@ -7,12 +7,12 @@ import (
 
 const (
 	// filterCheckEvery is how often the service reads how full the
-	// presence filter is (a popcount of 1 MiB).
+	// presence filter is (a popcount of 2 MiB).
 	filterCheckEvery = 5 * time.Second
 	// filterMaxFill: with more of its bits set, the presence filter sends
 	// that share of forged strangers to the big table: it is rebuilt
 	// from the table (shield.RefreshFilter). A full default table of
-	// 1,048,576 sources sets about 12%.
+	// 1,048,576 sources sets about 6%.
 	filterMaxFill = 0.25
 
 	keyFill    = "fill"
