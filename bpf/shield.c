@@ -87,6 +87,13 @@ enum config_flag {
 /* Port bitmaps: bit (port & 63) of word (port >> 6). */
 #define PORT_WORDS (65536 / 64)
 
+/* Region bitmaps of the lists: bit r (as in a port bitmap) is set when a
+ * prefix of the verdict tries may cover an address of region r: for IPv4
+ * its first 16 bits, for IPv6 its bits 16 to 31 (the first 16 are 2001 or
+ * 2a0x for most of the Internet). A clear bit answers "no list holds it"
+ * without the trie lookup; a set one costs the lookup, as before. */
+#define REGION_WORDS (65536 / 64)
+
 /* Own addresses held in the configuration and compared inline, per family:
  * a machine has a few, and a compare is far cheaper than a trie lookup.
  * A family with more lives in the verdict tries (LIST_OWN) instead. */
@@ -110,12 +117,17 @@ struct config {
 	__u32 flags;    /* CONFIG_* */
 	__u32 own4_n;   /* own IPv4 addresses in own4 (0 to OWN_INLINE) */
 	__u32 own6_n;   /* own IPv6 addresses in own6 (0 to OWN_INLINE) */
+	__u32 filter;   /* the presence filter that answers (0 or 1): see presence */
+	__u32 _pad0;
+	__u64 filter_seed; /* keys the presence filter's hash (random, kept across restarts) */
 	__u32 own4[OWN_INLINE];    /* network order, as read from the header */
 	__u64 own6[OWN_INLINE][2]; /* the address as two words, as read */
 	__u64 tcp_ports[PORT_WORDS];      /* TCP ports protected on every address */
 	__u64 udp_ports[PORT_WORDS];      /* UDP ports protected on every address */
 	__u64 tcp_addr_ports[PORT_WORDS]; /* TCP ports protected on some addresses */
 	__u64 udp_addr_ports[PORT_WORDS]; /* UDP ports protected on some addresses */
+	__u64 regions4[REGION_WORDS];     /* IPv4 regions a list may cover */
+	__u64 regions6[REGION_WORDS];     /* IPv6 regions a list may cover */
 };
 
 /* clang emits BTF only for types a global reaches; the inner map's value is
@@ -172,6 +184,30 @@ struct {
 	__type(key, struct src_key);
 	__type(value, struct source);
 } sources SEC(".maps");
+
+/*
+ * The presence filter: one bit per slot, set for every source the table
+ * holds (slot_of), so a stranger whose bit is clear is known to be one
+ * without a lookup in the big table, a cache and TLB miss per packet when
+ * a forged flood brings a new source each time. A set bit costs the lookup
+ * as before: bits of evicted sources stay set until user space rebuilds.
+ * Two filters, FILTER_WORDS words each: config.filter says which one
+ * answers; an insertion sets the bit in both, so the other can be cleared
+ * and refilled from a walk of the table (Shield.RefreshFilter) and then
+ * put in force without missing a source inserted meanwhile. mmapable: user
+ * space sets bits with atomic ORs. Only `shield` uses it (an atomic OR
+ * needs 5.12, like the refill's cmpxchg): shield_compat looks every source
+ * up, as before.
+ */
+#define FILTER_BITS (1 << 24) /* 2 MiB: ~6% of bits set by a full default table */
+#define FILTER_WORDS (FILTER_BITS / 64)
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2 * FILTER_WORDS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u64); /* 64 slots */
+} presence SEC(".maps");
 
 /* Allow and deny lists as the operator wrote them (one trie per list and
  * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
@@ -389,9 +425,16 @@ static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
+/* in_region says whether bit r of a region bitmap is set. */
+static __always_inline int in_region(const __u64 *bits, __u32 r)
+{
+	return (bits[(r >> 6) & (REGION_WORDS - 1)] >> (r & 63)) & 1;
+}
+
 /* listed returns LIST_ALLOW, LIST_DENY, LIST_OWN or 0 (none of them). A
- * family whose lists and own addresses are all empty costs no lookup. */
-static __always_inline int listed(const struct packet *pkt, __u32 flags)
+ * family whose lists and own addresses are all empty costs no lookup, and
+ * neither does an address in a region no list prefix reaches. */
+static __always_inline int listed(const struct packet *pkt, const struct config *cfg, __u32 flags)
 {
 	__u8 *v;
 
@@ -400,12 +443,16 @@ static __always_inline int listed(const struct packet *pkt, __u32 flags)
 
 		if (!(flags & (CONFIG_ALLOW6 | CONFIG_DENY6 | CONFIG_OWN6)))
 			return 0;
+		if (!in_region(cfg->regions6, bpf_ntohl(((const __u32 *)pkt->src)[0]) & 0xffff))
+			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
 		v = bpf_map_lookup_elem(&lists6, &k);
 	} else {
 		struct lpm4_key k = {.prefixlen = 32};
 
 		if (!(flags & (CONFIG_ALLOW4 | CONFIG_DENY4 | CONFIG_OWN4)))
+			return 0;
+		if (!in_region(cfg->regions4, bpf_ntohl(((const __u32 *)pkt->src)[3]) >> 16))
 			return 0;
 		__builtin_memcpy(k.addr, &pkt->src[12], 4);
 		v = bpf_map_lookup_elem(&lists4, &k);
@@ -508,6 +555,32 @@ static __always_inline void source_key(const struct packet *pkt, const struct co
 	__builtin_memcpy(key->addr, w, 16);
 }
 
+/* slot_of is a source key's slot in the presence filter: a multiplicative
+ * hash of its two words, keyed by seed so that no one can aim forged
+ * sources at the slots of known ones. The multipliers are odd 32-bit
+ * immediates, sign-extended (a multiply by an immediate is one
+ * instruction). shield.slotOf mirrors it. */
+#define SLOT_MUL1 (-0x61c8864fLL) /* 0xffffffff9e3779b1 */
+#define SLOT_MUL2 (-0x3d4d51c3LL) /* 0xffffffffc2b2ae3d */
+static __always_inline __u32 slot_of(const struct src_key *key, __u64 seed)
+{
+	__u64 w[2];
+
+	__builtin_memcpy(w, key->addr, 16);
+	__u64 h = (w[0] ^ seed) * (__u64)SLOT_MUL1;
+
+	h = (h ^ w[1]) * (__u64)SLOT_MUL2;
+	return h >> (64 - 24);
+}
+
+/* presence_word returns the word of the filter f holding slot. */
+static __always_inline __u64 *presence_word(__u32 f, __u32 slot)
+{
+	__u32 i = (f & 1) * FILTER_WORDS + slot / 64;
+
+	return bpf_map_lookup_elem(&presence, &i);
+}
+
 static __always_inline int run(struct xdp_md *ctx, const int cas)
 {
 	void *data = (void *)(long)ctx->data;
@@ -537,7 +610,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (own(&pkt, cfg))
 		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 
-	int list = listed(&pkt, flags);
+	int list = listed(&pkt, cfg, flags);
 	/* From the wire, the machine's own address is forged. (On loopback the
 	 * machine talks to itself: there the service names no own address.) */
 	if (list == LIST_OWN)
@@ -555,7 +628,18 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 
 	source_key(&pkt, cfg, &key);
 	__u64 now = now_ns();
-	struct source *src = bpf_map_lookup_elem(&sources, &key);
+	struct source *src = 0;
+	__u32 slot = 0;
+
+	if (cas) {
+		slot = slot_of(&key, cfg->filter_seed);
+		__u64 *w = presence_word(cfg->filter, slot);
+
+		if (!w || (*w >> (slot & 63)) & 1)
+			src = bpf_map_lookup_elem(&sources, &key);
+	} else {
+		src = bpf_map_lookup_elem(&sources, &key);
+	}
 	if (src) {
 		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
 
@@ -587,6 +671,20 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	else
 		fresh.unprotected.credit -= TOKEN;
 	bpf_map_update_elem(&sources, &key, &fresh, BPF_NOEXIST);
+	/* After the insertion: a walk of the table that misses it began
+	 * after it, so after the filter it refills was cleared
+	 * (Shield.RefreshFilter), and these bits stay. */
+	if (cas) {
+		__u64 bit = 1ULL << (slot & 63);
+
+#pragma unroll
+		for (__u32 f = 0; f < 2; f++) {
+			__u64 *w = presence_word(f, slot);
+
+			if (w)
+				__sync_fetch_and_or(w, bit);
+		}
+	}
 	return account(VERDICT_PASS, ok, pkt.proto);
 }
 

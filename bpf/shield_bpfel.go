@@ -38,12 +38,17 @@ type ShieldConfig struct {
 	Flags                uint32
 	Own4N                uint32
 	Own6N                uint32
+	Filter               uint32
+	Pad0                 uint32
+	FilterSeed           uint64
 	Own4                 [8]uint32
 	Own6                 [8][2]uint64
 	TcpPorts             [1024]uint64
 	UdpPorts             [1024]uint64
 	TcpAddrPorts         [1024]uint64
 	UdpAddrPorts         [1024]uint64
+	Regions4             [1024]uint64
+	Regions6             [1024]uint64
 }
 
 type ShieldConfigFlag uint32
@@ -185,6 +190,7 @@ const (
 	ShieldMapLists6         = "lists6"
 	ShieldMapOwn4Addrs      = "own4_addrs"
 	ShieldMapOwn6Addrs      = "own6_addrs"
+	ShieldMapPresence       = "presence"
 	ShieldMapProtectedDsts  = "protected_dsts"
 	ShieldMapSources        = "sources"
 	ShieldProgClockProbe    = "clock_probe"
@@ -262,6 +268,7 @@ type ShieldMapSpecs struct {
 	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
 	Own4Addrs     *ebpf.MapSpec `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
+	Presence      *ebpf.MapSpec `ebpf:"presence"`
 	ProtectedDsts *ebpf.MapSpec `ebpf:"protected_dsts"`
 	Sources       *ebpf.MapSpec `ebpf:"sources"`
 }
@@ -311,6 +318,7 @@ type ShieldMaps struct {
 	Lists6        *ebpf.Map `ebpf:"lists6"`
 	Own4Addrs     *ebpf.Map `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
+	Presence      *ebpf.Map `ebpf:"presence"`
 	ProtectedDsts *ebpf.Map `ebpf:"protected_dsts"`
 	Sources       *ebpf.Map `ebpf:"sources"`
 }
@@ -328,6 +336,7 @@ func (m *ShieldMaps) Close() error {
 		m.Lists6,
 		m.Own4Addrs,
 		m.Own6Addrs,
+		m.Presence,
 		m.ProtectedDsts,
 		m.Sources,
 	)

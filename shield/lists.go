@@ -299,6 +299,9 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 		if err2 == nil {
 			err2 = s.syncVerdicts()
 		}
+		if err2 == nil {
+			err2 = s.republish()
+		}
 		if err2 != nil {
 			err = errors.Join(err, fmt.Errorf("undo: %w", err2))
 		} else {
@@ -369,6 +372,9 @@ func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip
 	}
 	s.setSnapshot(l, have)
 	if err := s.syncVerdicts(); err != nil {
+		return nil, err
+	}
+	if err := s.republish(); err != nil {
 		return nil, err
 	}
 	if err := j.commit(); err != nil {
@@ -570,6 +576,9 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 		if err := s.syncVerdicts(); err != nil {
 			return nil, nil, err
 		}
+		if err := s.republish(); err != nil {
+			return nil, nil, err
+		}
 	}
 	return added, removed, nil
 }
@@ -668,6 +677,7 @@ func (s *Shield) syncVerdicts() error {
 				continue
 			}
 			t := pick(p)
+			s.verdictsMoved = true
 			if err := t.m.Put(t.key(p), v); err != nil {
 				return fmt.Errorf("write verdict of %s: %w", p, err)
 			}
@@ -678,9 +688,59 @@ func (s *Shield) syncVerdicts() error {
 			continue
 		}
 		t := pick(p)
+		s.verdictsMoved = true
 		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete verdict of %s: %w", p, err)
 		}
 	}
 	return nil
+}
+
+// republish swaps the configuration in again when the verdict tries
+// changed since the last swap, so its region bitmaps (regions) follow
+// them: a swap made before the tries lost entries kept their regions,
+// which costs lookups, never verdicts. Callers hold s.mu.
+func (s *Shield) republish() error {
+	if !s.verdictsMoved {
+		return nil
+	}
+	return s.publish(s.limits)
+}
+
+// regionWords mirrors REGION_WORDS in bpf/shield.c.
+const regionWords = 65536 / 64
+
+// regions are the region bitmaps of the configuration (regions4 and
+// regions6 in bpf/shield.c): the bit of every region (an IPv4 address's
+// first 16 bits, an IPv6 address's bits 16 to 31) that a prefix of the
+// verdict tries covers in part or whole. A region the bitmap leaves out
+// holds no listed address, so the program skips the trie lookup there.
+// The own addresses the tries hold are host prefixes.
+func regions(prefixes []netip.Prefix, own []netip.Addr) (v4, v6 [regionWords]uint64) {
+	set := func(bits *[regionWords]uint64, from, n uint32) {
+		for r := from; r < from+n; r++ {
+			bits[r>>6] |= 1 << (r & 63)
+		}
+	}
+	for _, a := range own {
+		prefixes = append(prefixes, netip.PrefixFrom(a, a.BitLen()))
+	}
+	for _, p := range prefixes {
+		b := p.Addr().AsSlice()
+		if p.Addr().Is4() {
+			// Region = bits 0-15: a prefix of L < 16 bits spans 2^(16-L).
+			from := uint32(b[0])<<8 | uint32(b[1])
+			set(&v4, from, 1<<max(16-p.Bits(), 0))
+			continue
+		}
+		// Region = bits 16-31: a prefix under 16 bits spans them all,
+		// one of L in [16, 32) spans 2^(32-L) of them.
+		if p.Bits() < 16 {
+			set(&v6, 0, 65536)
+			continue
+		}
+		from := uint32(b[2])<<8 | uint32(b[3])
+		set(&v6, from, 1<<max(32-p.Bits(), 0))
+	}
+	return v4, v6
 }

@@ -1,6 +1,7 @@
 package shield
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -12,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
 )
@@ -110,6 +112,18 @@ type Shield struct {
 	// maps was freed without waiting for an RCU grace period, while a
 	// program on another CPU could still be reading it.
 	prev *ebpf.Map
+	// verdictsMoved says the verdict tries changed since the last swap
+	// (syncVerdicts, republish).
+	verdictsMoved bool
+	// The presence filter (presence.go): the one in force and the hash's
+	// key, both written into every configuration; filterMu orders
+	// refreshes; presence maps both filters (presenceMap the mapping).
+	filter          uint32
+	filterSeed      uint64
+	filterMu        sync.Mutex
+	presence        []uint64
+	presenceMap     []byte
+	afterFilterWalk func() // tests: runs between a refresh's walk and its swap
 
 	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
 	recovered *Recovery // what Load rolled back
@@ -238,6 +252,7 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 		s.limits = limitsOf(cfg, dsts)
+		s.filter, s.filterSeed = cfg.Filter, cfg.FilterSeed
 		// Pinned limits set under another clock may be ones this clock
 		// cannot honour: refuse before anything is converted.
 		if err := s.limits.checkTick(s.clock, s.tickNs); err != nil {
@@ -248,16 +263,29 @@ func Load(opts Options) (*Shield, error) {
 			s.Close()
 			return nil, err
 		}
-		// A rollback may have refilled a trie whose flag was cleared.
-		if s.recovered != nil {
+		// A rollback may have refilled a trie whose flag was cleared, and
+		// the region bitmaps follow the verdict tries (republish).
+		if s.recovered != nil || s.verdictsMoved {
 			if err := s.publish(s.limits); err != nil {
 				s.Close()
 				return nil, err
 			}
 		}
-	} else if err := s.start(opts.Limits); err != nil {
-		s.Close()
-		return nil, err
+		// The pinned filter may not hold every pinned source (pins of a
+		// program without one): rebuild it from the table.
+		if _, err := s.RefreshFilter(context.Background()); err != nil {
+			s.Close()
+			return nil, err
+		}
+	} else {
+		if s.filterSeed, err = newFilterSeed(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		if err := s.start(opts.Limits); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -320,6 +348,10 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOpt
 func (s *Shield) Close() error {
 	if s.prev != nil {
 		s.prev.Close()
+	}
+	if s.presenceMap != nil {
+		unix.Munmap(s.presenceMap)
+		s.presenceMap, s.presence = nil, nil
 	}
 	return s.objs.Close()
 }
@@ -420,8 +452,19 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	if err != nil {
 		return err
 	}
-	inline, _ := ownSplit(own)
-	if err := inner.Put(uint32(0), l.config(flags, s.clock, inline)); err != nil {
+	inline, looked := ownSplit(own)
+	cfg := l.config(flags, s.clock, inline)
+	// The lists as their snapshots hold them: in a removal, still with
+	// the prefixes being removed (republish drops them after).
+	var listed []netip.Prefix
+	for _, l := range []List{AllowList, DenyList} {
+		if ps := s.snap[l].Load(); ps != nil {
+			listed = append(listed, *ps...)
+		}
+	}
+	cfg.Regions4, cfg.Regions6 = regions(listed, looked)
+	cfg.Filter, cfg.FilterSeed = s.filter, s.filterSeed
+	if err := inner.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write config: %w", err)
 	}
 	// Address-specific destinations first, then the config that looks
@@ -446,6 +489,7 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	}
 	s.prev = old
 	s.limits = l
+	s.verdictsMoved = false
 	for _, k := range stale {
 		if err := s.objs.ProtectedDsts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("remove protected destination: %w", err)

@@ -77,9 +77,16 @@ func TestOwnAddressSpoofed(t *testing.T) {
 			for i := range extra {
 				own = append(own, fmt.Sprintf("198.18.0.%d", 100+i), fmt.Sprintf("2001:db8::%x", 0x100+i))
 			}
-			setOwn(t, s, own...)
+			// And one in a region (a /16) no list reaches: the region
+			// bitmaps must name the tries' own addresses too.
+			far := "198.19.200.1"
+			if extra == 0 {
+				far = "198.18.0.1"
+			}
+			setOwn(t, s, append(own, far)...)
 			udp, tcp := shield.ProtoUDP, shield.ProtoTCP
 			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
+				{Name: "own IPv4 address outside the lists' regions", At: sec, Frame: From(far, UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonSpoofed, udp)},
 				{Name: "own IPv4 address", At: sec, Frame: From("198.18.0.1", UDP).Bytes(), Times: 5, Want: Drop, Delta: N(5, drop, shield.ReasonSpoofed, udp)},
 				{Name: "own IPv6 address, double tagged", At: sec, Frame: From("2001:db8::1", TCP, Double...).Bytes(), Times: 5, Want: Drop, Delta: N(5, drop, shield.ReasonSpoofed, tcp)},
 				{Name: "a neighbour in the allow-listed prefix", At: sec, Frame: From("198.18.0.2", UDP).Bytes(), Times: 5, Want: Pass, Delta: N(5, pass, shield.ReasonAllow, udp)},

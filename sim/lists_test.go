@@ -134,3 +134,52 @@ func keys(m map[netip.Prefix]bool) []netip.Prefix {
 	}
 	return out
 }
+
+// TestListsKnownSources: every list change takes effect at once for
+// sources the table knows, in both directions (the region bitmaps follow
+// the tries: a region whose bit was left set costs a lookup, one left clear
+// would miss a listed source), and a prefix longer than the source key (an
+// IPv6 /128 inside a /64 source) is never judged for its whole key.
+func TestListsKnownSources(t *testing.T) {
+	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	udp := shield.ProtoUDP
+	step := func(name, src string, want Action, r shield.Reason) Step {
+		v := pass
+		if want == Drop {
+			v = drop
+		}
+		return Step{Name: name, Frame: From(src, UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
+	}
+	change := func(add bool, l shield.List, cidrs ...string) {
+		t.Helper()
+		ps, err := shield.ParsePrefixes(cidrs)
+		require.NoError(t, err)
+		if add {
+			require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
+		} else {
+			require.NoError(t, second(s.Remove(l, ps)), "Remove(%s, %q)", l, cidrs)
+		}
+	}
+	// Non-empty lists from the start, in other regions.
+	change(true, shield.DenyList, "203.0.113.0/24", "2001:db8:ffff::/48")
+	run := func(name string, steps ...Step) {
+		t.Helper()
+		Scenario{Name: t.Name() + "/" + name, Target: ShieldTarget(s), Steps: steps}.Run(t)
+	}
+	run("known", step("v4 admitted", "198.18.0.1", Pass, shield.ReasonOK), step("v4 known", "198.18.0.1", Pass, shield.ReasonOK),
+		step("v6 admitted", "2001:db8:1:2::1", Pass, shield.ReasonOK), step("v6 known", "2001:db8:1:2::1", Pass, shield.ReasonOK))
+	change(true, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
+	run("denied", step("v4", "198.18.0.1", Drop, shield.ReasonDeny), step("v6", "2001:db8:1:2::1", Drop, shield.ReasonDeny))
+	change(true, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
+	run("allowed inside the denied", step("v4", "198.18.0.1", Pass, shield.ReasonAllow), step("v6", "2001:db8:1:2::1", Pass, shield.ReasonAllow))
+	change(false, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
+	change(false, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
+	run("unlisted again", step("v4", "198.18.0.1", Pass, shield.ReasonOK), step("v6", "2001:db8:1:2::1", Pass, shield.ReasonOK))
+	// One address of the v6 source's /64 allowed: the rest of the /64
+	// keeps its bucket, whichever address came first.
+	change(true, shield.AllowList, "2001:db8:1:2::7/128")
+	run("host inside a key", step("listed host", "2001:db8:1:2::7", Pass, shield.ReasonAllow),
+		step("its neighbour", "2001:db8:1:2::1", Pass, shield.ReasonOK), step("listed host again", "2001:db8:1:2::7", Pass, shield.ReasonAllow))
+	src := source(t, s, "198.18.0.1")
+	require.Equal(t, uint64(3), src.Passed, "Source(198.18.0.1).Passed: its ok packets only")
+}

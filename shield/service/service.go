@@ -129,6 +129,8 @@ type Service struct {
 	detached  atomic.Bool   // Detach was called
 	stop      chan struct{} // closed by Close: stops the watcher
 	watchDone chan struct{}
+	// filterDone is closed when keepFilter's loop has ended.
+	filterDone chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -208,6 +210,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if err := s.watch(ns); err != nil {
 		return nil, err
 	}
+	s.keepFilter()
 	s.serve()
 	ok = true
 	go func() {
@@ -380,6 +383,9 @@ func (s *Service) Close() error {
 		}
 		close(s.stop)
 		<-s.watchDone
+		if s.filterDone != nil {
+			<-s.filterDone
+		}
 		s.closeErr = errors.Join(s.l7.Close(), s.lb.Close(), s.att.Close())
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
