@@ -23,7 +23,7 @@ const (
 	PinSubdir = "lb"
 	// StagingSubdir is where a first start pins everything before renaming
 	// it to PinSubdir in one step: a PinSubdir is always complete.
-	StagingSubdir = "lb.new"
+	StagingSubdir = "lb_staging" // bpffs refuses names with a dot
 )
 
 // pinnedMaps are the maps pinned by name: every map of the programs but
