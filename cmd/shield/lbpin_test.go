@@ -136,8 +136,9 @@ func lbResponders(t *testing.T, l *lab, addrs ...string) {
 // backend through the VIP and sees the VIP as its peer; a restart adopts
 // them (a socket connected before still sees the VIP) and applies the
 // configuration whole (a backend removed from it while serve was down is
-// gone); `shield detach -lb-only` removes only the balancer's pins, and
-// `shield detach` removes them with the shield's.
+// gone); a configuration with no service removes them; `shield detach
+// -lb-only` removes only the balancer's pins, and `shield detach` removes
+// them with the shield's.
 func TestServeLBPinned(t *testing.T) {
 	l := newLab(t, "lbpin")
 	// A decoy holds the VIP: an untranslated connect lands there and
@@ -294,6 +295,27 @@ backends = [%s]
 		t.Errorf("serve after detach -lb-only adopted something:\n%s", s3.out)
 	}
 	s3.stop(t)
+	if be, peer := client("after a fresh start"); be != "198.18.0.3:8080" || peer != vip {
+		t.Errorf("connect after a fresh start, serve stopped: %s with peer %s; want 198.18.0.3:8080 and the VIP", be, peer)
+	}
+
+	// A configuration with no service left: serve removes the pinned one.
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("[lb]\ncgroup = %q\n", cg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s4 := l.serve(t, "-config", conf)
+	s4.waitLog(t, `msg="lb removed`)
+	if _, err := os.Stat(lbDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s with no service configured: %v, want it removed", lbDir, err)
+	}
+	if be, _ := client("with no service configured"); be != decoy {
+		t.Errorf("connect with no service configured reached %s, want the untranslated VIP (decoy)", be)
+	}
+	writeConf(`"198.18.0.3:8080"`)
+	s4.stop(t)
+	s5 := l.serve(t, "-config", conf)
+	s5.waitLog(t, `msg="lb attached"`)
+	s5.stop(t)
 	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
 		t.Fatalf("detach: %s", out)
 	}
