@@ -42,7 +42,8 @@ func pinRoot(t *testing.T) string {
 // TestPinnedRestart: a pinned balancer keeps translating while no process
 // holds it; a restart adopts it (a socket connected before still sees the
 // VIP, a backend drained before stays drained, one no longer configured is
-// gone); one attached to another cgroup is refused with nothing changed;
+// gone); one attached to another cgroup, or incomplete, is refused with
+// nothing changed;
 // RemovePins takes it away.
 func TestPinnedRestart(t *testing.T) {
 	e := newEnv(t, 3)
@@ -135,6 +136,21 @@ func TestPinnedRestart(t *testing.T) {
 	if s, err := StartPinned(other, pins); err == nil || !strings.Contains(err.Error(), "attached to cgroup id") {
 		t.Errorf("StartPinned in another cgroup = %v, %v; want a refusal naming the cgroup", s, err)
 		s.Close()
+	}
+	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
+		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])
+	}
+
+	// Incomplete (a map pin gone): refused, the links still translating.
+	if err := os.Remove(filepath.Join(lbDir, "counters")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := StartPinned(cfg, pins); err == nil || !strings.Contains(err.Error(), "incomplete (no counters)") {
+		t.Errorf("StartPinned over an incomplete pin directory = %v, %v; want a refusal naming what is missing", s, err)
+		s.Close()
+	}
+	if _, err := os.Stat(filepath.Join(lbDir, "counters")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the refused start pinned counters anew: %v", err)
 	}
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
 		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])
