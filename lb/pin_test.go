@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,8 +43,8 @@ func pinRoot(t *testing.T) string {
 // TestPinnedRestart: a pinned balancer keeps translating while no process
 // holds it; a restart adopts it (a socket connected before still sees the
 // VIP, a backend drained before stays drained, one no longer configured is
-// gone); one attached to another cgroup, or incomplete, is refused with
-// nothing changed;
+// gone); one attached to another cgroup, incomplete, or of another map
+// layout is refused with nothing changed;
 // RemovePins takes it away.
 func TestPinnedRestart(t *testing.T) {
 	e := newEnv(t, 3)
@@ -151,6 +152,23 @@ func TestPinnedRestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(lbDir, "counters")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the refused start pinned counters anew: %v", err)
+	}
+	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
+		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])
+	}
+
+	// An older layout: a counters map of another shape. Refused.
+	bogus, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bogus.Close()
+	if err := bogus.Pin(filepath.Join(lbDir, "counters")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := StartPinned(cfg, pins); err == nil || !strings.Contains(err.Error(), "incompatible version of the balancer") {
+		t.Errorf("StartPinned over maps of another layout = %v, %v; want a refusal", s, err)
+		s.Close()
 	}
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
 		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])

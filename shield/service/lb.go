@@ -32,6 +32,10 @@ func (s *Service) startLB() error {
 			}
 			s.log.Info("lb removed: no services configured; the pinned balancer was detached", keyPinDir, dir)
 		}
+		// A first start that died half-way.
+		if err := lb.RemovePins(filepath.Join(s.att.PinDir, lb.StagingSubdir)); err != nil {
+			return fmt.Errorf("lb: remove an interrupted start's pins: %w", err)
+		}
 		return nil
 	}
 	l, err := lb.StartPinned(s.cfg.LB, s.att.PinDir)
