@@ -39,13 +39,15 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 		}
 	}
 
-	// New backends.
+	// New backends, and those whose draining changed (the entry records
+	// it for a restart that reads the state back).
 	for _, k := range sortedKeys(next) {
-		for _, b := range next[k].backends {
-			if l.backendKnown(b.id) {
+		s := next[k]
+		for _, b := range s.backends {
+			if old, ok := l.backendByID(b.id); ok && old.draining == b.draining {
 				continue
 			}
-			if err := l.objs.Backends.Put(b.id, backendValue(b)); err != nil {
+			if err := l.objs.Backends.Put(b.id, backendValue(b, s.id)); err != nil {
 				return fmt.Errorf("write backend %s: %w", b.addr, err)
 			}
 		}
@@ -60,7 +62,7 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 	for _, k := range sortedKeys(next) {
 		s := next[k]
 		old, existed := l.services[k]
-		if existed && old.mode == s.mode && slices.Equal(old.backends, s.backends) {
+		if existed && !l.stale && old.mode == s.mode && slices.Equal(old.backends, s.backends) {
 			continue
 		}
 		if err := l.writeTable(s); err != nil {
@@ -104,18 +106,19 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 		l.ids[id] = true
 	}
 	l.services = next
+	l.stale = false
 	return nil
 }
 
-func (l *LB) backendKnown(id uint32) bool {
+func (l *LB) backendByID(id uint32) (backend, bool) {
 	for _, s := range l.services {
 		for _, b := range s.backends {
 			if b.id == id {
-				return true
+				return b, true
 			}
 		}
 	}
-	return false
+	return backend{}, false
 }
 
 func (l *LB) allocID(taken []uint32) (uint32, error) {
@@ -191,8 +194,17 @@ func netPort(p uint16) uint16 {
 
 func binaryPutNative(b []byte, w uint32) { binary.NativeEndian.PutUint32(b, w) }
 
-func backendValue(b backend) bpf.LbBackend {
-	return bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
+// backendValue is a backend's map entry. The programs read only the
+// address and port; the two bytes after them (padding to the programs)
+// carry the Go side's bookkeeping, so a restart can read the services back
+// from pinned maps: the service id (1..255) and whether it is draining.
+func backendValue(b backend, svcID uint32) bpf.LbBackend {
+	v := bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
+	v.Pad[0] = uint8(svcID)
+	if b.draining {
+		v.Pad[1] = 1
+	}
+	return v
 }
 
 func svcKey(k ServiceKey) bpf.LbSvcKey {

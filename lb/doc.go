@@ -11,6 +11,14 @@
 // RemoveService) are validated whole against the resulting configuration
 // before any map is written: a refused change changes nothing.
 //
+// StartPinned pins the links and maps in a directory of the service's pin
+// directory (PinSubdir), so the balancer keeps translating while no process
+// holds it, and a later start adopts them: maps reused, links given the new
+// programs, the configured services applied whole (ReplaceServices). The
+// Go side's bookkeeping rides in the backends' padding bytes (service id,
+// draining), so the services can be read back from the maps. RemovePins
+// takes a pinned balancer away.
+//
 // Cgroup v2 is required by the programs. On a host that mounts only cgroup
 // v1, MountCgroup2 mounts a private cgroup2 hierarchy (the kernel always
 // has one) to attach to.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -34,6 +35,10 @@ type Options struct {
 	// MaxReverseSize. Zero is an error: the size is the caller's decision
 	// (DefaultReverseSize is the usual one).
 	ReverseSize uint32
+	// PinPath, when set, is a directory on a bpf filesystem where the maps
+	// are pinned by name (pinned ones found there are reused, state and
+	// all) and where Attach pins the links: see StartPinned.
+	PinPath string
 }
 
 // LB is the loaded balancer: its programs, maps, and the services it holds.
@@ -42,6 +47,10 @@ type LB struct {
 	tableSpec *ebpf.MapSpec
 	tableSize uint32
 	refusal   syscall.Errno
+	pinPath   string
+	// stale says the services were read back from pinned maps: the next
+	// commit rewrites every table rather than trust what it read.
+	stale bool
 
 	linkMu sync.Mutex
 	links  []link.Link
@@ -66,11 +75,17 @@ func Load(opts Options) (*LB, error) {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
 	spec.Maps[bpf.LbMapReverse].MaxEntries = opts.ReverseSize
+	if opts.PinPath != "" {
+		for _, n := range pinnedMaps {
+			spec.Maps[n].Pinning = ebpf.PinByName
+		}
+	}
 
 	l := &LB{
 		tableSpec: spec.Maps[bpf.LbMapTables].InnerMap.Copy(),
 		services:  map[ServiceKey]*service{},
 		nextBE:    1,
+		pinPath:   opts.PinPath,
 	}
 	l.tableSize = l.tableSpec.MaxEntries
 
@@ -96,7 +111,7 @@ func (l *LB) load(spec *ebpf.CollectionSpec, retval bool) error {
 	if err := spec.Variables[bpf.LbVarHaveSetRetval].Set(retval); err != nil {
 		return fmt.Errorf("set have_set_retval: %w", err)
 	}
-	if err := spec.LoadAndAssign(&l.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&l.objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: l.pinPath}}); err != nil {
 		return err
 	}
 	l.refusal = syscall.EPERM
@@ -110,32 +125,33 @@ func (l *LB) load(spec *ebpf.CollectionSpec, retval bool) error {
 // backend fails with: ECONNREFUSED on 5.18+, EPERM before.
 func (l *LB) Refusal() syscall.Errno { return l.refusal }
 
-// attachTypes pairs every program with its attach point.
-func (l *LB) attachTypes() []struct {
+type attachPoint struct {
 	prog *ebpf.Program
 	typ  ebpf.AttachType
-} {
+	pin  string // the link's pin name under a pin directory
+}
+
+// attachTypes pairs every program with its attach point.
+func (l *LB) attachTypes() []attachPoint {
 	p := &l.objs.LbPrograms
-	return []struct {
-		prog *ebpf.Program
-		typ  ebpf.AttachType
-	}{
-		{p.LbConnect4, ebpf.AttachCGroupInet4Connect},
-		{p.LbConnect6, ebpf.AttachCGroupInet6Connect},
-		{p.LbSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
-		{p.LbSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
-		{p.LbRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
-		{p.LbRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
-		{p.LbGetpeername4, ebpf.AttachCgroupInet4GetPeername},
-		{p.LbGetpeername6, ebpf.AttachCgroupInet6GetPeername},
-		{p.LbSockRelease, ebpf.AttachCgroupInetSockRelease},
+	return []attachPoint{
+		{p.LbConnect4, ebpf.AttachCGroupInet4Connect, "link_connect4"},
+		{p.LbConnect6, ebpf.AttachCGroupInet6Connect, "link_connect6"},
+		{p.LbSendmsg4, ebpf.AttachCGroupUDP4Sendmsg, "link_sendmsg4"},
+		{p.LbSendmsg6, ebpf.AttachCGroupUDP6Sendmsg, "link_sendmsg6"},
+		{p.LbRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg, "link_recvmsg4"},
+		{p.LbRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg, "link_recvmsg6"},
+		{p.LbGetpeername4, ebpf.AttachCgroupInet4GetPeername, "link_getpeername4"},
+		{p.LbGetpeername6, ebpf.AttachCgroupInet6GetPeername, "link_getpeername6"},
+		{p.LbSockRelease, ebpf.AttachCgroupInetSockRelease, "link_sock_release"},
 	}
 }
 
 // Attach attaches every program to the cgroup v2 directory dir (with
 // BPF_F_ALLOW_MULTI, beside whatever else is attached there). Processes in
 // dir and below it are balanced; nothing else is. All or nothing: on an
-// error, what was attached is detached.
+// error, what was attached is detached. Loaded with a PinPath, the links
+// are pinned there: they stay attached when this process lets go of them.
 func (l *LB) Attach(dir string) error {
 	l.linkMu.Lock()
 	defer l.linkMu.Unlock()
@@ -148,8 +164,16 @@ func (l *LB) Attach(dir string) error {
 	var links []link.Link
 	for _, a := range l.attachTypes() {
 		lk, err := link.AttachCgroup(link.CgroupOptions{Path: dir, Attach: a.typ, Program: a.prog})
+		if err == nil && l.pinPath != "" {
+			if err = lk.Pin(filepath.Join(l.pinPath, a.pin)); err != nil {
+				lk.Close()
+			}
+		}
 		if err != nil {
 			for _, x := range links {
+				if l.pinPath != "" {
+					x.Unpin()
+				}
 				x.Close()
 			}
 			return fmt.Errorf("attach %s to %q: %w", a.typ, dir, err)
@@ -160,8 +184,9 @@ func (l *LB) Attach(dir string) error {
 	return nil
 }
 
-// Detach removes the programs from the cgroup. Sockets already translated
-// keep their backend; getpeername and recvfrom report it from then on.
+// Detach removes the programs from the cgroup (pinned links stay attached:
+// RemovePins removes them). Sockets already translated keep their backend;
+// getpeername and recvfrom report it from then on.
 func (l *LB) Detach() error {
 	l.linkMu.Lock()
 	defer l.linkMu.Unlock()

@@ -432,34 +432,20 @@ func (a *Attachment) Detach() error {
 // refuses a pin root that is not on a bpf filesystem and removes only the
 // names the shield pins, leaving anything else where it is. It takes the
 // interface's lock, so it fails with ErrLocked while a service runs. iface
-// need not exist any more.
-func Detach(pinRoot, iface string) error {
-	if iface == "" || strings.ContainsAny(iface, "/\x00") || iface == "." || iface == ".." {
-		return fmt.Errorf("invalid interface name %q", iface)
-	}
+// need not exist any more. The companions' subdirectories (the balancer's
+// lb/) are removed first, through their own Remove.
+func Detach(pinRoot, iface string, companions ...Companion) error {
 	if pinRoot == "" {
 		pinRoot = DefaultPinRoot
 	}
-	if ok, err := onBPFFS(pinRoot); err != nil {
-		return err
-	} else if !ok {
-		return fmt.Errorf("%s is not on a bpf filesystem: no shield pins there, nothing removed", pinRoot)
-	}
-	dir, err := PinDir(pinRoot, iface)
+	dir, lock, err := lockPinned(pinRoot, iface)
 	if err != nil {
 		return err
-	}
-	if _, err := os.Stat(dir); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("nothing pinned for %q in this network namespace: %s does not exist", iface, dir)
-		}
-		return fmt.Errorf("stat %s: %w", dir, err)
-	}
-	lock, err := lockDir(dir)
-	if err != nil {
-		return fmt.Errorf("lock %s: %w", iface, err)
 	}
 	defer lock.Close()
+	if err := removeCompanions(dir, companions); err != nil {
+		return err
+	}
 
 	linkPath := filepath.Join(dir, linkPin)
 	if l, err := link.LoadPinnedLink(linkPath, nil); err == nil {
@@ -485,6 +471,73 @@ func Detach(pinRoot, iface string) error {
 		os.Remove(pinRoot)
 	}
 	return nil
+}
+
+// Companion is a subdirectory of an interface's pin directory that another
+// part of the service owns (the balancer's lb/): Detach removes it through
+// Remove, under the interface's lock, before the shield's own pins.
+type Companion struct {
+	Name   string
+	Remove func(dir string) error
+}
+
+// DetachCompanions removes only the companions' pins of iface (the shield
+// stays attached), under the interface's lock: ErrLocked while a service
+// runs. Same checks as Detach.
+func DetachCompanions(pinRoot, iface string, companions ...Companion) error {
+	dir, lock, err := lockPinned(pinRoot, iface)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	return removeCompanions(dir, companions)
+}
+
+func removeCompanions(dir string, companions []Companion) error {
+	for _, c := range companions {
+		if c.Name == "" || strings.ContainsAny(c.Name, "/\x00") || c.Name == "." || c.Name == ".." {
+			return fmt.Errorf("invalid companion name %q", c.Name)
+		}
+		p := filepath.Join(dir, c.Name)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := c.Remove(p); err != nil {
+			return fmt.Errorf("remove %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// lockPinned checks pinRoot and iface, finds the pin directory and takes
+// its lock.
+func lockPinned(pinRoot, iface string) (string, *os.File, error) {
+	if iface == "" || strings.ContainsAny(iface, "/\x00") || iface == "." || iface == ".." {
+		return "", nil, fmt.Errorf("invalid interface name %q", iface)
+	}
+	if pinRoot == "" {
+		pinRoot = DefaultPinRoot
+	}
+	if ok, err := onBPFFS(pinRoot); err != nil {
+		return "", nil, err
+	} else if !ok {
+		return "", nil, fmt.Errorf("%s is not on a bpf filesystem: no shield pins there, nothing removed", pinRoot)
+	}
+	dir, err := PinDir(pinRoot, iface)
+	if err != nil {
+		return "", nil, err
+	}
+	if _, err := os.Stat(dir); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", nil, fmt.Errorf("nothing pinned for %q in this network namespace: %s does not exist", iface, dir)
+		}
+		return "", nil, fmt.Errorf("stat %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("lock %s: %w", iface, err)
+	}
+	return dir, lock, nil
 }
 
 // EnsureBPFFS makes sure dir (created if missing) lives on a bpf filesystem,

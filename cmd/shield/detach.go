@@ -8,31 +8,40 @@ import (
 	"log/slog"
 	"os"
 
+	"xdpshield/lb"
 	"xdpshield/shield"
 )
 
 func init() {
-	commands["detach"] = command{"remove the shield from an interface, with its pins (stop serve first)", runDetach}
+	commands["detach"] = command{"remove the shield and the balancer from an interface, with their pins (stop serve first)", runDetach}
 }
+
+// lbPins are the balancer's pin subdirectories, removed by detach.
+var lbPins = []shield.Companion{{Name: lb.PinSubdir, Remove: lb.RemovePins}, {Name: lb.StagingSubdir, Remove: lb.RemovePins}}
 
 func runDetach(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("detach", flag.ContinueOnError)
 	iface := fs.String("iface", "", "interface to unprotect")
 	pinRoot := fs.String("pin-root", shield.DefaultPinRoot, "bpffs directory of the pins")
+	lbOnly := fs.Bool("lb-only", false, "remove only the socket balancer's pins (lb/), keeping the shield attached")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
 	if *iface == "" {
 		return errors.New("detach: -iface is required")
 	}
-	if err := shield.Detach(*pinRoot, *iface); err != nil {
+	detach, what := shield.Detach, "detached; program and pins removed"
+	if *lbOnly {
+		detach, what = shield.DetachCompanions, "balancer detached; its pins removed, the shield stays"
+	}
+	if err := detach(*pinRoot, *iface, lbPins...); err != nil {
 		if errors.Is(err, shield.ErrLocked) {
 			return fmt.Errorf("shield serve is running on %s; stop it first: %w", *iface, err)
 		}
 		return err
 	}
 	dir, _ := shield.PinDir(*pinRoot, *iface)
-	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info("detached; program and pins removed",
+	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info(what,
 		keyIface, *iface, keyPinDir, dir)
 	return nil
 }

@@ -86,7 +86,7 @@ func newLab(t *testing.T, role string) *lab {
 	}
 	t.Cleanup(func() {
 		// Pins left by a failed test: detach first so no link stays.
-		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va") })
+		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va", lbPins...) })
 		os.RemoveAll(l.pinRoot)
 	})
 	l.tokenFile = filepath.Join(t.TempDir(), "token")

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"xdpshield/lb"
+)
+
+// envLBHold makes the test binary a long-lived TCP client (see init):
+// "NETNS ADDR:PORT" connects from that namespace and prints the answer and
+// getpeername; then, for every line read on stdin, asks again and prints
+// the answer and getpeername(2) (asked of the kernel anew, not cached).
+const envLBHold = "SHIELD_TEST_LB_HOLD"
+
+func init() {
+	arg := os.Getenv(envLBHold)
+	if arg == "" {
+		return
+	}
+	if err := lbHold(arg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func lbHold(arg string) error {
+	name, dst, _ := strings.Cut(arg, " ")
+	runtime.LockOSThread()
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return err
+	}
+	if err := netns.Set(h); err != nil {
+		return err
+	}
+	c, err := net.DialTimeout("tcp", dst, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	in := bufio.NewReader(os.Stdin)
+	for {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(c, "?\n")
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		var sa unix.Sockaddr
+		var serr error
+		rc, err := c.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		rc.Control(func(fd uintptr) { sa, serr = unix.Getpeername(int(fd)) })
+		if serr != nil {
+			return serr
+		}
+		peer := "?"
+		if s4, ok := sa.(*unix.SockaddrInet4); ok {
+			peer = fmt.Sprintf("%s:%d", net.IP(s4.Addr[:]), s4.Port)
+		}
+		fmt.Printf("%s %s\n", strings.TrimSpace(line), peer)
+		if _, err := in.ReadString('\n'); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// lbResponders runs TCP responders in the storm namespace that answer each
+// line with their local address.
+func lbResponders(t *testing.T, l *lab, addrs ...string) {
+	t.Helper()
+	for _, a := range addrs {
+		var ln net.Listener
+		if err := l.storm.Do(func() error {
+			var err error
+			ln, err = net.Listen("tcp", a)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		t.Cleanup(func() { ln.Close(); wg.Wait() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var conns sync.WaitGroup
+			defer conns.Wait()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				conns.Add(1)
+				go func() {
+					defer conns.Done()
+					defer c.Close()
+					r := bufio.NewReader(c)
+					for {
+						if _, err := r.ReadString('\n'); err != nil {
+							return
+						}
+						fmt.Fprintf(c, "%s\n", c.LocalAddr())
+					}
+				}()
+			}
+		}()
+	}
+}
+
+// TestServeLBPinned: the balancer's links and maps are pinned, so while
+// serve is down (kill -9, SIGTERM) a process in the cgroup still reaches a
+// backend through the VIP and sees the VIP as its peer; a restart adopts
+// them (a socket connected before still sees the VIP) and applies the
+// configuration whole (a backend removed from it while serve was down is
+// gone); a configuration with no service removes them; `shield detach
+// -lb-only` removes only the balancer's pins, and `shield detach` removes
+// them with the shield's.
+func TestServeLBPinned(t *testing.T) {
+	l := newLab(t, "lbpin")
+	// A decoy holds the VIP: an untranslated connect lands there and
+	// answers "198.18.0.100:80".
+	if err := l.storm.AddAddr("vb", "198.18.0.100/24"); err != nil {
+		t.Fatal(err)
+	}
+	const vip, decoy = "198.18.0.100:80", "198.18.0.100:80"
+	lbResponders(t, l, "198.18.0.2:8080", "198.18.0.3:8080", decoy)
+
+	mnt := t.TempDir()
+	if err := lb.MountCgroup2(mnt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	cg := filepath.Join(mnt, fmt.Sprintf("xdps-lbpin-%d", os.Getpid()))
+	t.Cleanup(func() { os.Remove(cg) })
+	conf := filepath.Join(t.TempDir(), "shield.toml")
+	writeConf := func(backends string) {
+		t.Helper()
+		if err := os.WriteFile(conf, []byte(fmt.Sprintf(`[lb]
+cgroup = %q
+[[lb.service]]
+vip = "198.18.0.100"
+port = 80
+backends = [%s]
+`, cg, backends)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeConf(`"198.18.0.2:8080", "198.18.0.3:8080"`)
+
+	// inCgroup runs this test binary with env in the cgroup.
+	inCgroup := func(env string) *exec.Cmd {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), env+"="+l.edge.Name+" "+vip)
+		d, err := os.Open(cg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Close() })
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(d.Fd())}
+		return cmd
+	}
+	// client connects once: what answered, and the peer it saw.
+	client := func(when string) (string, string) {
+		t.Helper()
+		cmd := inCgroup(envLBClient)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("client %s: %v: %s", when, err, errb.String())
+		}
+		f := strings.Fields(out.String())
+		if len(f) != 2 {
+			t.Fatalf("client %s printed %q", when, out.String())
+		}
+		return f[0], f[1]
+	}
+	lbDir := filepath.Join(l.pinDir(t), lb.PinSubdir)
+
+	s1 := l.serve(t, "-config", conf)
+	s1.waitLog(t, `msg="lb attached"`)
+	if _, err := os.Stat(lbDir); err != nil {
+		t.Errorf("serve pinned no balancer in %s: %v", lbDir, err)
+	}
+
+	// A socket connected before everything that follows, held open.
+	hold := inCgroup(envLBHold)
+	holdIn, err := hold.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdOut, err := hold.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var holdErr bytes.Buffer
+	hold.Stderr = &holdErr
+	if err := hold.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holdIn.Close(); hold.Wait() })
+	holdLines := bufio.NewReader(holdOut)
+	holdAsk := func(when string) (string, string) {
+		t.Helper()
+		if when != "" {
+			fmt.Fprintln(holdIn)
+		}
+		line, err := holdLines.ReadString('\n')
+		f := strings.Fields(line)
+		if err != nil || len(f) != 2 {
+			t.Fatalf("held socket %s: %q, %v: %s", when, line, err, holdErr.String())
+		}
+		return f[0], f[1]
+	}
+	heldBE, peer := holdAsk("")
+	if heldBE == decoy || peer != vip {
+		t.Fatalf("held socket reached %s with peer %s, want a backend and the VIP", heldBE, peer)
+	}
+
+	// kill -9: nothing closes anything.
+	if err := s1.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-s1.done
+	for i := range 5 {
+		if be, peer := client("after kill -9"); be == decoy || peer != vip {
+			t.Errorf("connect %d with serve killed reached %s with peer %s; want a backend and the VIP (the decoy is the untranslated VIP)", i, be, peer)
+			break
+		}
+	}
+
+	// 198.18.0.2:8080 leaves the configuration while serve is down.
+	writeConf(`"198.18.0.3:8080"`)
+	s2 := l.serve(t, "-config", conf)
+	s2.waitLog(t, `msg="lb attached"`)
+	if !strings.Contains(s2.out.String(), "adopted=true") {
+		t.Errorf("the restarted serve did not adopt the pinned balancer:\n%s", s2.out)
+	}
+	if be, peer := holdAsk("after the restart"); be != heldBE || peer != vip {
+		t.Errorf("socket connected before the restart: answered by %s with peer %s, want %s and the VIP", be, peer, heldBE)
+	}
+	for i := range 10 {
+		if be, peer := client("after the restart"); be != "198.18.0.3:8080" || peer != vip {
+			t.Fatalf("connect %d after the restart reached %s with peer %s; want 198.18.0.3:8080 (198.18.0.2:8080 was removed) and the VIP", i, be, peer)
+		}
+	}
+
+	// SIGTERM: a clean stop keeps the balancer too.
+	s2.stop(t)
+	if be, peer := client("after SIGTERM"); be != "198.18.0.3:8080" || peer != vip {
+		t.Errorf("connect with serve stopped reached %s with peer %s; want 198.18.0.3:8080 and the VIP", be, peer)
+	}
+
+	// detach -lb-only: the balancer goes, the shield stays.
+	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot, "-lb-only"); cmd.Run() != nil {
+		t.Fatalf("detach -lb-only: %s", out)
+	}
+	if _, err := os.Stat(lbDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s after detach -lb-only: %v, want it gone", lbDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(lbDir), "link")); err != nil {
+		t.Errorf("the shield's link after detach -lb-only: %v, want it kept", err)
+	}
+	if be, _ := client("after detach -lb-only"); be != decoy {
+		t.Errorf("connect after detach -lb-only reached %s, want the untranslated VIP (decoy)", be)
+	}
+
+	// A fresh start pins again; detach removes everything.
+	s3 := l.serve(t, "-config", conf)
+	s3.waitLog(t, `msg="lb attached"`)
+	if !strings.Contains(s3.out.String(), "adopted=false") {
+		t.Errorf("serve after detach -lb-only adopted something:\n%s", s3.out)
+	}
+	s3.stop(t)
+	if be, peer := client("after a fresh start"); be != "198.18.0.3:8080" || peer != vip {
+		t.Errorf("connect after a fresh start, serve stopped: %s with peer %s; want 198.18.0.3:8080 and the VIP", be, peer)
+	}
+
+	// A configuration with no service left: serve removes the pinned one.
+	if err := os.WriteFile(conf, []byte(fmt.Sprintf("[lb]\ncgroup = %q\n", cg)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s4 := l.serve(t, "-config", conf)
+	s4.waitLog(t, `msg="lb removed`)
+	if _, err := os.Stat(lbDir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s with no service configured: %v, want it removed", lbDir, err)
+	}
+	if be, _ := client("with no service configured"); be != decoy {
+		t.Errorf("connect with no service configured reached %s, want the untranslated VIP (decoy)", be)
+	}
+	writeConf(`"198.18.0.3:8080"`)
+	s4.stop(t)
+	s5 := l.serve(t, "-config", conf)
+	s5.waitLog(t, `msg="lb attached"`)
+	s5.stop(t)
+	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
+		t.Fatalf("detach: %s", out)
+	}
+	if _, err := os.Stat(filepath.Dir(lbDir)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pin directory after detach: %v, want it gone with the balancer's pins", err)
+	}
+	if be, _ := client("after detach"); be != decoy {
+		t.Errorf("connect after detach reached %s, want the untranslated VIP (decoy)", be)
+	}
+}

@@ -1,0 +1,364 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"xdpshield/bpf"
+)
+
+// Pin directory names, under the service's pin directory (one per network
+// namespace and interface, see shield.PinDir).
+const (
+	// PinSubdir holds the balancer's pinned links and maps.
+	PinSubdir = "lb"
+	// StagingSubdir is where a first start pins everything before renaming
+	// it to PinSubdir in one step: a PinSubdir is always complete.
+	StagingSubdir = "lb_staging" // bpffs refuses names with a dot
+)
+
+// pinnedMaps are the maps pinned by name: every map of the programs but
+// the loader's constants.
+var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters}
+
+// linkPins are the names of the pinned links, one per program.
+func linkPins() []string {
+	var l LB
+	var out []string
+	for _, a := range l.attachTypes() {
+		out = append(out, a.pin)
+	}
+	return out
+}
+
+// ownedPins are the names the balancer pins in its directory: RemovePins
+// removes these and only these.
+func ownedPins() map[string]bool {
+	owned := map[string]bool{}
+	for _, n := range append(linkPins(), pinnedMaps...) {
+		owned[n] = true
+	}
+	return owned
+}
+
+// Pinned reports whether a balancer is pinned under pinDir (the service's
+// pin directory).
+func Pinned(pinDir string) bool {
+	_, err := os.Stat(filepath.Join(pinDir, PinSubdir))
+	return err == nil
+}
+
+// RemovePins detaches the pinned links in dir (a PinSubdir or
+// StagingSubdir), removes the balancer's pins and then dir when nothing
+// else is left in it. Anything not the balancer's is left where it is and
+// named in the error; dir must be on a bpf filesystem. A missing dir is
+// not an error. Sockets translated before keep their backends; getpeername
+// and recvfrom report the backend from then on.
+func RemovePins(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("statfs %s: %w", dir, err)
+	}
+	if st.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("%s is not on a bpf filesystem: no balancer pins there, nothing removed", dir)
+	}
+	// Links first: translation stops before the maps go.
+	for _, n := range linkPins() {
+		p := filepath.Join(dir, n)
+		lk, err := link.LoadPinnedLink(p, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("load pinned link %s: %w", p, err)
+		}
+		err = lk.Detach()
+		if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+			lk.Close()
+			return fmt.Errorf("detach link %s: %w", p, err)
+		}
+		err = lk.Unpin()
+		lk.Close()
+		if err != nil {
+			return fmt.Errorf("unpin link %s: %w", p, err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", dir, err)
+	}
+	owned := ownedPins()
+	var errs []error
+	var foreign []string
+	for _, e := range entries {
+		if !owned[e.Name()] || e.IsDir() {
+			foreign = append(foreign, e.Name())
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("remove pin: %w", err))
+		}
+	}
+	if len(foreign) > 0 {
+		errs = append(errs, fmt.Errorf("left %s in %s: not the balancer's pins", strings.Join(foreign, ", "), dir))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := os.Remove(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// cgroupID is the id of a cgroup v2 directory: its inode number.
+func cgroupID(dir string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return 0, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	return st.Ino, nil
+}
+
+// checkPinned refuses a pin directory that is not whole (every link and
+// map the balancer pins) or whose links are attached to another cgroup
+// than cgroup. It changes nothing.
+func checkPinned(dir, cgroup string) error {
+	var missing []string
+	for n := range ownedPins() {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return fmt.Errorf("the balancer pinned in %s is incomplete (no %s): an older layout or an interrupted removal", dir, strings.Join(missing, ", "))
+	}
+	want, err := cgroupID(cgroup)
+	if err != nil {
+		return err
+	}
+	var l LB
+	for _, a := range l.attachTypes() {
+		p := filepath.Join(dir, a.pin)
+		lk, err := link.LoadPinnedLink(p, nil)
+		if err != nil {
+			return fmt.Errorf("load pinned link %s: %w", p, err)
+		}
+		info, err := lk.Info()
+		lk.Close()
+		if err != nil {
+			return fmt.Errorf("pinned link %s: %w", p, err)
+		}
+		cg := info.Cgroup()
+		if cg == nil || ebpf.AttachType(cg.AttachType) != a.typ {
+			return fmt.Errorf("the link pinned as %s is not a %s cgroup link", p, a.typ)
+		}
+		if cg.CgroupId != want {
+			return fmt.Errorf("the balancer pinned in %s is attached to cgroup id %d, not to the configured %s (id %d)", dir, cg.CgroupId, cgroup, want)
+		}
+	}
+	return nil
+}
+
+// adoptLinks replaces the program of every pinned link in dir by this
+// LB's, all or none: on a failure the links already changed get their old
+// program back. The links become this LB's.
+func (l *LB) adoptLinks(dir string) error {
+	l.linkMu.Lock()
+	defer l.linkMu.Unlock()
+	type adopted struct {
+		lk  link.Link
+		old *ebpf.Program
+	}
+	var done []adopted
+	undo := func() {
+		for _, a := range done {
+			a.lk.Update(a.old)
+			a.old.Close()
+			a.lk.Close()
+		}
+	}
+	for _, a := range l.attachTypes() {
+		p := filepath.Join(dir, a.pin)
+		lk, err := link.LoadPinnedLink(p, nil)
+		if err != nil {
+			undo()
+			return fmt.Errorf("load pinned link %s: %w", p, err)
+		}
+		info, err := lk.Info()
+		var old *ebpf.Program
+		if err == nil {
+			old, err = ebpf.NewProgramFromID(info.Program)
+		}
+		if err == nil {
+			if err = lk.Update(a.prog); err != nil {
+				old.Close()
+			}
+		}
+		if err != nil {
+			lk.Close()
+			undo()
+			return fmt.Errorf("replace the program of pinned link %s: %w", p, err)
+		}
+		done = append(done, adopted{lk, old})
+	}
+	for _, a := range done {
+		a.old.Close()
+		l.links = append(l.links, a.lk)
+	}
+	return nil
+}
+
+// readState reads the services back from the pinned maps: keys and modes
+// from services, backends (with their service and draining flag) from
+// backends, in the order they were added (by id). Entries a crash left
+// half-made are not read (a backend of no service, a table of no service)
+// and go at the next commit; that commit rewrites every table.
+func (l *LB) readState() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	byID := map[uint32]ServiceKey{}
+	var (
+		k bpf.LbSvcKey
+		v bpf.LbSvc
+	)
+	it := l.objs.Services.Iterate()
+	for it.Next(&k, &v) {
+		var a16 [16]byte
+		for i, w := range k.Addr.W {
+			binaryPutNative(a16[4*i:], w)
+		}
+		proto := TCP
+		if k.Proto == UDP.number() {
+			proto = UDP
+		}
+		key := ServiceKey{VIP: netip.AddrFrom16(a16).Unmap(), Port: netPort(k.Port), Proto: proto}
+		if v.Id == 0 || v.Id > MaxServices {
+			continue
+		}
+		mode := Random
+		if v.Mode == modeValue(Maglev) {
+			mode = Maglev
+		}
+		l.services[key] = &service{id: v.Id, mode: mode}
+		l.ids[v.Id] = true
+		byID[v.Id] = key
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read pinned services: %w", err)
+	}
+	var (
+		id  uint32
+		b   bpf.LbBackend
+		ids []uint32
+		bes = map[uint32]bpf.LbBackend{}
+	)
+	bit := l.objs.Backends.Iterate()
+	for bit.Next(&id, &b) {
+		ids = append(ids, id)
+		bes[id] = b
+	}
+	if err := bit.Err(); err != nil {
+		return fmt.Errorf("read pinned backends: %w", err)
+	}
+	slices.Sort(ids)
+	var orphans []uint32
+	for _, id := range ids {
+		b := bes[id]
+		if id >= l.nextBE {
+			l.nextBE = id + 1
+		}
+		key, ok := byID[uint32(b.Pad[0])]
+		if !ok {
+			orphans = append(orphans, id)
+			continue
+		}
+		var a16 [16]byte
+		for i, w := range b.Addr.W {
+			binaryPutNative(a16[4*i:], w)
+		}
+		s := l.services[key]
+		s.backends = append(s.backends, backend{id: id,
+			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Pad[1] != 0})
+	}
+	// Tables first, then the backends they might name.
+	var tid uint32
+	var tids []uint32
+	var inner *ebpf.Map
+	tit := l.objs.Tables.Iterate()
+	for tit.Next(&tid, &inner) {
+		if _, ok := byID[tid]; !ok {
+			tids = append(tids, tid)
+		}
+		inner.Close()
+	}
+	if err := tit.Err(); err != nil {
+		return fmt.Errorf("read pinned tables: %w", err)
+	}
+	for _, t := range tids {
+		if err := l.objs.Tables.Delete(t); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete a table of no service: %w", err)
+		}
+	}
+	for _, o := range orphans {
+		if err := l.objs.Backends.Delete(o); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete a backend of no service: %w", err)
+		}
+	}
+	l.stale = true
+	return nil
+}
+
+// ReplaceServices makes ss the whole set of services, as one change: those
+// not in ss are removed, new ones added, the others get ss's mode and
+// backends. A backend kept keeps its id (its place in a Maglev table) and
+// whether it is draining. It returns the backends kept draining.
+func (l *LB) ReplaceServices(ss []Service) (draining []string, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := map[ServiceKey]*service{}
+	var errs []error
+	for _, s := range ss {
+		if err := validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if _, ok := next[s.ServiceKey]; ok {
+			errs = append(errs, fmt.Errorf("service %s: already exists", s.ServiceKey))
+			continue
+		}
+		ns := &service{mode: s.Mode}
+		old := l.services[s.ServiceKey]
+		for _, b := range s.Backends {
+			nb := backend{addr: b.Addr, draining: b.Draining}
+			if old != nil {
+				if i := old.find(b.Addr); i >= 0 {
+					nb.id = old.backends[i].id
+					nb.draining = nb.draining || old.backends[i].draining
+				}
+			}
+			if nb.draining {
+				draining = append(draining, s.ServiceKey.String()+" "+b.Addr.String())
+			}
+			ns.backends = append(ns.backends, nb)
+		}
+		next[s.ServiceKey] = ns
+	}
+	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
+		return nil, err
+	}
+	return draining, l.commit(next)
+}
