@@ -23,14 +23,15 @@ import (
 	"xdpshield/lb"
 )
 
-// envLBHold makes the test binary a long-lived TCP client (see init):
-// "NETNS ADDR:PORT" connects from that namespace and prints the answer and
-// getpeername; then, for every line read on stdin, asks again and prints
-// the answer and getpeername(2) (asked of the kernel anew, not cached).
-const envLBHold = "SHIELD_TEST_LB_HOLD"
+// envLBClient makes the test binary a TCP client (see init): "NETNS
+// ADDR:PORT" connects from that namespace, asks, and prints the answer and
+// getpeername(2); then, for every line read on stdin, asks again and prints
+// both again (getpeername asked of the kernel anew, not cached). With no
+// stdin it asks once.
+const envLBClient = "SHIELD_TEST_LB_CLIENT"
 
 func init() {
-	arg := os.Getenv(envLBHold)
+	arg := os.Getenv(envLBClient)
 	if arg == "" {
 		return
 	}
@@ -207,7 +208,7 @@ backends = [%s]
 	}
 
 	// A socket connected before everything that follows, held open.
-	hold := inCgroup(envLBHold)
+	hold := inCgroup(envLBClient)
 	holdIn, err := hold.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -1,69 +1,20 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
-	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"xdpshield/lb"
 )
-
-// envLBClient makes the test binary a one-shot TCP client (see init):
-// "NETNS ADDR:PORT" connects from that namespace, asks once, and prints the
-// answer and what getpeername said.
-const envLBClient = "SHIELD_TEST_LB_CLIENT"
-
-func init() {
-	arg := os.Getenv(envLBClient)
-	if arg == "" {
-		return
-	}
-	if err := lbClient(arg); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-func lbClient(arg string) error {
-	name, dst, _ := strings.Cut(arg, " ")
-	runtime.LockOSThread()
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		return err
-	}
-	if err := netns.Set(h); err != nil {
-		return err
-	}
-	c, err := net.DialTimeout("tcp", dst, 5*time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	fmt.Fprintf(c, "?\n")
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	// net.Conn's RemoteAddr comes from getpeername(2) after connect.
-	fmt.Printf("%s %s\n", strings.TrimSpace(line), c.RemoteAddr())
-	return nil
-}
 
 // TestServeLB runs `shield serve` with an [[lb.service]]: a process in the
 // configured cgroup reaches a backend through the VIP and sees the VIP as
@@ -72,31 +23,7 @@ func lbClient(arg string) error {
 func TestServeLB(t *testing.T) {
 	l := newLab(t, "lbsv")
 	// Backends in the storm namespace answer "BACKEND-ADDR".
-	for _, a := range []string{"198.18.0.2:8080", "198.18.0.3:8080"} {
-		var ln net.Listener
-		if err := l.storm.Do(func() error {
-			var err error
-			ln, err = net.Listen("tcp", a)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		t.Cleanup(func() { ln.Close(); wg.Wait() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				bufio.NewReader(c).ReadString('\n')
-				fmt.Fprintf(c, "%s\n", c.LocalAddr())
-				c.Close()
-			}
-		}()
-	}
+	lbResponders(t, l, "198.18.0.2:8080", "198.18.0.3:8080")
 	mnt := t.TempDir()
 	if err := lb.MountCgroup2(mnt); err != nil {
 		t.Fatal(err)
