@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
+	"xdpshield/internal/pinfs"
 )
 
 // Pin directory names, under the service's pin directory (one per network
@@ -95,32 +96,7 @@ func RemovePins(dir string) error {
 			return fmt.Errorf("unpin link %s: %w", p, err)
 		}
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", dir, err)
-	}
-	owned := ownedPins()
-	var errs []error
-	var foreign []string
-	for _, e := range entries {
-		if !owned[e.Name()] || e.IsDir() {
-			foreign = append(foreign, e.Name())
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("remove pin: %w", err))
-		}
-	}
-	if len(foreign) > 0 {
-		errs = append(errs, fmt.Errorf("left %s in %s: not the balancer's pins", strings.Join(foreign, ", "), dir))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := os.Remove(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	return nil
+	return pinfs.RemoveOwned(dir, ownedPins(), "balancer")
 }
 
 // cgroupID is the id of a cgroup v2 directory: its inode number.

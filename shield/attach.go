@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
+	"xdpshield/internal/pinfs"
 )
 
 // DefaultPinRoot is where the service pins, one directory per interface.
@@ -145,15 +146,6 @@ func ownedPins() (map[string]bool, error) {
 	return names, nil
 }
 
-// onBPFFS reports whether path lives on a bpf filesystem.
-func onBPFFS(path string) (bool, error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return false, fmt.Errorf("statfs %s: %w", path, err)
-	}
-	return st.Type == unix.BPF_FS_MAGIC, nil
-}
-
 // removeOwned removes the shield's pins from dir, then dir when nothing
 // else is left in it; entries that are not the shield's are left alone and
 // named in the error.
@@ -162,31 +154,7 @@ func removeOwned(dir string) error {
 	if err != nil {
 		return err
 	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", dir, err)
-	}
-	var errs []error
-	var foreign []string
-	for _, e := range entries {
-		if !owned[e.Name()] || e.IsDir() {
-			foreign = append(foreign, e.Name())
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			errs = append(errs, fmt.Errorf("remove pin: %w", err))
-		}
-	}
-	if len(foreign) > 0 {
-		errs = append(errs, fmt.Errorf("left %s in %s: not the shield's pins", strings.Join(foreign, ", "), dir))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	if err := os.Remove(dir); err != nil {
-		return fmt.Errorf("remove pin directory: %w", err)
-	}
-	return nil
+	return pinfs.RemoveOwned(dir, owned, "shield")
 }
 
 // Attach loads the shield, pins its maps under PinRoot/Iface and attaches it
@@ -518,7 +486,7 @@ func lockPinned(pinRoot, iface string) (string, *os.File, error) {
 	if pinRoot == "" {
 		pinRoot = DefaultPinRoot
 	}
-	if ok, err := onBPFFS(pinRoot); err != nil {
+	if ok, err := pinfs.OnBPFFS(pinRoot); err != nil {
 		return "", nil, err
 	} else if !ok {
 		return "", nil, fmt.Errorf("%s is not on a bpf filesystem: no shield pins there, nothing removed", pinRoot)
@@ -544,13 +512,6 @@ func lockPinned(pinRoot, iface string) (string, *os.File, error) {
 // mounting one on /sys/fs/bpf when dir is below it and nothing is mounted
 // there: the only change the service makes outside its pin directory.
 func EnsureBPFFS(dir string) error {
-	onBPF := func(p string) (bool, error) {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err != nil {
-			return false, fmt.Errorf("statfs %s: %w", p, err)
-		}
-		return st.Type == unix.BPF_FS_MAGIC, nil
-	}
 	// The nearest existing ancestor tells which filesystem dir would be on.
 	p := filepath.Clean(dir)
 	for {
@@ -563,7 +524,7 @@ func EnsureBPFFS(dir string) error {
 		}
 		p = parent
 	}
-	ok, err := onBPF(p)
+	ok, err := pinfs.OnBPFFS(p)
 	if err != nil {
 		return err
 	}
