@@ -141,6 +141,9 @@ func TestContract(t *testing.T) {
 		if got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries; got != uint32(maxProtectedDsts) {
 			t.Errorf("protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
 		}
+		if got := spec.Maps[bpf.ShieldMapPresence].MaxEntries; got != 2*filterWords {
+			t.Errorf("presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)
+		}
 		valued(t, "list_capacity", map[string]uint64{
 			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
 		})

@@ -18,7 +18,8 @@ import (
 // filterBits slots; config.filter names the one the program reads, and the
 // program sets a new source's bit in both.
 const (
-	filterBits  = 1 << 24 // mirrors FILTER_BITS
+	filterLog2  = 24
+	filterBits  = 1 << filterLog2 // FILTER_BITS; TestContract checks the map's size
 	filterWords = filterBits / 64
 )
 
@@ -29,7 +30,7 @@ func slotOf(k *bpf.ShieldSrcKey, seed uint64) uint32 {
 	w1 := binary.LittleEndian.Uint64(k.Addr[8:])
 	h := (w0 ^ seed) * 0xffffffff9e3779b1
 	h = (h ^ w1) * 0xffffffffc2b2ae3d
-	return uint32(h >> (64 - 24))
+	return uint32(h >> (64 - filterLog2))
 }
 
 // newFilterSeed is a random key for slot_of.
