@@ -16,11 +16,11 @@ import (
 	"xdpshield/vmtest"
 )
 
-// The runs of the gate beside the behaviour packages' own: the simulator's
-// suite again with shield_compat loaded on every kernel, and the
-// measurement run.
+// The runs of the gate beside the behaviour packages' own: the shield's
+// data-plane suite (shield/datapath) again with shield_compat loaded on
+// every kernel, and the measurement run.
 const (
-	CompatRun  = "xdpshield/sim -sim.compat"
+	CompatRun  = "xdpshield/shield/datapath -datapath.compat"
 	measureRun = "xdpshield/internal/gate -gate.emit"
 )
 
@@ -46,7 +46,7 @@ func extra() []vmtest.ExtraRun {
 		// shield_compat differs from shield in refill() alone: the
 		// randomised list model (no frame of it reaches a bucket, and the
 		// slowest test under TCG) and the pcap reader are not run again.
-		{Name: CompatRun, Package: "./sim", Args: []string{"-sim.compat", "-test.skip", "^(TestListsModel|TestFixturesReadByTcpdump)$"}},
+		{Name: CompatRun, Package: "./shield/datapath", Args: []string{"-datapath.compat", "-test.skip", "^(TestListsModel|TestFixturesReadByTcpdump)$"}},
 		{Name: measureRun, Package: "./internal/gate", Args: []string{"-test.run=^TestCollect$", "-gate.emit"}},
 	}
 }
