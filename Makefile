@@ -102,7 +102,8 @@ kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-a
 # The regression gate (internal/gate): behaviour (GATE_PKGS, in the VMs and
 # on the host, and the shield's data-plane tests again with shield_compat),
 # verifier complexity and speed on the host and on every kernel of
-# $(KERNELS), against fixtures/gate/baseline.json.
+# $(KERNELS), against fixtures/gate/baseline.json. GATE_PKGS is
+# internal/gate.Packages (TestPackagesAgree).
 GATE_PKGS ?= ./sim ./shield ./shield/datapath
 GATE_FLAGS ?=
 

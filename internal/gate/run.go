@@ -24,6 +24,12 @@ const (
 	measureRun = "xdpshield/internal/gate -gate.emit"
 )
 
+// Packages are the gate's behaviour packages, in the VMs and on the host:
+// the simulator's own tests, the shield's, and the shield's data plane in
+// the simulator. The Makefile's GATE_PKGS and ci/vmtest.sh's HOST_PKGS
+// name the same (TestPackagesAgree).
+var Packages = []string{"./sim", "./shield", "./shield/datapath"}
+
 // Config is one gate run.
 type Config struct {
 	Dir          string        // module root
