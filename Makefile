@@ -63,8 +63,8 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and 
 	$(GO) tool staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
 
-bench: ## simulator benchmarks: ns/packet per path next to an XDP_DROP reference
-	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./sim
+bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
+	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
 
 study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
 	@ci/deps.sh
@@ -99,21 +99,23 @@ soak: ## the short storm $(SOAK_RUNS) times per kernel of $(KERNELS) in qemu ($(
 kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-amd64 kernel
 	$(GO) run ./vmtest/cmd/vmtest repin -kernels "$(KERNELS)"
 
-# The regression gate (internal/gate): behaviour (GATE_PKGS, and the
-# simulator again with shield_compat), verifier complexity and speed on the
-# host and on every kernel of $(KERNELS), against fixtures/gate/baseline.json.
-GATE_PKGS ?= ./sim ./shield
+# The regression gate (internal/gate): behaviour (GATE_PKGS, in the VMs and
+# on the host, and the shield's data-plane tests again with shield_compat),
+# verifier complexity and speed on the host and on every kernel of
+# $(KERNELS), against fixtures/gate/baseline.json. GATE_PKGS is
+# internal/gate.Packages (TestPackagesAgree).
+GATE_PKGS ?= ./sim ./shield ./shield/datapath
 GATE_FLAGS ?=
 
 gate: ## the regression gate on the host and $(KERNELS) against fixtures/gate/baseline.json; report in out/gate
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same KERNELS as the gate)
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -update -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -update -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh

@@ -6,6 +6,13 @@
 // bpf2go emits as Go constants (-type, gen.go); shield/ derives its own
 // from them rather than copying them.
 //
+// Load is the one loading path of these programs: a collection spec with
+// its `const volatile` load-time switches set by name, on a copy, and on a
+// verifier refusal the verifier's whole log (still an *ebpf.VerifierError
+// for errors.As, so a loader can fall back to another variant). shield/,
+// l7/, probe/ and e2e/'s generator load through it.
+//
 // It owns nothing at run time: shield/ loads and owns the XDP programs and
-// their maps, l7/ the L7 fast path's (l7.c).
+// their maps, l7/ the L7 fast path's (l7.c), probe/ the tc probe's, lb/ the
+// socket balancer's; sim/ runs loaded programs and knows none of them.
 package bpf

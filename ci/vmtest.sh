@@ -3,9 +3,10 @@
 # boot per kernel: the simulator, storm (short), shield, socket balancer and
 # topology suites in qemu on every kernel pinned in fixtures/kernels.lock
 # (override with
-# KERNELS="5.10 7.2"), plus the gate's own runs (the simulator again with
-# shield_compat, and the complexity and speed measurement), then the gate's
-# host runs, compared with fixtures/gate/baseline.json. Kernels are cached
+# KERNELS="5.10 7.2"), plus the gate's own runs (the shield's data-plane
+# tests, shield/datapath, again with shield_compat, and the complexity and
+# speed measurement), then the gate's host runs (HOST_PKGS, the Makefile's
+# GATE_PKGS), compared with fixtures/gate/baseline.json. Kernels are cached
 # outside the clone ($XDPSHIELD_CACHE, else ~/.cache/xdpshield); results go
 # to out/vmtest/matrix.{txt,json} and out/gate/gate.{txt,json}. Exits 0 when
 # the gate passes, 1 when a figure regressed or a test failed, 2 when it
@@ -15,11 +16,13 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 KERNELS="${KERNELS:-5.10 6.1 6.12 7.2}"
 PKGS="${VMTEST_PKGS:-./sim/... ./e2e ./shield/... ./lb/... ./internal/topo/...}"
+# The gate's behaviour packages on the host: the Makefile's GATE_PKGS.
+HOST_PKGS="${GATE_PKGS:-./sim ./shield ./shield/datapath}"
 
 start=$(date +%s)
 go build -o out/bin/vmtest ./vmtest/cmd/vmtest
 rc=0
 out/bin/vmtest gate -kernels "$KERNELS" -timeout 15m -testflags "-test.short -test.v -test.timeout=5m" \
-	-matrix-out out/vmtest -out out/gate $PKGS || rc=$?
+	-host-packages "$HOST_PKGS" -matrix-out out/vmtest -out out/gate $PKGS || rc=$?
 echo "vmtest: matrix and gate on $KERNELS and the host took $(( $(date +%s) - start ))s (exit $rc)"
 exit "$rc"

@@ -59,11 +59,11 @@ type XDPGenerator struct {
 // NewXDPGenerator loads the generator; frames leave through ifindex in ns.
 func NewXDPGenerator(ns *topo.NS, ifindex int) (*XDPGenerator, error) {
 	g := &XDPGenerator{ns: ns, ifindex: ifindex}
-	if err := bpf.LoadStormObjects(&g.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load storm generator: %+v", ve)
-		}
+	spec, err := bpf.LoadStorm()
+	if err != nil {
+		return nil, fmt.Errorf("load storm generator spec: %w", err)
+	}
+	if err := bpf.Load(spec, nil, &g.objs, nil); err != nil {
 		return nil, fmt.Errorf("load storm generator: %w", err)
 	}
 	return g, nil

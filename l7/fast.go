@@ -150,20 +150,16 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
 	fp := &FastPath{px: px, log: log, conns: map[uint64]*clientConn{}}
-	var err error
+	spec, err := bpf.LoadL7()
+	if err != nil {
+		return nil, fmt.Errorf("load l7 spec: %w", err)
+	}
 	for _, lookup := range []bool{true, false} {
-		spec, serr := bpf.LoadL7()
-		if serr != nil {
-			return nil, fmt.Errorf("load l7 spec: %w", serr)
-		}
 		v := uint32(0)
 		if lookup {
 			v = 1
 		}
-		if serr := spec.Variables["have_lookup"].Set(v); serr != nil {
-			return nil, fmt.Errorf("set have_lookup: %w", serr)
-		}
-		err = spec.LoadAndAssign(&fp.objs, nil)
+		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: v}, &fp.objs, nil)
 		var ve *ebpf.VerifierError
 		if err == nil {
 			fp.Lookup = lookup
@@ -175,10 +171,6 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		log.Debug("l7: sockhash lookup refused, redirecting blind", "error", err)
 	}
 	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load l7: %+v", ve)
-		}
 		return nil, fmt.Errorf("load l7: %w", err)
 	}
 	kp, why := kernelPolicy(px.policy)

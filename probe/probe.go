@@ -59,15 +59,8 @@ func Load(opts Options) (*Probe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load probe spec: %w", err)
 	}
-	if err := spec.Variables[bpf.ProbeVarServerPort].Set(opts.Port); err != nil {
-		return nil, fmt.Errorf("set server_port: %w", err)
-	}
 	p := &Probe{clsact: opts.Clsact}
-	if err := spec.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load probe: %+v", ve)
-		}
+	if err := bpf.Load(spec, map[string]any{bpf.ProbeVarServerPort: opts.Port}, &p.objs, nil); err != nil {
 		return nil, fmt.Errorf("load probe: %w", err)
 	}
 	return p, nil

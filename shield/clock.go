@@ -18,12 +18,12 @@ func measureJiffy() (uint64, error) {
 	}
 	// The probe alone (shield needs BPF_CMPXCHG) and the generated global
 	// data. The tag spells bpf.ShieldProgClockProbe (a tag cannot name a
-	// constant); LoadAndAssign refuses a name the object lacks.
+	// constant); bpf.Load refuses a name the object lacks.
 	var objs struct {
 		Probe *ebpf.Program `ebpf:"clock_probe"`
 		bpf.ShieldVariables
 	}
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	if err := bpf.Load(spec, nil, &objs, nil); err != nil {
 		return 0, fmt.Errorf("load clock probe: %w", err)
 	}
 	defer objs.Probe.Close()

@@ -6,9 +6,10 @@
 // WatchOwn following netlink), and reads counters and per-source entries.
 //
 // It is the only package that writes the program's maps. Load does not
-// attach the program (tests and the simulator run it unattached); Attach
-// (attach.go, for the service) attaches it through a bpf_link pinned beside
-// the maps, under an exclusive per-interface lock, adopting and replacing a
-// pinned one; Detach removes both. Top (top.go) ranks talkers with chunked
+// attach the program (tests and the simulator run it unattached; its
+// data-plane tests are in shield/datapath); Attach (attach.go, for the
+// service) attaches it through a bpf_link pinned beside the maps, under an
+// exclusive per-interface lock, adopting and replacing a pinned one; Detach
+// removes both. Top (top.go) ranks talkers with chunked
 // batch reads of the sources table. It never sits on the packet path.
 package shield

@@ -167,9 +167,7 @@ func Load(opts Options) (*Shield, error) {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
 	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize
-	if err := spec.Variables[bpf.ShieldVarClockMode].Set(uint8(opts.Clock)); err != nil {
-		return nil, fmt.Errorf("set clock_mode: %w", err)
-	}
+	vars := map[string]any{bpf.ShieldVarClockMode: uint8(opts.Clock)}
 	var tickNs, slack uint64
 	switch opts.Clock {
 	case ClockJiffies:
@@ -180,16 +178,12 @@ func Load(opts Options) (*Shield, error) {
 		if err := opts.Limits.checkTick(opts.Clock, nsPerJiffy); err != nil {
 			return nil, fmt.Errorf("limits: %w", err)
 		}
-		if err := spec.Variables[bpf.ShieldVarNsPerJiffy].Set(nsPerJiffy); err != nil {
-			return nil, fmt.Errorf("set ns_per_jiffy: %w", err)
-		}
+		vars[bpf.ShieldVarNsPerJiffy] = nsPerJiffy
 		tickNs, slack = nsPerJiffy, 2*nsPerJiffy
 	case ClockKtime:
 		slack = ktimeSlack
 	}
-	if err := spec.Variables[bpf.ShieldVarClockSlackNs].Set(slack); err != nil {
-		return nil, fmt.Errorf("set clock_slack_ns: %w", err)
-	}
+	vars[bpf.ShieldVarClockSlackNs] = slack
 
 	var collOpts ebpf.CollectionOptions
 	if opts.PinPath != "" {
@@ -207,19 +201,16 @@ func Load(opts Options) (*Shield, error) {
 
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
-	err = s.loadObjects(spec, &collOpts)
+	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError
 	if err != nil && !s.compat && errors.As(err, &ve) {
 		// A kernel may pass the probe and still refuse BPF_CMPXCHG in the
 		// program: Debian's 5.10.0-32 does ("BPF_STX uses reserved
 		// fields"). The compat program is the answer there too.
 		s.compat = true
-		err = s.loadObjects(spec, &collOpts)
+		err = s.loadObjects(spec, vars, &collOpts)
 	}
 	if err != nil {
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load shield: %+v", ve)
-		}
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
@@ -334,14 +325,15 @@ func (s *Shield) adoptClock(cfg bpf.ShieldConfig) error {
 // or is "" when the clock did not change.
 func (s *Shield) ClockNote() string { return s.clockNote }
 
-// loadObjects loads the collection, with shield_compat in shield's place
-// when s.compat says the kernel refuses BPF_CMPXCHG (5.10, 5.11).
-func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions) error {
+// loadObjects loads the collection with the load-time switches vars, with
+// shield_compat in shield's place when s.compat says the kernel refuses
+// BPF_CMPXCHG (5.10, 5.11).
+func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opts *ebpf.CollectionOptions) error {
 	if s.compat {
 		spec = spec.Copy()
 		spec.Programs[bpf.ShieldProgShield] = spec.Programs[bpf.ShieldProgShieldCompat].Copy()
 	}
-	return spec.LoadAndAssign(&s.objs, opts)
+	return bpf.Load(spec, vars, &s.objs, opts)
 }
 
 // Close releases the program and maps (pinned maps stay pinned).

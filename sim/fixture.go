@@ -8,28 +8,17 @@ import (
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
-
-	"xdpshield/shield"
 )
 
 // Golden is the verdict file beside a fixture pcap (NAME.pcap ->
-// NAME.golden.json): the configuration to replay it under, then what the
-// program did with every frame. `go test ./sim -update` rewrites Packets
-// and Totals; Config is input and kept.
-type Golden struct {
-	Config  FixtureConfig     `json:"config"`
+// NAME.golden.json): the configuration C to replay it under, which the
+// program's own package defines (shield/datapath's FixtureConfig for the
+// shield), then what the program did with every frame. A fixture test's
+// -update rewrites Packets and Totals; Config is input and kept.
+type Golden[C any] struct {
+	Config  C                 `json:"config"`
 	Packets []GoldenPacket    `json:"packets"`
 	Totals  map[string]uint64 `json:"totals"`
-}
-
-// FixtureConfig is the shield configuration a fixture replays under: the
-// shield's own Limits (their JSON keys inline), the table size and the lists
-// as CIDRs.
-type FixtureConfig struct {
-	TableSize uint32 `json:"table_size"`
-	shield.Limits
-	Allow []string `json:"allow,omitempty"`
-	Deny  []string `json:"deny,omitempty"`
 }
 
 // GoldenPacket is one frame's outcome. At is the pcap timestamp, which the
@@ -42,9 +31,9 @@ type GoldenPacket struct {
 	Counter string `json:"counter"` // the one counter the frame moved
 }
 
-// ReadGolden reads a golden file.
-func ReadGolden(path string) (Golden, error) {
-	var g Golden
+// ReadGolden reads a golden file whose configuration is a C.
+func ReadGolden[C any](path string) (Golden[C], error) {
+	var g Golden[C]
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return g, err
@@ -56,7 +45,7 @@ func ReadGolden(path string) (Golden, error) {
 }
 
 // WriteGolden writes g, indented, with a trailing newline.
-func WriteGolden(path string, g Golden) error {
+func WriteGolden[C any](path string, g Golden[C]) error {
 	b, err := json.MarshalIndent(g, "", "  ")
 	if err != nil {
 		return err

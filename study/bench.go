@@ -26,14 +26,14 @@ func simBench(ctx context.Context, quick bool) ([]BenchRow, string, error) {
 	if quick {
 		n = "100000x"
 	}
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", ".", "-benchtime", n, "./sim")
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-run", "^$", "-bench", ".", "-benchtime", n, "./shield/datapath")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, string(out), fmt.Errorf("go test -bench ./sim: %w: %s", err, tail(string(out)))
+		return nil, string(out), fmt.Errorf("go test -bench ./shield/datapath: %w: %s", err, tail(string(out)))
 	}
 	rows := parseBench(string(out))
 	if len(rows) == 0 {
-		return nil, string(out), fmt.Errorf("go test -bench ./sim printed no ns/pkt")
+		return nil, string(out), fmt.Errorf("go test -bench ./shield/datapath printed no ns/pkt")
 	}
 	return rows, string(out), nil
 }

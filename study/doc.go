@@ -14,7 +14,7 @@
 //   - drop capacity: the live-frames generator at full speed, few and many
 //     forged sources, against an XDP_DROP-everything floor, the shield and
 //     nftables (frames/s at the edge, drops per softirq CPU-second);
-//   - the simulator's ns/packet table (go test -bench ./sim);
+//   - the simulator's ns/packet table (go test -bench ./shield/datapath);
 //   - the tc probe's own cost, alone, beside the shield and under storm, and
 //     its histogram against the client's own timings.
 //

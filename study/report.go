@@ -189,7 +189,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 	if len(r.Bench) == 0 {
 		fmt.Fprintln(w, "\nNot run.")
 	} else {
-		fmt.Fprintln(w, "\n`go test -run '^$' -bench . ./sim`, in the same run: BPF_PROG_TEST_RUN time per packet of each path, and as a multiple of a trivial XDP_DROP measured beside it.")
+		fmt.Fprintln(w, "\n`go test -run '^$' -bench . ./shield/datapath`, in the same run: BPF_PROG_TEST_RUN time per packet of each path, and as a multiple of a trivial XDP_DROP measured beside it.")
 		fmt.Fprintln(w, "\n| benchmark | ns/packet | x XDP_DROP |")
 		fmt.Fprintln(w, "|---|---:|---:|")
 		for _, b := range r.Bench {

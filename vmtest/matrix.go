@@ -41,7 +41,7 @@ type Matrix struct {
 
 // ExtraRun is one more run of a package's test binary.
 type ExtraRun struct {
-	Name    string   // the cell's name, e.g. "xdpshield/sim -sim.compat"
+	Name    string   // the cell's name, e.g. "xdpshield/shield/datapath -datapath.compat"
 	Package string   // a package pattern naming one package, e.g. ./sim
 	Args    []string // after the matrix's TestFlags
 }

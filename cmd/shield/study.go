@@ -35,7 +35,7 @@ func runStudy(ctx context.Context, args []string) error {
 	phase := fs.Duration("phase", 0, "length of each legitimate-traffic phase (default 4s; -quick 1s)")
 	dropPhase := fs.Duration("drop-phase", 0, "length of each drop-capacity measurement (default 3s; -quick 1s)")
 	rate := fs.Uint64("storm-rate", 0, "frames/s of the storm the legitimate client meets (default 500000)")
-	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./sim, from the source tree)")
+	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./shield/datapath, from the source tree)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	docs := fs.String("docs", "", "also publish the report as DIR/study.md with its plots in DIR/study/ (make study: docs)")
 	render := fs.Bool("render", false, "measure nothing: draw the report and plots of the study in -out again (and -docs)")

@@ -11,8 +11,9 @@ type Figures struct {
 	Programs map[string]Program `json:"programs"`
 	// Speed is per path of the shield, by path name.
 	Speed map[string]Path `json:"speed"`
-	// Behaviour is per test run: "xdpshield/sim" (shield, the loader's
-	// choice), "xdpshield/sim -sim.compat" (shield_compat everywhere), ...
+	// Behaviour is per test run: "xdpshield/shield/datapath" (shield, the
+	// loader's choice), "xdpshield/shield/datapath -datapath.compat"
+	// (shield_compat everywhere), "xdpshield/sim", ...
 	Behaviour map[string]Behaviour `json:"behaviour"`
 	// Errors are collection failures (a run that produced no figures).
 	Errors []string `json:"errors,omitempty"`

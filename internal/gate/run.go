@@ -16,13 +16,19 @@ import (
 	"xdpshield/vmtest"
 )
 
-// The runs of the gate beside the behaviour packages' own: the simulator's
-// suite again with shield_compat loaded on every kernel, and the
-// measurement run.
+// The runs of the gate beside the behaviour packages' own: the shield's
+// data-plane suite (shield/datapath) again with shield_compat loaded on
+// every kernel, and the measurement run.
 const (
-	CompatRun  = "xdpshield/sim -sim.compat"
+	CompatRun  = "xdpshield/shield/datapath -datapath.compat"
 	measureRun = "xdpshield/internal/gate -gate.emit"
 )
+
+// Packages are the gate's behaviour packages, in the VMs and on the host:
+// the simulator's own tests, the shield's, and the shield's data plane in
+// the simulator. The Makefile's GATE_PKGS and ci/vmtest.sh's HOST_PKGS
+// name the same (TestPackagesAgree).
+var Packages = []string{"./sim", "./shield", "./shield/datapath"}
 
 // Config is one gate run.
 type Config struct {
@@ -46,7 +52,7 @@ func extra() []vmtest.ExtraRun {
 		// shield_compat differs from shield in refill() alone: the
 		// randomised list model (no frame of it reaches a bucket, and the
 		// slowest test under TCG) and the pcap reader are not run again.
-		{Name: CompatRun, Package: "./sim", Args: []string{"-sim.compat", "-test.skip", "^(TestListsModel|TestFixturesReadByTcpdump)$"}},
+		{Name: CompatRun, Package: "./shield/datapath", Args: []string{"-datapath.compat", "-test.skip", "^(TestListsModel|TestFixturesReadByTcpdump)$"}},
 		{Name: measureRun, Package: "./internal/gate", Args: []string{"-test.run=^TestCollect$", "-gate.emit"}},
 	}
 }

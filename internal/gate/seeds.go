@@ -77,7 +77,7 @@ var Seeds = []Seed{
 		Want: "TestRealClockRates"},
 	{Name: "compat-refill-keeps-last", Area: "compat program", File: "bpf/shield.c",
 		Old: "\t\tb->last_ns = now;\n", New: "",
-		Want: "xdpshield/sim -sim.compat"},
+		Want: "xdpshield/shield/datapath -datapath.compat"},
 	{Name: "parser-walks-eight-tags", Area: "verifier complexity", File: "bpf/shield.h",
 		Old: "for (int i = 0; i < 2; i++) {", New: "for (int i = 0; i < 8; i++) {",
 		Want: "insns processed grew"},

@@ -17,8 +17,8 @@ import (
 
 // A path of the shield: a loaded shield in the state that sends frame down
 // the path, and the counter every packet must land in. These are the paths
-// of sim.BenchmarkShield (`make bench`), which keeps its own copy: a test
-// of package sim cannot import this package, which imports sim.
+// of BenchmarkShield in shield/datapath (`make bench`), which keeps its own
+// copy.
 type speedPath struct {
 	name    string
 	clock   shield.Clock

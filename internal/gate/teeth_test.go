@@ -58,6 +58,7 @@ func TestTeeth(t *testing.T) {
 		// is not the load now; the unseeded copy must pass.
 		cmd := exec.Command(filepath.Join(work, "vmtest"), "gate", "-kernels", "", "-subset",
 			"-baseline", baseline, "-out", out_, "-min-speed-tolerance", "0.5",
+			"-host-packages", strings.Join(Packages, " "),
 			"-testflags", "-test.short -test.v -test.timeout=5m")
 		cmd.Dir = src
 		var buf bytes.Buffer

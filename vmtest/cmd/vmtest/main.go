@@ -67,7 +67,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	fs.StringVar(&g.baseline, "baseline", "fixtures/gate/baseline.json", "gate: the baseline to compare with")
 	fs.BoolVar(&g.update, "update", false, "gate: rewrite the baseline from this run (clean tree, everything passing)")
 	fs.BoolVar(&g.host, "host", true, "gate: measure the host kernel too")
-	fs.StringVar(&g.hostPkgs, "host-packages", "./sim ./shield", "gate: behaviour packages run on the host")
+	fs.StringVar(&g.hostPkgs, "host-packages", strings.Join(gate.Packages, " "), "gate: behaviour packages run on the host")
 	fs.BoolVar(&g.subset, "subset", false, "gate: compare only the kernels of this run with the baseline's (local checks; the full gate needs the same set)")
 	fs.StringVar(&g.matrixOut, "matrix-out", "", "gate: also write the matrix report of the VMs there (CI: out/vmtest)")
 	fs.Float64Var(&g.th.Complexity, "threshold", gate.DefaultThresholds.Complexity, "gate: largest accepted growth of instructions processed or program size")
@@ -131,7 +131,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 		}
 		pkgs := fs.Args()
 		if len(pkgs) == 0 {
-			pkgs = []string{"./sim", "./shield"}
+			pkgs = gate.Packages
 		}
 		cfg := gate.Config{
 			Dir: ".", Kernels: names, Host: g.host, Packages: pkgs, HostPackages: strings.Fields(g.hostPkgs),

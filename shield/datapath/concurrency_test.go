@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // hammer runs frame repeat times through prog on each of cpus at once: one
@@ -88,12 +89,12 @@ func TestConcurrentAccuracy(t *testing.T) {
 			if !tc.prime && s.Compat() {
 				t.Skip("shield_compat (no BPF_CMPXCHG) does not claim refills: stated, not tested")
 			}
-			frame := From("198.18.0.1", UDP).Bytes()
+			frame := sim.From("198.18.0.1", sim.UDP).Bytes()
 			at := 10 * sec
 			require.NoError(t, s.SetTime(uint64(at)))
-			got, err := Run(s.Program(), frame) // admitted; the rounds refill it to burst
+			got, err := sim.Run(s.Program(), frame) // admitted; the rounds refill it to burst
 			require.NoError(t, err)
-			require.Equal(t, Pass, got, "first packet")
+			require.Equal(t, sim.Pass, got, "first packet")
 
 			bound := uint64(burst + len(cpus) - 1)
 			var worst, debt, total uint64
@@ -109,9 +110,9 @@ func TestConcurrentAccuracy(t *testing.T) {
 				beforeCPU, err := s.CountersByCPU()
 				require.NoError(t, err)
 				if tc.prime {
-					got, err := Run(s.Program(), frame)
+					got, err := sim.Run(s.Program(), frame)
 					require.NoError(t, err)
-					require.Equal(t, Pass, got, "round %d: first packet after a full refill", r)
+					require.Equal(t, sim.Pass, got, "round %d: first packet after a full refill", r)
 				}
 				hammer(t, s.Program(), frame, cpus, repeat)
 				after, err := s.Counters()

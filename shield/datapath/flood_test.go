@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // TestForgedFlood: a flood of 10x the table size of forged sources, with an
@@ -23,14 +24,14 @@ func TestForgedFlood(t *testing.T) {
 	const table = 1024
 	l := shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 50, AdmissionBurst: 20}
 	s := load(t, table, l)
-	heavy := From("198.18.0.1", UDP).Bytes()
+	heavy := sim.From("198.18.0.1", sim.UDP).Bytes()
 	udp, tcp := shield.ProtoUDP, shield.ProtoTCP
 	t0 := 10 * sec
 
 	// Established: admitted (one admission token) and drained.
-	Scenario{Name: t.Name() + "/establish", Target: ShieldTarget(s), Steps: []Step{
-		{Name: "burst", At: t0, Frame: heavy, Times: int(l.Burst), Want: Pass, Delta: N(l.Burst, pass, shield.ReasonOK, udp)},
-		{Name: "drained", At: t0, Frame: heavy, Times: 10, Want: Drop, Delta: N(10, drop, shield.ReasonLimit, udp)},
+	sim.Scenario{Name: t.Name() + "/establish", Target: Target(s), Steps: []sim.Step{
+		{Name: "burst", At: t0, Frame: heavy, Times: int(l.Burst), Want: sim.Pass, Delta: N(l.Burst, pass, shield.ReasonOK, udp)},
+		{Name: "drained", At: t0, Frame: heavy, Times: 10, Want: sim.Drop, Delta: N(10, drop, shield.ReasonLimit, udp)},
 	}}.Run(t)
 
 	// The flood: 10 x table forged sources over 2 s, one heavy packet after
@@ -43,7 +44,7 @@ func TestForgedFlood(t *testing.T) {
 	// Each frame's verdict is a step; the counters are compared once over
 	// the whole flood (11,520 reads of them took 30-50 s per kernel in
 	// the VM matrix, where 5.10 reads a per-CPU array a key at a time).
-	var steps []Step
+	var steps []sim.Step
 	var admitted, heavyPassed, heavySent uint64
 	counts := map[string]uint64{}
 	add := func(d map[string]uint64) {
@@ -54,38 +55,38 @@ func TestForgedFlood(t *testing.T) {
 	for i := range forged {
 		at := t0 + time.Duration(i)*gap
 		a := netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}) // 10,240 forged: fits 198.19.0.0/16
-		f := From(a.String(), TCP).Bytes()
-		st := Step{Name: fmt.Sprintf("forged %s", a), At: at, Frame: f}
+		f := sim.From(a.String(), sim.TCP).Bytes()
+		st := sim.Step{Name: fmt.Sprintf("forged %s", a), At: at, Frame: f}
 		if admitted < admBudget+uint64(at-t0)*l.AdmissionRate/uint64(sec) {
 			admitted++
-			st.Want = Pass
+			st.Want = sim.Pass
 			add(One(pass, shield.ReasonOK, tcp))
 		} else {
-			st.Want = Drop
+			st.Want = sim.Drop
 			add(One(drop, shield.ReasonAdmission, tcp))
 		}
 		steps = append(steps, st)
 		if i%8 == 7 {
 			heavySent++
-			st := Step{Name: "heavy", At: at, Frame: heavy}
+			st := sim.Step{Name: "heavy", At: at, Frame: heavy}
 			if heavyPassed < uint64(at-t0)*l.Rate/uint64(sec) {
 				heavyPassed++
-				st.Want = Pass
+				st.Want = sim.Pass
 				add(One(pass, shield.ReasonOK, udp))
 			} else {
-				st.Want = Drop
+				st.Want = sim.Drop
 				add(One(drop, shield.ReasonLimit, udp))
 			}
 			steps = append(steps, st)
 		}
 	}
-	target := ShieldTarget(s)
+	target := Target(s)
 	before, err := target.Counters()
 	require.NoError(t, err)
-	Scenario{Name: t.Name() + "/flood", Target: target, Steps: steps}.Run(t)
+	sim.Scenario{Name: t.Name() + "/flood", Target: target, Steps: steps}.Run(t)
 	after, err := target.Counters()
 	require.NoError(t, err)
-	if d := DiffCounts(counts, Delta(before, after)); d != "" {
+	if d := sim.DiffCounts(counts, sim.Delta(before, after)); d != "" {
 		t.Errorf("counters over the flood differ (-want +got):\n%s", d)
 	}
 

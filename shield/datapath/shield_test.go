@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 const sec = time.Second
@@ -27,19 +28,19 @@ func TestBurstThenRefill(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("rate=%d,burst=%d", tc.rate, tc.burst), func(t *testing.T) {
 			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
-			f := From("198.18.0.1", UDP).Bytes()
+			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 			t0 := 1 * sec
 			// 1/rate in ns, rounded up: the first instant a whole token is back.
 			gap := time.Duration((uint64(sec) + tc.rate - 1) / tc.rate)
 			udp := shield.ProtoUDP
-			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
-				{Name: "over burst", At: t0, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "one token", At: t0 + gap, Frame: f, Want: Pass, Delta: One(pass, shield.ReasonOK, udp)},
-				{Name: "only one", At: t0 + gap, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
-				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
+				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
+				{Name: "over burst", At: t0, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "one token", At: t0 + gap, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
+				{Name: "only one", At: t0 + gap, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
+				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
 			}}.Run(t)
 			src := source(t, s, "198.18.0.1")
 			assert.Equal(t, 2*tc.burst+1, src.Passed, "Source().Passed")
@@ -73,25 +74,25 @@ func TestRefillAtRate(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("rate=%d,burst=%d,gap=%s", tc.rate, tc.burst, tc.gap), func(t *testing.T) {
 			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
-			f := From("2001:db8::7", TCP).Bytes()
+			f := sim.From("2001:db8::7", sim.TCP).Bytes()
 			t0 := 5 * sec
-			var steps []Step
+			var steps []sim.Step
 			var passed, dropped uint64
 			for i := range tc.n {
 				at := t0 + time.Duration(i)*tc.gap
 				earned := tc.burst + uint64(at-t0)*tc.rate/uint64(sec)
-				st := Step{Name: fmt.Sprintf("packet %d", i), At: at, Frame: f}
+				st := sim.Step{Name: fmt.Sprintf("packet %d", i), At: at, Frame: f}
 				if passed < earned {
 					passed++
-					st.Want, st.Delta = Pass, One(pass, shield.ReasonOK, shield.ProtoTCP)
+					st.Want, st.Delta = sim.Pass, One(pass, shield.ReasonOK, shield.ProtoTCP)
 				} else {
 					dropped++
-					st.Want, st.Delta = Drop, One(drop, shield.ReasonLimit, shield.ProtoTCP)
+					st.Want, st.Delta = sim.Drop, One(drop, shield.ReasonLimit, shield.ProtoTCP)
 				}
 				steps = append(steps, st)
 			}
 			require.NotZero(t, dropped, "the test must send faster than the rate")
-			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: steps}.Run(t)
+			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: steps}.Run(t)
 			src := source(t, s, "2001:db8::7")
 			assert.Equal(t, passed, src.Passed, "Source().Passed")
 			assert.Equal(t, dropped, src.Dropped, "Source().Dropped")
@@ -106,18 +107,18 @@ func TestLists(t *testing.T) {
 	addList(t, s, shield.DenyList, "198.18.0.0/15", "2001:db8::/32")
 	addList(t, s, shield.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
 	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
-	allowed4 := From("198.18.1.9", TCP).Bytes()
-	allowed6 := From("2001:db8:1::9", UDP, Double...).Bytes()
-	denied4 := From("198.19.0.1", ICMP, Single...).Bytes()
-	denied6 := From("2001:db8:2::1", TCP).Bytes()
-	outside := From("203.0.113.1", UDP).Bytes()
-	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: Pass, Delta: N(50, pass, shield.ReasonAllow, tcp)},
-		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: Pass, Delta: N(50, pass, shield.ReasonAllow, udp)},
-		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonDeny, icmp)},
-		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
-		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "unlisted over burst", At: sec, Frame: outside, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+	allowed4 := sim.From("198.18.1.9", sim.TCP).Bytes()
+	allowed6 := sim.From("2001:db8:1::9", sim.UDP, sim.Double...).Bytes()
+	denied4 := sim.From("198.19.0.1", sim.ICMP, sim.Single...).Bytes()
+	denied6 := sim.From("2001:db8:2::1", sim.TCP).Bytes()
+	outside := sim.From("203.0.113.1", sim.UDP).Bytes()
+	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
+		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: sim.Pass, Delta: N(50, pass, shield.ReasonAllow, tcp)},
+		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: sim.Pass, Delta: N(50, pass, shield.ReasonAllow, udp)},
+		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonDeny, icmp)},
+		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
+		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
+		{Name: "unlisted over burst", At: sec, Frame: outside, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
 	}}.Run(t)
 	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
@@ -127,9 +128,9 @@ func TestLists(t *testing.T) {
 	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
 	require.NoError(t, err)
 	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
-	Scenario{Name: t.Name() + "/after remove", Target: ShieldTarget(s), Steps: []Step{
-		{Name: "now denied", At: sec, Frame: allowed4, Want: Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
-		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: Pass, Delta: One(pass, shield.ReasonAllow, udp)},
+	sim.Scenario{Name: t.Name() + "/after remove", Target: Target(s), Steps: []sim.Step{
+		{Name: "now denied", At: sec, Frame: allowed4, Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
+		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: sim.Pass, Delta: One(pass, shield.ReasonAllow, udp)},
 	}}.Run(t)
 }
 
@@ -140,23 +141,23 @@ func TestLists(t *testing.T) {
 func TestFamiliesAndTags(t *testing.T) {
 	const burst = 4
 	s := load(t, 4096, shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 1000})
-	tags := map[string][]Tag{"untagged": nil, "802.1Q": Single, "802.1ad+802.1Q": Double}
+	tags := map[string][]sim.Tag{"untagged": nil, "802.1Q": sim.Single, "802.1ad+802.1Q": sim.Double}
 	n := 0
 	for _, fam := range []string{"ipv4", "ipv6"} {
 		for _, tagName := range []string{"untagged", "802.1Q", "802.1ad+802.1Q"} {
-			for _, l4 := range []L4{TCP, UDP, ICMP} {
+			for _, l4 := range []sim.L4{sim.TCP, sim.UDP, sim.ICMP} {
 				n++
 				src := fmt.Sprintf("198.18.3.%d", n)
 				if fam == "ipv6" {
 					src = fmt.Sprintf("2001:db8:3:%x::1", n) // one /64 each: a source
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", fam, tagName, l4), func(t *testing.T) {
-					f := From(src, l4, tags[tagName]...).Bytes()
+					f := sim.From(src, l4, tags[tagName]...).Bytes()
 					p := protoOf(l4)
-					Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-						{Name: "burst", At: sec, Frame: f, Times: burst, Want: Pass, Delta: N(burst, pass, shield.ReasonOK, p)},
-						{Name: "limited", At: sec, Frame: f, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonLimit, p)},
-						{Name: "refill", At: 2 * sec, Frame: f, Want: Pass, Delta: One(pass, shield.ReasonOK, p)},
+					sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
+						{Name: "burst", At: sec, Frame: f, Times: burst, Want: sim.Pass, Delta: N(burst, pass, shield.ReasonOK, p)},
+						{Name: "limited", At: sec, Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonLimit, p)},
+						{Name: "refill", At: 2 * sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, p)},
 					}}.Run(t)
 					got := source(t, s, src)
 					want := shield.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
@@ -171,9 +172,9 @@ func TestFamiliesAndTags(t *testing.T) {
 		}
 	}
 	// The same address untagged and double tagged is one source.
-	Scenario{Name: t.Name() + "/one bucket per address", Target: ShieldTarget(s), Steps: []Step{
-		{Name: "untagged", At: 3 * sec, Frame: From("198.18.4.1", UDP).Bytes(), Times: burst, Want: Pass},
-		{Name: "double tagged, same source", At: 3 * sec, Frame: From("198.18.4.1", TCP, Double...).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonLimit, shield.ProtoTCP)},
+	sim.Scenario{Name: t.Name() + "/one bucket per address", Target: Target(s), Steps: []sim.Step{
+		{Name: "untagged", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.UDP).Bytes(), Times: burst, Want: sim.Pass},
+		{Name: "double tagged, same source", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.TCP, sim.Double...).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, shield.ProtoTCP)},
 	}}.Run(t)
 }
 
@@ -184,13 +185,13 @@ func TestDryRun(t *testing.T) {
 	s := load(t, 4096, l)
 	addList(t, s, shield.DenyList, "198.18.9.0/24")
 	udp := shield.ProtoUDP
-	a := From("198.18.0.1", UDP).Bytes()
-	b := From("198.18.0.2", UDP).Bytes()
-	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-		{Name: "burst", At: sec, Frame: a, Times: 2, Want: Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: Pass, Delta: N(5, pass, shield.ReasonLimit, udp)},
-		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: Pass, Delta: N(3, pass, shield.ReasonAdmission, udp)},
-		{Name: "deny still drops", At: sec, Frame: From("198.18.9.1", UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonDeny, udp)},
+	a := sim.From("198.18.0.1", sim.UDP).Bytes()
+	b := sim.From("198.18.0.2", sim.UDP).Bytes()
+	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
+		{Name: "burst", At: sec, Frame: a, Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
+		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: sim.Pass, Delta: N(5, pass, shield.ReasonLimit, udp)},
+		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: sim.Pass, Delta: N(3, pass, shield.ReasonAdmission, udp)},
+		{Name: "deny still drops", At: sec, Frame: sim.From("198.18.9.1", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, udp)},
 	}}.Run(t)
 	got := source(t, s, "198.18.0.1")
 	assert.Equal(t, uint64(2), got.Passed, "Source().Passed")
@@ -201,9 +202,9 @@ func TestDryRun(t *testing.T) {
 
 	l.DryRun = false
 	require.NoError(t, s.SetLimits(l))
-	Scenario{Name: t.Name() + "/enforcing", Target: ShieldTarget(s), Steps: []Step{
-		{Name: "limited", At: sec, Frame: a, Want: Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "not admitted", At: sec, Frame: b, Want: Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
+	sim.Scenario{Name: t.Name() + "/enforcing", Target: Target(s), Steps: []sim.Step{
+		{Name: "limited", At: sec, Frame: a, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "not admitted", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
 	}}.Run(t)
 }
 
@@ -219,11 +220,11 @@ func TestRealClocks(t *testing.T) {
 			require.NoError(t, err)
 			defer s.Close()
 			require.Error(t, s.SetTime(1), "SetTime() on a real clock")
-			f := From("198.18.0.1", UDP).Bytes()
-			Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-				{Name: "burst", Frame: f, Times: 3, Want: Pass, Delta: N(3, pass, shield.ReasonOK, shield.ProtoUDP)},
-				{Name: "limited", Frame: f, Times: 3, Want: Drop, Delta: N(3, drop, shield.ReasonLimit, shield.ProtoUDP)},
-				{Name: "admission spent", Frame: From("198.18.0.2", UDP).Bytes(), Want: Drop, Delta: One(drop, shield.ReasonAdmission, shield.ProtoUDP)},
+			f := sim.From("198.18.0.1", sim.UDP).Bytes()
+			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
+				{Name: "burst", Frame: f, Times: 3, Want: sim.Pass, Delta: N(3, pass, shield.ReasonOK, shield.ProtoUDP)},
+				{Name: "limited", Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonLimit, shield.ProtoUDP)},
+				{Name: "admission spent", Frame: sim.From("198.18.0.2", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, shield.ProtoUDP)},
 			}}.Run(t)
 		})
 	}
@@ -246,9 +247,9 @@ func runTimed(t *testing.T, s *shield.Shield, f []byte, max int) (passed int, la
 	t.Helper()
 	for range max {
 		lastStart = time.Now()
-		got, err := Run(s.Program(), f)
+		got, err := sim.Run(s.Program(), f)
 		require.NoError(t, err)
-		if got == Drop {
+		if got == sim.Drop {
 			return passed, lastStart, time.Now()
 		}
 		passed++
@@ -280,7 +281,7 @@ func TestRealClockRates(t *testing.T) {
 			require.NoError(t, err)
 			defer s.Close()
 			res := clockResolution(c)
-			f := From("198.18.0.1", UDP).Bytes()
+			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 
 			// Drain: the burst, and what refills while it is sent.
 			n, dStart, dEnd := runTimed(t, s, f, 10*burst)
@@ -305,21 +306,21 @@ func TestRealClockRates(t *testing.T) {
 				Limits: shield.Limits{Rate: slow, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100}})
 			require.NoError(t, err)
 			defer s.Close()
-			f := From("2001:db8::5", TCP).Bytes()
+			f := sim.From("2001:db8::5", sim.TCP).Bytes()
 			_, _, dropped := runTimed(t, s, f, 100)
 			lim := source(t, s, "2001:db8::5").Limited
-			got, err := Run(s.Program(), f)
+			got, err := sim.Run(s.Program(), f)
 			require.NoError(t, err)
 			if time.Since(dropped) < 500*time.Millisecond-clockResolution(c) {
 				assert.True(t, lim, "Source().Limited right after a drop")
-				assert.Equal(t, Drop, got, "Run() right after a drop")
+				assert.Equal(t, sim.Drop, got, "Run() right after a drop")
 			}
 			time.Sleep(time.Second/slow + 2*clockResolution(c))
 			lim = source(t, s, "2001:db8::5").Limited
-			got, err = Run(s.Program(), f)
+			got, err = sim.Run(s.Program(), f)
 			require.NoError(t, err)
 			assert.False(t, lim, "Source().Limited a token's time later")
-			assert.Equal(t, Pass, got, "Run() a token's time later")
+			assert.Equal(t, sim.Pass, got, "Run() a token's time later")
 		})
 	}
 }

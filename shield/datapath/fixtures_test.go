@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"flag"
@@ -16,6 +16,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 var update = flag.Bool("update", false, "rewrite fixtures/sim: pcaps from their definitions, goldens from the program's verdicts")
@@ -26,7 +27,7 @@ var fixtureDir = func() string {
 	if d := os.Getenv("XDPSHIELD_FIXTURES"); d != "" {
 		return filepath.Join(d, "sim")
 	}
-	return "../fixtures/sim"
+	return "../../fixtures/sim"
 }()
 
 // fixtureDefs generate the fixture pcaps (with -update). Each frame's
@@ -34,22 +35,22 @@ var fixtureDir = func() string {
 var fixtureDefs = []struct {
 	name   string
 	config FixtureConfig
-	frames func() []Packet
+	frames func() []sim.Packet
 }{
 	{
 		name:   "burst-refill",
 		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 10, Burst: 5, AdmissionRate: 100, AdmissionBurst: 100}},
-		frames: func() []Packet {
-			f := From("198.18.0.1", UDP).Bytes()
-			var out []Packet
+		frames: func() []sim.Packet {
+			f := sim.From("198.18.0.1", sim.UDP).Bytes()
+			var out []sim.Packet
 			for range 7 {
-				out = append(out, Packet{At: time.Second, Data: f})
+				out = append(out, sim.Packet{At: time.Second, Data: f})
 			}
 			for _, at := range []time.Duration{1100*time.Millisecond - 1, 1100 * time.Millisecond, 1100 * time.Millisecond, 1250 * time.Millisecond, 10 * time.Second} {
-				out = append(out, Packet{At: at, Data: f})
+				out = append(out, sim.Packet{At: at, Data: f})
 			}
 			for range 6 {
-				out = append(out, Packet{At: 10 * time.Second, Data: f})
+				out = append(out, sim.Packet{At: 10 * time.Second, Data: f})
 			}
 			return out
 		},
@@ -58,14 +59,14 @@ var fixtureDefs = []struct {
 		name: "lists",
 		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100},
 			Allow: []string{"198.18.1.0/24", "2001:db8:1::/48"}, Deny: []string{"198.18.0.0/15", "2001:db8::/32"}},
-		frames: func() []Packet {
-			var out []Packet
-			for _, f := range []Frame{
-				From("198.18.1.1", TCP), From("198.18.1.1", TCP), From("198.18.1.1", TCP),
-				From("2001:db8:1::1", UDP, Single...), From("198.19.0.1", UDP), From("2001:db8:2::1", ICMP, Double...),
-				From("203.0.113.9", TCP), From("203.0.113.9", TCP), From("203.0.113.9", TCP),
+		frames: func() []sim.Packet {
+			var out []sim.Packet
+			for _, f := range []sim.Frame{
+				sim.From("198.18.1.1", sim.TCP), sim.From("198.18.1.1", sim.TCP), sim.From("198.18.1.1", sim.TCP),
+				sim.From("2001:db8:1::1", sim.UDP, sim.Single...), sim.From("198.19.0.1", sim.UDP), sim.From("2001:db8:2::1", sim.ICMP, sim.Double...),
+				sim.From("203.0.113.9", sim.TCP), sim.From("203.0.113.9", sim.TCP), sim.From("203.0.113.9", sim.TCP),
 			} {
-				out = append(out, Packet{At: time.Second, Data: f.Bytes()})
+				out = append(out, sim.Packet{At: time.Second, Data: f.Bytes()})
 			}
 			return out
 		},
@@ -74,16 +75,16 @@ var fixtureDefs = []struct {
 		name: "families-and-tags",
 		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
 			KeyPrefix6: 128}}, // one source per address, as the frames were made
-		frames: func() []Packet {
-			var out []Packet
+		frames: func() []sim.Packet {
+			var out []sim.Packet
 			n := 0
 			for _, src := range []string{"198.18.2.%d", "2001:db8:2::%d"} {
-				for _, tags := range [][]Tag{nil, Single, Double} {
-					for _, l4 := range []L4{TCP, UDP, ICMP} {
+				for _, tags := range [][]sim.Tag{nil, sim.Single, sim.Double} {
+					for _, l4 := range []sim.L4{sim.TCP, sim.UDP, sim.ICMP} {
 						n++
-						f := From(fmt.Sprintf(src, n), l4, tags...).Bytes()
+						f := sim.From(fmt.Sprintf(src, n), l4, tags...).Bytes()
 						for range 3 {
-							out = append(out, Packet{At: time.Second, Data: f})
+							out = append(out, sim.Packet{At: time.Second, Data: f})
 						}
 					}
 				}
@@ -94,11 +95,11 @@ var fixtureDefs = []struct {
 	{
 		name:   "malformed",
 		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}, Deny: []string{"0.0.0.0/0", "::/0"}},
-		frames: func() []Packet {
-			var out []Packet
+		frames: func() []sim.Packet {
+			var out []sim.Packet
 			for i, b := range badCorpus() {
 				if i%7 == 0 { // a sample: the test covers every frame
-					out = append(out, Packet{At: time.Second, Data: b.frame})
+					out = append(out, sim.Packet{At: time.Second, Data: b.frame})
 				}
 			}
 			return out
@@ -107,15 +108,15 @@ var fixtureDefs = []struct {
 	{
 		name:   "forged-flood",
 		config: FixtureConfig{TableSize: 64, Limits: shield.Limits{Rate: 100, Burst: 10, AdmissionRate: 10, AdmissionBurst: 5}},
-		frames: func() []Packet {
-			heavy := From("198.18.0.1", UDP).Bytes()
-			out := []Packet{{At: time.Second, Data: heavy}}
+		frames: func() []sim.Packet {
+			heavy := sim.From("198.18.0.1", sim.UDP).Bytes()
+			out := []sim.Packet{{At: time.Second, Data: heavy}}
 			for i := range 640 {
 				at := time.Second + time.Duration(i)*time.Millisecond
 				a := netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
-				out = append(out, Packet{At: at, Data: From(a.String(), TCP).Bytes()})
+				out = append(out, sim.Packet{At: at, Data: sim.From(a.String(), sim.TCP).Bytes()})
 				if i%16 == 0 {
-					out = append(out, Packet{At: at, Data: heavy})
+					out = append(out, sim.Packet{At: at, Data: heavy})
 				}
 			}
 			return out
@@ -124,13 +125,13 @@ var fixtureDefs = []struct {
 	{
 		name:   "dry-run",
 		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}, Deny: []string{"198.18.9.0/24"}},
-		frames: func() []Packet {
-			var out []Packet
-			for _, f := range []Frame{
-				From("198.18.0.1", UDP), From("198.18.0.1", UDP), From("198.18.0.1", UDP), From("198.18.0.1", UDP),
-				From("198.18.0.2", TCP), From("198.18.9.1", UDP),
+		frames: func() []sim.Packet {
+			var out []sim.Packet
+			for _, f := range []sim.Frame{
+				sim.From("198.18.0.1", sim.UDP), sim.From("198.18.0.1", sim.UDP), sim.From("198.18.0.1", sim.UDP), sim.From("198.18.0.1", sim.UDP),
+				sim.From("198.18.0.2", sim.TCP), sim.From("198.18.9.1", sim.UDP),
 			} {
-				out = append(out, Packet{At: time.Second, Data: f.Bytes()})
+				out = append(out, sim.Packet{At: time.Second, Data: f.Bytes()})
 			}
 			return out
 		},
@@ -159,33 +160,33 @@ func TestFixtures(t *testing.T) {
 	if *update {
 		require.NoError(t, os.MkdirAll(fixtureDir, 0o755))
 		for _, d := range fixtureDefs {
-			require.NoError(t, WritePcap(filepath.Join(fixtureDir, d.name+".pcap"), d.frames()))
+			require.NoError(t, sim.WritePcap(filepath.Join(fixtureDir, d.name+".pcap"), d.frames()))
 			path := filepath.Join(fixtureDir, d.name+".golden.json")
-			g, err := ReadGolden(path)
+			g, err := sim.ReadGolden[FixtureConfig](path)
 			if err != nil && !os.IsNotExist(err) {
 				require.NoError(t, err)
 			}
 			g.Config = d.config
-			require.NoError(t, WriteGolden(path, g))
+			require.NoError(t, sim.WriteGolden(path, g))
 		}
 	}
 	pcaps, err := filepath.Glob(filepath.Join(fixtureDir, "*.pcap"))
 	require.NoError(t, err)
 	require.NotEmpty(t, pcaps, "no fixtures in %s", fixtureDir)
 	for _, d := range fixtureDefs {
-		require.Contains(t, pcaps, filepath.Join(fixtureDir, d.name+".pcap"), "fixture %q is defined but its pcap is missing (go test ./sim -update)", d.name)
+		require.Contains(t, pcaps, filepath.Join(fixtureDir, d.name+".pcap"), "fixture %q is defined but its pcap is missing (go test ./shield/datapath -update)", d.name)
 	}
 	for _, path := range pcaps {
 		name := strings.TrimSuffix(filepath.Base(path), ".pcap")
 		t.Run(name, func(t *testing.T) {
 			goldenPath := strings.TrimSuffix(path, ".pcap") + ".golden.json"
-			g, err := ReadGolden(goldenPath)
+			g, err := sim.ReadGolden[FixtureConfig](goldenPath)
 			require.NoError(t, err, "every fixture pcap needs a golden with its config")
-			frames, err := ReadPcap(path)
+			frames, err := sim.ReadPcap(path)
 			require.NoError(t, err)
 			require.NotEmpty(t, frames, "ReadPcap(%s)", path)
 			s := loadFixture(t, g.Config)
-			target := ShieldTarget(s)
+			target := Target(s)
 
 			if *update {
 				g.Packets = nil
@@ -195,39 +196,39 @@ func TestFixtures(t *testing.T) {
 					before, err := target.Counters()
 					require.NoError(t, err)
 					require.NoError(t, s.SetTime(uint64(f.At)))
-					got, err := Run(s.Program(), f.Data)
+					got, err := sim.Run(s.Program(), f.Data)
 					require.NoError(t, err, "frame %d", i)
 					after, err := target.Counters()
 					require.NoError(t, err)
-					d := Delta(before, after)
+					d := sim.Delta(before, after)
 					require.Len(t, d, 1, "frame %d moved %v, want exactly one counter", i, d)
 					var key string
 					for k := range d {
 						key = k
 					}
-					g.Packets = append(g.Packets, GoldenPacket{N: i, AtNs: int64(f.At), Summary: Summary(f.Data), Verdict: got, Counter: key})
+					g.Packets = append(g.Packets, sim.GoldenPacket{N: i, AtNs: int64(f.At), Summary: sim.Summary(f.Data), Verdict: got, Counter: key})
 				}
 				end, err := target.Counters()
 				require.NoError(t, err)
-				g.Totals = Delta(start, end)
-				require.NoError(t, WriteGolden(goldenPath, g))
+				g.Totals = sim.Delta(start, end)
+				require.NoError(t, sim.WriteGolden(goldenPath, g))
 				t.Logf("rewrote %s", goldenPath)
 				return
 			}
 
 			require.Len(t, g.Packets, len(frames), "%s: golden packets vs pcap frames", name)
-			steps := make([]Step, len(frames))
+			steps := make([]sim.Step, len(frames))
 			for i, f := range frames {
 				gp := g.Packets[i]
 				require.Equal(t, int64(f.At), gp.AtNs, "frame %d: pcap time vs golden", i)
-				steps[i] = Step{Name: fmt.Sprintf("frame %d: %s", i, gp.Summary), At: f.At, Frame: f.Data, Want: gp.Verdict, Delta: map[string]uint64{gp.Counter: 1}}
+				steps[i] = sim.Step{Name: fmt.Sprintf("frame %d: %s", i, gp.Summary), At: f.At, Frame: f.Data, Want: gp.Verdict, Delta: map[string]uint64{gp.Counter: 1}}
 			}
 			before, err := target.Counters()
 			require.NoError(t, err)
-			Scenario{Name: "fixture-" + name, Target: target, Steps: steps}.Run(t)
+			sim.Scenario{Name: "fixture-" + name, Target: target, Steps: steps}.Run(t)
 			after, err := target.Counters()
 			require.NoError(t, err)
-			assert.Equal(t, g.Totals, Delta(before, after), "%s: counter totals", name)
+			assert.Equal(t, g.Totals, sim.Delta(before, after), "%s: counter totals", name)
 		})
 	}
 }
@@ -242,7 +243,7 @@ func TestFixturesReadByTcpdump(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEmpty(t, pcaps)
 	for _, path := range pcaps {
-		frames, err := ReadPcap(path)
+		frames, err := sim.ReadPcap(path)
 		require.NoError(t, err)
 		out, err := exec.Command(tcpdump, "-nner", path).CombinedOutput()
 		require.NoError(t, err, "tcpdump -nner %s:\n%s", path, out)

@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // TestListsNested: allow beats deny at any prefix length, in both nestings,
@@ -18,28 +19,28 @@ func TestListsNested(t *testing.T) {
 	addList(t, s, shield.AllowList, "198.18.0.0/15", "2001:db8:1:2::/64")
 	addList(t, s, shield.DenyList, "198.18.1.0/24", "198.18.1.7/32", "2001:db8::/32")
 	udp := shield.ProtoUDP
-	step := func(name, src string, want Action, r shield.Reason) Step {
+	step := func(name, src string, want sim.Action, r shield.Reason) sim.Step {
 		v := pass
-		if want == Drop {
+		if want == sim.Drop {
 			v = drop
 		}
-		return Step{Name: name, Frame: From(src, UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
+		return sim.Step{Name: name, Frame: sim.From(src, sim.UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
 	}
-	Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: []Step{
-		step("deny /24 inside allow /15", "198.18.1.1", Pass, shield.ReasonAllow),
-		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", Pass, shield.ReasonAllow),
-		step("allow /64 inside deny /32", "2001:db8:1:2::9", Pass, shield.ReasonAllow),
-		step("deny /32 outside the allow /64", "2001:db8:1:3::9", Drop, shield.ReasonDeny),
-		step("unlisted", "203.0.113.1", Pass, shield.ReasonOK),
+	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
+		step("deny /24 inside allow /15", "198.18.1.1", sim.Pass, shield.ReasonAllow),
+		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", sim.Pass, shield.ReasonAllow),
+		step("allow /64 inside deny /32", "2001:db8:1:2::9", sim.Pass, shield.ReasonAllow),
+		step("deny /32 outside the allow /64", "2001:db8:1:3::9", sim.Drop, shield.ReasonDeny),
+		step("unlisted", "203.0.113.1", sim.Pass, shield.ReasonOK),
 	}}.Run(t)
 
 	ps, err := shield.ParsePrefixes([]string{"198.18.0.0/15"})
 	require.NoError(t, err)
 	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
-	Scenario{Name: t.Name() + "/allow removed", Target: ShieldTarget(s), Steps: []Step{
-		step("deny /24 now applies", "198.18.1.1", Drop, shield.ReasonDeny),
-		step("deny /32 now applies", "198.18.1.7", Drop, shield.ReasonDeny),
-		step("no longer listed", "198.18.2.1", Pass, shield.ReasonOK),
+	sim.Scenario{Name: t.Name() + "/allow removed", Target: Target(s), Steps: []sim.Step{
+		step("deny /24 now applies", "198.18.1.1", sim.Drop, shield.ReasonDeny),
+		step("deny /32 now applies", "198.18.1.7", sim.Drop, shield.ReasonDeny),
+		step("no longer listed", "198.18.2.1", sim.Pass, shield.ReasonOK),
 	}}.Run(t)
 }
 
@@ -93,22 +94,22 @@ func TestListsModel(t *testing.T) {
 				probes = append(probes, first, last, first.Prev(), last.Next())
 			}
 		}
-		var steps []Step
+		var steps []sim.Step
 		for _, a := range probes {
 			if !a.IsValid() {
 				continue
 			}
 			r := model(a)
-			want, v := Pass, pass
+			want, v := sim.Pass, pass
 			if r == shield.ReasonDeny {
-				want, v = Drop, drop
+				want, v = sim.Drop, drop
 			}
-			steps = append(steps, Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: From(a.String(), UDP).Bytes(), Want: want, Delta: One(v, r, shield.ProtoUDP)})
+			steps = append(steps, sim.Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: sim.From(a.String(), sim.UDP).Bytes(), Want: want, Delta: One(v, r, shield.ProtoUDP)})
 		}
 		if len(steps) == 0 {
 			continue
 		}
-		res := Scenario{Name: fmt.Sprintf("%s/op-%d", t.Name(), op), Target: ShieldTarget(s), Steps: steps}.Run(t)
+		res := sim.Scenario{Name: fmt.Sprintf("%s/op-%d", t.Name(), op), Target: Target(s), Steps: steps}.Run(t)
 		checks += res.Steps
 		if t.Failed() {
 			t.Fatalf("after op %d: allow %v, deny %v", op, keys(lists[shield.AllowList]), keys(lists[shield.DenyList]))
@@ -143,12 +144,12 @@ func keys(m map[netip.Prefix]bool) []netip.Prefix {
 func TestListsKnownSources(t *testing.T) {
 	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
 	udp := shield.ProtoUDP
-	step := func(name, src string, want Action, r shield.Reason) Step {
+	step := func(name, src string, want sim.Action, r shield.Reason) sim.Step {
 		v := pass
-		if want == Drop {
+		if want == sim.Drop {
 			v = drop
 		}
-		return Step{Name: name, Frame: From(src, UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
+		return sim.Step{Name: name, Frame: sim.From(src, sim.UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
 	}
 	change := func(add bool, l shield.List, cidrs ...string) {
 		t.Helper()
@@ -162,24 +163,24 @@ func TestListsKnownSources(t *testing.T) {
 	}
 	// Non-empty lists from the start, in other regions.
 	change(true, shield.DenyList, "203.0.113.0/24", "2001:db8:ffff::/48")
-	run := func(name string, steps ...Step) {
+	run := func(name string, steps ...sim.Step) {
 		t.Helper()
-		Scenario{Name: t.Name() + "/" + name, Target: ShieldTarget(s), Steps: steps}.Run(t)
+		sim.Scenario{Name: t.Name() + "/" + name, Target: Target(s), Steps: steps}.Run(t)
 	}
-	run("known", step("v4 admitted", "198.18.0.1", Pass, shield.ReasonOK), step("v4 known", "198.18.0.1", Pass, shield.ReasonOK),
-		step("v6 admitted", "2001:db8:1:2::1", Pass, shield.ReasonOK), step("v6 known", "2001:db8:1:2::1", Pass, shield.ReasonOK))
+	run("known", step("v4 admitted", "198.18.0.1", sim.Pass, shield.ReasonOK), step("v4 known", "198.18.0.1", sim.Pass, shield.ReasonOK),
+		step("v6 admitted", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK), step("v6 known", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK))
 	change(true, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
-	run("denied", step("v4", "198.18.0.1", Drop, shield.ReasonDeny), step("v6", "2001:db8:1:2::1", Drop, shield.ReasonDeny))
+	run("denied", step("v4", "198.18.0.1", sim.Drop, shield.ReasonDeny), step("v6", "2001:db8:1:2::1", sim.Drop, shield.ReasonDeny))
 	change(true, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
-	run("allowed inside the denied", step("v4", "198.18.0.1", Pass, shield.ReasonAllow), step("v6", "2001:db8:1:2::1", Pass, shield.ReasonAllow))
+	run("allowed inside the denied", step("v4", "198.18.0.1", sim.Pass, shield.ReasonAllow), step("v6", "2001:db8:1:2::1", sim.Pass, shield.ReasonAllow))
 	change(false, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
 	change(false, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
-	run("unlisted again", step("v4", "198.18.0.1", Pass, shield.ReasonOK), step("v6", "2001:db8:1:2::1", Pass, shield.ReasonOK))
+	run("unlisted again", step("v4", "198.18.0.1", sim.Pass, shield.ReasonOK), step("v6", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK))
 	// One address of the v6 source's /64 allowed: the rest of the /64
 	// keeps its bucket, whichever address came first.
 	change(true, shield.AllowList, "2001:db8:1:2::7/128")
-	run("host inside a key", step("listed host", "2001:db8:1:2::7", Pass, shield.ReasonAllow),
-		step("its neighbour", "2001:db8:1:2::1", Pass, shield.ReasonOK), step("listed host again", "2001:db8:1:2::7", Pass, shield.ReasonAllow))
+	run("host inside a key", step("listed host", "2001:db8:1:2::7", sim.Pass, shield.ReasonAllow),
+		step("its neighbour", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK), step("listed host again", "2001:db8:1:2::7", sim.Pass, shield.ReasonAllow))
 	src := source(t, s, "198.18.0.1")
 	require.Equal(t, uint64(3), src.Passed, "Source(198.18.0.1).Passed: its ok packets only")
 }

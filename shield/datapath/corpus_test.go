@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // bad is a frame the shield must pass untouched, and the reason it must give.
@@ -16,12 +17,12 @@ type bad struct {
 }
 
 // wellFormed lists one frame per family, tagging and transport.
-func wellFormed() []Frame {
-	var out []Frame
+func wellFormed() []sim.Frame {
+	var out []sim.Frame
 	for _, src := range []string{"198.18.7.1", "2001:db8:7::1"} {
-		for _, tags := range [][]Tag{nil, Single, Double} {
-			for _, l4 := range []L4{TCP, UDP, ICMP} {
-				out = append(out, From(src, l4, tags...))
+		for _, tags := range [][]sim.Tag{nil, sim.Single, sim.Double} {
+			for _, l4 := range []sim.L4{sim.TCP, sim.UDP, sim.ICMP} {
+				out = append(out, sim.From(src, l4, tags...))
 			}
 		}
 	}
@@ -38,7 +39,7 @@ func badCorpus() []bad {
 	for _, f := range wellFormed() {
 		b := f.Bytes()
 		id := fmt.Sprintf("%s/%d-tags/%s", f.Src, len(f.Tags), f.L4)
-		for n := MinFrame; n < f.IPEnd(); n++ {
+		for n := sim.MinFrame; n < f.IPEnd(); n++ {
 			out = append(out, bad{fmt.Sprintf("%s/truncated-%d", id, n), b[:n], shield.ReasonMalformed})
 		}
 		ip := f.IPOffset()
@@ -66,7 +67,7 @@ func badCorpus() []bad {
 		}
 		// A third tag: the shield reads two, then sees a VLAN EtherType.
 		if len(f.Tags) == 2 {
-			t3 := Frame{Src: f.Src, Dst: f.Dst, L4: f.L4, Tags: append(append([]Tag{}, f.Tags...), Tag{layers.EthernetTypeDot1Q, 300})}
+			t3 := sim.Frame{Src: f.Src, Dst: f.Dst, L4: f.L4, Tags: append(append([]sim.Tag{}, f.Tags...), sim.Tag{TPID: layers.EthernetTypeDot1Q, VID: 300})}
 			out = append(out, bad{id + "/three-tags", t3.Bytes(), shield.ReasonNotIP})
 		}
 	}
@@ -74,15 +75,15 @@ func badCorpus() []bad {
 		layers.EthernetTypeARP, layers.EthernetTypeLinkLayerDiscovery, 0x8137, 0x0000, 0xffff, 0x0600,
 	} {
 		out = append(out,
-			bad{fmt.Sprintf("ethertype-%#04x/empty", uint16(et)), Raw(et, nil), shield.ReasonNotIP},
-			bad{fmt.Sprintf("ethertype-%#04x/28-bytes", uint16(et)), Raw(et, make([]byte, 28)), shield.ReasonNotIP},
-			bad{fmt.Sprintf("ethertype-%#04x/tagged", uint16(et)), Raw(layers.EthernetTypeDot1Q, []byte{0, 100, byte(et >> 8), byte(et)}), shield.ReasonNotIP},
+			bad{fmt.Sprintf("ethertype-%#04x/empty", uint16(et)), sim.Raw(et, nil), shield.ReasonNotIP},
+			bad{fmt.Sprintf("ethertype-%#04x/28-bytes", uint16(et)), sim.Raw(et, make([]byte, 28)), shield.ReasonNotIP},
+			bad{fmt.Sprintf("ethertype-%#04x/tagged", uint16(et)), sim.Raw(layers.EthernetTypeDot1Q, []byte{0, 100, byte(et >> 8), byte(et)}), shield.ReasonNotIP},
 		)
 	}
 	// An 802.1ad tag whose inner tag is cut off, and an empty tagged frame.
 	out = append(out,
-		bad{"qinq/inner-cut", Raw(layers.EthernetTypeQinQ, []byte{0, 200, 0x81, 0x00, 0, 100}), shield.ReasonMalformed},
-		bad{"dot1q/empty", Raw(layers.EthernetTypeDot1Q, nil), shield.ReasonMalformed},
+		bad{"qinq/inner-cut", sim.Raw(layers.EthernetTypeQinQ, []byte{0, 200, 0x81, 0x00, 0, 100}), shield.ReasonMalformed},
+		bad{"dot1q/empty", sim.Raw(layers.EthernetTypeDot1Q, nil), shield.ReasonMalformed},
 	)
 	return out
 }

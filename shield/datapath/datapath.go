@@ -1,9 +1,10 @@
-package sim
+package datapath
 
 import (
 	"fmt"
 
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // Key names one shield counter as scenarios and goldens write it:
@@ -23,10 +24,11 @@ func CounterMap(c shield.Counters) map[string]uint64 {
 	return m
 }
 
-// ShieldTarget is a scenario target for a loaded shield; the virtual clock is
-// wired when the shield was loaded with shield.ClockVirtual.
-func ShieldTarget(s *shield.Shield) Target {
-	t := Target{
+// Target is the simulator's target for a loaded shield: its program, its
+// counters by Key, and its virtual clock when it was loaded with
+// shield.ClockVirtual.
+func Target(s *shield.Shield) sim.Target {
+	t := sim.Target{
 		Prog: s.Program(),
 		Counters: func() (map[string]uint64, error) {
 			c, err := s.Counters()
@@ -50,4 +52,14 @@ func One(v shield.Verdict, r shield.Reason, p shield.Proto) map[string]uint64 {
 // N is the counter delta of n frames: {Key(v, r, p): n}.
 func N(n uint64, v shield.Verdict, r shield.Reason, p shield.Proto) map[string]uint64 {
 	return map[string]uint64{Key(v, r, p): n}
+}
+
+// FixtureConfig is the shield configuration a fixture of fixtures/sim
+// replays under (the Config of its sim.Golden): the shield's own Limits
+// (their JSON keys inline), the table size and the lists as CIDRs.
+type FixtureConfig struct {
+	TableSize uint32 `json:"table_size"`
+	shield.Limits
+	Allow []string `json:"allow,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
 }

@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // TestMalformedPasses: every frame of the generated corpus passes with
@@ -19,13 +20,13 @@ func TestMalformedPasses(t *testing.T) {
 	addList(t, s, shield.DenyList, "0.0.0.0/0", "::/0")
 	corpus := badCorpus()
 	require.Greater(t, len(corpus), 300, "corpus size")
-	steps := make([]Step, len(corpus))
+	steps := make([]sim.Step, len(corpus))
 	counts := map[shield.Reason]int{}
 	for i, c := range corpus {
-		steps[i] = Step{Name: c.name, At: sec, Frame: c.frame, Want: Pass, Delta: One(pass, c.reason, shield.ProtoOther)}
+		steps[i] = sim.Step{Name: c.name, At: sec, Frame: c.frame, Want: sim.Pass, Delta: One(pass, c.reason, shield.ProtoOther)}
 		counts[c.reason]++
 	}
-	res := Scenario{Name: t.Name(), Target: ShieldTarget(s), Steps: steps}.Run(t)
+	res := sim.Scenario{Name: t.Name(), Target: Target(s), Steps: steps}.Run(t)
 	assert.Equal(t, len(corpus), res.Steps, "steps run")
 	assert.NotZero(t, counts[shield.ReasonMalformed], "malformed frames in the corpus")
 	assert.NotZero(t, counts[shield.ReasonNotIP], "non-IP frames in the corpus")
@@ -36,8 +37,8 @@ func TestMalformedPasses(t *testing.T) {
 	// The well-formed originals are denied: the corpus's verdicts come from
 	// parsing, not from a shield that passes everything.
 	for _, f := range wellFormed() {
-		got, err := Run(s.Program(), f.Bytes())
+		got, err := sim.Run(s.Program(), f.Bytes())
 		require.NoError(t, err)
-		assert.Equal(t, Drop, got, "Run(%s %d-tags %s)", f.Src, len(f.Tags), f.L4)
+		assert.Equal(t, sim.Drop, got, "Run(%s %d-tags %s)", f.Src, len(f.Tags), f.L4)
 	}
 }

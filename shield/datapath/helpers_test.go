@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"flag"
@@ -9,11 +9,12 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // compat runs every test of the package against shield_compat, whatever
-// the kernel (the regression gate's second behaviour run: `-sim.compat`).
-var compat = flag.Bool("sim.compat", false, "load shield_compat in shield's place on every kernel")
+// the kernel (the regression gate's second behaviour run: `-datapath.compat`).
+var compat = flag.Bool("datapath.compat", false, "load shield_compat in shield's place on every kernel")
 
 // Shorthands for counter keys.
 const (
@@ -50,11 +51,11 @@ func source(t testing.TB, s *shield.Shield, addr string) shield.Source {
 }
 
 // protoOf maps a built frame's L4 to the counter protocol.
-func protoOf(l L4) shield.Proto {
+func protoOf(l sim.L4) shield.Proto {
 	switch l {
-	case TCP:
+	case sim.TCP:
 		return shield.ProtoTCP
-	case UDP:
+	case sim.UDP:
 		return shield.ProtoUDP
 	default:
 		return shield.ProtoICMP

@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"encoding/binary"
@@ -9,6 +9,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // parsesAsIP is an independent model of what the shield must recognise as
@@ -91,7 +92,7 @@ func FuzzShield(f *testing.F) {
 		f.Add(fr.Bytes())
 	}
 	for _, src := range []string{"198.18.1.1", "198.19.0.1", "2001:db8:1::1", "2001:db8:5::1", "203.0.113.1", "2001:db8:ffff::1"} {
-		f.Add(From(src, TCP, Double...).Bytes())
+		f.Add(sim.From(src, sim.TCP, sim.Double...).Bytes())
 	}
 	for i, b := range badCorpus() {
 		if i%5 == 0 {
@@ -99,7 +100,7 @@ func FuzzShield(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		if len(frame) < MinFrame || len(frame) > MaxFrame {
+		if len(frame) < sim.MinFrame || len(frame) > sim.MaxFrame {
 			t.Skip("BPF_PROG_TEST_RUN refuses this size before the program runs")
 		}
 		testutil.Root(t)
@@ -107,7 +108,7 @@ func FuzzShield(f *testing.F) {
 		require.NoError(t, err, "load the shield")
 		before, err := s.Counters()
 		require.NoError(t, err)
-		got, err := Run(s.Program(), frame)
+		got, err := sim.Run(s.Program(), frame)
 		require.NoError(t, err, "Run(%x)", frame)
 		after, err := s.Counters()
 		require.NoError(t, err)
@@ -118,15 +119,15 @@ func FuzzShield(f *testing.F) {
 		var p shield.Proto
 		d.Each(func(vv shield.Verdict, rr shield.Reason, pp shield.Proto, _ uint64) { v, r, p = vv, rr, pp })
 		wantV := shield.Pass
-		if got == Drop {
+		if got == sim.Drop {
 			wantV = shield.Drop
 		}
-		require.Contains(t, []Action{Pass, Drop}, got, "Run(%x)", frame)
+		require.Contains(t, []sim.Action{sim.Pass, sim.Drop}, got, "Run(%x)", frame)
 		require.Equal(t, wantV, v, "counted verdict vs returned %s", got)
 
 		reason, l4 := parsesAsIP(frame)
 		if reason != shield.ReasonOK {
-			require.Equal(t, Pass, got, "Run(%x): a frame that does not parse as IP must pass", frame)
+			require.Equal(t, sim.Pass, got, "Run(%x): a frame that does not parse as IP must pass", frame)
 			require.Equal(t, Key(shield.Pass, reason, shield.ProtoOther), Key(v, r, p), "counter for %x", frame)
 			return
 		}

@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // floodSrc is the forged flood's frame: IPv6, so a random 32 bits in the
@@ -46,7 +47,7 @@ func forgerProgram(tb testing.TB, progs *ebpf.Map, at ebpf.AttachType) *ebpf.Pro
 			asm.LoadMapPtr(asm.R2, progs.FD()),
 			asm.Mov.Imm(asm.R3, 0),
 			asm.FnTailCall.Call(),
-			asm.Mov.Imm(asm.R0, int32(Pass)).WithSymbol("out"),
+			asm.Mov.Imm(asm.R0, int32(sim.Pass)).WithSymbol("out"),
 			asm.Return(),
 		},
 	})
@@ -129,7 +130,7 @@ func BenchmarkForgedFlood(b *testing.B) {
 			ref := dropProgram(b)
 			fref := forge(b, ref, ebpf.AttachNone)
 			fshield := forge(b, s.Program(), ebpf.AttachXDP)
-			frame := From(floodSrc, UDP).Bytes()
+			frame := sim.From(floodSrc, sim.UDP).Bytes()
 			before, err := s.Counters()
 			require.NoError(b, err)
 			b.ResetTimer()

@@ -1,4 +1,4 @@
-package sim
+package datapath
 
 import (
 	"math"
@@ -11,6 +11,7 @@ import (
 
 	"xdpshield/internal/testutil"
 	"xdpshield/shield"
+	"xdpshield/sim"
 )
 
 // dropProgram is the reference: an XDP program that returns XDP_DROP and
@@ -22,7 +23,7 @@ func dropProgram(tb testing.TB) *ebpf.Program {
 		Type:    ebpf.XDP,
 		License: "GPL",
 		Instructions: asm.Instructions{
-			asm.Mov.Imm(asm.R0, int32(Drop)),
+			asm.Mov.Imm(asm.R0, int32(sim.Drop)),
 			asm.Return(),
 		},
 	})
@@ -52,7 +53,7 @@ func lruProgram(tb testing.TB) *ebpf.Program {
 			asm.Mov.Reg(asm.R2, asm.RFP),
 			asm.Add.Imm(asm.R2, -16),
 			asm.FnMapLookupElem.Call(),
-			asm.Mov.Imm(asm.R0, int32(Drop)),
+			asm.Mov.Imm(asm.R0, int32(sim.Drop)),
 			asm.Return(),
 		},
 	})
@@ -66,7 +67,7 @@ func lruProgram(tb testing.TB) *ebpf.Program {
 type benchPath struct {
 	name  string
 	clock shield.Clock
-	setup func(tb testing.TB, s *shield.Shield) (frame []byte, want Action, reason shield.Reason)
+	setup func(tb testing.TB, s *shield.Shield) (frame []byte, want sim.Action, reason shield.Reason)
 	// reprime restores the path's state between chunks (nil: stateless).
 	reprime func(tb testing.TB, s *shield.Shield)
 }
@@ -79,99 +80,99 @@ var (
 	benchSrc   = "198.18.0.1"
 	strangerN  = 0
 	benchPaths = []benchPath{
-		{name: "allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			addList(tb, s, shield.AllowList, "198.18.0.0/15")
-			return From(benchSrc, UDP).Bytes(), Pass, shield.ReasonAllow
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, shield.ReasonAllow
 		}},
-		{name: "ok", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "ok", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
-			f := From(benchSrc, UDP).Bytes()
-			mustRun(tb, s, f, Pass) // established: from now on a table hit
-			return f, Pass, shield.ReasonOK
+			f := sim.From(benchSrc, sim.UDP).Bytes()
+			mustRun(tb, s, f, sim.Pass) // established: from now on a table hit
+			return f, sim.Pass, shield.ReasonOK
 		}},
-		{name: "limit-drop", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "limit-drop", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
-			f := From(benchSrc, UDP).Bytes()
-			mustRun(tb, s, f, Pass)
-			return f, Drop, shield.ReasonLimit
+			f := sim.From(benchSrc, sim.UDP).Bytes()
+			mustRun(tb, s, f, sim.Pass)
+			return f, sim.Drop, shield.ReasonLimit
 		}, reprime: func(tb testing.TB, s *shield.Shield) {
-			drain(tb, s, From(benchSrc, UDP).Bytes())
+			drain(tb, s, sim.From(benchSrc, sim.UDP).Bytes())
 		}},
-		{name: "deny", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "deny", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			addList(tb, s, shield.DenyList, "198.18.0.0/15")
-			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonDeny
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonDeny
 		}},
 		// The frozen virtual clock: with a real one, the admission bucket's
 		// one token a second lets the stranger in mid-chunk, and the rest of
 		// the chunk (up to 2^20 packets) takes the limit path. Reading the
 		// virtual clock costs a load where jiffies cost a helper call
 		// (~2 ns): compare with ok-ktime for what a clock costs.
-		{name: "admission-drop", clock: shield.ClockVirtual, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "admission-drop", clock: shield.ClockVirtual, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 			// A moment after the start, so the first refill caps the
 			// admission bucket at the new burst of one.
 			require.NoError(tb, s.SetTime(1))
 			drainAdmission(tb, s)
-			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonAdmission
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonAdmission
 		}},
-		{name: "malformed", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
-			f := From(benchSrc, UDP)
-			return f.Bytes()[:f.IPEnd()-1], Pass, shield.ReasonMalformed
+		{name: "malformed", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
+			f := sim.From(benchSrc, sim.UDP)
+			return f.Bytes()[:f.IPEnd()-1], sim.Pass, shield.ReasonMalformed
 		}},
 		// Not targets, for comparison: the ok path with both lists holding
 		// entries that do not match, and with the exact (ktime) clock.
-		{name: "ok+lists", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "ok+lists", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
 			addList(tb, s, shield.DenyList, "192.0.2.0/24", "2001:db8:2::/48")
-			f := From(benchSrc, UDP).Bytes()
-			mustRun(tb, s, f, Pass)
-			return f, Pass, shield.ReasonOK
+			f := sim.From(benchSrc, sim.UDP).Bytes()
+			mustRun(tb, s, f, sim.Pass)
+			return f, sim.Pass, shield.ReasonOK
 		}},
-		{name: "deny+allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "deny+allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
 			addList(tb, s, shield.DenyList, "198.18.0.0/15")
-			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonDeny
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonDeny
 		}},
 		// The paths issue 9 added: a protected-destination list (the ok
 		// path pays a bitmap test), the unprotected class (the return
 		// traffic of the edge's own connections), own addresses and
 		// IPv4-mapped IPv6 sources (spoofed).
-		{name: "ok+protected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "ok+protected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			l := shield.DefaultLimits()
 			l.Rate, l.Burst = 1e9, 1e9
 			setLimits(tb, s, l)
-			f := From(benchSrc, UDP).Bytes() // to UDP 443: protected
-			mustRun(tb, s, f, Pass)
-			return f, Pass, shield.ReasonOK
+			f := sim.From(benchSrc, sim.UDP).Bytes() // to UDP 443: protected
+			mustRun(tb, s, f, sim.Pass)
+			return f, sim.Pass, shield.ReasonOK
 		}},
-		{name: "unprotected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "unprotected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			l := shield.DefaultLimits()
 			l.Unprotected.Rate, l.Unprotected.Burst = 1e9, 1e9
 			setLimits(tb, s, l)
-			f := Frame{Src: netip.MustParseAddr(benchSrc), Dst: netip.MustParseAddr("198.18.255.254"), L4: TCP, SrcPort: 443, DstPort: 40000}.Bytes()
-			mustRun(tb, s, f, Pass)
-			return f, Pass, shield.ReasonUnprotected
+			f := sim.Frame{Src: netip.MustParseAddr(benchSrc), Dst: netip.MustParseAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000}.Bytes()
+			mustRun(tb, s, f, sim.Pass)
+			return f, sim.Pass, shield.ReasonUnprotected
 		}},
-		{name: "spoofed-own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "spoofed-own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setOwn(tb, s, benchSrc, "2001:db8::1")
-			return From(benchSrc, UDP).Bytes(), Drop, shield.ReasonSpoofed
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonSpoofed
 		}},
-		{name: "spoofed-mapped", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
-			return Frame{Src: netip.MustParseAddr("::ffff:" + benchSrc), Dst: netip.MustParseAddr("2001:db8:ffff::fffe"), L4: UDP}.Bytes(), Drop, shield.ReasonSpoofed
+		{name: "spoofed-mapped", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
+			return sim.Frame{Src: netip.MustParseAddr("::ffff:" + benchSrc), Dst: netip.MustParseAddr("2001:db8:ffff::fffe"), L4: sim.UDP}.Bytes(), sim.Drop, shield.ReasonSpoofed
 		}},
-		{name: "ok+own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "ok+own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			setOwn(tb, s, "198.18.255.254", "2001:db8:ffff::fffe")
-			f := From(benchSrc, UDP).Bytes()
-			mustRun(tb, s, f, Pass)
-			return f, Pass, shield.ReasonOK
+			f := sim.From(benchSrc, sim.UDP).Bytes()
+			mustRun(tb, s, f, sim.Pass)
+			return f, sim.Pass, shield.ReasonOK
 		}},
-		{name: "ok-ktime", clock: shield.ClockKtime, setup: func(tb testing.TB, s *shield.Shield) ([]byte, Action, shield.Reason) {
+		{name: "ok-ktime", clock: shield.ClockKtime, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
 			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
-			f := From(benchSrc, UDP).Bytes()
-			mustRun(tb, s, f, Pass)
-			return f, Pass, shield.ReasonOK
+			f := sim.From(benchSrc, sim.UDP).Bytes()
+			mustRun(tb, s, f, sim.Pass)
+			return f, sim.Pass, shield.ReasonOK
 		}},
 	}
 )
@@ -181,9 +182,9 @@ func setLimits(tb testing.TB, s *shield.Shield, l shield.Limits) {
 	require.NoError(tb, s.SetLimits(l), "SetLimits(%+v)", l)
 }
 
-func mustRun(tb testing.TB, s *shield.Shield, f []byte, want Action) {
+func mustRun(tb testing.TB, s *shield.Shield, f []byte, want sim.Action) {
 	tb.Helper()
-	got, err := Run(s.Program(), f)
+	got, err := sim.Run(s.Program(), f)
 	require.NoError(tb, err)
 	require.Equal(tb, want, got, "Run()")
 }
@@ -192,9 +193,9 @@ func mustRun(tb testing.TB, s *shield.Shield, f []byte, want Action) {
 func drain(tb testing.TB, s *shield.Shield, f []byte) {
 	tb.Helper()
 	for range 1000 {
-		got, err := Run(s.Program(), f)
+		got, err := sim.Run(s.Program(), f)
 		require.NoError(tb, err)
-		if got == Drop {
+		if got == sim.Drop {
 			return
 		}
 	}
@@ -208,9 +209,9 @@ func drainAdmission(tb testing.TB, s *shield.Shield) {
 	for range 1000 {
 		strangerN++
 		a := netip.AddrFrom4([4]byte{198, 19, byte(strangerN >> 8), byte(strangerN)})
-		got, err := Run(s.Program(), From(a.String(), UDP).Bytes())
+		got, err := sim.Run(s.Program(), sim.From(a.String(), sim.UDP).Bytes())
 		require.NoError(tb, err)
-		if got == Drop {
+		if got == sim.Drop {
 			return
 		}
 	}
@@ -248,13 +249,13 @@ func BenchmarkShield(b *testing.B) {
 	testutil.Root(b)
 	ref := dropProgram(b)
 	b.Run("reference", func(b *testing.B) {
-		f := From(benchSrc, UDP).Bytes()
+		f := sim.From(benchSrc, sim.UDP).Bytes()
 		ns := measure(b, ref, f, b.N, nil)
 		b.ReportMetric(ns, "ns/pkt")
 		b.ReportMetric(1, "x-ref")
 	})
 	b.Run("floor-lru-lookup", func(b *testing.B) {
-		f := From(benchSrc, UDP).Bytes()
+		f := sim.From(benchSrc, sim.UDP).Bytes()
 		lru := lruProgram(b)
 		b.ResetTimer()
 		refNs := measure(b, ref, f, b.N, nil)
@@ -268,7 +269,7 @@ func BenchmarkShield(b *testing.B) {
 			require.NoError(b, err)
 			defer s.Close()
 			frame, want, reason := p.setup(b, s)
-			got, err := Run(s.Program(), frame)
+			got, err := sim.Run(s.Program(), frame)
 			require.NoError(b, err)
 			require.Equal(b, want, got, "Run() on the %s path", p.name)
 			var between func()
@@ -285,7 +286,7 @@ func BenchmarkShield(b *testing.B) {
 			require.NoError(b, err)
 			d := after.Sub(before)
 			v := shield.Pass
-			if want == Drop {
+			if want == sim.Drop {
 				v = shield.Drop
 			}
 			var on uint64

@@ -1,0 +1,83 @@
+package sim
+
+import (
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// module is the module path of the repository (go.mod).
+const module = "xdpshield"
+
+// moduleImports returns the packages of this module that the non-test Go
+// files of package path import, read from the sources under root.
+func moduleImports(t *testing.T, root, path string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, strings.TrimPrefix(path, module), "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range af.Imports {
+			p, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p == module || strings.HasPrefix(p, module+"/") {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// TestSimStaysGeneric: the simulator drives any program of bpf/ and knows
+// none of them: neither sim nor any package of this module it imports,
+// however indirectly, imports the shield (shield/... holds the shield's
+// glue and data-plane tests, shield/datapath). Read from the sources, as
+// `go list -deps ./sim` would, so it needs no toolchain; a test binary run
+// without them (a VM) skips, the host's run checks.
+func TestSimStaysGeneric(t *testing.T) {
+	root := ".."
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Skip("the module's sources are not here (a test binary run alone, as in a VM); the host's run checks")
+	}
+	seen := map[string][]string{module + "/sim": nil} // package -> the chain that imports it
+	queue := []string{module + "/sim"}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		imps := moduleImports(t, root, p)
+		if p == module+"/sim" && len(imps) == 0 {
+			// Not proof of anything unless the sources were read.
+			if files, _ := filepath.Glob(filepath.Join(root, "sim", "*.go")); len(files) == 0 {
+				t.Fatal("no Go files read in sim")
+			}
+		}
+		for _, imp := range imps {
+			if _, ok := seen[imp]; ok {
+				continue
+			}
+			chain := append(slices.Clone(seen[p]), p)
+			seen[imp] = chain
+			if imp == module+"/shield" || strings.HasPrefix(imp, module+"/shield/") {
+				t.Errorf("%s imports %s: the simulator must not know the shield (move the shield's part to shield/datapath)", strings.Join(chain, " -> "), imp)
+				continue
+			}
+			queue = append(queue, imp)
+		}
+	}
+}
