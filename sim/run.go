@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 )
 
 // Action is an XDP program's return value.
@@ -72,4 +73,14 @@ func Run(prog *ebpf.Program, frame []byte) (Action, error) {
 		return 0, fmt.Errorf("test run of %d-byte frame: %w", len(frame), err)
 	}
 	return Action(ret), nil
+}
+
+// DropProgram loads the reference program: XDP_DROP for every frame and
+// nothing else, so a test run of it measures BPF_PROG_TEST_RUN's own cost
+// per packet, and a scenario can drive a program that is not the shield.
+func DropProgram() (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "xdp_drop_ref", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, int32(Drop)), asm.Return()},
+	})
 }

@@ -5,23 +5,16 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/internal/testutil"
 )
 
-// dropProgram is a program that is not the shield: XDP_DROP for every
-// frame, closed when tb ends.
+// dropProgram loads sim's XDP_DROP reference, closed when tb ends.
 func dropProgram(tb testing.TB) *ebpf.Program {
 	tb.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "xdp_drop_ref",
-		Type:         ebpf.XDP,
-		License:      "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, int32(Drop)), asm.Return()},
-	})
+	prog, err := DropProgram()
 	require.NoError(tb, err, "load the reference program")
 	tb.Cleanup(func() { prog.Close() })
 	return prog

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"golang.org/x/sys/unix"
 
 	"xdpshield/shield"
@@ -115,15 +114,6 @@ func drainAdmission(s *shield.Shield) error {
 	return errors.New("drain admission: still admitting after 1000 strangers")
 }
 
-// dropProgram is the reference: XDP_DROP and nothing else, so it measures
-// BPF_PROG_TEST_RUN's own cost per packet.
-func dropProgram() (*ebpf.Program, error) {
-	return ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "xdp_drop_ref", Type: ebpf.XDP, License: "GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, int32(sim.Drop)), asm.Return()},
-	})
-}
-
 // SpeedOptions size the measurement.
 type SpeedOptions struct {
 	Rounds int           // rounds per path, reference and path interleaved (5)
@@ -189,7 +179,7 @@ func Speed(o SpeedOptions) (map[string]Path, error) {
 		return nil, fmt.Errorf("enable run-time statistics: %w", err)
 	}
 	defer stats.Close()
-	ref, err := dropProgram()
+	ref, err := sim.DropProgram()
 	if err != nil {
 		return nil, fmt.Errorf("load the reference program: %w", err)
 	}

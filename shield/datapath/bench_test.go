@@ -14,19 +14,10 @@ import (
 	"xdpshield/sim"
 )
 
-// dropProgram is the reference: an XDP program that returns XDP_DROP and
-// does nothing else, so it measures BPF_PROG_TEST_RUN's own cost per packet.
+// dropProgram loads sim's XDP_DROP reference, closed when tb ends.
 func dropProgram(tb testing.TB) *ebpf.Program {
 	tb.Helper()
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:    "xdp_drop_ref",
-		Type:    ebpf.XDP,
-		License: "GPL",
-		Instructions: asm.Instructions{
-			asm.Mov.Imm(asm.R0, int32(sim.Drop)),
-			asm.Return(),
-		},
-	})
+	prog, err := sim.DropProgram()
 	require.NoError(tb, err, "load the reference program")
 	tb.Cleanup(func() { prog.Close() })
 	return prog
