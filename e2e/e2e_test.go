@@ -186,7 +186,12 @@ func TestStormBoundedInTime(t *testing.T) {
 				if per[0] == 0 {
 					t.Errorf("%s: Storm sent nothing in %v", tc.name, took)
 				}
-				if want := bound + 2*call; took > want {
+				// A storm checks its bound between calls, so it may overrun
+				// it by the call under way; a call during the storm can take
+				// twice the longest timed before it when the host is busy
+				// (6.1 under TCG: 3.60 s against 0.2 s + 2 x 1.66 s). A storm
+				// that ignored its bound would run for an hour.
+				if want := bound + 4*call; took > want {
 					t.Errorf("%s: Storm took %v, want at most %v (bound %v, one call up to %v)", tc.name, took, want, bound, call)
 				}
 			}
