@@ -180,38 +180,15 @@ func (e *env) serve(t *testing.T, kind string, a netip.AddrPort) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	testutil.AnswerLines(t, ln, func(c net.Conn) string {
+		return fmt.Sprintf("%s %s %s", kind, c.LocalAddr(), c.RemoteAddr())
+	})
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
-		ln.Close()
 		pc.Close()
 		wg.Wait()
 	})
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		var conns sync.WaitGroup
-		defer conns.Wait()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					if _, err := fmt.Fprintf(c, "%s %s %s\n", kind, c.LocalAddr(), c.RemoteAddr()); err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		buf := make([]byte, 512)

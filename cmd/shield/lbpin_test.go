@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"xdpshield/internal/testutil"
 	"xdpshield/lb"
 )
 
@@ -103,32 +103,7 @@ func lbResponders(t *testing.T, l *lab, addrs ...string) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		var wg sync.WaitGroup
-		t.Cleanup(func() { ln.Close(); wg.Wait() })
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var conns sync.WaitGroup
-			defer conns.Wait()
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				conns.Add(1)
-				go func() {
-					defer conns.Done()
-					defer c.Close()
-					r := bufio.NewReader(c)
-					for {
-						if _, err := r.ReadString('\n'); err != nil {
-							return
-						}
-						fmt.Fprintf(c, "%s\n", c.LocalAddr())
-					}
-				}()
-			}
-		}()
+		testutil.AnswerLines(t, ln, func(c net.Conn) string { return c.LocalAddr().String() })
 	}
 }
 
