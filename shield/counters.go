@@ -136,6 +136,16 @@ func (c *Counters) Verdict(v Verdict) uint64 {
 // Total sums every packet seen.
 func (c *Counters) Total() uint64 { return c.Verdict(Pass) + c.Verdict(Drop) }
 
+// Share is the part of all packets counted with verdict v and reason r,
+// over protocols: how many took one path (0 when nothing was counted).
+func (c *Counters) Share(v Verdict, r Reason) float64 {
+	var on uint64
+	for _, x := range c[v][r] {
+		on += x
+	}
+	return float64(on) / float64(max(c.Total(), 1))
+}
+
 // Sub returns c - o, entry by entry (the counters only grow).
 func (c Counters) Sub(o Counters) Counters {
 	for v := range c {

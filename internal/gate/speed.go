@@ -259,11 +259,7 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	if want == sim.Drop {
 		v = shield.Drop
 	}
-	var on uint64
-	for _, x := range d[v][reason] {
-		on += x
-	}
-	res.OnPath = float64(on) / float64(max(d.Total(), 1))
+	res.OnPath = d.Share(v, reason)
 	res.Rounds = o.Rounds
 	res.NsPerPkt, res.RefNsPerPkt, res.Ratio = median(nsPath), median(nsRef), median(ratios)
 	res.TestRunNsPerPkt, res.TestRunRefNsPerPkt = median(trPath), median(trRef)

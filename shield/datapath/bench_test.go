@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"math"
 	"net/netip"
 	"testing"
 
@@ -280,12 +279,8 @@ func BenchmarkShield(b *testing.B) {
 			if want == sim.Drop {
 				v = shield.Drop
 			}
-			var on uint64
-			for _, x := range d[v][reason] {
-				on += x
-			}
-			share := 100 * float64(on) / float64(d.Total())
-			if math.IsNaN(share) || share < 99 {
+			share := 100 * d.Share(v, reason)
+			if share < 99 {
 				b.Errorf("%s: only %.2f%% of %d packets took the path (%s/%s): %v", p.name, share, d.Total(), v, reason, CounterMap(d))
 			}
 			b.ReportMetric(ns, "ns/pkt")
