@@ -606,25 +606,35 @@ func (r *Report) Write(dir string, w io.Writer) error {
 	if err := r.Render(&txt); err != nil {
 		return err
 	}
-	fmt.Fprint(w, "\n"+txt.String())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write matrix: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "matrix.txt"), []byte(txt.String()), 0o644); err != nil {
-		return fmt.Errorf("write matrix: %w", err)
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
+	if err := WriteReport(dir, "matrix", txt.String(), r, w); err != nil {
 		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "matrix.json"), append(js, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write matrix: %w", err)
 	}
 	// make and go run turn every failure into 2 and 1: scripts read the
 	// harness's own code here.
 	if err := os.WriteFile(filepath.Join(dir, "exit-code"), fmt.Appendf(nil, "%d\n", r.ExitCode), 0o644); err != nil {
 		return fmt.Errorf("write matrix: %w", err)
 	}
-	fmt.Fprintf(w, "\nwritten: %s, %s\n", filepath.Join(dir, "matrix.txt"), filepath.Join(dir, "matrix.json"))
+	return nil
+}
+
+// WriteReport prints txt to w and writes it as NAME.txt in dir, beside v
+// as NAME.json (the matrix's report, the gate's).
+func WriteReport(dir, name, txt string, v any, w io.Writer) error {
+	fmt.Fprint(w, "\n"+txt)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path+".txt", []byte(txt), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".json", append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	fmt.Fprintf(w, "\nwritten: %s.txt, %s.json\n", path, path)
 	return nil
 }

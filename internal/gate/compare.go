@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"xdpshield/vmtest"
 )
 
 // Thresholds decide what fails.
@@ -354,20 +356,5 @@ func (r *Report) Write(dir string, w io.Writer) error {
 	if err := r.Render(&txt); err != nil {
 		return err
 	}
-	fmt.Fprint(w, "\n"+txt.String())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("write gate report: %w", err)
-	}
-	if err := os.WriteFile(dir+"/gate.txt", []byte(txt.String()), 0o644); err != nil {
-		return fmt.Errorf("write gate report: %w", err)
-	}
-	js, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(dir+"/gate.json", append(js, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write gate report: %w", err)
-	}
-	fmt.Fprintf(w, "\nwritten: %s/gate.txt, %s/gate.json\n", dir, dir)
-	return nil
+	return vmtest.WriteReport(dir, "gate", txt.String(), r, w)
 }
