@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
 )
@@ -212,12 +213,11 @@ func (l *LB) TableSize() uint32 { return l.tableSize }
 // IsCgroup2 returns an error unless dir is a directory of a cgroup v2
 // hierarchy.
 func IsCgroup2(dir string) error {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
 		return fmt.Errorf("cgroup %q: %w", dir, err)
 	}
-	const cgroup2Magic = 0x63677270
-	if st.Type != cgroup2Magic {
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
 		return fmt.Errorf("cgroup %q: not a cgroup v2 directory (mount one with MountCgroup2)", dir)
 	}
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {

@@ -65,14 +65,14 @@ func Pinned(pinDir string) bool {
 // not an error. Sockets translated before keep their backends; getpeername
 // and recvfrom report the backend from then on.
 func RemovePins(dir string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		return fmt.Errorf("statfs %s: %w", dir, err)
+	ok, err := pinfs.OnBPFFS(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
-	if st.Type != unix.BPF_FS_MAGIC {
+	if err != nil {
+		return err
+	}
+	if !ok {
 		return fmt.Errorf("%s is not on a bpf filesystem: no balancer pins there, nothing removed", dir)
 	}
 	// Links first: translation stops before the maps go.

@@ -81,8 +81,9 @@ func (s *Shield) filterStats() (FilterStats, error) {
 	f := s.filter
 	s.mu.Unlock()
 	n := 0
-	for _, w := range words[f*filterWords : (f+1)*filterWords] {
-		n += bits.OnesCount64(atomic.LoadUint64(&w))
+	ws := words[f*filterWords : (f+1)*filterWords]
+	for i := range ws {
+		n += bits.OnesCount64(atomic.LoadUint64(&ws[i]))
 	}
 	return FilterStats{Filter: f, Set: n, Fill: float64(n) / filterBits}, nil
 }

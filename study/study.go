@@ -13,14 +13,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
 	"xdpshield/e2e"
 	"xdpshield/probe"
 	"xdpshield/shield"
 	"xdpshield/shield/nft"
+	"xdpshield/sim"
 )
 
 // Log attribute keys.
@@ -297,9 +296,9 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 		}
 		p.nft = true
 	case "floor":
-		prog, err := dropAll()
+		prog, err := sim.DropProgram()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("load XDP_DROP: %w", err)
 		}
 		defer prog.Close() // the link keeps it
 		if err := s.top.Edge.Do(func() error {
@@ -345,20 +344,6 @@ func (s *study) undo(ctx context.Context, p *protection) {
 			s.log.Warn("remove nftables twin", logErr, err)
 		}
 	}
-}
-
-// dropAll is the floor: XDP_DROP for every frame.
-func dropAll() (*ebpf.Program, error) {
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "drop_all",
-		Type:         ebpf.XDP,
-		License:      "Dual BSD/GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 1 /* XDP_DROP */), asm.Return()},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("load XDP_DROP: %w", err)
-	}
-	return p, nil
 }
 
 // legit measures configuration c: a fixed-rate phase, then a saturation

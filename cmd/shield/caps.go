@@ -8,15 +8,17 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"xdpshield/shield"
 )
 
 // Capability numbers (linux/capability.h).
 const (
-	capNetAdmin = 12
-	capSysAdmin = 21
-	capPerfmon  = 38
-	capBPF      = 39
+	capNetAdmin = unix.CAP_NET_ADMIN
+	capSysAdmin = unix.CAP_SYS_ADMIN
+	capPerfmon  = unix.CAP_PERFMON
+	capBPF      = unix.CAP_BPF
 )
 
 var capNames = map[int]string{capNetAdmin: "CAP_NET_ADMIN", capSysAdmin: "CAP_SYS_ADMIN", capPerfmon: "CAP_PERFMON", capBPF: "CAP_BPF"}
