@@ -8,11 +8,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"xdpshield/internal/testutil"
 )
 
 // response is what a client sees of one response: status, headers but the
@@ -298,9 +299,7 @@ func FuzzL7(f *testing.F) {
 	for _, c := range corpus {
 		f.Add(bytes.Join(c.chunks, nil), uint8(7))
 	}
-	if os.Geteuid() != 0 {
-		f.Skip("needs root")
-	}
+	testutil.Root(f)
 	d := newDiffEnv(f)
 	f.Fuzz(func(t *testing.T, data []byte, step uint8) {
 		if len(data) > 4096 {
