@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
 
 	"log/slog"
 
@@ -139,12 +137,7 @@ func (l *localShield) Close() error {
 // (killed before it could clean up). Only names this package makes are
 // touched, and only on bpffs.
 func removeStalePins(log interface{ Warn(string, ...any) }) {
-	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/bpf", stormPinPrefix+"*"))
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), stormPinPrefix))
-		if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-			continue
-		}
+	for _, d := range topo.StaleDirs("/sys/fs/bpf", stormPinPrefix) {
 		// Its namespaces, and so its interfaces and links, died with it.
 		if err := os.RemoveAll(d); err != nil {
 			log.Warn("remove a dead storm's pins", logErr, err)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"xdpshield/internal/topo"
 )
 
 // DaemonArgs are the flags that keep the daemon from changing the host's
@@ -136,7 +138,7 @@ func removeStaleDaemons() {
 			continue
 		}
 		owner, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil || owner == os.Getpid() || syscall.Kill(owner, 0) == nil {
+		if err != nil || owner == os.Getpid() || topo.Alive(owner) {
 			continue
 		}
 		// dockerd, its containerd and the containers' shims all name the

@@ -8,9 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf/link"
@@ -88,12 +86,7 @@ const (
 // gone (killed before its cleanup). Only these names are touched.
 func RemoveStalePinRoots() {
 	for _, prefix := range []string{LanePinPrefix, CapsPinPrefix} {
-		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/bpf", prefix+"*"))
-		for _, d := range dirs {
-			pid, err := strconv.Atoi(strings.TrimPrefix(filepath.Base(d), prefix))
-			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-				continue
-			}
+		for _, d := range topo.StaleDirs("/sys/fs/bpf", prefix) {
 			os.RemoveAll(d)
 		}
 	}

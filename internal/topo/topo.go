@@ -284,8 +284,7 @@ func CleanupStale() ([]string, error) {
 		if !strings.HasPrefix(name, Prefix) {
 			continue
 		}
-		pid, err := strconv.Atoi(name[strings.LastIndexByte(name, '-')+1:])
-		if err != nil || pid == os.Getpid() || processAlive(pid) {
+		if !ownerGone(name[strings.LastIndexByte(name, '-')+1:]) {
 			continue
 		}
 		if err := deleteNamed(name); err != nil {
@@ -297,7 +296,32 @@ func CleanupStale() ([]string, error) {
 	return removed, errors.Join(errs...)
 }
 
-func processAlive(pid int) bool {
+// Alive reports whether process pid exists. EPERM means it does (owned by
+// another user): only ESRCH says it is gone, so a leftover is never taken
+// for a live run's state by a caller with fewer privileges, nor the reverse.
+func Alive(pid int) bool {
 	err := syscall.Kill(pid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// ownerGone reports whether s, the pid that ends a leftover's name, is a
+// process other than this one that no longer exists. Anything not a pid
+// is not ours to remove.
+func ownerGone(s string) bool {
+	pid, err := strconv.Atoi(s)
+	return err == nil && pid > 0 && pid != os.Getpid() && !Alive(pid)
+}
+
+// StaleDirs returns the entries of dir named prefix+PID whose PID names a
+// process that is gone: the leftovers of a killed run (pin roots, temporary
+// directories). Other names are never returned.
+func StaleDirs(dir, prefix string) []string {
+	entries, _ := os.ReadDir(dir)
+	var stale []string
+	for _, e := range entries {
+		if rest, ok := strings.CutPrefix(e.Name(), prefix); ok && ownerGone(rest) {
+			stale = append(stale, filepath.Join(dir, e.Name()))
+		}
+	}
+	return stale
 }

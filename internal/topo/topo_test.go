@@ -116,3 +116,31 @@ func TestNamespacesSurviveIPNetnsAdd(t *testing.T) {
 		t.Errorf("ip netns del %s: %v\n%s", other, err, out)
 	}
 }
+
+// StaleDirs returns only names of this prefix whose pid is gone. Run as
+// nobody (make test-unpriv), pid 1 answers kill(1, 0) with EPERM: it must
+// still count as alive, or an unprivileged caller would take a live run's
+// state for a leftover.
+func TestStaleDirs(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPID := dead.Process.Pid
+	dir := t.TempDir()
+	for _, name := range []string{
+		"p-1", fmt.Sprintf("p-%d", os.Getpid()), fmt.Sprintf("p-%d", deadPID),
+		"p-x", "p-0", fmt.Sprintf("q-%d", deadPID),
+	} {
+		if err := os.Mkdir(filepath.Join(dir, name), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !Alive(1) {
+		t.Fatalf("Alive(1) = false as uid %d, want true (EPERM is a live process)", os.Getuid())
+	}
+	got, want := StaleDirs(dir, "p-"), []string{filepath.Join(dir, fmt.Sprintf("p-%d", deadPID))}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("StaleDirs = %q, want %q", got, want)
+	}
+}
