@@ -11,6 +11,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"xdpshield/e2e"
+	"xdpshield/e2e/container"
 	"xdpshield/shield"
 )
 
@@ -179,5 +181,50 @@ func TestTokenFileFIFODoesNotBlock(t *testing.T) {
 		}
 	case <-time.After(2 * time.Second):
 		t.Fatal("readTokenFile(fifo) still blocked after 2 s")
+	}
+}
+
+// The container lane's shield runs `shield serve -config` on the file
+// container.ShieldConfig writes: that file, read by the real loader, must
+// configure exactly what the storm's service configuration says, every
+// limit (the unprotected class's too), list, clock and mode.
+func TestLaneConfigReadsBack(t *testing.T) {
+	want := e2e.StormServiceConfig(e2e.ShortConfig(), "0123456789abcdef0123456789abcdef")
+	want.Clock = shield.ClockKtime
+	want.Mode = shield.ModeGeneric
+	want.Limits.Unprotected = shield.ClassLimits{Rate: 4321, Burst: 8642, AdmissionRate: 99, AdmissionBurst: 77}
+	want.Limits.KeyPrefix6 = 56
+	want.Limits.DryRun = true
+	dir := t.TempDir()
+	path := filepath.Join(dir, "shield.toml")
+	if err := os.WriteFile(path, []byte(container.ShieldConfig(want)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadConfig(path)
+	if err != nil {
+		t.Fatalf("loadConfig(lane's file) = %v\n%s", err, container.ShieldConfig(want))
+	}
+	if c.API.TokenFile != "/etc/xdpshield/token" {
+		t.Errorf("token_file = %q, want the container's /etc/xdpshield/token", c.API.TokenFile)
+	}
+	c.API.TokenFile = filepath.Join(dir, "token")
+	if err := os.WriteFile(c.API.TokenFile, []byte(want.API.Token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.validate()
+	if err != nil {
+		t.Fatalf("lane's file invalid: %v", err)
+	}
+	if !s.limits.Equal(want.Limits) || !reflect.DeepEqual(s.limits, want.Limits) {
+		t.Errorf("limits = %+v, want %+v", s.limits, want.Limits)
+	}
+	if !reflect.DeepEqual(s.allow, want.Allow) || !reflect.DeepEqual(s.deny, want.Deny) {
+		t.Errorf("allow, deny = %v, %v, want %v, %v", s.allow, s.deny, want.Allow, want.Deny)
+	}
+	if s.clock != want.Clock || s.mode != want.Mode || c.Iface != want.Iface ||
+		c.TableSize != uint64(want.TableSize) || c.Lists.OwnAddressesSpoofed != want.SpoofOwnAddresses {
+		t.Errorf("clock %v, mode %v, iface %q, table %d, own spoofed %v; want %v, %v, %q, %d, %v",
+			s.clock, s.mode, c.Iface, c.TableSize, c.Lists.OwnAddressesSpoofed,
+			want.Clock, want.Mode, want.Iface, want.TableSize, want.SpoofOwnAddresses)
 	}
 }

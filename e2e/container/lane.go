@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/BurntSushi/toml"
 	"github.com/cilium/ebpf/link"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -206,40 +207,45 @@ func attach(ctx context.Context, role string, c tc.Container) (*topo.NS, error) 
 }
 
 // ShieldConfig is the service's configuration file for cfg: the storm's
-// limits, lists and table, the API on loopback behind the token (reads
-// included), the default pin root /sys/fs/bpf/xdpshield.
+// interface, mode, clock, table, limits and lists, the API on loopback
+// behind the token (reads included), the default pin root
+// /sys/fs/bpf/xdpshield. It is encoded, not written by hand, with the
+// service's own Limits type, so no field of cfg is left behind.
 func ShieldConfig(cfg service.Config) string {
-	var b bytes.Buffer
-	quoted := func(ps []string) string {
-		for i, p := range ps {
-			ps[i] = fmt.Sprintf("%q", p)
-		}
-		return "[" + strings.Join(ps, ", ") + "]"
+	type api struct {
+		Listen    string `toml:"listen"`
+		TokenFile string `toml:"token_file"`
+		AuthReads bool   `toml:"auth_reads"`
 	}
-	var allow, deny []string
+	type lists struct {
+		OwnAddressesSpoofed bool     `toml:"own_addresses_spoofed"`
+		Allow               []string `toml:"allow"`
+		Deny                []string `toml:"deny"`
+	}
+	file := struct {
+		Iface     string        `toml:"iface"`
+		Mode      string        `toml:"mode"`
+		Clock     string        `toml:"clock"`
+		TableSize uint32        `toml:"table_size"`
+		API       api           `toml:"api"`
+		Limits    shield.Limits `toml:"limits"`
+		Lists     lists         `toml:"lists"`
+	}{
+		Iface: cfg.Iface, Mode: cfg.Mode.String(), Clock: cfg.Clock.String(), TableSize: cfg.TableSize,
+		API:    api{Listen: shieldAPI, TokenFile: "/etc/xdpshield/token", AuthReads: true},
+		Limits: cfg.Limits,
+		Lists:  lists{OwnAddressesSpoofed: cfg.SpoofOwnAddresses, Allow: []string{}, Deny: []string{}},
+	}
 	for _, p := range cfg.Allow {
-		allow = append(allow, p.String())
+		file.Lists.Allow = append(file.Lists.Allow, p.String())
 	}
 	for _, p := range cfg.Deny {
-		deny = append(deny, p.String())
+		file.Lists.Deny = append(file.Lists.Deny, p.String())
 	}
-	fmt.Fprintf(&b, "iface = %q\ntable_size = %d\n\n", cfg.Iface, cfg.TableSize)
-	fmt.Fprintf(&b, "[api]\nlisten = %q\ntoken_file = \"/etc/xdpshield/token\"\nauth_reads = true\n\n", shieldAPI)
-	lm := cfg.Limits
-	var protected []string
-	for _, d := range lm.Protected {
-		protected = append(protected, d.String())
+	var b bytes.Buffer
+	if err := toml.NewEncoder(&b).Encode(file); err != nil {
+		panic(fmt.Sprintf("encode the shield's configuration: %v", err)) // strings, integers and bools only
 	}
-	fmt.Fprintf(&b, "[limits]\nrate = %d\nburst = %d\nadmission_rate = %d\nadmission_burst = %d\ndry_run = %v\nprotected = %s\n",
-		lm.Rate, lm.Burst, lm.AdmissionRate, lm.AdmissionBurst, lm.DryRun, quoted(protected))
-	if lm.KeyPrefix4 != 0 {
-		fmt.Fprintf(&b, "key_prefix4 = %d\n", lm.KeyPrefix4)
-	}
-	if lm.KeyPrefix6 != 0 {
-		fmt.Fprintf(&b, "key_prefix6 = %d\n", lm.KeyPrefix6)
-	}
-	b.WriteString("\n")
-	fmt.Fprintf(&b, "[lists]\nown_addresses_spoofed = true\nallow = %s\ndeny = %s\n", quoted(allow), quoted(deny))
 	return b.String()
 }
 
