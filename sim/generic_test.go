@@ -3,12 +3,13 @@ package sim
 import (
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"xdpshield/internal/testutil"
 )
 
 // module is the module path of the repository (go.mod).
@@ -52,9 +53,7 @@ func moduleImports(t *testing.T, root, path string) []string {
 // without them (a VM) skips, the host's run checks.
 func TestSimStaysGeneric(t *testing.T) {
 	root := ".."
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Skip("the module's sources are not here (a test binary run alone, as in a VM); the host's run checks")
-	}
+	testutil.RepoFile(t, root, "go.mod")
 	seen := map[string][]string{module + "/sim": nil} // package -> the chain that imports it
 	queue := []string{module + "/sim"}
 	for len(queue) > 0 {

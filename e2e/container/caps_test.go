@@ -29,7 +29,7 @@ var ModernCaps = []string{"CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON"}
 // non-zero naming it, and with the check off the kernel refuses too; a
 // restart that adopts the pins needs CAP_SYS_ADMIN, and says so.
 func TestModernCapabilities(t *testing.T) {
-	if os.Getenv("VMTEST") == "1" {
+	if testutil.InVM() {
 		t.Skip("runs on the host only: the VM matrix's initramfs has no Docker engine, setpriv or go toolchain")
 	}
 	testutil.Root(t)

@@ -29,7 +29,7 @@ import (
 // phases and assertions as e2e.TestScenario, the shield restarted
 // mid-storm), and leaves the root network namespace as it found it.
 func TestContainerLane(t *testing.T) {
-	if os.Getenv("VMTEST") == "1" {
+	if testutil.InVM() {
 		t.Skip("runs on the host only: the VM matrix's initramfs has no Docker engine, setpriv or go toolchain")
 	}
 	testutil.Root(t)

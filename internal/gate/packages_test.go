@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"xdpshield/internal/testutil"
 )
 
 // TestPackagesAgree: the Makefile's GATE_PKGS and ci/vmtest.sh's default
@@ -13,9 +15,7 @@ import (
 // teeth test run the same behaviour packages the baseline names.
 func TestPackagesAgree(t *testing.T) {
 	root := filepath.Join("..", "..")
-	if _, err := os.Stat(filepath.Join(root, "Makefile")); err != nil {
-		t.Skip("the repository's sources are not here (a test binary run alone, as in a VM); the host's run checks")
-	}
+	testutil.RepoFile(t, root, "Makefile")
 	want := strings.Join(Packages, " ")
 	for _, c := range []struct{ file, re string }{
 		{"Makefile", `(?m)^GATE_PKGS \?= (.*)$`},

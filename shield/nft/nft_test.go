@@ -3,7 +3,6 @@ package nft_test
 import (
 	"context"
 	"net/netip"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -101,7 +100,7 @@ func TestRenderDryRun(t *testing.T) {
 // allow-listed one, a flooding one, and a flood of strangers; nftables'
 // own counters must show each handled as the shield would.
 func TestRulesetInNamespace(t *testing.T) {
-	if os.Getenv("VMTEST") == "1" {
+	if testutil.InVM() {
 		// The twin is host tooling, not a kernel-matrix program: the
 		// guests carry neither nft nor the nf_tables modules.
 		t.Skip("the nftables twin is tested on the host, not in the VM matrix")

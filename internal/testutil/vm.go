@@ -1,0 +1,29 @@
+package testutil
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// InVM reports a test binary run by the VM matrix (vmtest exports
+// VMTEST=1 in the guest): alone, without the repository's sources, Docker
+// or a toolchain.
+func InVM() bool { return os.Getenv("VMTEST") == "1" }
+
+// RepoFile returns the path of rel under root, the repository's top
+// directory seen from the test's package. A test that reads the sources
+// skips in the VM matrix, where they are not (the host's run checks), and
+// fails anywhere else they are missing: a check that quietly skips on the
+// host would check nothing.
+func RepoFile(t testing.TB, root, rel string) string {
+	t.Helper()
+	p := filepath.Join(root, rel)
+	if _, err := os.Stat(p); err != nil {
+		if InVM() {
+			t.Skip("the repository's sources are not here (a test binary run alone in a VM); the host's run checks")
+		}
+		t.Fatalf("the repository's sources are needed: %v", err)
+	}
+	return p
+}
