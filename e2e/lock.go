@@ -12,15 +12,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// stormLock is the file whose flock serialises storms across processes:
-// a storm's latency budget means nothing while another storm shares the
-// machine's cores.
+// stormLock is the file whose flock serialises storms (and the study's
+// measurements) across processes: a storm's latency budget, or a study's
+// throughput, means nothing while another storm shares the machine's cores.
 var stormLock = filepath.Join(os.TempDir(), "xdpshield-storm.lock")
 
-// lockStorms waits (until ctx is done) for no other storm to run on the
+// LockStorms waits (until ctx is done) for no other storm to run on the
 // machine and returns the release. The kernel drops the lock of a process
 // that dies.
-func lockStorms(ctx context.Context, log *slog.Logger) (func(), error) {
+func LockStorms(ctx context.Context, log *slog.Logger) (func(), error) {
 	f, err := os.OpenFile(stormLock, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("storm lock: %w", err)

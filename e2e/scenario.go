@@ -434,7 +434,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// One storm at a time on a machine: two measure each other (`go test
 	// ./...` runs the namespace storm and the container lane at once).
-	unlock, err := lockStorms(ctx, r.log)
+	unlock, err := LockStorms(ctx, r.log)
 	if err != nil {
 		r.res.Error = err.Error()
 		return r.res, err

@@ -124,6 +124,12 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
+	// Not beside a storm (nor another study): each would measure the other.
+	unlock, err := e2e.LockStorms(ctx, s.log)
+	if err != nil {
+		return nil, fmt.Errorf("study: %w", err)
+	}
+	defer unlock()
 	// As e2e.Run: the generator holds a P through long syscalls.
 	if n := runtime.NumCPU() + 1; runtime.GOMAXPROCS(0) < n {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
@@ -137,7 +143,7 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if err := s.setup(); err != nil {
 		return nil, err
 	}
-	err := s.all(ctx)
+	err = s.all(ctx)
 	s.bar.done()
 	if err != nil {
 		s.res.Error = err.Error()

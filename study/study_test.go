@@ -1,9 +1,15 @@
 package study
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"xdpshield/e2e"
+	"xdpshield/internal/testutil"
 )
 
 func TestStatOf(t *testing.T) {
@@ -100,5 +106,25 @@ func TestReportNamesEveryConfiguration(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+}
+
+// TestWaitsForStorm: the study measures nothing while a storm (or another
+// study) holds the machine: Run waits for the storm lock, here until its
+// context ends, and has set nothing up meanwhile.
+func TestWaitsForStorm(t *testing.T) {
+	testutil.Root(t)
+	unlock, err := e2e.LockStorms(context.Background(), slog.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	opt := QuickOptions()
+	opt.Out = t.TempDir()
+	res, err := Run(ctx, opt)
+	if !errors.Is(err, context.DeadlineExceeded) || res != nil {
+		t.Errorf("Run beside a storm = %v, %v; want nil and the context's deadline (it waited)", res, err)
 	}
 }
