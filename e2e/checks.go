@@ -7,18 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"xdpshield/shield"
 )
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"xdpshield/internal/kernel"
 	"xdpshield/shield"
 )
 
@@ -423,7 +424,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r.res = &Result{
 		Started:   time.Now().UTC(),
-		Kernel:    kernelRelease(),
+		Kernel:    kernel.Release(),
 		Rate:      cfg.Rate,
 		Phase:     cfg.PhaseDuration.Seconds(),
 		TableSize: cfg.TableSize,

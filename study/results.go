@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"xdpshield/e2e"
+	"xdpshield/internal/kernel"
 	"xdpshield/probe"
 	"xdpshield/shield"
 )
@@ -198,7 +197,7 @@ func newResults(opt Options) *Results {
 	return &Results{
 		Started:      time.Now().UTC(),
 		Command:      opt.Command,
-		Kernel:       kernel(),
+		Kernel:       kernel.Release(),
 		CPUModel:     cpuModel(),
 		Cores:        runtime.NumCPU(),
 		Quick:        opt.Quick,
@@ -219,14 +218,6 @@ func loadavg() string {
 	}
 	f := strings.Fields(string(b))
 	return strings.Join(f[:min(3, len(f))], " ")
-}
-
-func kernel() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }
 
 func cpuModel() string {

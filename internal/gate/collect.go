@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
+	"xdpshield/internal/kernel"
 	"xdpshield/internal/testutil"
 )
 
@@ -16,8 +15,8 @@ const Marker = "@@GATE-FIGURES "
 
 // Collect measures complexity and speed in the running kernel; behaviour
 // comes from the test runs beside it. Failures are kept in Errors.
-func Collect(kernel string, o SpeedOptions) Figures {
-	f := Figures{Kernel: kernel, Release: Release(), Emulated: testutil.Emulated()}
+func Collect(name string, o SpeedOptions) Figures {
+	f := Figures{Kernel: name, Release: kernel.Release(), Emulated: testutil.Emulated()}
 	var err error
 	if f.Programs, err = Complexity(); err != nil {
 		f.Errors = append(f.Errors, fmt.Sprintf("complexity: %v", err))
@@ -26,15 +25,6 @@ func Collect(kernel string, o SpeedOptions) Figures {
 		f.Errors = append(f.Errors, fmt.Sprintf("speed: %v", err))
 	}
 	return f
-}
-
-// Release is the running kernel's uname -r.
-func Release() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }
 
 // Emit is the line carrying f in a test binary's output.

@@ -3,8 +3,7 @@ package testutil
 import (
 	"os"
 	"testing"
-
-	"golang.org/x/sys/unix"
+	"xdpshield/internal/kernel"
 )
 
 // RequirePriv is set (SHIELD_REQUIRE_PRIV=1, as CI and the VMs do) when a
@@ -29,30 +28,7 @@ func Root(t testing.TB) {
 }
 
 // KernelAtLeast reports whether the running kernel is at least major.minor.
-func KernelAtLeast(major, minor int) bool {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return false
-	}
-	var ma, mi int
-	rel := unix.ByteSliceToString(u.Release[:])
-	for i, n := 0, 0; i < len(rel); i++ {
-		c := rel[i]
-		if c >= '0' && c <= '9' {
-			if n == 0 {
-				ma = ma*10 + int(c-'0')
-			} else {
-				mi = mi*10 + int(c-'0')
-			}
-			continue
-		}
-		if c != '.' || n == 1 {
-			break
-		}
-		n++
-	}
-	return ma > major || (ma == major && mi >= minor)
-}
+func KernelAtLeast(major, minor int) bool { return kernel.AtLeast(major, minor) }
 
 // Kernel skips t when the kernel is older than major.minor, naming feature.
 // A kernel that is new enough but lacks the feature is the test's failure to
