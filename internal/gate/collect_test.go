@@ -32,7 +32,19 @@ func TestCollect(t *testing.T) {
 		fmt.Println(line)
 	}
 	assert.Empty(t, f.Errors, "Collect() errors")
-	for _, name := range []string{bpf.ShieldProgShield, bpf.ShieldProgShieldCompat, bpf.ShieldProgClockProbe} {
+	// Every program of every object the gate tracks, loaded and counted.
+	var names []string
+	for _, o := range Objects {
+		spec, err := o.Load()
+		require.NoError(t, err)
+		for n := range spec.Programs {
+			names = append(names, o.Prefix+n)
+		}
+	}
+	require.Contains(t, names, bpf.ShieldProgShield)
+	require.Contains(t, names, "l7/"+bpf.L7ProgL7Parse)
+	assert.Len(t, f.Programs, len(names), "Programs: %v", f.Programs)
+	for _, name := range names {
 		p, ok := f.Programs[name]
 		require.True(t, ok, "Programs[%q] missing: %v", name, f.Programs)
 		if name == bpf.ShieldProgShield && !testutil.KernelAtLeast(5, 12) {
@@ -51,7 +63,7 @@ func TestCollect(t *testing.T) {
 		t.Logf("%-20s %7.3f ns/pkt  ref %6.3f  x%.3f  spread %.1f%%  precision %.1g ns  (test run: %.1f / %.1f ns)", name, p.NsPerPkt, p.RefNsPerPkt, p.Ratio, 100*p.Spread, p.PrecisionNs, p.TestRunNsPerPkt, p.TestRunRefNsPerPkt)
 	}
 	for name, p := range f.Programs {
-		t.Logf("%-14s loaded %-5v processed %6d (%s) xlated %5d spec %5d %s", name, p.Loaded, p.InsnsProcessed, p.InsnsSource, p.XlatedInsns, p.SpecInsns, p.Error)
+		t.Logf("%-20s loaded %-5v processed %6d (%s) xlated %5d spec %5d %s", name, p.Loaded, p.InsnsProcessed, p.InsnsSource, p.XlatedInsns, p.SpecInsns, p.Error)
 	}
 }
 

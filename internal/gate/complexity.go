@@ -3,6 +3,7 @@ package gate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -29,26 +30,36 @@ func ParseProcessed(log string) (uint32, bool) {
 	return uint32(n), err == nil
 }
 
-// Complexity loads every program of bpf/shield.c on its own (so one refused
-// program does not hide the others), with its load-time switches at their
-// defaults, and reads the verifier's figures.
+// Objects are the program families of bpf/ whose complexity the gate
+// tracks: the shield's programs under their own names, every other
+// object's as object/program.
+var Objects = []struct {
+	Prefix string
+	Load   func() (*ebpf.CollectionSpec, error)
+}{
+	{"", bpf.LoadShield},
+	{"l7/", bpf.LoadL7},
+	{"lb/", bpf.LoadLb},
+	{"probe/", bpf.LoadProbe},
+	{"storm/", bpf.LoadStorm},
+}
+
+// Complexity loads every program of every object in Objects on its own
+// (so one refused program does not hide the others), with its load-time
+// switches at their defaults, and reads the verifier's figures.
 func Complexity() (map[string]Program, error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
-	spec, err := bpf.LoadShield()
-	if err != nil {
-		return nil, fmt.Errorf("load spec: %w", err)
-	}
 	out := map[string]Program{}
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for n := range spec.Programs {
-			if !yield(n) {
-				return
-			}
+	for _, o := range Objects {
+		spec, err := o.Load()
+		if err != nil {
+			return nil, fmt.Errorf("load spec %s: %w", o.Prefix, err)
 		}
-	}) {
-		out[name] = complexity(spec, name)
+		for _, name := range slices.Sorted(maps.Keys(spec.Programs)) {
+			out[o.Prefix+name] = complexity(spec, name)
+		}
 	}
 	return out, nil
 }
