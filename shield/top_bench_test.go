@@ -2,15 +2,26 @@ package shield
 
 import (
 	"context"
+	"errors"
+	"io"
 	"testing"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"xdpshield/bpf"
 	"xdpshield/internal/testutil"
 )
 
 // BenchmarkTop ranks a full table of 1,000,000 sources, next to the bare
-// chunked walk (CountSources) and the key-by-key iteration a naive
-// implementation would use, measured in the same run.
+// chunked walk (CountSources) and three references measured in the same run:
+// the key-by-key iteration a naive implementation would use, and the two
+// walks inside the kernel of bpf/walk.c, a map-element iterator that hands
+// over what Top needs (iter-reference) and a bpf_for_each_map_elem that
+// only visits each entry (visit-reference, the floor of any walk of the
+// table). Each reference must see the entries and the dropped total the
+// chunked walk saw, or the benchmark fails.
 func BenchmarkTop(b *testing.B) {
 	testutil.Root(b)
 	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
@@ -22,6 +33,17 @@ func BenchmarkTop(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
+	var want walkSums
+	if _, err := s.walkSources(ctx, want.add); err != nil {
+		b.Fatal(err)
+	}
+	check := func(b *testing.B, name string, got walkSums) {
+		b.Helper()
+		if got != want {
+			b.Fatalf("%s saw %+v, want %+v (the chunked walk's)", name, got, want)
+		}
+		b.ReportMetric(float64(got.entries), "entries")
+	}
 	b.Run("iterate-reference", func(b *testing.B) {
 		for b.Loop() {
 			st, err := s.iterateSources(ctx, func(*bpf.ShieldSrcKey, *bpf.ShieldSource) {})
@@ -29,6 +51,51 @@ func BenchmarkTop(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(st.Scanned), "entries")
+		}
+	})
+	b.Run("iter-reference", func(b *testing.B) {
+		testutil.Kernel(b, 5, 9, "a map-element iterator")
+		var objs struct {
+			Iter *ebpf.Program `ebpf:"walk_iter"`
+		}
+		loadWalk(b, s, bpf.WalkProgWalkIter, &objs)
+		defer objs.Iter.Close()
+		it, err := link.AttachIter(link.IterOptions{Program: objs.Iter, Map: s.objs.Sources})
+		if err != nil {
+			b.Fatalf("attach walk_iter to the sources table: %v", err)
+		}
+		defer it.Close()
+		buf := make([]byte, 1<<20)
+		for b.Loop() {
+			got, err := readWalkIter(it, buf)
+			if err != nil {
+				b.Fatal(err)
+			}
+			check(b, "walk_iter", got)
+		}
+	})
+	b.Run("visit-reference", func(b *testing.B) {
+		testutil.Kernel(b, 5, 14, "bpf_for_each_map_elem in a syscall program")
+		var objs struct {
+			Visit *ebpf.Program `ebpf:"walk_visit"`
+			bpf.WalkVariables
+		}
+		loadWalk(b, s, bpf.WalkProgWalkVisit, &objs)
+		defer objs.Visit.Close()
+		for b.Loop() {
+			if _, err := objs.Visit.Run(&ebpf.RunOptions{}); err != nil {
+				b.Fatalf("run walk_visit: %v", err)
+			}
+			var got walkSums
+			for _, v := range []struct {
+				to   *uint64
+				from *ebpf.Variable
+			}{{&got.entries, objs.VisitEntries}, {&got.passed, objs.VisitPassed}, {&got.dropped, objs.VisitDropped}} {
+				if err := v.from.Get(v.to); err != nil {
+					b.Fatal(err)
+				}
+			}
+			check(b, "walk_visit", got)
 		}
 	})
 	b.Run("walk", func(b *testing.B) {
@@ -48,5 +115,67 @@ func BenchmarkTop(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// walkSums is what a walk saw: entries and the totals of their counts.
+type walkSums struct{ entries, passed, dropped uint64 }
+
+func (w *walkSums) add(_ *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
+	w.entries++
+	w.passed += v.Passed
+	w.dropped += v.Dropped
+}
+
+// loadWalk loads program prog of bpf/walk.c alone (walk_visit does not
+// load before 5.14) into objs, on s's sources table.
+func loadWalk(b *testing.B, s *Shield, prog string, objs any) {
+	b.Helper()
+	spec, err := bpf.LoadWalk()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for name := range spec.Programs {
+		if name != prog {
+			delete(spec.Programs, name)
+		}
+	}
+	spec.Maps[bpf.WalkMapSources].MaxEntries = s.TableSize()
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{bpf.WalkMapSources: s.objs.Sources}}
+	if err := bpf.Load(spec, nil, objs, opts); err != nil {
+		b.Fatalf("load %s: %v", prog, err)
+	}
+}
+
+// readWalkIter reads one walk of it: whole struct walk_rec records.
+func readWalkIter(it *link.Iter, buf []byte) (walkSums, error) {
+	var w walkSums
+	rc, err := it.Open()
+	if err != nil {
+		return w, err
+	}
+	defer rc.Close()
+	const size = int(unsafe.Sizeof(bpf.WalkWalkRec{}))
+	have := 0
+	for {
+		n, err := rc.Read(buf[have:])
+		have += n
+		whole := have / size * size
+		recs := unsafe.Slice((*bpf.WalkWalkRec)(unsafe.Pointer(unsafe.SliceData(buf))), whole/size)
+		for i := range recs {
+			w.entries++
+			w.passed += recs[i].Val.Passed
+			w.dropped += recs[i].Val.Dropped
+		}
+		have = copy(buf, buf[whole:have])
+		if errors.Is(err, io.EOF) || (n == 0 && err == nil) {
+			if have != 0 {
+				return w, errors.New("walk_iter: a partial record at the end")
+			}
+			return w, nil
+		}
+		if err != nil {
+			return w, err
+		}
 	}
 }
