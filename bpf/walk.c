@@ -7,7 +7,9 @@
  *
  * walk_iter is a map-element iterator (kernel 5.9+): attached to the table
  * (link.AttachIter), each read of the link hands user space every entry as
- * a struct walk_rec, what Top ranks and judges. walk_visit, run once with
+ * a struct walk_rec, what Top ranks and judges; with hand_over cleared it
+ * only sums the counts, as walk_visit does (what filtering or ranking
+ * inside the iterator could save at most). walk_visit, run once with
  * BPF_PROG_TEST_RUN (syscall programs: 5.14+; bpf_for_each_map_elem: 5.13+),
  * visits every entry and sums its counts, nothing more: the floor of any
  * walk, what reading each element once costs, however little is done with
@@ -74,6 +76,15 @@ struct {
 	__type(value, struct source);
 } sources SEC(".maps");
 
+/* What a walk saw, read after it (each program loads on its own, with its
+ * own copy). */
+__u64 seen_entries = 0; /* entries visited */
+__u64 seen_passed = 0;  /* the sum of their passed */
+__u64 seen_dropped = 0; /* the sum of their dropped */
+
+/* walk_iter: hand every entry over (1), or only sum the counts (0). */
+const volatile __u8 hand_over = 1;
+
 SEC("iter/bpf_map_elem")
 int walk_iter(struct bpf_iter__bpf_map_elem *ctx)
 {
@@ -83,16 +94,21 @@ int walk_iter(struct bpf_iter__bpf_map_elem *ctx)
 
 	if (!key || !val)
 		return 0;
+	if (ctx->meta->seq_num == 0) {
+		seen_entries = 0;
+		seen_passed = 0;
+		seen_dropped = 0;
+	}
+	seen_entries++; /* one walk at a time: the benchmark's */
+	seen_passed += val->passed;
+	seen_dropped += val->dropped;
+	if (!hand_over)
+		return 0;
 	__builtin_memcpy(&r.key, key, sizeof(r.key));
 	__builtin_memcpy(&r.val, val, sizeof(r.val));
 	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
 	return 0;
 }
-
-/* What walk_visit found, read after the run. */
-__u64 visit_entries = 0; /* entries visited */
-__u64 visit_passed = 0;  /* the sum of their passed */
-__u64 visit_dropped = 0; /* the sum of their dropped */
 
 struct visit_sums {
 	__u64 entries;
@@ -114,8 +130,8 @@ int walk_visit(void *ctx)
 	struct visit_sums s = {};
 
 	bpf_for_each_map_elem(&sources, visit_one, &s, 0);
-	visit_entries = s.entries;
-	visit_passed = s.passed;
-	visit_dropped = s.dropped;
+	seen_entries = s.entries;
+	seen_passed = s.passed;
+	seen_dropped = s.dropped;
 	return 0;
 }

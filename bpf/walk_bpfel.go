@@ -47,10 +47,11 @@ const (
 	WalkMapSources       = "sources"
 	WalkProgWalkIter     = "walk_iter"
 	WalkProgWalkVisit    = "walk_visit"
+	WalkVarHandOver      = "hand_over"
+	WalkVarSeenDropped   = "seen_dropped"
+	WalkVarSeenEntries   = "seen_entries"
+	WalkVarSeenPassed    = "seen_passed"
 	WalkVarUnusedWalkRec = "unused_walk_rec"
-	WalkVarVisitDropped  = "visit_dropped"
-	WalkVarVisitEntries  = "visit_entries"
-	WalkVarVisitPassed   = "visit_passed"
 )
 
 // LoadWalk returns the embedded CollectionSpec for Walk.
@@ -110,10 +111,11 @@ type WalkMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type WalkVariableSpecs struct {
+	HandOver      *ebpf.VariableSpec `ebpf:"hand_over"`
+	SeenDropped   *ebpf.VariableSpec `ebpf:"seen_dropped"`
+	SeenEntries   *ebpf.VariableSpec `ebpf:"seen_entries"`
+	SeenPassed    *ebpf.VariableSpec `ebpf:"seen_passed"`
 	UnusedWalkRec *ebpf.VariableSpec `ebpf:"unused_walk_rec"`
-	VisitDropped  *ebpf.VariableSpec `ebpf:"visit_dropped"`
-	VisitEntries  *ebpf.VariableSpec `ebpf:"visit_entries"`
-	VisitPassed   *ebpf.VariableSpec `ebpf:"visit_passed"`
 }
 
 // WalkObjects contains all objects after they have been loaded into the kernel.
@@ -149,10 +151,11 @@ func (m *WalkMaps) Close() error {
 //
 // It can be passed to LoadWalkObjects or ebpf.CollectionSpec.LoadAndAssign.
 type WalkVariables struct {
+	HandOver      *ebpf.Variable `ebpf:"hand_over"`
+	SeenDropped   *ebpf.Variable `ebpf:"seen_dropped"`
+	SeenEntries   *ebpf.Variable `ebpf:"seen_entries"`
+	SeenPassed    *ebpf.Variable `ebpf:"seen_passed"`
 	UnusedWalkRec *ebpf.Variable `ebpf:"unused_walk_rec"`
-	VisitDropped  *ebpf.Variable `ebpf:"visit_dropped"`
-	VisitEntries  *ebpf.Variable `ebpf:"visit_entries"`
-	VisitPassed   *ebpf.Variable `ebpf:"visit_passed"`
 }
 
 // WalkPrograms contains all programs after they have been loaded into the kernel.
