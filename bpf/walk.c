@@ -1,7 +1,7 @@
 //go:build ignore
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
- * walk: two walks of the sources table inside the kernel, the references
+ * walk: walks of the sources table inside the kernel, the references
  * BenchmarkTop (shield/top_bench_test.go) measures the service's batched
  * walk (BPF_MAP_LOOKUP_BATCH) against. Nothing in the service loads them.
  *

@@ -20,14 +20,16 @@ import (
 )
 
 // BenchmarkTop ranks a full table of 1,000,000 sources, next to the bare
-// chunked walk (CountSources) and three references measured in the same run:
-// the key-by-key iteration a naive implementation would use, and the two
-// walks inside the kernel of bpf/walk.c, a map-element iterator that hands
-// over what Top needs (iter-reference) and a bpf_for_each_map_elem that
-// only visits each entry (visit-reference, the floor of any walk of the
-// table). Each reference must see the entries and the totals the chunked
-// walk saw, or the benchmark fails (TestWalkReferences checks the same on a
-// small table, on every kernel of the matrix).
+// chunked walk (CountSources) and references measured in the same run: the
+// key-by-key iteration a naive implementation would use, and the walks
+// inside the kernel of bpf/walk.c, a map-element iterator that hands over
+// what Top needs (iter-reference) or nothing (iter-silent-reference), and
+// a bpf_for_each_map_elem that only visits each entry (visit-reference,
+// the floor of any walk of the table). Each reports its CPU time and how
+// long it kept its CPU from a thread beside it (pinned). Each reference
+// must see the entries and the totals the chunked walk saw, or the
+// benchmark fails (TestWalkReferences checks the same on a small table, on
+// every kernel of the matrix).
 func BenchmarkTop(b *testing.B) {
 	testutil.Root(b)
 	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
