@@ -15,4 +15,6 @@
 // It owns nothing at run time: shield/ loads and owns the XDP programs and
 // their maps, l7/ the L7 fast path's (l7.c), probe/ the tc probe's, lb/ the
 // socket balancer's; sim/ runs loaded programs and knows none of them.
+// walk.c holds walks of shield's sources table inside the kernel that
+// only shield's BenchmarkTop loads, as references for the service's walk.
 package bpf

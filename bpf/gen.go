@@ -9,3 +9,4 @@ package bpf
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type svc_key -type svc -type backend -type rev_key -type rev -type addr Lb lb.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type policy -type route -type rule -type pool_key -type conn -type ctl L7 l7.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type flow_key -type flow_stats Probe probe.c
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type walk_rec Walk walk.c
