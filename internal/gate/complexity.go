@@ -32,7 +32,9 @@ func ParseProcessed(log string) (uint32, bool) {
 
 // Objects are the program families of bpf/ whose complexity the gate
 // tracks: the shield's programs under their own names, every other
-// object's as object/program.
+// object's as object/program. Every object the tool loads is here;
+// walk.c is not: the table walks BenchmarkTop compares the service's
+// with, never loaded by the tool.
 var Objects = []struct {
 	Prefix string
 	Load   func() (*ebpf.CollectionSpec, error)
