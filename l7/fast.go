@@ -138,13 +138,15 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 }
 
 // Attach loads the data plane, writes px's policy into it and makes px
-// hand it every connection it accepts from then on (Proxy.Listener).
+// hand it every connection it accepts from then on (Proxy.Listener). On a
+// kernel older than MinKernel it loads nothing, leaves px alone and
+// returns an error wrapping ErrOldKernel.
 func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if ok, rel := kernelAtLeast(MinKernel[0], MinKernel[1]); !ok {
-		return nil, fmt.Errorf("l7 fast path: kernel %s is older than %d.%d, the oldest seen to pass (see MinKernel): the proxy alone serves", rel, MinKernel[0], MinKernel[1])
+		return nil, fmt.Errorf("l7 fast path: %w (%d.%d, the oldest seen to pass): kernel %s; the proxy alone serves", ErrOldKernel, MinKernel[0], MinKernel[1], rel)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)

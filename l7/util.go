@@ -2,6 +2,7 @@ package l7
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -34,6 +35,11 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 // one answer of two); 6.12 failed the same FuzzL7 seed once (all else
 // passed).
 var MinKernel = [2]int{6, 18}
+
+// ErrOldKernel is what Attach returns (wrapped, with the kernel's release)
+// on a kernel older than MinKernel, before it loads anything: the proxy
+// alone serves there (Server.Start falls back to it).
+var ErrOldKernel = errors.New("kernel older than l7.MinKernel")
 
 func kernelAtLeast(major, minor int) (bool, string) {
 	var u unix.Utsname
