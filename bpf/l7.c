@@ -114,7 +114,8 @@ struct conn {
 	__u32 reason; /* parser -> verdict: enum reason */
 	__u32 sticky; /* 1: everything passes from now on */
 	__u32 route;  /* parser -> verdict: route of a fast request */
-	__u32 pad;
+	__u32 msg_len; /* parser -> verdict: length of the message the parser framed */
+	__u64 passed_bytes; /* bytes passed to the proxy (what it must read) */
 };
 
 /* User-written control of a client connection. */
@@ -263,6 +264,7 @@ static __always_inline int go_sticky(struct conn *c, __u32 len)
 	c->sticky = 1;
 	c->target = 0;
 	c->reason = R_STICKY;
+	c->msg_len = len;
 	return len;
 }
 
@@ -673,6 +675,7 @@ int l7_parse(struct __sk_buff *skb)
 	c->target = 0;
 	if (c->sticky) {
 		c->reason = R_STICKY_MORE;
+		c->msg_len = len;
 		return len;
 	}
 	__u32 zero = 0;
@@ -719,6 +722,7 @@ int l7_parse(struct __sk_buff *skb)
 	if (msg < len)
 		return go_sticky(c, len);
 	decide(s, pol, c, cookie);
+	c->msg_len = msg;
 	return msg;
 }
 
@@ -741,6 +745,7 @@ int l7_verdict(struct __sk_buff *skb)
 			struct bpf_sock *sk = bpf_map_lookup_elem(&upstreams, &key);
 			if (!sk) {
 				c->passed++;
+				c->passed_bytes += c->msg_len;
 				count(R_REDIRECT_GONE);
 				return SK_PASS;
 			}
@@ -748,6 +753,7 @@ int l7_verdict(struct __sk_buff *skb)
 			bpf_sk_release(sk);
 			if (state != BPF_TCP_ESTABLISHED) {
 				c->passed++;
+				c->passed_bytes += c->msg_len;
 				count(R_REDIRECT_GONE);
 				return SK_PASS;
 			}
@@ -758,6 +764,7 @@ int l7_verdict(struct __sk_buff *skb)
 	}
 	if (c->reason != R_STICKY_MORE && c->reason != R_STICKY)
 		c->passed++;
+	c->passed_bytes += c->msg_len;
 	count(c->reason);
 	return SK_PASS;
 }

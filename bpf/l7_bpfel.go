@@ -14,13 +14,14 @@ import (
 )
 
 type L7Conn struct {
-	_      structs.HostLayout
-	Passed uint64
-	Target uint64
-	Reason uint32
-	Sticky uint32
-	Route  uint32
-	Pad    uint32
+	_           structs.HostLayout
+	Passed      uint64
+	Target      uint64
+	Reason      uint32
+	Sticky      uint32
+	Route       uint32
+	MsgLen      uint32
+	PassedBytes uint64
 }
 
 type L7Ctl struct {
