@@ -16,20 +16,29 @@ import (
 var (
 	tryOld    = flag.Bool("l7.try-old-kernel", false, "lift MinKernel to 5.10 (to diagnose older kernels)")
 	minKernel = flag.String("l7.min-kernel", "", "set MinKernel (major.minor): a higher one than this kernel's runs the refused kernels' tests here")
+	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
 )
 
-// fastKernel reports whether Attach accepts this kernel (MinKernel, or
-// 5.10 with -l7.try-old-kernel, or -l7.min-kernel).
+// fastKernel reports whether Attach accepts this kernel (KernelServes;
+// every kernel from 5.10 with -l7.try-old-kernel; -l7.min-kernel sets
+// MinKernel and leaves no OldKernels).
 func fastKernel() bool {
 	if *tryOld {
 		MinKernel = [2]int{5, 10}
 	}
 	if *minKernel != "" {
+		OldKernels = nil
 		if _, err := fmt.Sscanf(*minKernel, "%d.%d", &MinKernel[0], &MinKernel[1]); err != nil {
 			panic(fmt.Sprintf("-l7.min-kernel %q: %v", *minKernel, err))
 		}
 	}
-	ok, _ := kernelAtLeast(MinKernel[0], MinKernel[1])
+	switch *passRedir {
+	case "on":
+		PassRedirect = true
+	case "off":
+		PassRedirect = false
+	}
+	ok, _ := KernelServes()
 	return ok
 }
 
@@ -48,8 +57,8 @@ func checkRefused(t testing.TB) error {
 		if fp != nil {
 			fp.Close()
 		}
-		t.Fatalf("Attach on a kernel older than %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrOldKernel, the proxy alone",
-			MinKernel, fp, err, px.fast)
+		t.Fatalf("Attach on a kernel it does not serve (older than %v, not of %v) = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrOldKernel, the proxy alone",
+			MinKernel, OldKernels, fp, err, px.fast)
 	}
 	return err
 }
@@ -84,7 +93,7 @@ func TestAttachLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Attach = %v", err)
 	}
-	t.Logf("sockhash lookup from programs: %v; policy in the kernel: %v %s", fp.Lookup, fp.Enabled, fp.Why)
+	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; policy in the kernel: %v %s", fp.Lookup, fp.PassRedirect, fp.Enabled, fp.Why)
 	if !fp.Enabled {
 		t.Errorf("policy not held in the kernel: %s", fp.Why)
 	}

@@ -70,9 +70,9 @@ func TestServerWithoutFastPath(t *testing.T) {
 	e := &nsEnv{ns: ns}
 	b := e.backend(t, "b1")
 	if fastKernel() {
-		saved := MinKernel
-		MinKernel = [2]int{1 << 20, 0}
-		t.Cleanup(func() { MinKernel = saved })
+		saved, savedOld := MinKernel, OldKernels
+		MinKernel, OldKernels = [2]int{1 << 20, 0}, nil
+		t.Cleanup(func() { MinKernel, OldKernels = saved, savedOld })
 	} else {
 		t.Logf("a kernel Attach refuses: the real refusal, not a faked one")
 	}
