@@ -150,7 +150,7 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		log = slog.Default()
 	}
 	if ok, rel := KernelServes(); !ok {
-		return nil, fmt.Errorf("l7 fast path: %w (%d.%d, %v): kernel %s; the proxy alone serves", ErrOldKernel, MinKernel[0], MinKernel[1], OldKernels, rel)
+		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrOldKernel, Kernels, rel)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)

@@ -3,7 +3,6 @@ package l7
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,23 +13,20 @@ import (
 )
 
 var (
-	tryOld    = flag.Bool("l7.try-old-kernel", false, "lift MinKernel to 5.10 (to diagnose older kernels)")
-	minKernel = flag.String("l7.min-kernel", "", "set MinKernel (major.minor): a higher one than this kernel's runs the refused kernels' tests here")
+	tryOld    = flag.Bool("l7.try-old-kernel", false, "accept this kernel whatever Kernels says (to diagnose refused kernels)")
+	refuse    = flag.Bool("l7.refuse", false, "refuse every kernel (Kernels empty): runs the refused kernels' tests here")
 	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
 )
 
 // fastKernel reports whether Attach accepts this kernel (KernelServes;
-// every kernel from 5.10 with -l7.try-old-kernel; -l7.min-kernel sets
-// MinKernel and leaves no OldKernels).
+// any with -l7.try-old-kernel, none with -l7.refuse).
 func fastKernel() bool {
 	if *tryOld {
-		MinKernel = [2]int{5, 10}
+		ma, mi, _ := kernelSeries()
+		Kernels = [][2]int{{ma, mi}}
 	}
-	if *minKernel != "" {
-		OldKernels = nil
-		if _, err := fmt.Sscanf(*minKernel, "%d.%d", &MinKernel[0], &MinKernel[1]); err != nil {
-			panic(fmt.Sprintf("-l7.min-kernel %q: %v", *minKernel, err))
-		}
+	if *refuse {
+		Kernels = nil
 	}
 	switch *passRedir {
 	case "on":
@@ -57,8 +53,8 @@ func checkRefused(t testing.TB) error {
 		if fp != nil {
 			fp.Close()
 		}
-		t.Fatalf("Attach on a kernel it does not serve (older than %v, not of %v) = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrOldKernel, the proxy alone",
-			MinKernel, OldKernels, fp, err, px.fast)
+		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrOldKernel, the proxy alone",
+			Kernels, fp, err, px.fast)
 	}
 	return err
 }
@@ -77,7 +73,7 @@ func needFast(t testing.TB) {
 
 // TestAttachLoads loads and attaches the data plane, with no traffic: on a
 // kernel that refuses it (verifier, helpers), this fails first. On a kernel
-// older than MinKernel it wants the refusal, clean.
+// Attach refuses (not among Kernels) it wants the refusal, clean.
 func TestAttachLoads(t *testing.T) {
 	testutil.Root(t)
 	if !fastKernel() {
