@@ -46,7 +46,7 @@ var Kernels = [][2]int{{6, 1}, {6, 18}}
 // unread for good: on 6.1 under qemu the tail of a connection handed over
 // while a message passed before was still unread never reached the parser
 // (TestFastPathPipelinedHandover: 27 of 170 hand-overs answered once of
-// twice; redirected, 0 of 374), and on 6.18 about one sticky connection in
+// twice; redirected, 0 of 442), and on 6.18 about one sticky connection in
 // 2,000 stalled (TestFastPathStickyStall: 16 of 33,000 connections in 12 of
 // 22 runs; redirected, 0 of 33,000). Tests set it false to show that.
 var PassRedirect = true
