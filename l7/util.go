@@ -30,9 +30,10 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 // which the package's tests were seen to pass, 6.18 on the host and 6.1
 // under qemu (with PassRedirect). Every other is refused, newer ones too
 // until they are seen to pass. Seen under qemu (README "L7 fast path",
-// Kernels): on Debian's 5.10 the data plane loads and attaches, but the
-// first requests live-locked the machine (soft lockups of the test's
-// threads); on 6.12 and 7.2 the kernel's parser never ran on the last
+// Kernels): on Debian's 5.10 the data plane loads and attaches, but with
+// SK_PASS the first requests live-locked the machine (soft lockups of the
+// test's threads), and redirected, the kernel's count of passed requests
+// lagged the proxy's and a pipelined pair was answered out of order; on 6.12 and 7.2 the kernel's parser never ran on the last
 // bytes of a connection handed over to the proxy while a message passed
 // before was still unread, with SK_PASS and with PassRedirect alike
 // (TestFastPathPipelinedHandover: 7 of 102 hand-overs on 6.12, 3 of 34 and
