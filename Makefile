@@ -80,7 +80,7 @@ study-quick: ## the study in short (CI, about 2 min): fails if a configuration p
 # test binary (-test.short shortens the storms).
 # (./e2e, not ./e2e/...: the container lane needs a Docker engine, which the
 # VMs' initramfs has not.)
-VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/... ./probe/...
+VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/... ./probe/... ./l7
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 VM_CPUS ?= 2
 SOAK_RUNS ?= 5

@@ -114,7 +114,8 @@ struct conn {
 	__u32 reason; /* parser -> verdict: enum reason */
 	__u32 sticky; /* 1: everything passes from now on */
 	__u32 route;  /* parser -> verdict: route of a fast request */
-	__u32 pad;
+	__u32 msg_len; /* parser -> verdict: length of the message the parser framed */
+	__u64 passed_bytes; /* bytes passed to the proxy (what it must read) */
 };
 
 /* User-written control of a client connection. */
@@ -234,6 +235,26 @@ struct {
 /* Load-time switch: the kernel lets programs look sockhash entries up. */
 const volatile __u32 have_lookup = 0;
 
+/* Load-time switch: hand a message to the proxy by redirecting it to the
+ * ingress of its own client socket instead of SK_PASS (l7.PassRedirect,
+ * on). With SK_PASS a passed message could wait unread for good: on 6.1
+ * the stream parser's read accounts passed bytes still unread as consumed
+ * (tcp_bpf_strp_read_sock sets copied_seq to what it consumed less what
+ * this read passed), the proxy's read counts them again, copied_seq runs
+ * past the data received, and a later small segment no longer runs the
+ * parser; on 6.18 about one sticky connection in 2,000 stalled with its
+ * message queued and the proxy never woken. A redirected message is queued
+ * by the socket's backlog worker instead; neither was seen then. */
+const volatile __u32 pass_redirect = 0;
+
+/* pass hands the message to the proxy reading the client socket cookie. */
+static __always_inline int pass(struct __sk_buff *skb, __u64 cookie)
+{
+	if (pass_redirect)
+		return bpf_sk_redirect_hash(skb, &clients, &cookie, BPF_F_INGRESS);
+	return SK_PASS;
+}
+
 static __always_inline void count(__u32 r)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &r);
@@ -263,6 +284,7 @@ static __always_inline int go_sticky(struct conn *c, __u32 len)
 	c->sticky = 1;
 	c->target = 0;
 	c->reason = R_STICKY;
+	c->msg_len = len;
 	return len;
 }
 
@@ -673,6 +695,7 @@ int l7_parse(struct __sk_buff *skb)
 	c->target = 0;
 	if (c->sticky) {
 		c->reason = R_STICKY_MORE;
+		c->msg_len = len;
 		return len;
 	}
 	__u32 zero = 0;
@@ -719,6 +742,7 @@ int l7_parse(struct __sk_buff *skb)
 	if (msg < len)
 		return go_sticky(c, len);
 	decide(s, pol, c, cookie);
+	c->msg_len = msg;
 	return msg;
 }
 
@@ -741,15 +765,17 @@ int l7_verdict(struct __sk_buff *skb)
 			struct bpf_sock *sk = bpf_map_lookup_elem(&upstreams, &key);
 			if (!sk) {
 				c->passed++;
+				c->passed_bytes += c->msg_len;
 				count(R_REDIRECT_GONE);
-				return SK_PASS;
+				return pass(skb, cookie);
 			}
 			__u32 state = sk->state;
 			bpf_sk_release(sk);
 			if (state != BPF_TCP_ESTABLISHED) {
 				c->passed++;
+				c->passed_bytes += c->msg_len;
 				count(R_REDIRECT_GONE);
-				return SK_PASS;
+				return pass(skb, cookie);
 			}
 		}
 		count(R_FAST);
@@ -758,8 +784,9 @@ int l7_verdict(struct __sk_buff *skb)
 	}
 	if (c->reason != R_STICKY_MORE && c->reason != R_STICKY)
 		c->passed++;
+	c->passed_bytes += c->msg_len;
 	count(c->reason);
-	return SK_PASS;
+	return pass(skb, cookie);
 }
 
 SEC("sk_skb/stream_parser")

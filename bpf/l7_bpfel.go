@@ -14,13 +14,14 @@ import (
 )
 
 type L7Conn struct {
-	_      structs.HostLayout
-	Passed uint64
-	Target uint64
-	Reason uint32
-	Sticky uint32
-	Route  uint32
-	Pad    uint32
+	_           structs.HostLayout
+	Passed      uint64
+	Target      uint64
+	Reason      uint32
+	Sticky      uint32
+	Route       uint32
+	MsgLen      uint32
+	PassedBytes uint64
 }
 
 type L7Ctl struct {
@@ -125,6 +126,7 @@ const (
 	L7ProgL7UpVerdict = "l7_up_verdict"
 	L7ProgL7Verdict   = "l7_verdict"
 	L7VarHaveLookup   = "have_lookup"
+	L7VarPassRedirect = "pass_redirect"
 )
 
 // LoadL7 returns the embedded CollectionSpec for L7.
@@ -195,7 +197,8 @@ type L7MapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type L7VariableSpecs struct {
-	HaveLookup *ebpf.VariableSpec `ebpf:"have_lookup"`
+	HaveLookup   *ebpf.VariableSpec `ebpf:"have_lookup"`
+	PassRedirect *ebpf.VariableSpec `ebpf:"pass_redirect"`
 }
 
 // L7Objects contains all objects after they have been loaded into the kernel.
@@ -249,7 +252,8 @@ func (m *L7Maps) Close() error {
 //
 // It can be passed to LoadL7Objects or ebpf.CollectionSpec.LoadAndAssign.
 type L7Variables struct {
-	HaveLookup *ebpf.Variable `ebpf:"have_lookup"`
+	HaveLookup   *ebpf.Variable `ebpf:"have_lookup"`
+	PassRedirect *ebpf.Variable `ebpf:"pass_redirect"`
 }
 
 // L7Programs contains all programs after they have been loaded into the kernel.

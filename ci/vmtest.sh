@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The multi-kernel VM matrix and the regression gate as CI runs them, in one
-# boot per kernel: the simulator, storm (short), shield, socket balancer and
-# topology suites in qemu on every kernel pinned in fixtures/kernels.lock
+# boot per kernel: the simulator, storm (short), shield, socket balancer,
+# topology and L7 suites in qemu on every kernel pinned in fixtures/kernels.lock
 # (override with
 # KERNELS="5.10 7.2"), plus the gate's own runs (the shield's data-plane
 # tests, shield/datapath, again with shield_compat, and the complexity and
@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 KERNELS="${KERNELS:-5.10 6.1 6.12 7.2}"
-PKGS="${VMTEST_PKGS:-./sim/... ./e2e ./shield/... ./lb/... ./internal/topo/...}"
+PKGS="${VMTEST_PKGS:-./sim/... ./e2e ./shield/... ./lb/... ./internal/topo/... ./l7}"
 # The gate's behaviour packages on the host: the Makefile's GATE_PKGS.
 HOST_PKGS="${GATE_PKGS:-./sim ./shield ./shield/datapath}"
 

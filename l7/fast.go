@@ -71,13 +71,17 @@ func (c FastCounters) Slow() uint64 {
 // FastPath is the loaded data plane attached to its sockhashes, serving one
 // proxy's client connections.
 type FastPath struct {
-	objs    bpf.L7Objects
-	px      *Proxy
-	Lookup  bool   // the kernel lets programs look sockhash entries up
-	Enabled bool   // the policy is held in the kernel
-	Why     string // why not, when !Enabled
-	log     *slog.Logger
-	links   []link.RawAttachProgramOptions
+	objs   bpf.L7Objects
+	px     *Proxy
+	Lookup bool // the kernel lets programs look sockhash entries up
+	// PassRedirect: messages for the proxy are redirected to the client
+	// socket's own ingress rather than passed (SK_PASS): the package's
+	// PassRedirect when attached.
+	PassRedirect bool
+	Enabled      bool   // the policy is held in the kernel
+	Why          string // why not, when !Enabled
+	log          *slog.Logger
+	links        []link.RawAttachProgramOptions
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
@@ -138,13 +142,15 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 }
 
 // Attach loads the data plane, writes px's policy into it and makes px
-// hand it every connection it accepts from then on (Proxy.Listener).
+// hand it every connection it accepts from then on (Proxy.Listener). On a
+// kernel it does not accept (KernelServes) it loads nothing, leaves px
+// alone and returns an error wrapping ErrOldKernel.
 func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if ok, rel := kernelAtLeast(MinKernel[0], MinKernel[1]); !ok {
-		return nil, fmt.Errorf("l7 fast path: kernel %s is older than %d.%d, the oldest seen to pass (see MinKernel): the proxy alone serves", rel, MinKernel[0], MinKernel[1])
+	if ok, rel := KernelServes(); !ok {
+		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrOldKernel, Kernels, rel)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
@@ -154,12 +160,9 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load l7 spec: %w", err)
 	}
+	fp.PassRedirect = PassRedirect
 	for _, lookup := range []bool{true, false} {
-		v := uint32(0)
-		if lookup {
-			v = 1
-		}
-		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: v}, &fp.objs, nil)
+		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: b2u(lookup), bpf.L7VarPassRedirect: b2u(fp.PassRedirect)}, &fp.objs, nil)
 		var ve *ebpf.VerifierError
 		if err == nil {
 			fp.Lookup = lookup
@@ -415,6 +418,13 @@ func (fp *FastPath) closed(cc *clientConn) {
 	fp.mu.Lock()
 	delete(fp.conns, cc.cookie)
 	fp.mu.Unlock()
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fnv64 is FNV-1a, 64 bits: the data plane recognises header names by it.

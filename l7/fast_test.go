@@ -25,10 +25,6 @@ type nsEnv struct {
 func newNS(t testing.TB) *nsEnv {
 	t.Helper()
 	testutil.Root(t)
-	if *tryOld {
-		MinKernel = [2]int{5, 10}
-	}
-	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (see MinKernel)")
 	ns, err := topo.New("l7")
 	if err != nil {
 		t.Fatalf("topo.New: %v", err)
@@ -84,9 +80,13 @@ func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
 }
 
 // proxy starts the proxy for cfg in the namespace, with the fast path when
-// fast is set.
+// fast is set (on a kernel Attach refuses, the test is skipped once the
+// refusal is checked: needFast).
 func (e *nsEnv) proxy(t testing.TB, cfg Config, fast bool) (*Proxy, *FastPath, string) {
 	t.Helper()
+	if fast {
+		needFast(t)
+	}
 	p, err := Compile(cfg)
 	if err != nil {
 		t.Fatalf("Compile = %v", err)

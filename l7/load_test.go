@@ -1,22 +1,85 @@
 package l7
 
 import (
+	"errors"
 	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	"xdpshield/internal/testutil"
 )
 
-var tryOld = flag.Bool("l7.try-old-kernel", false, "lift MinKernel to 5.10 (to diagnose older kernels)")
+var (
+	tryOld    = flag.Bool("l7.try-old-kernel", false, "accept this kernel whatever Kernels says (to diagnose refused kernels)")
+	refuse    = flag.Bool("l7.refuse", false, "refuse every kernel (Kernels empty): runs the refused kernels' tests here")
+	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
+)
+
+// fastKernel reports whether Attach accepts this kernel (KernelServes;
+// any with -l7.try-old-kernel, none with -l7.refuse).
+func fastKernel() bool {
+	if *tryOld {
+		ma, mi, _ := kernelSeries()
+		Kernels = [][2]int{{ma, mi}}
+	}
+	if *refuse {
+		Kernels = nil
+	}
+	switch *passRedir {
+	case "on":
+		PassRedirect = true
+	case "off":
+		PassRedirect = false
+	}
+	ok, _ := KernelServes()
+	return ok
+}
+
+// checkRefused wants Attach to refuse this kernel cleanly: an error
+// wrapping ErrOldKernel, no fast path, the proxy left alone (it serves
+// every request itself). It returns Attach's error.
+func checkRefused(t testing.TB) error {
+	t.Helper()
+	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	px := NewProxy(p, nil)
+	fp, err := Attach(px, nil)
+	if fp != nil || !errors.Is(err, ErrOldKernel) || px.fast != nil {
+		if fp != nil {
+			fp.Close()
+		}
+		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrOldKernel, the proxy alone",
+			Kernels, fp, err, px.fast)
+	}
+	return err
+}
+
+// needFast skips a test of the fast path itself on a kernel Attach
+// refuses, once it has checked the refusal is clean; the fallback there
+// is what TestL7Differential, FuzzL7 and TestServerWithoutFastPath test.
+func needFast(t testing.TB) {
+	t.Helper()
+	if fastKernel() {
+		return
+	}
+	err := checkRefused(t)
+	t.Skipf("the fast path is refused here (checked: %v); the fallback is tested by TestL7Differential, FuzzL7 and TestServerWithoutFastPath", err)
+}
 
 // TestAttachLoads loads and attaches the data plane, with no traffic: on a
-// kernel that refuses it (verifier, helpers), this fails first.
+// kernel that refuses it (verifier, helpers), this fails first. On a kernel
+// Attach refuses (not among Kernels) it wants the refusal, clean.
 func TestAttachLoads(t *testing.T) {
 	testutil.Root(t)
-	if *tryOld {
-		MinKernel = [2]int{5, 10}
+	if !fastKernel() {
+		t.Logf("refused as it should be: %v", checkRefused(t))
+		return
 	}
-	testutil.Kernel(t, MinKernel[0], MinKernel[1], "the L7 fast path (see MinKernel)")
 	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
 		RBAC: []Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
 	if err != nil {
@@ -26,11 +89,42 @@ func TestAttachLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Attach = %v", err)
 	}
-	t.Logf("sockhash lookup from programs: %v; policy in the kernel: %v %s", fp.Lookup, fp.Enabled, fp.Why)
+	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; policy in the kernel: %v %s", fp.Lookup, fp.PassRedirect, fp.Enabled, fp.Why)
 	if !fp.Enabled {
 		t.Errorf("policy not held in the kernel: %s", fp.Why)
 	}
 	if err := fp.Close(); err != nil {
 		t.Errorf("Close = %v", err)
+	}
+}
+
+// TestInVMMatrix: the package is in the VM matrix's packages (the
+// Makefile's VMTEST_PKGS and ci/vmtest.sh's default), so its tests run on
+// every kernel, the refused ones included.
+func TestInVMMatrix(t *testing.T) {
+	root := ".."
+	if _, err := os.Stat(filepath.Join(root, "Makefile")); err != nil {
+		t.Skip("the repository's sources are not here (a test binary run alone, as in a VM); the host's run checks")
+	}
+	for _, c := range []struct{ file, re string }{
+		{"Makefile", `(?m)^VMTEST_PKGS \?= (.*)$`},
+		{"ci/vmtest.sh", `(?m)^PKGS="\$\{VMTEST_PKGS:-(.*)\}"$`},
+	} {
+		b, err := os.ReadFile(filepath.Join(root, c.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(c.re).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("%s: no line matches %s", c.file, c.re)
+			continue
+		}
+		found := false
+		for _, f := range strings.Fields(string(m[1])) {
+			found = found || f == "./l7" || f == "./l7/..."
+		}
+		if !found {
+			t.Errorf("%s: matrix packages = %q, want ./l7 among them", c.file, m[1])
+		}
 	}
 }

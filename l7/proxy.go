@@ -196,11 +196,19 @@ type clientConn struct {
 	net.Conn
 	cookie  uint64
 	handled atomic.Uint64 // requests the proxy read on it
+	read    atomic.Uint64 // bytes the proxy read from it
 
 	mu     sync.Mutex
 	wanted []int // backends the proxy forwarded to and that have no pooled socket yet
 	pooled map[int]net.Conn
 	closed bool
+}
+
+// Read counts what the proxy reads (against the kernel's passed_bytes).
+func (cc *clientConn) Read(p []byte) (int, error) {
+	n, err := cc.Conn.Read(p)
+	cc.read.Add(uint64(n))
+	return n, err
 }
 
 func (cc *clientConn) want(b int) {

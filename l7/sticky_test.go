@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"io"
 	"net/http"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,24 +12,24 @@ import (
 
 // TestFastPathStickyStall: kept-alive connections whose requests carry
 // more than the parser's 512 bytes of headers go to the proxy for good
-// (sticky), and each must get every answer. Known to fail here (6.18):
-// about 1 in 1,000 such connections stalls at its second request (1 to 3
-// of 1,500 in each of nine runs); the kernel counted it passed
-// (sticky_more), the proxy's socket holds ~9 KB of receive memory with an
-// empty receive queue, and the proxy never reads it. Opt-in
-// (L7_STICKY_STALL=1) until that is fixed, so CI does not fail at random;
-// README "L7 fast path" says so. Not sticky alone: small GETs passed up by
-// a set_header policy stalled 1 connection in 4,500.
+// (sticky), and each must get every answer. With SK_PASS
+// (-l7.pass-redirect=off) about 1 in 2,000 such connections stalled at its
+// second request on 6.18 (16 of 33,000 in 12 of 22 runs): the kernel
+// counted it passed (sticky_more), the proxy's socket held ~9 KB of
+// receive memory with an empty receive queue, and the proxy was never
+// woken. Redirected to the socket's own ingress (PassRedirect), none of
+// 33,000 did. -short runs 200 connections instead of 1,500 (too few to catch
+// SK_PASS's stall often: the full run is the one with teeth).
 func TestFastPathStickyStall(t *testing.T) {
-	if os.Getenv("L7_STICKY_STALL") != "1" {
-		t.Skip("known to stall about 1 sticky connection in 1,000 (see the comment): L7_STICKY_STALL=1 runs it")
-	}
 	e := newNS(t)
 	b := e.backend(t, "b")
 	cfg := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
 		RBAC: []Rule{{Action: "deny", PathPrefix: "/admin"}}, HashHeader: "X-User"}
 	_, fp, fast := e.proxy(t, cfg, true)
-	const conns, reqs = 1500, 3
+	conns, reqs := 1500, 3
+	if testing.Short() {
+		conns = 200
+	}
 	var stalled atomic.Int64
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 4)

@@ -2,6 +2,7 @@ package l7
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -25,23 +26,55 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 	return ap, nil
 }
 
-// MinKernel is the oldest kernel Attach accepts: the oldest on which the
-// package's tests were seen to pass (6.18 on the host, 7.2 under qemu).
-// Seen under qemu: on Debian's 5.10 the data plane loads and attaches, but
-// the first requests live-locked the machine (soft lockups of the test's
-// threads); on 6.1 a connection passed whole after a request that ended
-// mid-segment lost its tail (the pipelined-split case and a FuzzL7 seed got
-// one answer of two); 6.12 failed the same FuzzL7 seed once (all else
-// passed).
-var MinKernel = [2]int{6, 18}
+// Kernels are the kernel series (major.minor) Attach accepts: those on
+// which the package's tests were seen to pass, 6.18 on the host and 6.1
+// under qemu (with PassRedirect). Every other is refused, newer ones too
+// until they are seen to pass. Seen under qemu (README "L7 fast path",
+// Kernels): on Debian's 5.10 the data plane loads and attaches, but with
+// SK_PASS the first requests live-locked the machine (soft lockups of the
+// test's threads), and redirected, the kernel's count of passed requests
+// lagged the proxy's and a pipelined pair was answered out of order; on 6.12 and 7.2 the kernel's parser never ran on the last
+// bytes of a connection handed over to the proxy while a message passed
+// before was still unread, with SK_PASS and with PassRedirect alike
+// (TestFastPathPipelinedHandover: 7 of 102 hand-overs on 6.12, 3 of 34 and
+// 3 of 68 on 7.2), and on 7.2 TestFastPathStickyStall stalled 2 and 3 of
+// 200 connections (redirected, passed).
+var Kernels = [][2]int{{6, 1}, {6, 18}}
 
-func kernelAtLeast(major, minor int) (bool, string) {
+// PassRedirect: the data plane hands messages to the proxy by redirecting
+// them to the client socket's own ingress instead of passing them
+// (SK_PASS; bpf/l7.c pass_redirect). With SK_PASS, a message could wait
+// unread for good: on 6.1 under qemu the tail of a connection handed over
+// while a message passed before was still unread never reached the parser
+// (TestFastPathPipelinedHandover: 27 of 170 hand-overs answered once of
+// twice; redirected, 0 of 442), and on 6.18 about one sticky connection in
+// 2,000 stalled (TestFastPathStickyStall: 16 of 33,000 connections in 12 of
+// 22 runs; redirected, 0 of 33,000). Tests set it false to show that.
+var PassRedirect = true
+
+// ErrOldKernel is what Attach returns (wrapped, with the kernel's release)
+// on a kernel not among Kernels, before it loads anything: the proxy alone
+// serves there (Server.Start falls back to it).
+var ErrOldKernel = errors.New("kernel not among l7.Kernels, those the fast path was seen to pass on")
+
+// KernelServes reports whether Attach accepts the running kernel (its
+// series is among Kernels), and the kernel's release.
+func KernelServes() (bool, string) {
+	ma, mi, rel := kernelSeries()
+	for _, k := range Kernels {
+		if k == [2]int{ma, mi} {
+			return true, rel
+		}
+	}
+	return false, rel
+}
+
+func kernelSeries() (major, minor int, rel string) {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
-		return false, "unknown"
+		return 0, 0, "unknown"
 	}
-	rel := unix.ByteSliceToString(u.Release[:])
-	var ma, mi int
-	fmt.Sscanf(rel, "%d.%d", &ma, &mi)
-	return ma > major || (ma == major && mi >= minor), rel
+	rel = unix.ByteSliceToString(u.Release[:])
+	fmt.Sscanf(rel, "%d.%d", &major, &minor)
+	return major, minor, rel
 }
