@@ -18,6 +18,7 @@ const (
 	LogModules         = "modules"
 	LogNow             = "now"
 	LogPackage         = "package"
+	LogPackages        = "packages"
 	LogPath            = "path"
 	LogRelease         = "release"
 	LogStderr          = "stderr"
