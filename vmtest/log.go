@@ -21,6 +21,7 @@ const (
 	LogPackages        = "packages"
 	LogPath            = "path"
 	LogRelease         = "release"
+	LogSlots           = "slots"
 	LogStderr          = "stderr"
 	LogSuite           = "suite"
 	LogSuites          = "suites"

@@ -1,6 +1,7 @@
 package vmtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 )
@@ -38,6 +40,20 @@ type Matrix struct {
 	// with its own arguments after TestFlags, reported as cells of their
 	// own name (the regression gate's compat and measurement runs).
 	Extra []ExtraRun
+	// VMs is how many kernels boot at once (1 when 0). Under TCG a VM
+	// runs on one host thread (accelOpts), so a 2-core host runs two
+	// side by side; each takes a slot of the cache's VM lock.
+	VMs int
+	// Built, when set, is called once the binaries are built and before
+	// the first boot, with each package's binary by import path (static,
+	// stripped): the gate's host runs use them beside the VMs.
+	Built func(bins map[string]Binary)
+}
+
+// Binary is a package's built test binary.
+type Binary struct {
+	Path string // on the host
+	Dir  string // the package's directory
 }
 
 // ExtraRun is one more run of a package's test binary.
@@ -255,29 +271,42 @@ func (m *Matrix) withoutExtraOnly(ctx context.Context, dir string, pkgs []builtP
 }
 
 // PrefixWriter returns a writer that prefixes every line written through
-// it to w (a kernel's or the host's name before each line of a run).
+// it to w (a kernel's or the host's name before each line of a run). It
+// writes whole lines only: a line without its newline waits for the next
+// write.
 func PrefixWriter(w io.Writer, prefix string) io.Writer {
 	return &prefixWriter{w: w, prefix: prefix}
 }
 
+// prefixWriter writes whole lines, each in one Write under outMu: VMs
+// and the gate's host runs share one output, side by side.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
-	mid    bool
+	part   []byte // a line not yet ended
 }
+
+var outMu sync.Mutex
 
 func (p *prefixWriter) Write(b []byte) (int, error) {
 	var sb strings.Builder
-	for _, c := range string(b) {
-		if !p.mid {
-			sb.WriteString(p.prefix)
-			p.mid = true
+	rest := b
+	for {
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
 		}
-		sb.WriteRune(c)
-		if c == '\n' {
-			p.mid = false
-		}
+		sb.WriteString(p.prefix)
+		sb.Write(p.part)
+		sb.Write(rest[:i+1])
+		p.part, rest = p.part[:0], rest[i+1:]
 	}
+	p.part = append(p.part, rest...)
+	if sb.Len() == 0 {
+		return len(b), nil
+	}
+	outMu.Lock()
+	defer outMu.Unlock()
 	_, err := io.WriteString(p.w, sb.String())
 	return len(b), err
 }
@@ -326,6 +355,12 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 	if err != nil {
 		return nil, ExitHarnessError, err
 	}
+	bins := map[string]Binary{}
+	for _, p := range pkgs {
+		if p.buildErr == "" {
+			bins[p.path] = Binary{Path: p.bin, Dir: p.dir}
+		}
+	}
 	pkgs = m.withoutExtraOnly(ctx, dir, pkgs)
 	var runs []Run
 	var runPkgs []builtPkg
@@ -348,31 +383,43 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 			code = worse(code, ExitTestFailure)
 		}
 	}
-	for _, pin := range pins {
-		kr := KernelReport{Name: pin.Name, Release: pin.Release}
-		res, err := m.boot(ctx, pin, runs, data, work)
-		// A kernel that dies before its init runs has run no test: under
-		// TCG a Debian 6.12 kernel double-faulted 0.54 s into one boot of
-		// twenty, whatever the suites. Boot it again, once, and say so.
-		if err == nil && res.Code == ExitKernelPanic && res.BootToInit == 0 && ctx.Err() == nil {
-			m.logger().Warn("kernel panicked before init ran; booting it again", LogKernel, pin.Name)
-			kr.EarlyPanics++
-			res, err = m.boot(ctx, pin, runs, data, work)
-		}
-		if err != nil {
-			kr.Code, kr.Verdict, kr.Error = int(ExitHarnessError), ExitHarnessError.String(), err.Error()
-			code = worse(code, ExitHarnessError)
-			m.logger().Error("kernel", LogKernel, pin.Name, LogErr, err)
-		} else {
-			kr.Code, kr.Verdict = int(res.Code), res.Code.String()
-			kr.BootToInitSeconds = res.BootToInit.Seconds()
-			kr.BootToFirstTestSeconds = res.BootToFirstTest.Seconds()
-			kr.Seconds = res.Wall.Seconds()
-			if res.Err != nil {
-				kr.Error = res.Err.Error()
+	if m.Built != nil {
+		m.Built(bins)
+	}
+	// Each kernel's boot on one of m.VMs workers, in the lock's order
+	// (longest first is the caller's to choose); the report keeps that
+	// order whatever finishes first.
+	type done struct {
+		kr  KernelReport
+		res *Result
+	}
+	results := make([]done, len(pins))
+	slots := max(m.VMs, 1)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(slots, len(pins)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i].kr, results[i].res = m.kernel(ctx, pins[i], runs, data, work, slots)
 			}
-			code = worse(code, res.Code)
+		}()
+	}
+	for i := range pins {
+		if ctx.Err() != nil {
+			break
 		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, pin := range pins {
+		kr, res := results[i].kr, results[i].res
+		if kr.Name == "" {
+			continue // not booted: the context ended first
+		}
+		code = worse(code, ExitCode(kr.Code))
 		rep.Kernels = append(rep.Kernels, kr)
 		if res != nil {
 			rep.Runs[pin.Name] = res.Runs
@@ -392,9 +439,6 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 			}
 			rep.Cells = append(rep.Cells, c)
 		}
-		if ctx.Err() != nil {
-			break
-		}
 	}
 	rep.SkipDiffs = skipDiffs(rep.Cells)
 	rep.Seconds = time.Since(rep.Started).Seconds()
@@ -402,7 +446,34 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 	return rep, code, nil
 }
 
-func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, work string) (*Result, error) {
+// kernel boots pin (again, once, after an early panic) and reports it.
+func (m *Matrix) kernel(ctx context.Context, pin *Pin, runs []Run, data []string, work string, slots int) (KernelReport, *Result) {
+	kr := KernelReport{Name: pin.Name, Release: pin.Release}
+	res, err := m.boot(ctx, pin, runs, data, work, slots)
+	// A kernel that dies before its init runs has run no test: under
+	// TCG a Debian 6.12 kernel double-faulted 0.54 s into one boot of
+	// twenty, whatever the suites. Boot it again, once, and say so.
+	if err == nil && res.Code == ExitKernelPanic && res.BootToInit == 0 && ctx.Err() == nil {
+		m.logger().Warn("kernel panicked before init ran; booting it again", LogKernel, pin.Name)
+		kr.EarlyPanics++
+		res, err = m.boot(ctx, pin, runs, data, work, slots)
+	}
+	if err != nil {
+		kr.Code, kr.Verdict, kr.Error = int(ExitHarnessError), ExitHarnessError.String(), err.Error()
+		m.logger().Error("kernel", LogKernel, pin.Name, LogErr, err)
+		return kr, nil
+	}
+	kr.Code, kr.Verdict = int(res.Code), res.Code.String()
+	kr.BootToInitSeconds = res.BootToInit.Seconds()
+	kr.BootToFirstTestSeconds = res.BootToFirstTest.Seconds()
+	kr.Seconds = res.Wall.Seconds()
+	if res.Err != nil {
+		kr.Error = res.Err.Error()
+	}
+	return kr, res
+}
+
+func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, work string, slots int) (*Result, error) {
 	k, err := m.Cache.Fetch(ctx, pin)
 	if err != nil {
 		return nil, err
@@ -415,7 +486,7 @@ func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, 
 		Kernel: k, Modules: m.Modules, Tools: m.Tools, Runs: runs, Data: data,
 		MemoryMiB: m.MemoryMiB, CPUs: m.CPUs, BootTimeout: m.BootTimeout, Timeout: m.Timeout,
 		Output: PrefixWriter(out, "["+pin.Name+"] "), Console: m.Console,
-		WorkDir: work, CacheDir: m.Cache.Dir, Log: m.Log,
+		WorkDir: work, CacheDir: m.Cache.Dir, Slots: slots, Log: m.Log,
 	}
 	res, err := vm.Boot(ctx)
 	if err != nil {

@@ -85,7 +85,8 @@ type VM struct {
 	// WorkDir holds the initramfs and the console log; a temporary directory
 	// (removed afterwards) when empty.
 	WorkDir  string
-	CacheDir string // where the VM lock lives: one VM at a time per cache
+	CacheDir string // where the VM lock lives: Slots VMs at a time per cache
+	Slots    int    // VMs of this cache that may run at once (1 when 0)
 	Log      *slog.Logger
 
 	accel string // kvm or tcg, decided at boot
@@ -146,7 +147,7 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("kernel %s: initramfs: %w", vm.Kernel.Pin.Name, err)
 	}
 	if vm.CacheDir != "" {
-		unlock, err := lockVM(vm.CacheDir, log)
+		unlock, err := lockVM(vm.CacheDir, max(vm.Slots, 1), log)
 		if err != nil {
 			return nil, err
 		}
@@ -155,24 +156,60 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 	return vm.qemu(ctx, initrd, filepath.Join(work, "console-"+vm.Kernel.Pin.Name+".log"), log)
 }
 
-// lockVM takes the cache's VM lock: the machine's cores are shared, one
-// VM runs at a time.
-func lockVM(dir string, log *slog.Logger) (func(), error) {
+// lockVM takes a slot of the cache's VM lock: the machine's cores are
+// shared. Slot 1 is vm.lock, which every user of the cache takes
+// (vmexec, a matrix of one VM at a time); slot i is vm.lock.i. The first
+// free slot is taken; when none is, it waits for one.
+func lockVM(dir string, slots int, log *slog.Logger) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "vm.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("vm lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		log.Info("waiting for another VM to finish", LogLock, f.Name())
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("vm lock: %w", err)
+	var files []*os.File
+	closeAll := func(keep *os.File) {
+		for _, f := range files {
+			if f != keep {
+				f.Close()
+			}
 		}
 	}
-	return func() { f.Close() }, nil
+	for i := 1; i <= slots; i++ {
+		name := "vm.lock"
+		if i > 1 {
+			name = fmt.Sprintf("vm.lock.%d", i)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			closeAll(nil)
+			return nil, fmt.Errorf("vm lock: %w", err)
+		}
+		files = append(files, f)
+	}
+	for waited := false; ; waited = true {
+		for _, f := range files {
+			err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err == nil {
+				closeAll(f)
+				return func() { f.Close() }, nil
+			}
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				closeAll(nil)
+				return nil, fmt.Errorf("vm lock: %w", err)
+			}
+		}
+		if len(files) == 1 {
+			// One slot: block on it.
+			log.Info("waiting for another VM to finish", LogLock, files[0].Name())
+			if err := unix.Flock(int(files[0].Fd()), unix.LOCK_EX); err != nil {
+				closeAll(nil)
+				return nil, fmt.Errorf("vm lock: %w", err)
+			}
+			return func() { files[0].Close() }, nil
+		}
+		if !waited {
+			log.Info("waiting for a VM slot", LogLock, files[0].Name(), LogSlots, slots)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // shellQuote quotes s for the guest's busybox sh.
