@@ -89,6 +89,8 @@ type KernelReport struct {
 	BootToInitSeconds      float64 `json:"boot_to_init_seconds"`
 	BootToFirstTestSeconds float64 `json:"boot_to_first_test_seconds"`
 	Seconds                float64 `json:"seconds"`
+	// Phases are the guest's uptime at each step of its boot (Result.Phases).
+	Phases []Phase `json:"guest_phases,omitempty"`
 	// EarlyPanics counts boots whose kernel died before init ran (an
 	// emulator's fault: no test had run) and that were booted again.
 	EarlyPanics int `json:"early_panics,omitempty"`
@@ -467,6 +469,7 @@ func (m *Matrix) kernel(ctx context.Context, pin *Pin, runs []Run, data []string
 	kr.BootToInitSeconds = res.BootToInit.Seconds()
 	kr.BootToFirstTestSeconds = res.BootToFirstTest.Seconds()
 	kr.Seconds = res.Wall.Seconds()
+	kr.Phases = res.Phases
 	if res.Err != nil {
 		kr.Error = res.Err.Error()
 	}
@@ -634,6 +637,23 @@ func (r *Report) Render(w io.Writer) error {
 	row("release", func(k KernelReport) string { return k.Release })
 	row("boot to init", func(k KernelReport) string { return fmtDur(k.BootToInitSeconds) })
 	row("boot to first test", func(k KernelReport) string { return fmtDur(k.BootToFirstTestSeconds) })
+	if slices.ContainsFunc(r.Kernels, func(k KernelReport) bool { return len(k.Phases) > 0 }) {
+		for _, ph := range []struct{ name, row string }{
+			{"init", "guest: /init started at"},
+			{"mounts", "guest: mounted at"},
+			{"modules", "guest: modules loaded at"},
+			{"tests", "guest: first test at"},
+		} {
+			row(ph.row, func(k KernelReport) string {
+				for _, p := range k.Phases {
+					if p.Name == ph.name {
+						return fmt.Sprintf("%.2fs", p.Uptime)
+					}
+				}
+				return "-"
+			})
+		}
+	}
 	row("VM wall time", func(k KernelReport) string { return fmtDur(k.Seconds) })
 	if slices.ContainsFunc(r.Kernels, func(k KernelReport) bool { return k.EarlyPanics > 0 }) {
 		row("early panics, booted again", func(k KernelReport) string { return fmt.Sprint(k.EarlyPanics) })

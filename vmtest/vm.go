@@ -108,9 +108,19 @@ type Result struct {
 	Release         string        // uname -r in the guest
 	BootToInit      time.Duration // qemu start to the guest's init running
 	BootToFirstTest time.Duration // qemu start to the first test binary's start
-	Wall            time.Duration
-	Runs            []RunResult
-	Console         string // the kernel console (tail)
+	// Phases are the guest's uptime at each step of its boot: init (the
+	// kernel has booted, initramfs unpacked, and /init mounted proc),
+	// mounts, modules (loaded), tests (about to start the first).
+	Phases  []Phase
+	Wall    time.Duration
+	Runs    []RunResult
+	Console string // the kernel console (tail)
+}
+
+// Phase is a step of the guest's boot and the guest's uptime there.
+type Phase struct {
+	Name   string  `json:"name"`
+	Uptime float64 `json:"uptime_seconds"`
 }
 
 const marker = "@@VMTEST "
@@ -229,6 +239,9 @@ export PATH=/usr/sbin:/usr/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
 out=/dev/ttyS1
 say() { echo "` + marker + `$*" >$out; }
 mount -t proc proc /proc
+# The guest's uptime at each step of the boot (the matrix's boot phases).
+phase() { read u _ </proc/uptime; say PHASE $1 $u; }
+phase init
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 mkdir -p /dev/pts /dev/shm /run /tmp
@@ -240,6 +253,7 @@ mount -t bpf bpffs /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+phase mounts
 say BOOTED "$(uname -r)"
 fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 `)
@@ -247,7 +261,7 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod /lib/modules/%s.ko >$out 2>&1 || fail \"insmod %s failed\"\n", m.Name, m.Name)
 	}
-	b.WriteString("ip link set lo up\n")
+	b.WriteString("phase modules\nip link set lo up\n")
 	b.WriteString("export SHIELD_REQUIRE_PRIV=1\n")
 	// Tests may widen timing budgets under emulation (TCG is ~10x slower).
 	fmt.Fprintf(&b, "export VMTEST=1 VMTEST_KERNEL=%s VMTEST_ACCEL=%s\n", shellQuote(vm.Kernel.Pin.Name), vm.accel)
@@ -255,7 +269,7 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 		k, v, _ := strings.Cut(e, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
-	b.WriteString("rc=0\n")
+	b.WriteString("rc=0\nphase tests\n")
 	for i, r := range vm.Runs {
 		dir := r.Dir
 		if dir == "" {
@@ -614,6 +628,12 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 				}
 			}
 			cur = -1
+		case "PHASE":
+			if len(f) > 2 {
+				if up, err := strconv.ParseFloat(f[2], 64); err == nil {
+					res.Phases = append(res.Phases, Phase{Name: f[1], Uptime: up})
+				}
+			}
 		case "HARNESS":
 			harnessMsg = strings.Join(f[1:], " ")
 			fmt.Fprintln(vm.Output, "vmtest: guest: "+harnessMsg)
