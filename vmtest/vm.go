@@ -239,11 +239,13 @@ export PATH=/usr/sbin:/usr/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
 out=/dev/ttyS1
 say() { echo "` + marker + `$*" >$out; }
 mount -t proc proc /proc
-# The guest's uptime at each step of the boot (the matrix's boot phases).
+# The guest's uptime at each step of the boot (the matrix's boot phases);
+# /init's own start is said once /dev/ttyS1 exists.
+read up0 _ </proc/uptime
 phase() { read u _ </proc/uptime; say PHASE $1 $u; }
-phase init
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+say PHASE init $up0
 mkdir -p /dev/pts /dev/shm /run /tmp
 # No tmpfs on /tmp: the package mirrors live at the host's paths, and a
 # clone under /tmp would vanish under it (the rootfs is writable anyway).

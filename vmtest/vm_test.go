@@ -86,7 +86,7 @@ func TestInitScript(t *testing.T) {
 		"mount -t cgroup2 cgroup2 /sys/fs/cgroup",
 		"mount -t debugfs debugfs /sys/kernel/debug",
 		"say EXIT $rc",
-		"phase init", "phase mounts", "phase modules", "phase tests",
+		"say PHASE init $up0", "phase mounts", "phase modules", "phase tests",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("init script lacks %q:\n%s", want, s)
