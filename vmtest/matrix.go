@@ -48,6 +48,9 @@ type Matrix struct {
 	// the first boot, with each package's binary by import path (static,
 	// stripped): the gate's host runs use them beside the VMs.
 	Built func(bins map[string]Binary)
+	// Booted, when set, is called when a kernel's first test starts (or
+	// its boot ends without one), once per boot.
+	Booted func(kernel string)
 }
 
 // Binary is a package's built test binary.
@@ -491,7 +494,14 @@ func (m *Matrix) boot(ctx context.Context, pin *Pin, runs []Run, data []string, 
 		Output: PrefixWriter(out, "["+pin.Name+"] "), Console: m.Console,
 		WorkDir: work, CacheDir: m.Cache.Dir, Slots: slots, Log: m.Log,
 	}
+	booted := false
+	if m.Booted != nil {
+		vm.Booted = func() { booted = true; m.Booted(pin.Name) }
+	}
 	res, err := vm.Boot(ctx)
+	if m.Booted != nil && !booted {
+		m.Booted(pin.Name)
+	}
 	if err != nil {
 		return nil, err
 	}

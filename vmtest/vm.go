@@ -84,7 +84,9 @@ type VM struct {
 	Console io.Writer
 	// WorkDir holds the initramfs and the console log; a temporary directory
 	// (removed afterwards) when empty.
-	WorkDir  string
+	WorkDir string
+	// Booted, when set, is called once, when the first test binary starts.
+	Booted   func()
 	CacheDir string // where the VM lock lives: Slots VMs at a time per cache
 	Slots    int    // VMs of this cache that may run at once (1 when 0)
 	Log      *slog.Logger
@@ -616,6 +618,9 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 			cur, curStart = n, ev.at
 			if res.BootToFirstTest == 0 {
 				res.BootToFirstTest = ev.at.Sub(start)
+				if vm.Booted != nil {
+					vm.Booted()
+				}
 			}
 			for len(res.Runs) <= n {
 				res.Runs = append(res.Runs, RunResult{Name: vm.Runs[len(res.Runs)].Name, Exit: -1})

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"xdpshield/vmtest"
@@ -61,9 +62,11 @@ func extra() []vmtest.ExtraRun {
 // Collect runs the behaviour packages and the gate's runs on the host and
 // in a VM per kernel, and returns each kernel's figures (the host first)
 // and the matrix report of the VMs (nil without kernels). The host's runs
-// use the matrix's binaries and run while the VMs do: under TCG a VM keeps
-// one host thread busy, and the host's speed figures are ratios to a
-// reference timed in the same rounds (their spread is in the report).
+// use the matrix's binaries and run while the VMs do, once the first VMs
+// have booted (a boot is the time most sensitive to a busy host): under
+// TCG a VM keeps one host thread busy, and the host's speed figures are
+// ratios to a reference timed in the same rounds (their spread is in the
+// report).
 func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) {
 	if len(c.Kernels) == 0 {
 		if !c.Host {
@@ -86,16 +89,34 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 		BootTimeout: c.BootTimeout, Timeout: c.Timeout, MemoryMiB: c.MemoryMiB,
 		Dir: c.Dir, Output: c.Output, Log: c.Log, Extra: extra(), VMs: c.VMs,
 	}
+	// The host waits for the boots of the first VMs (as many as run at
+	// once), or for the matrix's end.
+	first := min(max(c.VMs, 1), len(c.Kernels))
+	booted := make(chan struct{})
+	matrixDone := make(chan struct{})
+	var mu sync.Mutex
+	m.Booted = func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first--; first == 0 {
+			close(booted)
+		}
+	}
 	if c.Host {
 		m.Built = func(bins map[string]vmtest.Binary) {
 			started = true
 			go func() {
+				select {
+				case <-booted:
+				case <-matrixDone:
+				}
 				f, err := c.host(ctx, bins)
 				hostc <- hostDone{f, err}
 			}()
 		}
 	}
 	rep, _, err := m.Run(ctx)
+	close(matrixDone)
 	var out []Figures
 	if started {
 		h := <-hostc
