@@ -51,6 +51,11 @@ type Matrix struct {
 	// Booted, when set, is called when a kernel's first test starts (or
 	// its boot ends without one), once per boot.
 	Booted func(kernel string)
+	// Spare, when set, is called once, when a VM slot has no kernel left
+	// to boot: at once when there are fewer kernels than slots, else when
+	// the first slot runs out of work (the gate's host runs go there, so
+	// they never share the cores with VMs filling them).
+	Spare func()
 }
 
 // Binary is a package's built test binary.
@@ -402,10 +407,20 @@ func (m *Matrix) Run(ctx context.Context) (*Report, ExitCode, error) {
 	slots := max(m.VMs, 1)
 	next := make(chan int)
 	var wg sync.WaitGroup
+	var spare sync.Once
+	spareSlot := func() {
+		if m.Spare != nil {
+			spare.Do(m.Spare)
+		}
+	}
+	if slots > len(pins) {
+		spareSlot()
+	}
 	for range min(slots, len(pins)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer spareSlot()
 			for i := range next {
 				results[i].kr, results[i].res = m.kernel(ctx, pins[i], runs, data, work, slots)
 			}
