@@ -109,14 +109,22 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 	if c.Host {
 		m.Built = func(bins map[string]vmtest.Binary) {
 			started = true
+			// The matrix removes its binaries when it returns, and the
+			// host's runs may outlast it: they run from links of their own.
+			own, dir, err := linkBinaries(bins)
 			go func() {
+				defer os.RemoveAll(dir)
+				if err != nil {
+					hostc <- hostDone{err: err}
+					return
+				}
 				for _, ch := range []chan struct{}{spare, booted} {
 					select {
 					case <-ch:
 					case <-matrixDone:
 					}
 				}
-				f, err := c.host(ctx, bins)
+				f, err := c.host(ctx, own)
 				hostc <- hostDone{f, err}
 			}()
 		}
@@ -148,6 +156,30 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 		out = append(out, f)
 	}
 	return out, rep, nil
+}
+
+// linkBinaries links (or, across file systems, copies) each binary into a
+// directory of its own, removed by the caller.
+func linkBinaries(bins map[string]vmtest.Binary) (map[string]vmtest.Binary, string, error) {
+	dir, err := os.MkdirTemp("", "xdpshield-gate-bins-")
+	if err != nil {
+		return nil, "", err
+	}
+	own := map[string]vmtest.Binary{}
+	for path, b := range bins {
+		dst := filepath.Join(dir, strings.ReplaceAll(path, "/", "_")+".test")
+		if err := os.Link(b.Path, dst); err != nil {
+			data, rerr := os.ReadFile(b.Path)
+			if rerr != nil {
+				return nil, dir, fmt.Errorf("keep test binary %s: %w", b.Path, rerr)
+			}
+			if werr := os.WriteFile(dst, data, 0o755); werr != nil {
+				return nil, dir, fmt.Errorf("keep test binary %s: %w", b.Path, werr)
+			}
+		}
+		own[path] = vmtest.Binary{Path: dst, Dir: b.Dir}
+	}
+	return own, dir, nil
 }
 
 // figuresOf reads a kernel's runs: the measurement run's figures and every
