@@ -83,12 +83,14 @@ study-quick: ## the study in short (CI, about 2 min): fails if a configuration p
 VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/... ./probe/... ./l7
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
 VM_CPUS ?= 2
+# Kernels booted at once: under TCG a VM keeps one host thread busy.
+VMS ?= 2
 SOAK_RUNS ?= 5
 
 vmtest: ## run the suites in qemu on each of $(KERNELS); matrix and JSON in out/vmtest
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest matrix -kernels "$(KERNELS)" -cpus $(VM_CPUS) -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
+	out/bin/vmtest matrix -kernels "$(KERNELS)" -cpus $(VM_CPUS) -vms $(VMS) -testflags "$(VMTEST_FLAGS)" -out out/vmtest $(VMTEST_PKGS)
 
 soak: ## the short storm $(SOAK_RUNS) times per kernel of $(KERNELS) in qemu ($(VM_CPUS) vCPUs): pass counts per kernel
 	@ci/deps.sh
@@ -110,12 +112,12 @@ GATE_FLAGS ?=
 gate: ## the regression gate on the host and $(KERNELS) against fixtures/gate/baseline.json; report in out/gate
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -kernels "$(KERNELS)" -vms $(VMS) -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same KERNELS as the gate)
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -update -kernels "$(KERNELS)" -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -update -kernels "$(KERNELS)" -vms $(VMS) -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh

@@ -5,8 +5,10 @@
 # (override with
 # KERNELS="5.10 7.2"), plus the gate's own runs (the shield's data-plane
 # tests, shield/datapath, again with shield_compat, and the complexity and
-# speed measurement), then the gate's host runs (HOST_PKGS, the Makefile's
-# GATE_PKGS), compared with fixtures/gate/baseline.json. Kernels are cached
+# speed measurement), and the gate's host runs (HOST_PKGS, the Makefile's
+# GATE_PKGS) beside them, compared with fixtures/gate/baseline.json. Two
+# kernels boot at once (VMS=2: a TCG VM keeps one of the 2 cores busy);
+# KERNELS is in that order, the longest (5.10) first. Kernels are cached
 # outside the clone ($XDPSHIELD_CACHE, else ~/.cache/xdpshield); results go
 # to out/vmtest/matrix.{txt,json} and out/gate/gate.{txt,json}. Exits 0 when
 # the gate passes, 1 when a figure regressed or a test failed, 2 when it
@@ -22,7 +24,7 @@ HOST_PKGS="${GATE_PKGS:-./sim ./shield ./shield/datapath}"
 start=$(date +%s)
 go build -o out/bin/vmtest ./vmtest/cmd/vmtest
 rc=0
-out/bin/vmtest gate -kernels "$KERNELS" -timeout 15m -testflags "-test.short -test.v -test.timeout=5m" \
+out/bin/vmtest gate -kernels "$KERNELS" -vms "${VMS:-2}" -timeout 15m -testflags "-test.short -test.v -test.timeout=5m" \
 	-host-packages "$HOST_PKGS" -matrix-out out/vmtest -out out/gate $PKGS || rc=$?
 echo "vmtest: matrix and gate on $KERNELS and the host took $(( $(date +%s) - start ))s (exit $rc)"
 exit "$rc"

@@ -39,8 +39,11 @@
 // cgroup2, debugfs and tracefs, checks `uname -r` against the pin, loads the
 // modules, sets SHIELD_REQUIRE_PRIV=1 (and VMTEST=1, VMTEST_KERNEL=<name>,
 // VMTEST_ACCEL=kvm|tcg, for timing budgets that must widen under emulation)
-// and runs each binary in its package directory. qemu runs with KVM when a probe shows it works (VMTEST_ACCEL
-// forces kvm or tcg), TCG otherwise, 2 vCPUs, machine pc; the kernel console
+// and runs each binary in its package directory. It reports the guest's
+// uptime at each step (PHASE lines: /init started, mounted, modules
+// loaded, first test), which the matrix shows as the boot's phases. qemu
+// runs with KVM when a probe shows it works (VMTEST_ACCEL forces kvm or
+// tcg), TCG otherwise, 2 vCPUs, machine pc; the kernel console
 // goes to ttyS0 (a file, dumped on a panic or a timeout, live with -v), the
 // test output to ttyS1 (streamed live, framed by @@VMTEST markers).
 //
@@ -51,8 +54,10 @@
 //
 // It owns the kernel cache (outside the repository: $XDPSHIELD_CACHE, else
 // $XDG_CACHE_HOME/xdpshield or ~/.cache/xdpshield) and the qemu processes it
-// starts, one at a time (a file lock in the cache serialises VMs across
-// processes, so `go test -exec` over several packages queues them). It must
-// not touch the host's network namespaces, modules or apt setup: all
+// starts, one at a time unless Matrix.VMs (-vms) allows more: a file lock
+// in the cache (vm.lock, and vm.lock.N for the N-th slot) bounds the VMs
+// across processes, so `go test -exec` over several packages queues them.
+// Under TCG a VM runs on one host thread, so two fill a 2-core host. It
+// must not touch the host's network namespaces, modules or apt setup: all
 // privileged work happens inside the guest.
 package vmtest

@@ -84,8 +84,11 @@ type VM struct {
 	Console io.Writer
 	// WorkDir holds the initramfs and the console log; a temporary directory
 	// (removed afterwards) when empty.
-	WorkDir  string
-	CacheDir string // where the VM lock lives: one VM at a time per cache
+	WorkDir string
+	// Booted, when set, is called once, when the first test binary starts.
+	Booted   func()
+	CacheDir string // where the VM lock lives: Slots VMs at a time per cache
+	Slots    int    // VMs of this cache that may run at once (1 when 0)
 	Log      *slog.Logger
 
 	accel string // kvm or tcg, decided at boot
@@ -107,9 +110,19 @@ type Result struct {
 	Release         string        // uname -r in the guest
 	BootToInit      time.Duration // qemu start to the guest's init running
 	BootToFirstTest time.Duration // qemu start to the first test binary's start
-	Wall            time.Duration
-	Runs            []RunResult
-	Console         string // the kernel console (tail)
+	// Phases are the guest's uptime at each step of its boot: init (the
+	// kernel has booted, initramfs unpacked, and /init mounted proc),
+	// mounts, modules (loaded), tests (about to start the first).
+	Phases  []Phase
+	Wall    time.Duration
+	Runs    []RunResult
+	Console string // the kernel console (tail)
+}
+
+// Phase is a step of the guest's boot and the guest's uptime there.
+type Phase struct {
+	Name   string  `json:"name"`
+	Uptime float64 `json:"uptime_seconds"`
 }
 
 const marker = "@@VMTEST "
@@ -146,7 +159,7 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("kernel %s: initramfs: %w", vm.Kernel.Pin.Name, err)
 	}
 	if vm.CacheDir != "" {
-		unlock, err := lockVM(vm.CacheDir, log)
+		unlock, err := lockVM(vm.CacheDir, max(vm.Slots, 1), log)
 		if err != nil {
 			return nil, err
 		}
@@ -155,24 +168,60 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 	return vm.qemu(ctx, initrd, filepath.Join(work, "console-"+vm.Kernel.Pin.Name+".log"), log)
 }
 
-// lockVM takes the cache's VM lock: the machine's cores are shared, one
-// VM runs at a time.
-func lockVM(dir string, log *slog.Logger) (func(), error) {
+// lockVM takes a slot of the cache's VM lock: the machine's cores are
+// shared. Slot 1 is vm.lock, which every user of the cache takes
+// (vmexec, a matrix of one VM at a time); slot i is vm.lock.i. The first
+// free slot is taken; when none is, it waits for one.
+func lockVM(dir string, slots int, log *slog.Logger) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "vm.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("vm lock: %w", err)
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		log.Info("waiting for another VM to finish", LogLock, f.Name())
-		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("vm lock: %w", err)
+	var files []*os.File
+	closeAll := func(keep *os.File) {
+		for _, f := range files {
+			if f != keep {
+				f.Close()
+			}
 		}
 	}
-	return func() { f.Close() }, nil
+	for i := 1; i <= slots; i++ {
+		name := "vm.lock"
+		if i > 1 {
+			name = fmt.Sprintf("vm.lock.%d", i)
+		}
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o644)
+		if err != nil {
+			closeAll(nil)
+			return nil, fmt.Errorf("vm lock: %w", err)
+		}
+		files = append(files, f)
+	}
+	for waited := false; ; waited = true {
+		for _, f := range files {
+			err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err == nil {
+				closeAll(f)
+				return func() { f.Close() }, nil
+			}
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				closeAll(nil)
+				return nil, fmt.Errorf("vm lock: %w", err)
+			}
+		}
+		if len(files) == 1 {
+			// One slot: block on it.
+			log.Info("waiting for another VM to finish", LogLock, files[0].Name())
+			if err := unix.Flock(int(files[0].Fd()), unix.LOCK_EX); err != nil {
+				closeAll(nil)
+				return nil, fmt.Errorf("vm lock: %w", err)
+			}
+			return func() { files[0].Close() }, nil
+		}
+		if !waited {
+			log.Info("waiting for a VM slot", LogLock, files[0].Name(), LogSlots, slots)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // shellQuote quotes s for the guest's busybox sh.
@@ -192,8 +241,13 @@ export PATH=/usr/sbin:/usr/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
 out=/dev/ttyS1
 say() { echo "` + marker + `$*" >$out; }
 mount -t proc proc /proc
+# The guest's uptime at each step of the boot (the matrix's boot phases);
+# /init's own start is said once /dev/ttyS1 exists.
+read up0 _ </proc/uptime
+phase() { read u _ </proc/uptime; say PHASE $1 $u; }
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
+say PHASE init $up0
 mkdir -p /dev/pts /dev/shm /run /tmp
 # No tmpfs on /tmp: the package mirrors live at the host's paths, and a
 # clone under /tmp would vanish under it (the rootfs is writable anyway).
@@ -203,6 +257,7 @@ mount -t bpf bpffs /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+phase mounts
 say BOOTED "$(uname -r)"
 fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 `)
@@ -210,7 +265,7 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod /lib/modules/%s.ko >$out 2>&1 || fail \"insmod %s failed\"\n", m.Name, m.Name)
 	}
-	b.WriteString("ip link set lo up\n")
+	b.WriteString("phase modules\nip link set lo up\n")
 	b.WriteString("export SHIELD_REQUIRE_PRIV=1\n")
 	// Tests may widen timing budgets under emulation (TCG is ~10x slower).
 	fmt.Fprintf(&b, "export VMTEST=1 VMTEST_KERNEL=%s VMTEST_ACCEL=%s\n", shellQuote(vm.Kernel.Pin.Name), vm.accel)
@@ -218,7 +273,7 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 		k, v, _ := strings.Cut(e, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
-	b.WriteString("rc=0\n")
+	b.WriteString("rc=0\nphase tests\n")
 	for i, r := range vm.Runs {
 		dir := r.Dir
 		if dir == "" {
@@ -563,6 +618,9 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 			cur, curStart = n, ev.at
 			if res.BootToFirstTest == 0 {
 				res.BootToFirstTest = ev.at.Sub(start)
+				if vm.Booted != nil {
+					vm.Booted()
+				}
 			}
 			for len(res.Runs) <= n {
 				res.Runs = append(res.Runs, RunResult{Name: vm.Runs[len(res.Runs)].Name, Exit: -1})
@@ -577,6 +635,12 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 				}
 			}
 			cur = -1
+		case "PHASE":
+			if len(f) > 2 {
+				if up, err := strconv.ParseFloat(f[2], 64); err == nil {
+					res.Phases = append(res.Phases, Phase{Name: f[1], Uptime: up})
+				}
+			}
 		case "HARNESS":
 			harnessMsg = strings.Join(f[1:], " ")
 			fmt.Fprintln(vm.Output, "vmtest: guest: "+harnessMsg)

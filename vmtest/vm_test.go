@@ -2,11 +2,14 @@ package vmtest
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"xdpshield/internal/testutil"
 )
@@ -83,6 +86,7 @@ func TestInitScript(t *testing.T) {
 		"mount -t cgroup2 cgroup2 /sys/fs/cgroup",
 		"mount -t debugfs debugfs /sys/kernel/debug",
 		"say EXIT $rc",
+		"say PHASE init $up0", "phase mounts", "phase modules", "phase tests",
 	} {
 		if !strings.Contains(s, want) {
 			t.Errorf("init script lacks %q:\n%s", want, s)
@@ -101,5 +105,66 @@ func TestExtractVmlinuxRejects(t *testing.T) {
 	}
 	if hasPVHNote([]byte("not an elf")) {
 		t.Fatal("hasPVHNote(garbage) = true")
+	}
+}
+
+// TestLockVMSlots: with two slots two VMs hold the lock at once, a third
+// waits until one ends; with one slot a second waits.
+func TestLockVMSlots(t *testing.T) {
+	dir := t.TempDir()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		slots, free int
+	}{
+		{1, 1},
+		{2, 2},
+	} {
+		var unlocks []func()
+		for range tc.free {
+			u, err := lockVM(dir, tc.slots, log)
+			if err != nil {
+				t.Fatalf("lockVM(%d slots) = %v", tc.slots, err)
+			}
+			unlocks = append(unlocks, u)
+		}
+		got := make(chan func(), 1)
+		go func() {
+			u, err := lockVM(dir, tc.slots, log)
+			if err != nil {
+				t.Errorf("lockVM(%d slots), waiting = %v", tc.slots, err)
+			}
+			got <- u
+		}()
+		select {
+		case u := <-got:
+			u()
+			t.Fatalf("lockVM(%d slots) took a slot while %d VMs held them all", tc.slots, tc.free)
+		case <-time.After(600 * time.Millisecond):
+		}
+		unlocks[0]()
+		select {
+		case u := <-got:
+			u()
+		case <-time.After(5 * time.Second):
+			t.Fatalf("lockVM(%d slots) still waiting 5 s after a slot was freed", tc.slots)
+		}
+		for _, u := range unlocks[1:] {
+			u()
+		}
+	}
+}
+
+// TestPrefixWriter: whole lines, each prefixed, a line split over writes
+// joined.
+func TestPrefixWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := PrefixWriter(&b, "[k] ")
+	for _, s := range []string{"one\ntw", "o\n", "", "three", "\nfour\n"} {
+		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v, want %d, nil", s, n, err, len(s))
+		}
+	}
+	if got, want := b.String(), "[k] one\n[k] two\n[k] three\n[k] four\n"; got != want {
+		t.Errorf("PrefixWriter output = %q, want %q", got, want)
 	}
 }

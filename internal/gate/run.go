@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"xdpshield/vmtest"
@@ -42,6 +43,7 @@ type Config struct {
 	BootTimeout  time.Duration
 	Timeout      time.Duration // per kernel
 	MemoryMiB    int
+	VMs          int       // kernels booted at once (vmtest.Matrix.VMs)
 	Output       io.Writer // live test output
 	Log          *slog.Logger
 }
@@ -59,27 +61,89 @@ func extra() []vmtest.ExtraRun {
 
 // Collect runs the behaviour packages and the gate's runs on the host and
 // in a VM per kernel, and returns each kernel's figures (the host first)
-// and the matrix report of the VMs (nil without kernels).
+// and the matrix report of the VMs (nil without kernels). The host's runs
+// use the matrix's binaries and run on a VM slot the matrix no longer
+// needs (Matrix.Spare: with fewer kernels than slots once the first VMs
+// have booted, else once the first slot runs out of kernels), so they
+// never make a third CPU-bound process beside two VMs on a 2-core host (a
+// starved guest's jiffies lag its clock, and the real-clock tests read
+// both). The host's speed figures are ratios to a reference timed in the
+// same rounds (their spread is in the report).
 func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) {
-	var out []Figures
-	if c.Host {
-		f, err := c.host(ctx)
+	if len(c.Kernels) == 0 {
+		if !c.Host {
+			return nil, nil, nil
+		}
+		f, err := c.host(ctx, nil)
 		if err != nil {
 			return nil, nil, err
 		}
-		out = append(out, f)
+		return []Figures{f}, nil, nil
 	}
-	if len(c.Kernels) == 0 {
-		return out, nil, nil
+	type hostDone struct {
+		f   Figures
+		err error
 	}
+	hostc := make(chan hostDone, 1)
+	started := false
 	m := &vmtest.Matrix{
 		Cache: c.Cache, Kernels: c.Kernels, Packages: c.Packages, TestFlags: c.TestFlags,
 		BootTimeout: c.BootTimeout, Timeout: c.Timeout, MemoryMiB: c.MemoryMiB,
-		Dir: c.Dir, Output: c.Output, Log: c.Log, Extra: extra(),
+		Dir: c.Dir, Output: c.Output, Log: c.Log, Extra: extra(), VMs: c.VMs,
+	}
+	// The host waits for a spare slot and for the boots of the first VMs
+	// (as many as run at once), or for the matrix's end.
+	first := min(max(c.VMs, 1), len(c.Kernels))
+	booted := make(chan struct{})
+	spare := make(chan struct{})
+	matrixDone := make(chan struct{})
+	var mu sync.Mutex
+	m.Booted = func(string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first--; first == 0 {
+			close(booted)
+		}
+	}
+	m.Spare = func() { close(spare) }
+	if c.Host {
+		m.Built = func(bins map[string]vmtest.Binary) {
+			started = true
+			// The matrix removes its binaries when it returns, and the
+			// host's runs may outlast it: they run from links of their own.
+			own, dir, err := linkBinaries(bins)
+			go func() {
+				defer os.RemoveAll(dir)
+				if err != nil {
+					hostc <- hostDone{err: err}
+					return
+				}
+				for _, ch := range []chan struct{}{spare, booted} {
+					select {
+					case <-ch:
+					case <-matrixDone:
+					}
+				}
+				f, err := c.host(ctx, own)
+				hostc <- hostDone{f, err}
+			}()
+		}
 	}
 	rep, _, err := m.Run(ctx)
+	close(matrixDone)
+	var out []Figures
+	if started {
+		h := <-hostc
+		if h.err != nil {
+			return nil, rep, h.err
+		}
+		out = append(out, h.f)
+	}
 	if err != nil {
 		return nil, rep, err
+	}
+	if c.Host && !started {
+		return nil, rep, fmt.Errorf("host runs: the matrix built no binaries")
 	}
 	for _, k := range rep.Kernels {
 		f := figuresOf(k.Name, rep.Runs[k.Name])
@@ -92,6 +156,30 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 		out = append(out, f)
 	}
 	return out, rep, nil
+}
+
+// linkBinaries links (or, across file systems, copies) each binary into a
+// directory of its own, removed by the caller.
+func linkBinaries(bins map[string]vmtest.Binary) (map[string]vmtest.Binary, string, error) {
+	dir, err := os.MkdirTemp("", "xdpshield-gate-bins-")
+	if err != nil {
+		return nil, "", err
+	}
+	own := map[string]vmtest.Binary{}
+	for path, b := range bins {
+		dst := filepath.Join(dir, strings.ReplaceAll(path, "/", "_")+".test")
+		if err := os.Link(b.Path, dst); err != nil {
+			data, rerr := os.ReadFile(b.Path)
+			if rerr != nil {
+				return nil, dir, fmt.Errorf("keep test binary %s: %w", b.Path, rerr)
+			}
+			if werr := os.WriteFile(dst, data, 0o755); werr != nil {
+				return nil, dir, fmt.Errorf("keep test binary %s: %w", b.Path, werr)
+			}
+		}
+		own[path] = vmtest.Binary{Path: dst, Dir: b.Dir}
+	}
+	return own, dir, nil
 }
 
 // figuresOf reads a kernel's runs: the measurement run's figures and every
@@ -184,8 +272,9 @@ func failed(tests []vmtest.TestResult) []string {
 	return out
 }
 
-// host runs the same binaries natively.
-func (c Config) host(ctx context.Context) (Figures, error) {
+// host runs the same binaries natively: those of bins (the matrix's, by
+// import path), and builds the others.
+func (c Config) host(ctx context.Context, bins map[string]vmtest.Binary) (Figures, error) {
 	work, err := os.MkdirTemp("", "xdpshield-gate-")
 	if err != nil {
 		return Figures{}, err
@@ -202,7 +291,10 @@ func (c Config) host(ctx context.Context) (Figures, error) {
 	for _, e := range extra() {
 		runs = append(runs, run{name: e.Name, pkg: e.Package, args: e.Args})
 	}
-	bins := map[string]string{}
+	built := map[string]string{}
+	for p, b := range bins {
+		built[p] = b.Path
+	}
 	var results []vmtest.RunResult
 	for _, r := range runs {
 		list := exec.CommandContext(ctx, "go", "list", "-f", "{{.ImportPath}}\t{{.Dir}}", r.pkg)
@@ -212,7 +304,7 @@ func (c Config) host(ctx context.Context) (Figures, error) {
 			return Figures{}, fmt.Errorf("go list %s: %w", r.pkg, err)
 		}
 		path, dir, _ := strings.Cut(strings.TrimSpace(string(b)), "\t")
-		bin, ok := bins[path]
+		bin, ok := built[path]
 		if !ok {
 			bin = filepath.Join(work, strings.ReplaceAll(path, "/", "_")+".test")
 			build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, path)
@@ -221,7 +313,7 @@ func (c Config) host(ctx context.Context) (Figures, error) {
 				results = append(results, vmtest.RunResult{Name: cmp(r.name, path), Exit: -1, Output: strings.Split(string(out), "\n")})
 				continue
 			}
-			bins[path] = bin
+			built[path] = bin
 		}
 		name := cmp(r.name, path)
 		start := time.Now()
@@ -230,8 +322,10 @@ func (c Config) host(ctx context.Context) (Figures, error) {
 		cmd.Env = append(os.Environ(), "SHIELD_REQUIRE_PRIV=1", "VMTEST_KERNEL="+Host)
 		var buf bytes.Buffer
 		w := io.Writer(&buf)
+		var live io.Writer
 		if c.Output != nil {
-			w = io.MultiWriter(&buf, vmtest.PrefixWriter(c.Output, "[host] "))
+			live = vmtest.PrefixWriter(c.Output, "[host] ")
+			w = io.MultiWriter(&buf, live)
 		}
 		cmd.Stdout, cmd.Stderr = w, w
 		exit := 0
@@ -240,6 +334,9 @@ func (c Config) host(ctx context.Context) (Figures, error) {
 			if ee, ok := err.(*exec.ExitError); ok {
 				exit = ee.ExitCode()
 			}
+		}
+		if live != nil && buf.Len() > 0 && buf.Bytes()[buf.Len()-1] != '\n' {
+			live.Write([]byte{'\n'}) // the last line, unended
 		}
 		c.logger().Info("host run", vmtest.LogPackage, name, vmtest.LogTook, time.Since(start).Round(time.Millisecond))
 		results = append(results, vmtest.RunResult{Name: name, Exit: exit, Output: strings.Split(buf.String(), "\n"), Duration: time.Since(start)})

@@ -1,9 +1,9 @@
 // Command vmtest runs the VM matrix and maintains the kernel lock:
 //
-//	vmtest matrix [-kernels "5.10 6.1"] [-out out/vmtest] [-cpus 2] [-runs N] [packages]
+//	vmtest matrix [-kernels "5.10 6.1"] [-out out/vmtest] [-cpus 2] [-vms 2] [-runs N] [packages]
 //	vmtest repin  [-kernels "5.10 6.1 6.12 7.2"]
 //	vmtest fetch  [-kernels ...]
-//	vmtest gate   [-kernels ...] [-baseline FILE] [-update] [-out out/gate] [packages]
+//	vmtest gate   [-kernels ...] [-vms 2] [-baseline FILE] [-update] [-out out/gate] [packages]
 //
 // gate is the regression gate (package xdpshield/internal/gate): it exits 0
 // when every figure holds, 1 when one regressed, 2 when it could not run.
@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	testFlags := fs.String("testflags", "-test.short -test.v", "matrix: flags for every test binary")
 	mem := fs.Int("memory", 1024, "matrix: guest memory, MiB")
 	cpus := fs.Int("cpus", 2, "matrix: vCPUs per guest")
+	vms := fs.Int("vms", 1, "matrix, gate: kernels booted at once (a TCG VM keeps one host thread busy: 2 on a 2-core host)")
 	runs := fs.Int("runs", 1, "matrix: run the matrix this many times and report pass counts per kernel (a soak)")
 	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "matrix: host programs copied into the guest")
 	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "matrix: kernel modules loaded in the guest (with their dependencies)")
@@ -109,7 +110,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 		m := &vmtest.Matrix{
 			Cache: c, Kernels: names, Packages: fs.Args(),
 			TestFlags: strings.Fields(*testFlags), BootTimeout: *bootTimeout, Timeout: *timeout,
-			MemoryMiB: *mem, CPUs: *cpus, Output: os.Stdout, Log: log,
+			MemoryMiB: *mem, CPUs: *cpus, VMs: *vms, Output: os.Stdout, Log: log,
 			Tools: splitList(*tools), Modules: splitList(*modules),
 		}
 		if *verbose {
@@ -136,7 +137,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 		cfg := gate.Config{
 			Dir: ".", Kernels: names, Host: g.host, Packages: pkgs, HostPackages: strings.Fields(g.hostPkgs),
 			TestFlags: strings.Fields(*testFlags), Cache: c, BootTimeout: *bootTimeout, Timeout: *timeout,
-			MemoryMiB: *mem, Output: os.Stdout, Log: log,
+			MemoryMiB: *mem, VMs: *vms, Output: os.Stdout, Log: log,
 		}
 		return runGate(ctx, cfg, g, *out)
 	}
