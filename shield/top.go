@@ -105,7 +105,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 func (s *Shield) limitedNow() func(*bpf.ShieldBucket) bool {
 	l := s.Limits()
 	lim := bucketLimit(l.Rate, l.Burst)
-	now, err := s.clockNow()
+	now, err := s.ClockNow()
 	if err != nil {
 		now = 0 // no refill
 	}
@@ -128,9 +128,12 @@ func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
 	return credit < token
 }
 
-// clockNow reads the program's clock as the program reads it: through
-// clock_probe (one BPF_PROG_TEST_RUN) for jiffies and ktime.
-func (s *Shield) clockNow() (uint64, error) { return s.clockRead(s.clock) }
+// ClockNow reads the program's clock, in nanoseconds, as the program reads
+// it: through clock_probe (one BPF_PROG_TEST_RUN) for jiffies and ktime. A
+// test of real-time rates measures its intervals with it: a guest starved
+// of its CPU sees its jiffies lag the wall clock, and the program refills
+// by the jiffies.
+func (s *Shield) ClockNow() (uint64, error) { return s.clockRead(s.clock) }
 
 // clockRead reads clock c as the program would read it.
 func (s *Shield) clockRead(c Clock) (uint64, error) {
