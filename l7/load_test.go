@@ -3,10 +3,7 @@ package l7
 import (
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
-	"regexp"
-	"strings"
+	"slices"
 	"testing"
 
 	"xdpshield/internal/testutil"
@@ -102,29 +99,13 @@ func TestAttachLoads(t *testing.T) {
 // Makefile's VMTEST_PKGS and ci/vmtest.sh's default), so its tests run on
 // every kernel, the refused ones included.
 func TestInVMMatrix(t *testing.T) {
-	root := ".."
-	if _, err := os.Stat(filepath.Join(root, "Makefile")); err != nil {
-		t.Skip("the repository's sources are not here (a test binary run alone, as in a VM); the host's run checks")
-	}
 	for _, c := range []struct{ file, re string }{
 		{"Makefile", `(?m)^VMTEST_PKGS \?= (.*)$`},
 		{"ci/vmtest.sh", `(?m)^PKGS="\$\{VMTEST_PKGS:-(.*)\}"$`},
 	} {
-		b, err := os.ReadFile(filepath.Join(root, c.file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := regexp.MustCompile(c.re).FindSubmatch(b)
-		if m == nil {
-			t.Errorf("%s: no line matches %s", c.file, c.re)
-			continue
-		}
-		found := false
-		for _, f := range strings.Fields(string(m[1])) {
-			found = found || f == "./l7" || f == "./l7/..."
-		}
-		if !found {
-			t.Errorf("%s: matrix packages = %q, want ./l7 among them", c.file, m[1])
+		pkgs := testutil.RepoFields(t, "..", c.file, c.re)
+		if !slices.Contains(pkgs, "./l7") && !slices.Contains(pkgs, "./l7/...") {
+			t.Errorf("%s: matrix packages = %q, want ./l7 among them", c.file, pkgs)
 		}
 	}
 }

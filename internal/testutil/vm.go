@@ -3,6 +3,8 @@ package testutil
 import (
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -26,4 +28,21 @@ func RepoFile(t testing.TB, root, rel string) string {
 		t.Fatalf("the repository's sources are needed: %v", err)
 	}
 	return p
+}
+
+// RepoFields returns the words of the first group of re in the
+// repository's file rel (root as for RepoFile), e.g. the packages a
+// Makefile variable lists. It skips in the VM matrix as RepoFile does and
+// fails the test when the file or the line is missing.
+func RepoFields(t testing.TB, root, rel, re string) []string {
+	t.Helper()
+	b, err := os.ReadFile(RepoFile(t, root, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(re).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("%s: no line matches %s", rel, re)
+	}
+	return strings.Fields(string(m[1]))
 }
