@@ -64,7 +64,7 @@ func (e *nsEnv) fallback(t testing.TB, cfg Config) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Fast || !strings.Contains(st.FastWhy, ErrOldKernel.Error()) ||
+	if st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) ||
 		!strings.Contains(logs.String(), "l7 proxy serving without the fast path") {
 		t.Fatalf("Server on a kernel not among %v: fast %v, why %q, log %q; want the proxy alone, saying the kernel is refused",
 			Kernels, st.Fast, st.FastWhy, logs.String())

@@ -144,13 +144,13 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 // Attach loads the data plane, writes px's policy into it and makes px
 // hand it every connection it accepts from then on (Proxy.Listener). On a
 // kernel it does not accept (KernelServes) it loads nothing, leaves px
-// alone and returns an error wrapping ErrOldKernel.
+// alone and returns an error wrapping ErrKernelRefused.
 func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	if log == nil {
 		log = slog.Default()
 	}
 	if ok, rel := KernelServes(); !ok {
-		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrOldKernel, Kernels, rel)
+		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrKernelRefused, Kernels, rel)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)

@@ -35,16 +35,17 @@ func (fp *FastPath) connState(remote string) string {
 	return b.String()
 }
 
+// handoverReps is how many tries of each piece size run side by side.
+var handoverReps = flag.Int("l7.handover-reps", 2, "TestFastPathPipelinedHandover: tries of each piece size, side by side")
+
 // TestFastPathPipelinedHandover: two pipelined requests, written in
 // pieces of every size, so that the parser sees the first request end with
 // the start of the second behind it (the connection goes to the proxy
 // whole, sticky) at every offset; both must be answered, as the proxy
-// alone answers them. 6.1 and 6.12 lost the tail here (README "Kernels").
+// alone answers them. 6.1, 6.12 and 7.2 lost the tail here (README "Kernels").
 // On a kernel Attach refuses it runs against the fallback. The tries of
 // each size run side by side: the proxy then reads a connection while its
 // next bytes arrive, which is what lost them.
-var handoverReps = flag.Int("l7.handover-reps", 2, "TestFastPathPipelinedHandover: tries of each piece size, side by side")
-
 func TestFastPathPipelinedHandover(t *testing.T) {
 	d := newDiffEnv(t)
 	const pair = "GET /p1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /p2 HTTP/1.1\r\nHost: a.test\r\n\r\n"

@@ -3,6 +3,7 @@ package l7
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -30,13 +31,16 @@ func fastKernel() bool {
 		PassRedirect = true
 	case "off":
 		PassRedirect = false
+	case "":
+	default:
+		panic(fmt.Sprintf("-l7.pass-redirect=%q: want on or off", *passRedir))
 	}
 	ok, _ := KernelServes()
 	return ok
 }
 
 // checkRefused wants Attach to refuse this kernel cleanly: an error
-// wrapping ErrOldKernel, no fast path, the proxy left alone (it serves
+// wrapping ErrKernelRefused, no fast path, the proxy left alone (it serves
 // every request itself). It returns Attach's error.
 func checkRefused(t testing.TB) error {
 	t.Helper()
@@ -46,11 +50,11 @@ func checkRefused(t testing.TB) error {
 	}
 	px := NewProxy(p, nil)
 	fp, err := Attach(px, nil)
-	if fp != nil || !errors.Is(err, ErrOldKernel) || px.fast != nil {
+	if fp != nil || !errors.Is(err, ErrKernelRefused) || px.fast != nil {
 		if fp != nil {
 			fp.Close()
 		}
-		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrOldKernel, the proxy alone",
+		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrKernelRefused, the proxy alone",
 			Kernels, fp, err, px.fast)
 	}
 	return err
@@ -87,6 +91,9 @@ func TestAttachLoads(t *testing.T) {
 		t.Fatalf("Attach = %v", err)
 	}
 	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; policy in the kernel: %v %s", fp.Lookup, fp.PassRedirect, fp.Enabled, fp.Why)
+	if *passRedir == "" && !fp.PassRedirect {
+		t.Error("the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
+	}
 	if !fp.Enabled {
 		t.Errorf("policy not held in the kernel: %s", fp.Why)
 	}

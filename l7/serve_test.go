@@ -114,7 +114,7 @@ func TestServerWithoutFastPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Fast || !strings.Contains(st.FastWhy, ErrOldKernel.Error()) || st.Routes[0].Slow != 2 || st.Routes[0].Class[2] != 2 || st.Rules[0].Denied != 1 {
+	if st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) || st.Routes[0].Slow != 2 || st.Routes[0].Class[2] != 2 || st.Rules[0].Denied != 1 {
 		t.Errorf("Status() = %+v, want the proxy alone (kernel refused), 2 forwarded and answered 2xx, 1 denied", st)
 	}
 	if !strings.Contains(logs.String(), "l7 proxy serving without the fast path") {

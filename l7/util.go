@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"xdpshield/internal/kernel"
 )
 
 type syscall_RawConn = syscall.RawConn
@@ -52,10 +52,10 @@ var Kernels = [][2]int{{6, 1}, {6, 18}}
 // 22 runs; redirected, 0 of 33,000). Tests set it false to show that.
 var PassRedirect = true
 
-// ErrOldKernel is what Attach returns (wrapped, with the kernel's release)
+// ErrKernelRefused is what Attach returns (wrapped, with the kernel's release)
 // on a kernel not among Kernels, before it loads anything: the proxy alone
 // serves there (Server.Start falls back to it).
-var ErrOldKernel = errors.New("kernel not among l7.Kernels, those the fast path was seen to pass on")
+var ErrKernelRefused = errors.New("kernel not among l7.Kernels, those the fast path was seen to pass on")
 
 // KernelServes reports whether Attach accepts the running kernel (its
 // series is among Kernels), and the kernel's release.
@@ -70,11 +70,7 @@ func KernelServes() (bool, string) {
 }
 
 func kernelSeries() (major, minor int, rel string) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return 0, 0, "unknown"
-	}
-	rel = unix.ByteSliceToString(u.Release[:])
-	fmt.Sscanf(rel, "%d.%d", &major, &minor)
+	rel = kernel.Release()
+	major, minor, _ = kernel.Version(rel) // unreadable: 0.0, among no Kernels
 	return major, minor, rel
 }
