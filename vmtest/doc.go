@@ -55,8 +55,10 @@
 // It owns the kernel cache (outside the repository: $XDPSHIELD_CACHE, else
 // $XDG_CACHE_HOME/xdpshield or ~/.cache/xdpshield) and the qemu processes it
 // starts, one at a time unless Matrix.VMs (-vms) allows more: a file lock
-// in the cache (vm.lock, and vm.lock.N for the N-th slot) bounds the VMs
-// across processes, so `go test -exec` over several packages queues them.
+// in the cache (vm.lock, and vm.lock.N for the N-th slot; LockSlot) bounds
+// the VMs across the processes that use as many slots (vmexec and a matrix
+// of one VM take vm.lock alone), so `go test -exec` over several packages
+// queues them; the gate's host runs take a slot too.
 // Under TCG a VM runs on one host thread, so two fill a 2-core host. It
 // must not touch the host's network namespaces, modules or apt setup: all
 // privileged work happens inside the guest.

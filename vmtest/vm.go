@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"xdpshield/internal/flock"
 )
 
 // ExitCode is what the harness's commands exit with.
@@ -159,7 +161,7 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 		return nil, fmt.Errorf("kernel %s: initramfs: %w", vm.Kernel.Pin.Name, err)
 	}
 	if vm.CacheDir != "" {
-		unlock, err := lockVM(vm.CacheDir, max(vm.Slots, 1), log)
+		unlock, err := LockSlot(ctx, vm.CacheDir, vm.Slots, log)
 		if err != nil {
 			return nil, err
 		}
@@ -168,60 +170,35 @@ func (vm *VM) Boot(ctx context.Context) (*Result, error) {
 	return vm.qemu(ctx, initrd, filepath.Join(work, "console-"+vm.Kernel.Pin.Name+".log"), log)
 }
 
-// lockVM takes a slot of the cache's VM lock: the machine's cores are
+// LockSlot takes a slot of the cache's VM lock: the machine's cores are
 // shared. Slot 1 is vm.lock, which every user of the cache takes
 // (vmexec, a matrix of one VM at a time); slot i is vm.lock.i. The first
-// free slot is taken; when none is, it waits for one.
-func lockVM(dir string, slots int, log *slog.Logger) (func(), error) {
+// free slot is taken; when none is, it waits for one until ctx ends.
+// Anything CPU-bound that runs beside VMs (the gate's host runs) takes a
+// slot too.
+func LockSlot(ctx context.Context, dir string, slots int, log *slog.Logger) (func(), error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	var files []*os.File
-	closeAll := func(keep *os.File) {
-		for _, f := range files {
-			if f != keep {
-				f.Close()
-			}
-		}
-	}
-	for i := 1; i <= slots; i++ {
+	var paths []string
+	for i := 1; i <= max(slots, 1); i++ {
 		name := "vm.lock"
 		if i > 1 {
 			name = fmt.Sprintf("vm.lock.%d", i)
 		}
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_CREATE|os.O_RDWR, 0o644)
-		if err != nil {
-			closeAll(nil)
-			return nil, fmt.Errorf("vm lock: %w", err)
-		}
-		files = append(files, f)
+		paths = append(paths, filepath.Join(dir, name))
 	}
-	for waited := false; ; waited = true {
-		for _, f := range files {
-			err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-			if err == nil {
-				closeAll(f)
-				return func() { f.Close() }, nil
-			}
-			if !errors.Is(err, unix.EWOULDBLOCK) {
-				closeAll(nil)
-				return nil, fmt.Errorf("vm lock: %w", err)
-			}
+	_, unlock, err := flock.Take(ctx, paths, 0o644, func() {
+		if len(paths) == 1 {
+			log.Info("waiting for another VM to finish", LogLock, paths[0])
+		} else {
+			log.Info("waiting for a VM slot", LogLock, paths[0], LogSlots, slots)
 		}
-		if len(files) == 1 {
-			// One slot: block on it.
-			log.Info("waiting for another VM to finish", LogLock, files[0].Name())
-			if err := unix.Flock(int(files[0].Fd()), unix.LOCK_EX); err != nil {
-				closeAll(nil)
-				return nil, fmt.Errorf("vm lock: %w", err)
-			}
-			return func() { files[0].Close() }, nil
-		}
-		if !waited {
-			log.Info("waiting for a VM slot", LogLock, files[0].Name(), LogSlots, slots)
-		}
-		time.Sleep(250 * time.Millisecond)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("vm lock: %w", err)
 	}
+	return unlock, nil
 }
 
 // shellQuote quotes s for the guest's busybox sh.

@@ -2,6 +2,8 @@ package vmtest
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -121,24 +123,25 @@ func TestLockVMSlots(t *testing.T) {
 	} {
 		var unlocks []func()
 		for range tc.free {
-			u, err := lockVM(dir, tc.slots, log)
+			u, err := LockSlot(context.Background(), dir, tc.slots, log)
 			if err != nil {
-				t.Fatalf("lockVM(%d slots) = %v", tc.slots, err)
+				t.Fatalf("LockSlot(%d slots) = %v", tc.slots, err)
 			}
 			unlocks = append(unlocks, u)
 		}
 		got := make(chan func(), 1)
 		go func() {
-			u, err := lockVM(dir, tc.slots, log)
+			u, err := LockSlot(context.Background(), dir, tc.slots, log)
 			if err != nil {
-				t.Errorf("lockVM(%d slots), waiting = %v", tc.slots, err)
+				t.Errorf("LockSlot(%d slots), waiting = %v", tc.slots, err)
+				u = func() {}
 			}
 			got <- u
 		}()
 		select {
 		case u := <-got:
 			u()
-			t.Fatalf("lockVM(%d slots) took a slot while %d VMs held them all", tc.slots, tc.free)
+			t.Fatalf("LockSlot(%d slots) took a slot while %d VMs held them all", tc.slots, tc.free)
 		case <-time.After(600 * time.Millisecond):
 		}
 		unlocks[0]()
@@ -146,11 +149,22 @@ func TestLockVMSlots(t *testing.T) {
 		case u := <-got:
 			u()
 		case <-time.After(5 * time.Second):
-			t.Fatalf("lockVM(%d slots) still waiting 5 s after a slot was freed", tc.slots)
+			t.Fatalf("LockSlot(%d slots) still waiting 5 s after a slot was freed", tc.slots)
 		}
 		for _, u := range unlocks[1:] {
 			u()
 		}
+	}
+	// Every slot held: the wait ends with its context.
+	u, err := LockSlot(context.Background(), dir, 1, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := LockSlot(ctx, dir, 1, log); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("LockSlot(all held) = %v, want the context's deadline", err)
 	}
 }
 

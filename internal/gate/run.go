@@ -64,8 +64,9 @@ func extra() []vmtest.ExtraRun {
 // and the matrix report of the VMs (nil without kernels). The host's runs
 // use the matrix's binaries and run on a VM slot the matrix no longer
 // needs (Matrix.Spare: with fewer kernels than slots once the first VMs
-// have booted, else once the first slot runs out of kernels), so they
-// never make a third CPU-bound process beside two VMs on a 2-core host (a
+// have booted, else once the first slot runs out of kernels), holding that
+// slot of the VM lock, so they never make a third CPU-bound process beside
+// two VMs on a 2-core host, this process's or another's (a
 // starved guest's jiffies lag its clock, and the real-clock tests read
 // both). The host's speed figures are ratios to a reference timed in the
 // same rounds (their spread is in the report).
@@ -86,6 +87,9 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 	}
 	hostc := make(chan hostDone, 1)
 	started := false
+	// A failed matrix makes the host's runs moot: they stop with it.
+	hostCtx, cancelHost := context.WithCancel(ctx)
+	defer cancelHost()
 	m := &vmtest.Matrix{
 		Cache: c.Cache, Kernels: c.Kernels, Packages: c.Packages, TestFlags: c.TestFlags,
 		BootTimeout: c.BootTimeout, Timeout: c.Timeout, MemoryMiB: c.MemoryMiB,
@@ -98,9 +102,14 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 	spare := make(chan struct{})
 	matrixDone := make(chan struct{})
 	var mu sync.Mutex
-	m.Booted = func(string) {
+	seen := map[string]bool{} // a kernel booted again (after a panic) counts once
+	m.Booted = func(kernel string) {
 		mu.Lock()
 		defer mu.Unlock()
+		if seen[kernel] {
+			return
+		}
+		seen[kernel] = true
 		if first--; first == 0 {
 			close(booted)
 		}
@@ -124,17 +133,28 @@ func (c Config) Collect(ctx context.Context) ([]Figures, *vmtest.Report, error) 
 					case <-matrixDone:
 					}
 				}
-				f, err := c.host(ctx, own)
+				// On a slot of the VM lock, so that no other process's
+				// VM boots beside the host's runs either.
+				unlock, err := vmtest.LockSlot(hostCtx, c.Cache.Dir, max(c.VMs, 1), c.logger())
+				if err != nil {
+					hostc <- hostDone{err: err}
+					return
+				}
+				defer unlock()
+				f, err := c.host(hostCtx, own)
 				hostc <- hostDone{f, err}
 			}()
 		}
 	}
 	rep, _, err := m.Run(ctx)
+	if err != nil {
+		cancelHost()
+	}
 	close(matrixDone)
 	var out []Figures
 	if started {
 		h := <-hostc
-		if h.err != nil {
+		if err == nil && h.err != nil { // else the matrix's error says why
 			return nil, rep, h.err
 		}
 		out = append(out, h.f)
