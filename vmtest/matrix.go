@@ -64,6 +64,11 @@ type Binary struct {
 	Dir  string // the package's directory
 }
 
+// BinaryName is the file name of package path's test binary ("./shield/datapath"
+// is ._shield_datapath.test): one name per package wherever one is built
+// or linked.
+func BinaryName(path string) string { return strings.ReplaceAll(path, "/", "_") + ".test" }
+
 // ExtraRun is one more run of a package's test binary.
 type ExtraRun struct {
 	Name    string   // the cell's name, e.g. "xdpshield/shield/datapath -datapath.compat"
@@ -221,7 +226,7 @@ func (m *Matrix) build(ctx context.Context, dir, work string) ([]builtPkg, error
 			break
 		}
 		p := &pkgs[i]
-		p.bin = filepath.Join(bins, strings.ReplaceAll(p.path, "/", "_")+".test")
+		p.bin = filepath.Join(bins, BinaryName(p.path))
 		start := time.Now()
 		// Stripped (-s -w: no symbol table, no DWARF; stack traces keep
 		// their names): a smaller initramfs boots faster under TCG.

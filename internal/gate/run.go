@@ -187,7 +187,7 @@ func linkBinaries(bins map[string]vmtest.Binary) (map[string]vmtest.Binary, stri
 	}
 	own := map[string]vmtest.Binary{}
 	for path, b := range bins {
-		dst := filepath.Join(dir, strings.ReplaceAll(path, "/", "_")+".test")
+		dst := filepath.Join(dir, vmtest.BinaryName(path))
 		if err := os.Link(b.Path, dst); err != nil {
 			data, rerr := os.ReadFile(b.Path)
 			if rerr != nil {
@@ -326,7 +326,7 @@ func (c Config) host(ctx context.Context, bins map[string]vmtest.Binary) (Figure
 		path, dir, _ := strings.Cut(strings.TrimSpace(string(b)), "\t")
 		bin, ok := built[path]
 		if !ok {
-			bin = filepath.Join(work, strings.ReplaceAll(path, "/", "_")+".test")
+			bin = filepath.Join(work, vmtest.BinaryName(path))
 			build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, path)
 			build.Dir = c.Dir
 			if out, err := build.CombinedOutput(); err != nil {

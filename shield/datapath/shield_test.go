@@ -240,24 +240,26 @@ func clockResolution(c shield.Clock) time.Duration {
 	return time.Microsecond // ktime: ns, plus the helper call
 }
 
+// clockNow reads the program's clock (Shield.ClockNow), in ns.
+func clockNow(t *testing.T, s *shield.Shield) uint64 {
+	t.Helper()
+	ns, err := s.ClockNow()
+	require.NoError(t, err)
+	return ns
+}
+
 // runTimed sends f until the program drops it (at most max times) and
 // returns how many passed, and the program's clock (Shield.ClockNow, ns)
 // read just before and just after the last send (the one dropped): that
 // send's reading lies between the two.
 func runTimed(t *testing.T, s *shield.Shield, f []byte, max int) (passed int, lastStart, end uint64) {
 	t.Helper()
-	now := func() uint64 {
-		t.Helper()
-		ns, err := s.ClockNow()
-		require.NoError(t, err)
-		return ns
-	}
 	for range max {
-		lastStart = now()
+		lastStart = clockNow(t, s)
 		got, err := sim.Run(s.Program(), f)
 		require.NoError(t, err)
 		if got == sim.Drop {
-			return passed, lastStart, now()
+			return passed, lastStart, clockNow(t, s)
 		}
 		passed++
 	}
@@ -332,11 +334,7 @@ func TestRealClockRates(t *testing.T) {
 			lim := source(t, s, "2001:db8::5").Limited
 			got, err := sim.Run(s.Program(), f)
 			require.NoError(t, err)
-			since := func() time.Duration {
-				now, err := s.ClockNow()
-				require.NoError(t, err)
-				return time.Duration(now - dropped)
-			}
+			since := func() time.Duration { return time.Duration(clockNow(t, s) - dropped) }
 			if since() < 500*time.Millisecond-clockResolution(c) {
 				assert.True(t, lim, "Source().Limited right after a drop")
 				assert.Equal(t, sim.Drop, got, "Run() right after a drop")
