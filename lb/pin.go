@@ -306,33 +306,7 @@ func (l *LB) ReplaceServices(ss []Service) (draining []string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := map[ServiceKey]*service{}
-	var errs []error
-	for _, s := range ss {
-		if err := validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, ok := next[s.ServiceKey]; ok {
-			errs = append(errs, fmt.Errorf("service %s: already exists", s.ServiceKey))
-			continue
-		}
-		ns := &service{mode: s.Mode}
-		old := l.services[s.ServiceKey]
-		for _, b := range s.Backends {
-			nb := backend{addr: b.Addr, draining: b.Draining}
-			if old != nil {
-				if i := old.find(b.Addr); i >= 0 {
-					nb.id = old.backends[i].id
-					nb.draining = nb.draining || old.backends[i].draining
-				}
-			}
-			if nb.draining {
-				draining = append(draining, s.ServiceKey.String()+" "+b.Addr.String())
-			}
-			ns.backends = append(ns.backends, nb)
-		}
-		next[s.ServiceKey] = ns
-	}
+	draining, errs := l.addTo(next, ss)
 	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
 		return nil, err
 	}

@@ -245,7 +245,18 @@ func (l *LB) AddServices(ss []Service) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := l.cloneServices()
-	var errs []error
+	_, errs := l.addTo(next, ss)
+	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
+		return err
+	}
+	return l.commit(next)
+}
+
+// addTo validates each of ss and puts it in next, a service already there
+// being an error. A backend of a service this LB has now keeps its id (its
+// place in a Maglev table) and whether it is draining; draining lists the
+// backends that are ("service backend").
+func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []string, errs []error) {
 	for _, s := range ss {
 		if err := validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)); err != nil {
 			errs = append(errs, err)
@@ -256,15 +267,23 @@ func (l *LB) AddServices(ss []Service) error {
 			continue
 		}
 		ns := &service{mode: s.Mode}
+		old := l.services[s.ServiceKey]
 		for _, b := range s.Backends {
-			ns.backends = append(ns.backends, backend{addr: b.Addr, draining: b.Draining})
+			nb := backend{addr: b.Addr, draining: b.Draining}
+			if old != nil {
+				if i := old.find(b.Addr); i >= 0 {
+					nb.id = old.backends[i].id
+					nb.draining = nb.draining || old.backends[i].draining
+				}
+			}
+			if nb.draining {
+				draining = append(draining, s.ServiceKey.String()+" "+b.Addr.String())
+			}
+			ns.backends = append(ns.backends, nb)
 		}
 		next[s.ServiceKey] = ns
 	}
-	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
-		return err
-	}
-	return l.commit(next)
+	return draining, errs
 }
 
 // RemoveService removes a service. Connected sockets keep their backend.
