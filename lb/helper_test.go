@@ -3,17 +3,15 @@ package lb
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"xdpshield/internal/testutil"
 )
 
 // helperEnv, when set in the environment as "NETNS ADDR:PORT", makes the
@@ -38,15 +36,7 @@ func helperMain(arg string) error {
 	if !ok {
 		return fmt.Errorf("helper: bad argument %q", arg)
 	}
-	runtime.LockOSThread()
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		return err
-	}
-	if err := netns.Set(h); err != nil {
-		return err
-	}
-	c, err := net.DialTimeout("tcp", dst, 5*time.Second)
+	c, err := testutil.DialFromNetns(name, dst)
 	if err != nil {
 		return err
 	}

@@ -10,13 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"xdpshield/internal/testutil"
@@ -44,15 +42,7 @@ func init() {
 
 func lbHold(arg string) error {
 	name, dst, _ := strings.Cut(arg, " ")
-	runtime.LockOSThread()
-	h, err := netns.GetFromName(name)
-	if err != nil {
-		return err
-	}
-	if err := netns.Set(h); err != nil {
-		return err
-	}
-	c, err := net.DialTimeout("tcp", dst, 5*time.Second)
+	c, err := testutil.DialFromNetns(name, dst)
 	if err != nil {
 		return err
 	}

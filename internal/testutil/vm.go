@@ -1,11 +1,16 @@
 package testutil
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
 )
 
 // InVM reports a test binary run by the VM matrix (vmtest exports
@@ -45,4 +50,20 @@ func RepoFields(t testing.TB, root, rel, re string) []string {
 		t.Fatalf("%s: no line matches %s", rel, re)
 	}
 	return strings.Fields(string(m[1]))
+}
+
+// DialFromNetns moves the calling thread, locked to it for good, into the
+// named network namespace and dials TCP dst from there within 5 s: the
+// client half of a helper process a test starts (in a cgroup, say) to
+// connect from inside the test's topology.
+func DialFromNetns(name, dst string) (net.Conn, error) {
+	runtime.LockOSThread()
+	h, err := netns.GetFromName(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := netns.Set(h); err != nil {
+		return nil, err
+	}
+	return net.DialTimeout("tcp", dst, 5*time.Second)
 }
