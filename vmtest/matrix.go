@@ -668,12 +668,7 @@ func (r *Report) Render(w io.Writer) error {
 	row("boot to init", func(k KernelReport) string { return fmtDur(k.BootToInitSeconds) })
 	row("boot to first test", func(k KernelReport) string { return fmtDur(k.BootToFirstTestSeconds) })
 	if slices.ContainsFunc(r.Kernels, func(k KernelReport) bool { return len(k.Phases) > 0 }) {
-		for _, ph := range []struct{ name, row string }{
-			{"init", "guest: /init started at"},
-			{"mounts", "guest: mounted at"},
-			{"modules", "guest: modules loaded at"},
-			{"tests", "guest: first test at"},
-		} {
+		for _, ph := range bootPhases {
 			row(ph.row, func(k KernelReport) string {
 				for _, p := range k.Phases {
 					if p.Name == ph.name {

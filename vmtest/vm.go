@@ -127,6 +127,22 @@ type Phase struct {
 	Uptime float64 `json:"uptime_seconds"`
 }
 
+// The boot phases /init reports (PHASE lines), in order, with the matrix
+// report's row for each.
+const (
+	phaseInit    = "init"
+	phaseMounts  = "mounts"
+	phaseModules = "modules"
+	phaseTests   = "tests"
+)
+
+var bootPhases = []struct{ name, row string }{
+	{phaseInit, "guest: /init started at"},
+	{phaseMounts, "guest: mounted at"},
+	{phaseModules, "guest: modules loaded at"},
+	{phaseTests, "guest: first test at"},
+}
+
 const marker = "@@VMTEST "
 
 // Boot builds the initramfs, boots the kernel and runs the binaries in
@@ -224,7 +240,7 @@ read up0 _ </proc/uptime
 phase() { read u _ </proc/uptime; say PHASE $1 $u; }
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
-say PHASE init $up0
+say PHASE ` + phaseInit + ` $up0
 mkdir -p /dev/pts /dev/shm /run /tmp
 # No tmpfs on /tmp: the package mirrors live at the host's paths, and a
 # clone under /tmp would vanish under it (the rootfs is writable anyway).
@@ -234,7 +250,7 @@ mount -t bpf bpffs /sys/fs/bpf
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mount -t debugfs debugfs /sys/kernel/debug
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
-phase mounts
+phase ` + phaseMounts + `
 say BOOTED "$(uname -r)"
 fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 `)
@@ -242,7 +258,7 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 	for _, m := range mods {
 		fmt.Fprintf(&b, "insmod /lib/modules/%s.ko >$out 2>&1 || fail \"insmod %s failed\"\n", m.Name, m.Name)
 	}
-	b.WriteString("phase modules\nip link set lo up\n")
+	b.WriteString("phase " + phaseModules + "\nip link set lo up\n")
 	b.WriteString("export SHIELD_REQUIRE_PRIV=1\n")
 	// Tests may widen timing budgets under emulation (TCG is ~10x slower).
 	fmt.Fprintf(&b, "export VMTEST=1 VMTEST_KERNEL=%s VMTEST_ACCEL=%s\n", shellQuote(vm.Kernel.Pin.Name), vm.accel)
@@ -250,7 +266,7 @@ fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
 		k, v, _ := strings.Cut(e, "=")
 		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
 	}
-	b.WriteString("rc=0\nphase tests\n")
+	b.WriteString("rc=0\nphase " + phaseTests + "\n")
 	for i, r := range vm.Runs {
 		dir := r.Dir
 		if dir == "" {
