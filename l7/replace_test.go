@@ -316,7 +316,8 @@ func TestReplaceRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	if kpAfter != kpBefore {
-		t.Errorf("the kernel's policy changed on a refused change:\n%+v\nwant\n%+v", kpAfter, kpBefore)
+		t.Errorf("the kernel's policy changed on a refused change: enabled %d set_header %d routes %d rules %d, want %d %d %d %d",
+			kpAfter.Enabled, kpAfter.SetHeader, kpAfter.N_routes, kpAfter.N_rules, kpBefore.Enabled, kpBefore.SetHeader, kpBefore.N_routes, kpBefore.N_rules)
 	}
 	if sec := s.Section(); len(sec.Routes) != 1 || sec.RBAC[0].Name != "no-b" {
 		t.Errorf("Section() = %+v, want policy A", sec)
