@@ -106,8 +106,27 @@ func (s *Server) putL7Policy(w http.ResponseWriter, r *http.Request, p *l7.Serve
 		return
 	}
 	s.log.Info("l7 policy changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "l7 policy",
-		keyOld, fmt.Sprintf("%+v", old), keyNew, fmt.Sprintf("%+v", c), keyGeneration, gen)
+		keyOld, policySummary(old), keyNew, policySummary(c), keyGeneration, gen)
 	writeJSON(w, http.StatusOK, L7PolicyChange{Old: old, New: c, Generation: gen})
+}
+
+// policySummary is c in one short line for the change logs.
+func policySummary(c l7.Config) string {
+	var routes, rules []string
+	for _, r := range c.Routes {
+		routes = append(routes, fmt.Sprintf("%s: %s%s -> %s", r.Name, r.Host, r.PathPrefix, strings.Join(r.Backends, ",")))
+	}
+	for i, r := range c.RBAC {
+		rules = append(rules, l7.RuleName(r, i)+": "+r.Action)
+	}
+	s := fmt.Sprintf("routes [%s] rules [%s]", strings.Join(routes, "; "), strings.Join(rules, "; "))
+	if c.HashHeader != "" {
+		s += " hash_header " + c.HashHeader
+	}
+	if c.SetHeader.Name != "" {
+		s += " set_header " + c.SetHeader.Name
+	}
+	return s
 }
 
 // keyGeneration is the L7 policy's generation in change logs.
