@@ -174,13 +174,16 @@ func TestReplaceUnderLoad(t *testing.T) {
 	}
 	time.Sleep(300 * time.Millisecond)
 	const changes = 10
+	var longest time.Duration
 	for k := 0; k < changes; k++ {
 		next := pb
 		if k%2 == 1 {
 			next = pa
 		}
 		phase.Add(1)
+		start := time.Now()
 		_, g, err := s.Replace(next)
+		longest = max(longest, time.Since(start))
 		phase.Add(1)
 		if err != nil {
 			t.Fatalf("Replace #%d = %v", k, err)
@@ -234,7 +237,8 @@ func TestReplaceUnderLoad(t *testing.T) {
 	if n := b3.hits.Load(); n != 0 {
 		t.Errorf("b3 got %d requests: /a was routed by B's routes under A's rules", n)
 	}
-	t.Logf("%d requests over %d changes (%d with no change under way); b1 %d, b2 %d", total, changes, quiet, b1.hits.Load(), b2.hits.Load())
+	t.Logf("%d requests over %d changes (%d with no change under way, the longest change %v); b1 %d, b2 %d",
+		total, changes, quiet, longest.Round(time.Millisecond), b1.hits.Load(), b2.hits.Load())
 
 	// changes is even: policy A is in force again, through the kernel
 	// and through the proxy alike.
