@@ -28,10 +28,9 @@ type Proxy struct {
 	noRoute atomic.Uint64
 	// Counters by route and by rule name, kept across policy changes
 	// for the names the new policy keeps (swap).
-	mu       sync.Mutex
-	byRoute  map[string]*routeCounters
-	byRule   map[string]*atomic.Uint64
-	replaced uint64 // policy changes
+	mu      sync.Mutex
+	byRoute map[string]*routeCounters
+	byRule  map[string]*atomic.Uint64
 }
 
 // proxyState is one policy and its counters: a request is judged and
@@ -131,7 +130,6 @@ func (px *Proxy) swap(p *Policy) (old *Policy) {
 	}
 	px.byRoute, px.byRule = routes, rules
 	if prev := px.cur.Swap(st); prev != nil {
-		px.replaced++
 		return prev.p
 	}
 	return nil

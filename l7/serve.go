@@ -175,6 +175,8 @@ func (s *Server) Close() error {
 		errs = append(errs, s.hs.Close())
 	}
 	<-s.done
+	s.pmu.Lock() // no policy change writes a fast path being closed
+	defer s.pmu.Unlock()
 	s.mu.Lock()
 	if s.err != nil {
 		errs = append(errs, fmt.Errorf("l7 proxy: %w", s.err))
