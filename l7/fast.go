@@ -388,7 +388,9 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 		return err
 	}
 	cc.mu.Lock()
-	if cc.closed {
+	// A policy change swaps the proxy's policy before it drops pooled
+	// sockets (under cc.mu): a backend dropped meanwhile is not pooled.
+	if cc.closed || !fp.px.Policy().uses(b) {
 		cc.mu.Unlock()
 		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
 		fp.objs.Peer.Delete(upCookie)
