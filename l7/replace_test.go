@@ -358,8 +358,10 @@ func TestReplaceBackends(t *testing.T) {
 	needFast(t)
 	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
 	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
-	next := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}},
-		{Name: "new", PathPrefix: "/new", Backends: []string{b3.addr}}}}
+	// The new route comes first: the kernel counts by route index, so
+	// route all's counts move from index 0 to 1.
+	next := Config{Routes: []Route{{Name: "new", PathPrefix: "/new", Backends: []string{b3.addr}},
+		{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	s, _ := e.server(t, old, false)
 	c := e.client()
 	for k := 0; k < 10; k++ {
@@ -405,17 +407,18 @@ func TestReplaceBackends(t *testing.T) {
 	if st1.Dropped != 1 {
 		t.Errorf("Status().Dropped = %d, want the one pooled socket to b1", st1.Dropped)
 	}
-	if len(st1.Routes) != 2 || st1.Routes[1].Name != "new" {
-		t.Fatalf("routes = %+v, want all and new", st1.Routes)
+	if len(st1.Routes) != 2 || st1.Routes[0].Name != "new" || st1.Routes[1].Name != "all" {
+		t.Fatalf("routes = %+v, want new and all", st1.Routes)
 	}
-	fastAll := st1.Routes[0].Fast - st0.Routes[0].Fast
-	if fastAll < 5 || st1.Routes[1].Fast < 5 {
-		t.Errorf("fast after the change: all +%d, new %d of 10 each, want most (pools filled lazily)", fastAll, st1.Routes[1].Fast)
+	newR, all := st1.Routes[0], st1.Routes[1]
+	fastAll := all.Fast - st0.Routes[0].Fast
+	if fastAll < 5 || newR.Fast < 5 {
+		t.Errorf("fast after the change: all +%d, new %d of 10 each, want most (pools filled lazily)", fastAll, newR.Fast)
 	}
-	if got, want := st1.Routes[0].Fast+st1.Routes[0].Slow, uint64(20); got != want {
+	if got, want := all.Fast+all.Slow, uint64(20); got != want {
 		t.Errorf("route all fast+slow = %d, want %d (its counts kept across the change)", got, want)
 	}
-	if got := st1.Routes[1].Fast + st1.Routes[1].Slow; got != 10 {
+	if got := newR.Fast + newR.Slow; got != 10 {
 		t.Errorf("route new fast+slow = %d, want 10", got)
 	}
 }
