@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"xdpshield/l7"
+	"xdpshield/shield/api"
 )
 
 // TestServeL7Change changes the [l7] policy of a running serve with `shield
@@ -103,6 +105,17 @@ backends = ["198.18.0.1:9002"]
 	}
 	if out, err := run("l7", "set", "-f", conf, "-token-file", l.tokenFile); err == nil || !strings.Contains(out, "unknown keys") && !strings.Contains(out, "l7.listen") {
 		t.Errorf("shield l7 set of serve's whole file = %v\n%s, want refused", err, out)
+	}
+	// The API itself refuses a change without the token or with a wrong
+	// one (the CLI above stopped before asking).
+	for _, tok := range []string{"", "not-the-token-0123456789"} {
+		anon := *l.client
+		anon.Token = tok
+		_, err := anon.SetL7Policy(context.Background(), l7.Config{Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:9002"}}}})
+		var ae *api.Error
+		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
+			t.Errorf("PUT /v1/l7/policy with token %q = %v, want 401", tok, err)
+		}
 	}
 	filePolicy(c)
 
