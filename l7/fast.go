@@ -86,6 +86,7 @@ type FastPath struct {
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
+	shut  bool // Close ran: the maps are closed
 
 	// A policy change (swap.go): polMu orders it against the writes of
 	// connections' control (accept, idle); kp is the policy in the
@@ -228,16 +229,20 @@ func (fp *FastPath) Close() error {
 		errs = append(errs, link.RawDetachProgram(link.RawDetachProgramOptions{Target: a.Target, Program: a.Program, Attach: a.Attach}))
 	}
 	fp.links = nil
+	// The maps close under fp.mu, with shut set: a connection the proxy
+	// closes and a pooled socket's reader run after it, and leave them be.
 	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	fp.shut = true
 	for _, cc := range fp.conns {
 		cc.mu.Lock()
 		for _, u := range cc.pooled {
 			u.Close()
 		}
 		cc.pooled = nil
+		cc.closed = true
 		cc.mu.Unlock()
 	}
-	fp.mu.Unlock()
 	errs = append(errs, fp.objs.Close())
 	if fp.grace != nil {
 		errs = append(errs, fp.grace.Close(), fp.graceInner.Close())
@@ -408,13 +413,17 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 				break
 			}
 		}
+		fp.mu.Lock()
 		cc.mu.Lock()
-		if cc.pooled[b] == up { // not dropped by a policy change (dropPooled)
+		if cc.pooled[b] == up && !fp.shut { // not dropped by a policy change (dropPooled)
 			fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
 			delete(cc.pooled, b)
 		}
 		cc.mu.Unlock()
-		fp.objs.Peer.Delete(upCookie)
+		if !fp.shut {
+			fp.objs.Peer.Delete(upCookie)
+		}
+		fp.mu.Unlock()
 		up.Close()
 	}()
 	return nil
@@ -427,15 +436,19 @@ func (fp *FastPath) closed(cc *clientConn) {
 	pooled := cc.pooled
 	cc.pooled = map[int]net.Conn{}
 	cc.mu.Unlock()
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
 	for b, u := range pooled {
-		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		if !fp.shut {
+			fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		}
 		u.Close()
 	}
-	fp.objs.Conns.Delete(cc.cookie)
-	fp.objs.Ctls.Delete(cc.cookie)
-	fp.mu.Lock()
+	if !fp.shut {
+		fp.objs.Conns.Delete(cc.cookie)
+		fp.objs.Ctls.Delete(cc.cookie)
+	}
 	delete(fp.conns, cc.cookie)
-	fp.mu.Unlock()
 }
 
 func b2u(b bool) uint32 {
