@@ -359,6 +359,11 @@ func (fp *FastPath) idle(cc *clientConn) {
 	}
 	fp.polMu.Lock()
 	defer fp.polMu.Unlock()
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.shut {
+		return
+	}
 	if err := fp.objs.Ctls.Update(cc.cookie, bpf.L7Ctl{Expected: cc.handled.Load(), SrcMask: cc.mask}, ebpf.UpdateExist); err != nil {
 		fp.logf("ctl of %d: %v", cc.cookie, err)
 	}
@@ -372,6 +377,13 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 	up, err := fp.px.dial(contextBackground(), "tcp", p.Backend(b).String())
 	if err != nil {
 		return err
+	}
+	// The maps are written under fp.mu: Close may have run meanwhile.
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.shut {
+		up.Close()
+		return nil
 	}
 	var upCookie uint64
 	err = socket(up, func(fd int, cookie uint64) error {
