@@ -118,6 +118,7 @@ func (s *Server) Start(log *slog.Logger) {
 		log = slog.Default()
 	}
 	s.log = log
+	s.pmu.Lock() // a policy change waits for the fast path's first policy
 	s.mu.Lock()
 	if s.sec.FastPath == "off" {
 		s.why = "l7.fast_path = off"
@@ -129,6 +130,7 @@ func (s *Server) Start(log *slog.Logger) {
 	s.started = true
 	fp, why := s.fp, s.why
 	s.mu.Unlock()
+	s.pmu.Unlock()
 	s.hs = s.px.Server()
 	s.hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	go func() {
