@@ -27,45 +27,45 @@ type Config struct {
 	// with the longest matching prefix among those naming the request's
 	// Host wins; routes without Host are tried next, longest prefix first.
 	// A request matching none is answered 404.
-	Routes []Route `toml:"route"`
+	Routes []Route `toml:"route" json:"route"`
 	// RBAC rules, first match wins; a request no rule matches is allowed.
 	// A denied request is answered 403 and never reaches a backend.
-	RBAC []Rule `toml:"rbac"`
+	RBAC []Rule `toml:"rbac,omitempty" json:"rbac,omitempty"`
 	// HashHeader names the header whose value picks a backend within a pool
 	// (a Ketama-style ring of RingSlots slots). Empty: the empty value,
 	// so every request of a route goes to one backend.
-	HashHeader string `toml:"hash_header"`
+	HashHeader string `toml:"hash_header,omitempty" json:"hash_header,omitempty"`
 	// SetHeader, when Name is set, is added to every proxied request,
 	// replacing any value the client sent.
-	SetHeader Header `toml:"set_header"`
+	SetHeader Header `toml:"set_header,omitempty" json:"set_header,omitempty"`
 }
 
 // Route sends requests for Host (any when empty) whose path starts with
 // PathPrefix to one of Backends ("IP:port").
 type Route struct {
-	Name       string   `toml:"name"`
-	Host       string   `toml:"host"`
-	PathPrefix string   `toml:"path_prefix"`
-	Backends   []string `toml:"backends"`
+	Name       string   `toml:"name" json:"name"`
+	Host       string   `toml:"host,omitempty" json:"host,omitempty"`
+	PathPrefix string   `toml:"path_prefix" json:"path_prefix"`
+	Backends   []string `toml:"backends" json:"backends"`
 }
 
 // Rule matches a request when every condition set matches: method (any of
 // Methods), path prefix, source address within Source, header Header equal
 // to Value. Action is "allow" or "deny".
 type Rule struct {
-	Name       string   `toml:"name"`
-	Action     string   `toml:"action"`
-	Methods    []string `toml:"methods"`
-	PathPrefix string   `toml:"path_prefix"`
-	Source     string   `toml:"source"`
-	Header     string   `toml:"header"`
-	Value      string   `toml:"value"`
+	Name       string   `toml:"name,omitempty" json:"name,omitempty"`
+	Action     string   `toml:"action" json:"action"`
+	Methods    []string `toml:"methods,omitempty" json:"methods,omitempty"`
+	PathPrefix string   `toml:"path_prefix,omitempty" json:"path_prefix,omitempty"`
+	Source     string   `toml:"source,omitempty" json:"source,omitempty"`
+	Header     string   `toml:"header,omitempty" json:"header,omitempty"`
+	Value      string   `toml:"value,omitempty" json:"value,omitempty"`
 }
 
 // Header is a header name and value.
 type Header struct {
-	Name  string `toml:"name"`
-	Value string `toml:"value"`
+	Name  string `toml:"name" json:"name"`
+	Value string `toml:"value" json:"value"`
 }
 
 // hopByHop are the headers a proxy does not forward (RFC 9110 7.6.1) and

@@ -12,5 +12,7 @@
 // Section is the [l7] section of `shield serve`'s configuration; Listen and
 // Server.Start run it, with the fast path where the kernel runs it and the
 // proxy alone otherwise; Server.Status and Server.Collector report it (GET
-// /v1/l7, shield_l7_*).
+// /v1/l7, shield_l7_*). Server.Replace changes the policy of a running
+// server, validated whole, each request judged by the old or the new one
+// (swap.go says how the kernel's maps change under running parsers).
 package l7

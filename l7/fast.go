@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -85,6 +86,19 @@ type FastPath struct {
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
+	shut  bool // Close ran: the maps are closed
+
+	// A policy change (swap.go): polMu orders it against the writes of
+	// connections' control (accept, idle); kp is the policy in the
+	// kernel; grace's updates wait for running programs; the kernel's
+	// fast counts by route index, kept by name across changes.
+	polMu      sync.Mutex
+	kp         bpf.L7Policy
+	grace      *ebpf.Map
+	graceInner *ebpf.Map
+	routeBase  map[string]uint64
+	routeOff   [MaxRoutes]uint64
+	dropped    atomic.Uint64 // pooled sockets dropped by policy changes
 }
 
 // kernelPolicy compiles p into the data plane's form; enabled false (with
@@ -176,19 +190,20 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load l7: %w", err)
 	}
-	kp, why := kernelPolicy(px.policy)
+	p := px.Policy()
+	kp, why := kernelPolicy(p)
 	fp.Enabled, fp.Why = kp.Enabled == 1, why
-	if err := fp.objs.Policies.Put(uint32(0), kp); err != nil {
+	if err := fp.writePolicy(kp); err != nil {
 		fp.objs.Close()
-		return nil, fmt.Errorf("write l7 policy: %w", err)
+		return nil, err
 	}
-	for i, rt := range px.policy.routes {
-		for s := 0; s < RingSlots; s++ {
-			if err := fp.objs.Ring.Put(uint32(i*RingSlots+s), uint32(rt.ring[s])); err != nil {
-				fp.objs.Close()
-				return nil, fmt.Errorf("write l7 ring: %w", err)
-			}
-		}
+	if err := fp.writeRing(p); err != nil {
+		fp.objs.Close()
+		return nil, err
+	}
+	if fp.grace, fp.graceInner, err = newGrace(); err != nil {
+		fp.objs.Close()
+		return nil, err
 	}
 	for _, a := range []link.RawAttachProgramOptions{
 		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Parse, Attach: ebpf.AttachSkSKBStreamParser},
@@ -214,17 +229,24 @@ func (fp *FastPath) Close() error {
 		errs = append(errs, link.RawDetachProgram(link.RawDetachProgramOptions{Target: a.Target, Program: a.Program, Attach: a.Attach}))
 	}
 	fp.links = nil
+	// The maps close under fp.mu, with shut set: a connection the proxy
+	// closes and a pooled socket's reader run after it, and leave them be.
 	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	fp.shut = true
 	for _, cc := range fp.conns {
 		cc.mu.Lock()
 		for _, u := range cc.pooled {
 			u.Close()
 		}
 		cc.pooled = nil
+		cc.closed = true
 		cc.mu.Unlock()
 	}
-	fp.mu.Unlock()
 	errs = append(errs, fp.objs.Close())
+	if fp.grace != nil {
+		errs = append(errs, fp.grace.Close(), fp.graceInner.Close())
+	}
 	return errors.Join(errs...)
 }
 
@@ -287,12 +309,13 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var mask uint32
-	for i, ru := range fp.px.policy.rules {
-		if ru.source.IsValid() && ru.source.Contains(ap.Addr().Unmap()) {
-			mask |= 1 << i
-		}
-	}
+	cc.src = ap.Addr()
+	// A policy change rewrites every known connection's mask: this one is
+	// known (fp.conns) before the next change starts.
+	fp.polMu.Lock()
+	defer fp.polMu.Unlock()
+	cc.mask = srcMask(fp.px.Policy(), cc.src)
+	mask := cc.mask
 	err = socket(c, func(fd int, cookie uint64) error {
 		cc.cookie = cookie
 		if err := fp.objs.Conns.Put(cookie, bpf.L7Conn{}); err != nil {
@@ -334,23 +357,33 @@ func (fp *FastPath) idle(cc *clientConn) {
 			fp.logf("fill pool of %d for backend %d: %v", cc.cookie, b, err)
 		}
 	}
-	if err := fp.objs.Ctls.Update(cc.cookie, bpf.L7Ctl{Expected: cc.handled.Load(), SrcMask: fp.mask(cc)}, ebpf.UpdateExist); err != nil {
+	fp.polMu.Lock()
+	defer fp.polMu.Unlock()
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.shut {
+		return
+	}
+	if err := fp.objs.Ctls.Update(cc.cookie, bpf.L7Ctl{Expected: cc.handled.Load(), SrcMask: cc.mask}, ebpf.UpdateExist); err != nil {
 		fp.logf("ctl of %d: %v", cc.cookie, err)
 	}
 }
 
-func (fp *FastPath) mask(cc *clientConn) uint32 {
-	var c bpf.L7Ctl
-	if err := fp.objs.Ctls.Lookup(cc.cookie, &c); err != nil {
-		return 0
-	}
-	return c.SrcMask
-}
-
 func (fp *FastPath) fill(cc *clientConn, b int) error {
-	up, err := fp.px.dial(contextBackground(), "tcp", fp.px.policy.Backend(b).String())
+	p := fp.px.Policy()
+	if !p.uses(b) {
+		return nil // dropped by a policy change since the proxy forwarded to it
+	}
+	up, err := fp.px.dial(contextBackground(), "tcp", p.Backend(b).String())
 	if err != nil {
 		return err
+	}
+	// The maps are written under fp.mu: Close may have run meanwhile.
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.shut {
+		up.Close()
+		return nil
 	}
 	var upCookie uint64
 	err = socket(up, func(fd int, cookie uint64) error {
@@ -372,7 +405,9 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 		return err
 	}
 	cc.mu.Lock()
-	if cc.closed {
+	// A policy change swaps the proxy's policy before it drops pooled
+	// sockets (under cc.mu): a backend dropped meanwhile is not pooled.
+	if cc.closed || !fp.px.Policy().uses(b) {
 		cc.mu.Unlock()
 		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
 		fp.objs.Peer.Delete(upCookie)
@@ -390,13 +425,17 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 				break
 			}
 		}
-		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
-		fp.objs.Peer.Delete(upCookie)
+		fp.mu.Lock()
 		cc.mu.Lock()
-		if cc.pooled[b] == up {
+		if cc.pooled[b] == up && !fp.shut { // not dropped by a policy change (dropPooled)
+			fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
 			delete(cc.pooled, b)
 		}
 		cc.mu.Unlock()
+		if !fp.shut {
+			fp.objs.Peer.Delete(upCookie)
+		}
+		fp.mu.Unlock()
 		up.Close()
 	}()
 	return nil
@@ -409,15 +448,19 @@ func (fp *FastPath) closed(cc *clientConn) {
 	pooled := cc.pooled
 	cc.pooled = map[int]net.Conn{}
 	cc.mu.Unlock()
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
 	for b, u := range pooled {
-		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		if !fp.shut {
+			fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
+		}
 		u.Close()
 	}
-	fp.objs.Conns.Delete(cc.cookie)
-	fp.objs.Ctls.Delete(cc.cookie)
-	fp.mu.Lock()
+	if !fp.shut {
+		fp.objs.Conns.Delete(cc.cookie)
+		fp.objs.Ctls.Delete(cc.cookie)
+	}
 	delete(fp.conns, cc.cookie)
-	fp.mu.Unlock()
 }
 
 func b2u(b bool) uint32 {

@@ -23,6 +23,12 @@ var (
 		[]string{"reason"}, nil)
 	descFast = prometheus.NewDesc("shield_l7_fast_path",
 		"1 when the kernel's fast path is attached and holds the policy, 0 when the Go proxy alone serves.", nil, nil)
+	descGeneration = prometheus.NewDesc("shield_l7_policy_generation",
+		"Generation of the L7 policy in force: 1 as the service started, one more each change applied (PUT /v1/l7/policy).", nil, nil)
+	descChanges = prometheus.NewDesc("shield_l7_policy_changes_total",
+		"L7 policy changes, by result: applied, or refused (invalid: nothing changed).", []string{"result"}, nil)
+	descDropped = prometheus.NewDesc("shield_l7_pooled_sockets_dropped_total",
+		"Pooled upstream sockets taken out of the fast path's pool because a policy change dropped their backend.", nil, nil)
 )
 
 // Collector returns a Prometheus collector reading the proxy's counters and
@@ -32,7 +38,7 @@ func (s *Server) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descResponses, descDenied, descNoRoute, descReasons, descFast} {
+	for _, d := range []*prometheus.Desc{descRequests, descResponses, descDenied, descNoRoute, descReasons, descFast, descGeneration, descChanges, descDropped} {
 		ch <- d
 	}
 }
@@ -64,4 +70,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		on = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descFast, prometheus.GaugeValue, on)
+	ch <- prometheus.MustNewConstMetric(descGeneration, prometheus.GaugeValue, float64(st.Generation))
+	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Generation-1), "applied")
+	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Refused), "refused")
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped))
 }

@@ -10,10 +10,14 @@ import (
 // Policy is a validated Config in the form both enforcers use: the proxy
 // calls Decide; the data plane's maps are written from the same fields.
 type Policy struct {
-	cfg     Config
-	routes  []route
-	rules   []rule
-	backend []netip.AddrPort // every distinct backend; ids index it
+	cfg    Config
+	routes []route
+	rules  []rule
+	// backend holds every backend given an id, ids index it: a policy
+	// compiled from another (compileFrom) keeps that one's ids and never
+	// reuses the id of a backend it dropped, so the data plane's pools
+	// (keyed by id) stay right across a change.
+	backend []netip.AddrPort
 }
 
 type route struct {
@@ -30,12 +34,23 @@ type rule struct {
 }
 
 // Compile validates c and builds its Policy.
-func Compile(c Config) (*Policy, error) {
+func Compile(c Config) (*Policy, error) { return compileFrom(c, nil) }
+
+// compileFrom is Compile keeping prev's backend ids (prev may be nil): a
+// backend of both has the same id in both, a new one gets an id never used
+// by prev.
+func compileFrom(c Config, prev *Policy) (*Policy, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	p := &Policy{cfg: c}
 	ids := map[netip.AddrPort]int{}
+	if prev != nil {
+		p.backend = append(p.backend, prev.backend...)
+		for id, ap := range prev.backend {
+			ids[ap] = id
+		}
+	}
 	for _, r := range c.Routes {
 		rt := route{Route: r}
 		for _, b := range r.Backends {
@@ -69,6 +84,18 @@ func (p *Policy) Config() Config { return p.cfg }
 
 // Backend returns the address of backend id.
 func (p *Policy) Backend(id int) netip.AddrPort { return p.backend[id] }
+
+// uses reports whether a route of p sends requests to backend id.
+func (p *Policy) uses(id int) bool {
+	for _, rt := range p.routes {
+		for _, b := range rt.ids {
+			if b == id {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // Request is what a decision reads of a request: method as sent, path as
 // sent up to '?', Host lowercased, the source address, and a header getter.

@@ -20,14 +20,26 @@ type Dialer func(ctx context.Context, network, addr string) (net.Conn, error)
 // Proxy is the Go reverse proxy enforcing a Policy: the slow path of the
 // fast path and, alone, the baseline it is measured against.
 type Proxy struct {
-	policy *Policy
-	dial   Dialer
-	rp     *httputil.ReverseProxy
-	fast   *FastPath // nil: the proxy alone
+	cur  atomic.Pointer[proxyState] // the policy in force and its counters
+	dial Dialer
+	rp   *httputil.ReverseProxy
+	fast *FastPath // nil: the proxy alone
 
 	noRoute atomic.Uint64
-	denied  []atomic.Uint64 // per rule
-	routes  []routeCounters
+	// Counters by route and by rule name, kept across policy changes
+	// for the names the new policy keeps (swap).
+	mu      sync.Mutex
+	byRoute map[string]*routeCounters
+	byRule  map[string]*atomic.Uint64
+}
+
+// proxyState is one policy and its counters: a request is judged and
+// counted by the one state it loaded, so a change (swap) never splits a
+// request between two policies.
+type proxyState struct {
+	p      *Policy
+	routes []*routeCounters // per route of p
+	denied []*atomic.Uint64 // per rule of p
 }
 
 type routeCounters struct {
@@ -58,9 +70,8 @@ func NewProxy(p *Policy, dial Dialer) *Proxy {
 		var d net.Dialer
 		dial = d.DialContext
 	}
-	px := &Proxy{policy: p, dial: dial,
-		denied: make([]atomic.Uint64, len(p.rules)),
-		routes: make([]routeCounters, len(p.routes))}
+	px := &Proxy{dial: dial, byRoute: map[string]*routeCounters{}, byRule: map[string]*atomic.Uint64{}}
+	px.swap(p)
 	tr := &http.Transport{
 		DialContext:         dial,
 		MaxIdleConnsPerHost: 256,
@@ -70,25 +81,67 @@ func NewProxy(p *Policy, dial Dialer) *Proxy {
 	px.rp = &httputil.ReverseProxy{
 		Transport: tr,
 		Rewrite: func(pr *httputil.ProxyRequest) {
-			v := pr.In.Context().Value(verdictKey{}).(Verdict)
-			pr.SetURL(&url.URL{Scheme: "http", Host: p.Backend(v.Backend).String()})
+			j := pr.In.Context().Value(verdictKey{}).(judged)
+			pr.SetURL(&url.URL{Scheme: "http", Host: j.st.p.Backend(j.v.Backend).String()})
 			pr.Out.Host = pr.In.Host
-			if h := p.cfg.SetHeader; h.Name != "" {
+			if h := j.st.p.cfg.SetHeader; h.Name != "" {
 				pr.Out.Header.Set(h.Name, h.Value)
 			}
 		},
 		ModifyResponse: func(r *http.Response) error {
-			v := r.Request.Context().Value(verdictKey{}).(Verdict)
-			px.routes[v.Route].class[min(r.StatusCode/100, 5)].Add(1)
+			j := r.Request.Context().Value(verdictKey{}).(judged)
+			j.st.routes[j.v.Route].class[min(r.StatusCode/100, 5)].Add(1)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			v := r.Context().Value(verdictKey{}).(Verdict)
-			px.routes[v.Route].class[5].Add(1)
+			j := r.Context().Value(verdictKey{}).(judged)
+			j.st.routes[j.v.Route].class[5].Add(1)
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
 	return px
+}
+
+// swap makes p the proxy's policy at once: requests read before judge by
+// the old one, requests read after by p. Counters follow names: a route
+// or rule p keeps (by name) keeps its counts, one it drops loses them.
+func (px *Proxy) swap(p *Policy) (old *Policy) {
+	px.mu.Lock()
+	defer px.mu.Unlock()
+	st := &proxyState{p: p}
+	routes := map[string]*routeCounters{}
+	for _, rt := range p.routes {
+		c := px.byRoute[rt.Name]
+		if c == nil {
+			c = &routeCounters{}
+		}
+		routes[rt.Name] = c
+		st.routes = append(st.routes, c)
+	}
+	rules := map[string]*atomic.Uint64{}
+	for i, ru := range p.rules {
+		n := RuleName(ru.Rule, i)
+		c := px.byRule[n]
+		if c == nil {
+			c = &atomic.Uint64{}
+		}
+		rules[n] = c
+		st.denied = append(st.denied, c)
+	}
+	px.byRoute, px.byRule = routes, rules
+	if prev := px.cur.Swap(st); prev != nil {
+		return prev.p
+	}
+	return nil
+}
+
+// Policy is the policy in force.
+func (px *Proxy) Policy() *Policy { return px.cur.Load().p }
+
+// judged is a request's verdict and the state that gave it.
+type judged struct {
+	v  Verdict
+	st *proxyState
 }
 
 type verdictKey struct{}
@@ -103,14 +156,15 @@ func RequestOf(r *http.Request) Request {
 
 // ServeHTTP enforces the policy on one request.
 func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	v := px.policy.Decide(RequestOf(r))
+	st := px.cur.Load()
+	v := st.p.Decide(RequestOf(r))
 	cc, _ := r.Context().Value(ctxKey{}).(*clientConn)
 	if cc != nil {
 		cc.handled.Add(1)
 	}
 	switch {
 	case v.Deny:
-		px.denied[v.Rule].Add(1)
+		st.denied[v.Rule].Add(1)
 		http.Error(w, "Forbidden", http.StatusForbidden)
 		return
 	case v.NoRoute:
@@ -118,31 +172,39 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "Not Found", http.StatusNotFound)
 		return
 	}
-	px.routes[v.Route].requests.Add(1)
+	st.routes[v.Route].requests.Add(1)
 	if cc != nil {
 		// A miss fills the pool for the whole route, so the next request
 		// of this connection to any of its backends can take the fast path.
-		for _, b := range px.policy.routes[v.Route].ids {
+		for _, b := range st.p.routes[v.Route].ids {
 			cc.want(b)
 		}
 	}
-	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, v)))
+	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, judged{v, st})))
 }
 
-// Counters returns the proxy's own counts.
+// Counters returns the proxy's own counts, by route and rule of the policy
+// in force.
 func (px *Proxy) Counters() ProxyCounters {
-	c := ProxyCounters{NoRoute: px.noRoute.Load(), Denied: make([]uint64, len(px.denied)),
-		Routes: make([]RouteCounters, len(px.routes))}
-	for i := range px.denied {
-		c.Denied[i] = px.denied[i].Load()
+	_, c := px.counters()
+	return c
+}
+
+// counters returns the policy in force and its counts, read together.
+func (px *Proxy) counters() (*Policy, ProxyCounters) {
+	st := px.cur.Load()
+	c := ProxyCounters{NoRoute: px.noRoute.Load(), Denied: make([]uint64, len(st.denied)),
+		Routes: make([]RouteCounters, len(st.routes))}
+	for i := range st.denied {
+		c.Denied[i] = st.denied[i].Load()
 	}
-	for i := range px.routes {
-		c.Routes[i].Requests = px.routes[i].requests.Load()
+	for i := range st.routes {
+		c.Routes[i].Requests = st.routes[i].requests.Load()
 		for k := range c.Routes[i].Class {
-			c.Routes[i].Class[k] = px.routes[i].class[k].Load()
+			c.Routes[i].Class[k] = st.routes[i].class[k].Load()
 		}
 	}
-	return c
+	return st.p, c
 }
 
 // Server returns the http.Server serving the proxy; with a fast path
@@ -195,6 +257,8 @@ func (px *Proxy) Serve(s *http.Server, l net.Listener) error {
 type clientConn struct {
 	net.Conn
 	cookie  uint64
+	src     netip.Addr    // the client's address
+	mask    uint32        // source mask of the policy in force (FastPath.polMu)
 	handled atomic.Uint64 // requests the proxy read on it
 	read    atomic.Uint64 // bytes the proxy read from it
 

@@ -68,13 +68,18 @@ func (s Section) Validate() error {
 // Server is the proxy of a Section, bound by Listen and served by Start,
 // with the fast path when the kernel runs it.
 type Server struct {
-	sec    Section
-	policy *Policy
-	px     *Proxy
-	ln     net.Listener
-	hs     *http.Server
-	log    *slog.Logger
-	done   chan struct{}
+	px   *Proxy
+	ln   net.Listener
+	hs   *http.Server
+	log  *slog.Logger
+	done chan struct{}
+
+	// pmu orders policy changes (Replace, write) against reads of the
+	// policy with its counters (Status, read).
+	pmu     sync.RWMutex
+	sec     Section
+	gen     uint64 // policy generation: 1 at start, +1 a change
+	refused uint64 // policy changes refused
 
 	mu      sync.Mutex
 	fp      *FastPath // nil: the proxy alone
@@ -102,7 +107,7 @@ func Listen(sec Section, dial Dialer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("l7: listen on %s: %w", sec.Listen, err)
 	}
-	return &Server{sec: sec, policy: p, px: NewProxy(p, dial), ln: ln, done: make(chan struct{})}, nil
+	return &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, done: make(chan struct{})}, nil
 }
 
 // Start loads the fast path (unless the section turns it off) and serves.
@@ -113,6 +118,7 @@ func (s *Server) Start(log *slog.Logger) {
 		log = slog.Default()
 	}
 	s.log = log
+	s.pmu.Lock() // a policy change waits for the fast path's first policy
 	s.mu.Lock()
 	if s.sec.FastPath == "off" {
 		s.why = "l7.fast_path = off"
@@ -124,6 +130,7 @@ func (s *Server) Start(log *slog.Logger) {
 	s.started = true
 	fp, why := s.fp, s.why
 	s.mu.Unlock()
+	s.pmu.Unlock()
 	s.hs = s.px.Server()
 	s.hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	go func() {
@@ -134,16 +141,17 @@ func (s *Server) Start(log *slog.Logger) {
 		close(s.done)
 	}()
 	addr := s.ln.Addr().String()
+	p := s.px.Policy()
 	switch {
 	case fp == nil:
 		log.Warn("l7 proxy serving without the fast path: the Go proxy alone enforces the policy",
-			keyListen, addr, keyRoutes, len(s.policy.routes), keyRules, len(s.policy.rules), keyWhy, why)
+			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, why)
 	case !fp.Enabled:
 		log.Warn("l7 proxy serving; fast path attached but the policy is not held in the kernel: every request goes to the proxy",
-			keyListen, addr, keyRoutes, len(s.policy.routes), keyRules, len(s.policy.rules), keyWhy, fp.Why)
+			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, fp.Why)
 	default:
-		log.Info("l7 proxy serving with the fast path", keyListen, addr, keyRoutes, len(s.policy.routes),
-			keyRules, len(s.policy.rules), keyFast, true)
+		log.Info("l7 proxy serving with the fast path", keyListen, addr, keyRoutes, len(p.routes),
+			keyRules, len(p.rules), keyFast, true)
 	}
 }
 
@@ -169,6 +177,8 @@ func (s *Server) Close() error {
 		errs = append(errs, s.hs.Close())
 	}
 	<-s.done
+	s.pmu.Lock() // no policy change writes a fast path being closed
+	defer s.pmu.Unlock()
 	s.mu.Lock()
 	if s.err != nil {
 		errs = append(errs, fmt.Errorf("l7 proxy: %w", s.err))
@@ -196,6 +206,14 @@ type Status struct {
 	Routes          []RouteStatus
 	Rules           []RuleStatus
 	NoRoute         uint64
+	// Generation is the policy's: 1 as started, one more each change
+	// (Replace); Refused counts the changes refused.
+	Generation uint64
+	Refused    uint64
+	// Dropped counts pooled sockets of backends a change dropped.
+	Dropped uint64
+	// Policy is the policy in force, read with the counts.
+	Policy Config
 	// Reasons are the fast path's counters by reason (nil without it).
 	Reasons map[string]uint64
 }
@@ -216,13 +234,17 @@ type RuleStatus struct {
 	Denied uint64
 }
 
-// Status reads the counters.
+// Status reads the counters. Routes and rules are those of the policy in
+// force; a route keeps its counts across a change that keeps its name, one
+// a change drops is no longer reported.
 func (s *Server) Status() (Status, error) {
+	s.pmu.RLock()
+	defer s.pmu.RUnlock()
 	s.mu.Lock()
 	fp, why := s.fp, s.why
 	s.mu.Unlock()
-	st := Status{Listen: s.ln.Addr().String(), FastWhy: why}
-	pc := s.px.Counters()
+	st := Status{Listen: s.ln.Addr().String(), FastWhy: why, Generation: s.gen, Refused: s.refused, Policy: s.sec.Config}
+	p, pc := s.px.counters()
 	var fc FastCounters
 	if fp != nil {
 		var err error
@@ -230,6 +252,7 @@ func (s *Server) Status() (Status, error) {
 			return st, err
 		}
 		st.Fast, st.KernelPolicy, st.KernelPolicyWhy = true, fp.Enabled, fp.Why
+		st.Dropped = fp.dropped.Load()
 		st.Reasons = map[string]uint64{}
 		for r := Reason(0); r < numReasons; r++ {
 			st.Reasons[r.String()] = fc.Reasons[r]
@@ -237,11 +260,14 @@ func (s *Server) Status() (Status, error) {
 	} else {
 		st.KernelPolicyWhy = "no fast path"
 	}
-	for i, rt := range s.policy.routes {
-		st.Routes = append(st.Routes, RouteStatus{Route: rt.Route, Fast: fc.Routes[i],
-			Slow: pc.Routes[i].Requests, Class: pc.Routes[i].Class})
+	for i, rt := range p.routes {
+		rs := RouteStatus{Route: rt.Route, Slow: pc.Routes[i].Requests, Class: pc.Routes[i].Class}
+		if fp != nil {
+			rs.Fast = fp.routeFast(p, i, fc)
+		}
+		st.Routes = append(st.Routes, rs)
 	}
-	for i, ru := range s.policy.rules {
+	for i, ru := range p.rules {
 		st.Rules = append(st.Rules, RuleStatus{Rule: ru.Rule, Denied: pc.Denied[i]})
 	}
 	st.NoRoute = pc.NoRoute
@@ -256,5 +282,57 @@ func RuleName(r Rule, i int) string {
 	return fmt.Sprintf("rbac[%d]", i)
 }
 
-// Section is the configuration the server runs.
-func (s *Server) Section() Section { return s.sec }
+// Section is the configuration the server runs: the policy in force.
+func (s *Server) Section() Section {
+	s.pmu.RLock()
+	defer s.pmu.RUnlock()
+	return s.sec
+}
+
+// ErrInvalidPolicy wraps the validation errors of a policy Replace refuses.
+var ErrInvalidPolicy = errors.New("invalid l7 policy")
+
+// Replace makes c the policy of the proxy and of the fast path, validated
+// whole first: a c with an error (wrapping ErrInvalidPolicy, every problem
+// named) changes nothing. Each request is judged by the old policy or by
+// c, never by parts of both: the proxy swaps its compiled policy at once,
+// and the kernel passes every request to the proxy while its maps are
+// rewritten (swap.go). Backends c drops lose their pooled sockets; those
+// it adds get theirs as before, lazily. It returns the policy replaced and
+// the new generation. Nothing of it outlives the process: a restart serves
+// the configuration file's [l7] again.
+func (s *Server) Replace(c Config) (old Config, gen uint64, err error) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	prev := s.px.Policy()
+	p, err := compileFrom(c, prev)
+	if err != nil {
+		s.refused++
+		return Config{}, s.gen, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	s.mu.Lock()
+	fp := s.fp
+	s.mu.Unlock()
+	if fp == nil {
+		s.px.swap(p)
+	} else {
+		fp.polMu.Lock()
+		defer fp.polMu.Unlock()
+		if err := fp.hold(); err != nil {
+			// Nothing changed but, at worst, the kernel passing every
+			// request to the proxy, which still holds the old policy.
+			return Config{}, s.gen, fmt.Errorf("l7 policy change: %w", err)
+		}
+		s.px.swap(p)
+		if err := fp.install(prev, p); err != nil {
+			fp.Enabled, fp.Why = false, fmt.Sprintf("a policy change failed to write the kernel's maps (every request goes to the proxy): %v", err)
+			if s.log != nil {
+				s.log.Error("l7 policy change: the kernel's maps were not all written; the proxy alone enforces the new policy", keyErr, err)
+			}
+		}
+	}
+	old = s.sec.Config
+	s.sec.Config = c
+	s.gen++
+	return old, s.gen, nil
+}

@@ -2,21 +2,29 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/BurntSushi/toml"
+
+	"xdpshield/l7"
 	"xdpshield/shield/api"
 )
 
 func init() {
-	commands["l7"] = command{"show the L7 proxy: fast path, routes and rules with their counts (API)", runL7}
+	commands["l7"] = command{"l7 [-json]: the L7 proxy, fast path, routes and rules with their counts | l7 get: the policy in force as an [l7] TOML section | l7 set -f FILE: replace the policy (API)", runL7}
 }
 
-// runL7: `shield l7 [-json]` reads GET /v1/l7.
+// runL7: `shield l7 [-json]` reads GET /v1/l7; `shield l7 get` and `shield
+// l7 set -f FILE` read and replace the policy (/v1/l7/policy).
 func runL7(ctx context.Context, args []string) error {
+	if len(args) > 0 && (args[0] == "get" || args[0] == "set") {
+		return runL7Policy(ctx, args[0], args[1:])
+	}
 	fs := flag.NewFlagSet("l7", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
@@ -104,4 +112,91 @@ func printL7(r api.L7Response) {
 		fmt.Fprintf(stdout, "; kernel: %s", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(stdout, ")")
+}
+
+// l7File is a policy file: the [l7] section of serve's configuration
+// without what only a restart changes (listen, fast_path).
+type l7File struct {
+	L7 l7.Section `toml:"l7"`
+}
+
+// readL7Policy reads a policy file strictly: unknown keys, listen and
+// fast_path are errors, and the policy is validated whole before it is
+// sent (the service validates it again).
+func readL7Policy(path string) (l7.Config, error) {
+	var f l7File
+	md, err := toml.DecodeFile(path, &f)
+	if err != nil {
+		return l7.Config{}, fmt.Errorf("policy %s: %w", path, err)
+	}
+	var errs []error
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		errs = append(errs, fmt.Errorf("unknown keys: %s (want an [l7] section)", strings.Join(keys, ", ")))
+	}
+	if f.L7.Listen != "" || f.L7.FastPath != "" {
+		errs = append(errs, errors.New("l7.listen and l7.fast_path change only with a restart of serve: leave them out"))
+	}
+	if len(errs) == 0 {
+		errs = append(errs, f.L7.Config.Validate())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return l7.Config{}, fmt.Errorf("policy %s: %w", path, err)
+	}
+	return f.L7.Config, nil
+}
+
+func runL7Policy(ctx context.Context, sub string, args []string) error {
+	fs := flag.NewFlagSet("l7 "+sub, flag.ContinueOnError)
+	var cf clientFlags
+	cf.register(fs)
+	file := fs.String("f", "", "policy file: an [l7] section ([[l7.route]], [[l7.rbac]], hash_header, [l7.set_header]) (set)")
+	if err := fs.Parse(args); err != nil {
+		return helpOK(err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("l7 %s: unexpected arguments %q", sub, fs.Args())
+	}
+	if sub == "set" && *file == "" {
+		return errors.New("l7 set: want -f FILE")
+	}
+	if sub == "get" && *file != "" {
+		return errors.New("l7 get: -f is for l7 set")
+	}
+	var c l7.Config
+	if sub == "set" {
+		var err error
+		if c, err = readL7Policy(*file); err != nil {
+			return err
+		}
+	}
+	cl, err := cf.client(sub == "set")
+	if err != nil {
+		return err
+	}
+	if sub == "get" {
+		p, err := cl.L7Policy(ctx)
+		if err != nil {
+			return err
+		}
+		if cf.json {
+			return printJSON(p)
+		}
+		return toml.NewEncoder(stdout).Encode(struct {
+			L7 l7.Config `toml:"l7"`
+		}{p})
+	}
+	ch, err := cl.SetL7Policy(ctx, c)
+	if err != nil {
+		return err
+	}
+	if cf.json {
+		return printJSON(ch)
+	}
+	fmt.Fprintf(stdout, "l7 policy generation %d: %d routes, %d rules (was %d routes, %d rules); not kept across a restart of serve, which reads its configuration file\n",
+		ch.Generation, len(ch.New.Routes), len(ch.New.RBAC), len(ch.Old.Routes), len(ch.Old.RBAC))
+	return nil
 }
