@@ -215,8 +215,13 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	// Pinned maps must match the spec to be reused: keep the pinned table
 	// size rather than fail a restart over a changed setting.
 	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil); err == nil {
-		pinned := m.MaxEntries()
+		pinned := m.MaxEntries() * ways
+		layout := m.Type() == ebpf.Array && m.ValueSize() == uint32(setSize)
 		m.Close()
+		if !layout {
+			return nil, fmt.Errorf("the sources table pinned in %s has another layout (a version before the set-associative table), "+
+				"which stays attached; `shield detach -iface %s` drops it and its state", dir, opts.Iface)
+		}
 		if pinned != opts.Load.TableSize {
 			a.Notes = append(a.Notes, fmt.Sprintf("keeping the pinned table size %d (configured %d): `shield detach` first to change it", pinned, opts.Load.TableSize))
 		}
