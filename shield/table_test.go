@@ -1,0 +1,74 @@
+package shield
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+
+	"xdpshield/bpf"
+)
+
+// TestHashCannotBeAimed: whoever knows a source's key but not the seed
+// cannot pick keys that land in its set. For the keys a forger would try
+// first, the source's key with one bit flipped (in the /64 an IPv6 key
+// keeps, or an IPv4 address), the offset of their set from the source's
+// is spread over the table's sets across seeds, never a fixed offset or
+// two: at most 5 of 256 seeds agree on any offset (uniform: about 1 in
+// 2^18). A hash that XORed the seed in before multiplying (the presence
+// filter's first one) moves a flipped bit's set by one of two fixed
+// offsets, and fails (red once so).
+func TestHashCannotBeAimed(t *testing.T) {
+	const seeds = 256
+	bits := setBits(DefaultTableSize)
+	sets := uint32(1) << bits
+	for _, v := range []netip.Addr{netip.MustParseAddr("2001:db8:1:2::"), netip.MustParseAddr("::ffff:198.18.0.1")} {
+		k := sourceKey(v, DefaultLimits())
+		first, last := 0, 64 // the /64
+		if v.Is4In6() {
+			first, last = 96, 128
+		}
+		for bit := first; bit < last; bit++ {
+			f := k
+			f.Addr[bit/8] ^= 0x80 >> (bit % 8)
+			offsets := map[uint32]int{}
+			worst := 0
+			for seed := range uint64(seeds) {
+				keys := hashKeys(seed*0x9e3779b97f4a7c15 + 1)
+				d := (setOf(hashOf(&f, &keys), bits) - setOf(hashOf(&k, &keys), bits)) & (sets - 1)
+				offsets[d]++
+				worst = max(worst, offsets[d])
+			}
+			if worst > 5 {
+				t.Errorf("%s with bit %d flipped: %d of %d seeds put it at the same offset from the source's set, want at most 5", v, bit, worst, seeds)
+			}
+		}
+	}
+}
+
+// TestHashMirror: hashOf reads the key's words as the little-endian
+// program does, and the set and slot are the hash's top bits.
+func TestHashMirror(t *testing.T) {
+	var k [16]byte
+	for i := range k {
+		k[i] = byte(i + 1)
+	}
+	key := bpf.ShieldSrcKey{Addr: k}
+	keys := [5]uint64{3, 5, 7, 11, 13}
+	want := uint64(13)
+	for i := range 4 {
+		want += keys[i] * uint64(binary.LittleEndian.Uint32(k[4*i:]))
+	}
+	if got := hashOf(&key, &keys); got != want {
+		t.Fatalf("hashOf = %#x, want %#x", got, want)
+	}
+	h := uint64(0xfedcba9876543210)
+	if got := setOf(h, 18); got != 0xfedcba98>>14 {
+		t.Errorf("setOf(%#x, 18) = %#x, want %#x", h, got, 0xfedcba98>>14)
+	}
+	if got := setOf(h, 0); got != 0 {
+		t.Errorf("setOf(%#x, 0) = %d, want 0 (one set)", h, got)
+	}
+	if got := slotOf(h); got != 0xfedcba {
+		t.Errorf("slotOf(%#x) = %#x, want 0xfedcba", h, got)
+	}
+}
