@@ -131,8 +131,9 @@ type Shield struct {
 	table    []bpf.ShieldSourceSet
 	tableMap []byte
 
-	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
-	recovered *Recovery // what Load rolled back
+	pinPath   string     // where the change journal is pinned (journal.go); "" unpinned
+	recovered *Recovery  // what Load rolled back
+	migrated  *Migration // what Load copied from a pinned table of another layout or size
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
@@ -221,6 +222,21 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
+	// A pinned sources table of another layout (the LRU hash before the
+	// array of sets) or size is moved aside, and its sources copied into
+	// the new table once it is loaded.
+	var oldSources *ebpf.Map
+	if opts.PinPath != "" {
+		if oldSources, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
+			return nil, err
+		}
+	}
+	closeOld := func() {
+		if oldSources != nil {
+			oldSources.Close()
+		}
+	}
+
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
 		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize)}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
@@ -234,9 +250,16 @@ func Load(opts Options) (*Shield, error) {
 		err = s.loadObjects(spec, vars, &collOpts)
 	}
 	if err != nil {
+		closeOld()
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
+	loaded := false
+	defer func() {
+		if !loaded {
+			closeOld()
+		}
+	}()
 	s.pinPath = opts.PinPath
 	if s.pinPath != "" {
 		if err := s.rollback(); err != nil {
@@ -299,6 +322,13 @@ func Load(opts Options) (*Shield, error) {
 		if err := s.start(opts.Limits); err != nil {
 			s.Close()
 			return nil, err
+		}
+	}
+	loaded = true
+	if oldSources != nil {
+		if err := s.migrate(oldSources, opts.PinPath); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("copy the pinned sources into the new table: %w", err)
 		}
 	}
 	return s, nil
