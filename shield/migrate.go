@@ -154,9 +154,10 @@ func readOld(old *ebpf.Map) ([]bpf.ShieldSource, string, error) {
 	if old.Type() == ebpf.Array {
 		var k uint32
 		var set bpf.ShieldSourceSet
+		var scratch bpf.ShieldSource
 		it := old.Iterate()
 		for it.Next(&k, &set) {
-			visitSet(&set, func(_ *bpf.ShieldSrcKey, v *bpf.ShieldSource) { out = append(out, *v) })
+			visitSet(&set, &scratch, func(_ *bpf.ShieldSrcKey, v *bpf.ShieldSource) { out = append(out, *v) })
 		}
 		return out, fmt.Sprintf("table of %d", old.MaxEntries()*ways), it.Err()
 	}

@@ -57,14 +57,15 @@ func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
 		return Source{}, false, fmt.Errorf("look up source %s: %w", a, err)
 	}
 	set := &sets[setOf(hashOf(&k, &s.hashKeys), s.setBits)]
-	var found *bpf.ShieldSource
-	visitSet(set, func(sk *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
-		if found == nil && *sk == k {
-			found = v
+	var scratch, found bpf.ShieldSource
+	ok = false
+	visitSet(set, &scratch, func(sk *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
+		if !ok && *sk == k {
+			found, ok = *v, true
 		}
 	})
-	if found == nil {
+	if !ok {
 		return Source{}, false, nil
 	}
-	return sourceOf(k, *found, s.limitedNow(), l), true, nil
+	return sourceOf(k, found, s.limitedNow(), l), true, nil
 }

@@ -106,25 +106,38 @@ func findWay(set *bpf.ShieldSourceSet, k *bpf.ShieldSrcKey) *bpf.ShieldSource {
 	return nil
 }
 
-// visitSet calls fn for every source of set: a copy of each used way, its
-// Passed without the mark, and a key held by two ways (two CPUs inserted it
-// at once) only for the first, as the program finds it.
-func visitSet(set *bpf.ShieldSourceSet, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) int {
+// visitSet calls fn for every source of set with a copy of its way in
+// *scratch (one per walk: a copy per source would escape to the heap), its
+// Passed without the mark; a key held by two ways (two CPUs inserted it at
+// once) only for the first, as the program finds it. fn must not keep the
+// pointers.
+func visitSet(set *bpf.ShieldSourceSet, scratch *bpf.ShieldSource, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) int {
 	n := 0
 ways:
 	for i := range set.Way {
-		e := set.Way[i] // one copy: the program may write the way meanwhile
-		if !used(&e) {
+		*scratch = set.Way[i] // one copy: the program may write the way meanwhile
+		if !used(scratch) {
 			continue
 		}
 		for j := range i {
-			if used(&set.Way[j]) && set.Way[j].Key == e.Key {
+			if used(&set.Way[j]) && set.Way[j].Key == scratch.Key {
 				continue ways
 			}
 		}
-		e.Passed &^= sourceUsed
-		fn(&e.Key, &e)
+		scratch.Passed &^= sourceUsed
+		fn(&scratch.Key, scratch)
 		n++
+	}
+	return n
+}
+
+// heldBy counts the sources of set.
+func heldBy(set *bpf.ShieldSourceSet) int {
+	n := 0
+	for i := range set.Way {
+		if used(&set.Way[i]) {
+			n++
+		}
 	}
 	return n
 }
@@ -219,7 +232,7 @@ var ErrSetFull = errors.New("the source's set is full")
 // other source (ErrSetFull).
 func (t *Table) Put(k bpf.ShieldSrcKey, v bpf.ShieldSource) error {
 	set := &t.sets[setOf(hashOf(&k, &t.keys), t.bits)]
-	if findWay(set, &k) == nil && visitSet(set, func(*bpf.ShieldSrcKey, *bpf.ShieldSource) {}) == len(set.Way) {
+	if findWay(set, &k) == nil && heldBy(set) == len(set.Way) {
 		return ErrSetFull
 	}
 	place(set, k, v, t.limits, 0)

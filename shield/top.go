@@ -179,13 +179,14 @@ func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bp
 	if err != nil {
 		return st, fmt.Errorf("walk sources: %w", err)
 	}
+	var scratch bpf.ShieldSource
 	for i := range sets {
 		if i%walkChunk == 0 {
 			if err := ctx.Err(); err != nil {
 				return st, fmt.Errorf("walk sources: %w", err)
 			}
 		}
-		st.Scanned += visitSet(&sets[i], fn)
+		st.Scanned += visitSet(&sets[i], &scratch, fn)
 	}
 	return st, nil
 }

@@ -154,10 +154,11 @@ func batchWalk(s *Shield) (walkSums, error) {
 	keys := make([]uint32, 1024)
 	vals := make([]bpf.ShieldSourceSet, 1024)
 	var cursor ebpf.MapBatchCursor
+	var scratch bpf.ShieldSource
 	for {
 		n, err := s.objs.Sources.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
-			visitSet(&vals[i], w.add)
+			visitSet(&vals[i], &scratch, w.add)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return w, nil
