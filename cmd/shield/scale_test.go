@@ -23,10 +23,11 @@ import (
 const millionSources = 1_000_000
 
 // TestServeMillionSources fills the running service's table with 1,000,000
-// sources and checks that /v1/top costs about what reading the table costs
-// (the median answer within 2.5 times the median of a plain batched walk of
-// the same table by this test, the two alternated; the absolute figure is
-// logged, and measured by shield's BenchmarkTop), that traffic keeps
+// sources and checks that /v1/top reads the table through its mapping: the
+// median answer within half the median of a batched walk of the same table
+// by this test with system calls, the two alternated (0.16-0.17 measured;
+// a service walking with BPF_MAP_LOOKUP_BATCH measured 1.0, red); the
+// absolute figure is logged, and measured by shield's BenchmarkTop; that traffic keeps
 // flowing while the table is walked, and that the service's peak RSS stays
 // under 100 MiB beside the table it maps (64 MiB).
 func TestServeMillionSources(t *testing.T) {
@@ -100,8 +101,8 @@ func TestServeMillionSources(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	med := func(d []time.Duration) time.Duration { d = slices.Clone(d); slices.Sort(d); return d[len(d)/2] }
 	t.Logf("GET /v1/top with %d sources: %v (its walk, ms: %v); a batched walk of the table alone: %v", c.Sources.Tracked, lat, walk, direct)
-	if ratio := float64(med(lat)) / float64(med(direct)); ratio > 2.5 {
-		t.Errorf("median /v1/top latency %v is %.1f times the median plain walk of the table (%v), want at most 2.5", med(lat), ratio, med(direct))
+	if ratio := float64(med(lat)) / float64(med(direct)); ratio > 0.5 {
+		t.Errorf("median /v1/top latency %v is %.2f times the median batched walk of the table (%v), want at most 0.5 (the service reads the table's mapping)", med(lat), ratio, med(direct))
 	} else {
 		t.Logf("median /v1/top latency %v, %.2f times the plain walk's %v", med(lat), ratio, med(direct))
 	}
