@@ -2,11 +2,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * walk: walks of the sources table inside the kernel, the references
- * BenchmarkTop (shield/top_bench_test.go) measures the service's batched
- * walk (BPF_MAP_LOOKUP_BATCH) against. Nothing in the service loads them.
+ * BenchmarkTop (shield/top_bench_test.go) measures the service's walk of
+ * the table's memory mapping against. Nothing in the service loads them.
  *
  * walk_iter is a map-element iterator (kernel 5.9+): attached to the table
- * (link.AttachIter), each read of the link hands user space every entry as
+ * (link.AttachIter), each read of the link hands user space every source as
  * a struct walk_rec, what Top ranks and judges; with hand_over cleared it
  * only sums the counts, as walk_visit does (what filtering or ranking
  * inside the iterator could save at most). walk_visit, run once with
