@@ -39,14 +39,15 @@ func (v *lruSource) source(k bpf.ShieldSrcKey) bpf.ShieldSource {
 // use as it was.
 type Migration struct {
 	From     string // the old table: "LRU hash of 1048576" or "table of 65536"
+	To       uint32 // the new table's size
 	Sources  int    // sources it held
 	Moved    int    // sources copied into the new table
 	Replaced int    // sources left out: their set was full of more recent ones
 }
 
 func (m *Migration) String() string {
-	return fmt.Sprintf("pinned sources table (%s) moved into a table of this version's layout: %d of %d sources copied, %d left out (their set held 4 more recently seen)",
-		m.From, m.Moved, m.Sources, m.Replaced)
+	return fmt.Sprintf("pinned sources table (%s) copied into a table of %d in this version's layout: %d of %d sources copied, %d left out (their set held %d more recently seen)",
+		m.From, m.To, m.Moved, m.Sources, m.Replaced, ways)
 }
 
 // Migrated says what Load copied from a pinned sources table of another
@@ -125,7 +126,7 @@ func (s *Shield) migrate(old *ebpf.Map, dir string) error {
 		return err
 	}
 	l := s.Limits()
-	mig := &Migration{From: from, Sources: len(srcs)}
+	mig := &Migration{From: from, To: s.TableSize(), Sources: len(srcs)}
 	for i := range srcs {
 		v := srcs[i]
 		h := hashOf(&v.Key, &s.hashKeys)

@@ -77,6 +77,7 @@ func TestMigrateOldPins(t *testing.T) {
 			m, ok := s.Migrated()
 			require.True(t, ok, "Migrated()")
 			assert.Equal(t, tc.from, m.From, "Migrated().From")
+			assert.Equal(t, tc.size, m.To, "Migrated().To")
 			assert.Equal(t, n+1, m.Sources, "Migrated().Sources")
 			assert.Equal(t, m.Sources, m.Moved+m.Replaced, "Moved + Replaced")
 			assert.LessOrEqual(t, m.Replaced, 3, "Migrated().Replaced (their sets overflowed)")
