@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"net/netip"
 	"path/filepath"
 	"sync/atomic"
 	"unsafe"
@@ -25,6 +26,9 @@ const (
 	// setSize is the bytes of one set (an element of the array).
 	setSize = int(unsafe.Sizeof(bpf.ShieldSourceSet{}))
 )
+
+// Ways is how many sources a set of the table holds.
+const Ways = int(ways)
 
 // MinTableSize is the smallest table: one set.
 const MinTableSize = ways
@@ -63,13 +67,25 @@ func hashKeys(seed uint64) [5]uint64 {
 }
 
 // hashOf mirrors hash_of in bpf/shield.c: the key's four 32-bit words as
-// the (little-endian) program reads them.
+// the (little-endian) program reads them, then the mix.
 func hashOf(k *bpf.ShieldSrcKey, keys *[5]uint64) uint64 {
 	h := keys[4]
 	for i := range 4 {
 		h += keys[i] * uint64(binary.LittleEndian.Uint32(k.Addr[4*i:]))
 	}
-	return h
+	h ^= h >> 31
+	return h * hashMix
+}
+
+// hashMix is HASH_MIX: an odd constant (splitmix64's first).
+const hashMix = 0xbf58476d1ce4e5b9
+
+// SetOf is the set of s's table that a's source lives in (the keyed hash
+// of its key under the limits in force): tests predict with it which
+// sources share a set.
+func (s *Shield) SetOf(a netip.Addr) uint32 {
+	k := sourceKey(a, s.Limits())
+	return setOf(hashOf(&k, &s.hashKeys), s.setBits)
 }
 
 // slotOf mirrors slot_of: a hash's slot in the presence filter.
