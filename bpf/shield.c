@@ -9,8 +9,8 @@
  * Anything the parser does not recognise passes: the shield limits, it does
  * not filter protocols.
  *
- * Loads on 5.10 and later: LRU hash (4.10), LPM trie (4.11), array of maps
- * (4.12), global data (5.2), bpf_jiffies64 (5.5), mmapable .bss (5.5).
+ * Loads on 5.10 and later: LPM trie (4.11), array of maps (4.12), global
+ * data (5.2), bpf_jiffies64 (5.5), mmapable arrays and .bss (5.5).
  * Atomics: lock-add (BPF_XADD) everywhere; the refill's compare-and-exchange
  * (BPF_CMPXCHG) needs 5.12, so shield_compat, without it, stands in for
  * shield on older kernels (the loader probes and chooses).
@@ -45,6 +45,12 @@ const volatile __u64 ns_per_jiffy = 4000000; /* 1e9 / CONFIG_HZ, measured by the
  * on the same pins): two CPUs' readings differ by up to a jiffy (jiffies) or
  * a few nanoseconds (ktime). Set by the loader; 0 for the virtual clock. */
 const volatile __u64 clock_slack_ns = 0;
+
+/* The keys of hash_of, derived by the loader from config.filter_seed
+ * (shield.hashKeys), and log2 of the table's sets: both fixed for the life
+ * of a table. */
+const volatile __u64 hash_key[5] = {1, 3, 5, 7, 0};
+const volatile __u32 set_bits = 18;
 
 /* The simulator's clock; only read when clock_mode == CLOCK_VIRTUAL. */
 volatile __u64 virtual_now_ns;
@@ -134,17 +140,32 @@ struct config {
  * reached through a pointer only, so name it here (bpf2go needs it too). */
 const struct config *unused_config __attribute__((unused));
 
-/* Per-source state, the value of the sources table. A source is an IPv4
- * address or an IPv6 prefix (config.mask6), keyed in mapped form. */
+struct src_key {
+	__u8 addr[16]; /* IPv6, or IPv4 mapped as ::ffff:a.b.c.d */
+};
+
+/* source.passed's top bit: the way holds a source. The key cannot say it:
+ * every 128-bit value is some source's key (IPv4 fills ::ffff:0:0/96, and
+ * an IPv6 prefix such as ::/64 is all zero), and an insertion counts its
+ * first packet, so a count of 0 would do only by convention; a packet count
+ * never reaches 2^63. An all-zero way (the array's initial state) is empty. */
+#define SOURCE_USED (1ULL << 63)
+
+/* Per-source state: one way of the sources table, 64 bytes (a cache line).
+ * A source is an IPv4 address or an IPv6 prefix (config.mask6), keyed in
+ * mapped form. */
 struct source {
+	struct src_key key;        /* valid when passed has SOURCE_USED */
 	struct bucket bucket;      /* protected destinations: the client limits */
 	struct bucket unprotected; /* everything else: the unprotected limits */
-	__u64 passed;  /* packets passed (including the first, admitted one) */
+	__u64 passed;  /* SOURCE_USED | packets passed (including the first, admitted one) */
 	__u64 dropped; /* packets dropped, or that would be dropped in dry-run */
 };
 
-struct src_key {
-	__u8 addr[16]; /* IPv6, or IPv4 mapped as ::ffff:a.b.c.d */
+/* The ways of one set of the sources table (see sources). */
+#define WAYS 4
+struct source_set {
+	struct source way[WAYS];
 };
 
 struct lpm4_key {
@@ -174,15 +195,24 @@ struct {
 	__type(value, __u64); /* packets */
 } counters SEC(".maps");
 
-/* Per-source buckets. An LRU: when full, the least recently used source is
- * evicted; the admission bucket bounds how fast strangers can force that.
- * The loader sets max_entries (default 1,048,576). */
-#define MAX_SOURCES (1 << 20)
+/*
+ * Per-source buckets: a set-associative table, an array of sets of WAYS
+ * ways (kernel 5.5+ for BPF_F_MMAPABLE: user space reads it through a
+ * mapping). A source lives in the set its keyed hash names (hash_of, set_of)
+ * or nowhere; an array lookup is inlined by the verifier, no kernel call.
+ * A stranger the admission bucket admits replaces, in its set: an empty way,
+ * else the least recently used of the ways idle for their buckets' fill_ns
+ * (full buckets: nothing is lost but the counts), else the least recently
+ * used way (see insert()). The loader sets max_entries: the table's size
+ * (default 1,048,576 sources) / WAYS sets, a power of two.
+ */
+#define MAX_SETS ((1 << 20) / WAYS)
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SOURCES);
-	__type(key, struct src_key);
-	__type(value, struct source);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SETS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct source_set);
 } sources SEC(".maps");
 
 /*
@@ -555,22 +585,125 @@ static __always_inline void source_key(const struct packet *pkt, const struct co
 	__builtin_memcpy(key->addr, w, 16);
 }
 
-/* slot_of is a source key's slot in the presence filter: a multiplicative
- * hash of its two words, keyed by seed so that no one can aim forged
- * sources at the slots of known ones. The multipliers are odd 32-bit
- * immediates, sign-extended (a multiply by an immediate is one
- * instruction). shield.slotOf mirrors it. */
-#define SLOT_MUL1 (-0x61c8864fLL) /* 0xffffffff9e3779b1 */
-#define SLOT_MUL2 (-0x3d4d51c3LL) /* 0xffffffffc2b2ae3d */
-static __always_inline __u32 slot_of(const struct src_key *key, __u64 seed)
+/*
+ * hash_of is a source key's hash: multiply-add over its four 32-bit words
+ * with 64-bit random keys (hash_key, Thorup's strongly universal vector
+ * hashing), so two keys chosen without knowing the keys have sums that
+ * differ by a random amount: no one can aim forged sources at a known
+ * source's set or filter slot. The sum is linear, though: the addresses of
+ * one network, keys in arithmetic progression, would land in sets in
+ * arithmetic progression, and for a seed in a few pile up in some (a /16
+ * overflowed 2,844 sets of the default table for one seed in 64). A fixed
+ * bijection (xorshift, multiply) breaks the progression and keeps the
+ * random difference. The four multiplies are independent; the mix adds two
+ * steps. Only the top 32 bits are used. shield.hashOf mirrors it.
+ */
+#define HASH_MIX 0xbf58476d1ce4e5b9ULL
+static __always_inline __u64 hash_of(const struct src_key *key)
 {
-	__u64 w[2];
+	__u32 x[4];
 
-	__builtin_memcpy(w, key->addr, 16);
-	__u64 h = (w[0] ^ seed) * (__u64)SLOT_MUL1;
+	__builtin_memcpy(x, key->addr, 16);
+	__u64 h = hash_key[0] * x[0] + hash_key[1] * x[1] + hash_key[2] * x[2] + hash_key[3] * x[3] + hash_key[4];
 
-	h = (h ^ w[1]) * (__u64)SLOT_MUL2;
+	h ^= h >> 31;
+	return h * HASH_MIX;
+}
+
+/* slot_of is a hash's slot in the presence filter: its top 24 bits. */
+static __always_inline __u32 slot_of(__u64 h)
+{
 	return h >> (64 - 24);
+}
+
+/* set_of is a hash's set in the sources table: its top set_bits bits. */
+static __always_inline __u32 set_of(__u64 h)
+{
+	return (h >> 32) >> (32 - set_bits);
+}
+
+/* find returns the way of set holding key, or 0. */
+static __always_inline struct source *find(struct source_set *set, const struct src_key *key)
+{
+	__u64 k[2];
+
+	__builtin_memcpy(k, key->addr, 16);
+#pragma unroll
+	for (int i = 0; i < WAYS; i++) {
+		struct source *e = &set->way[i];
+		const __u64 *ek = (const __u64 *)e->key.addr;
+
+		if (ek[0] == k[0] && ek[1] == k[1] && (e->passed & SOURCE_USED))
+			return e;
+	}
+	return 0;
+}
+
+/* idle says whether a bucket last refilled at last is full by now, under a
+ * limit that fills it in fill ns; a time further ahead than this clock can
+ * be was written by another clock, and refill() gives it a full bucket. */
+static __always_inline int idle(__u64 last, __u64 now, __u64 fill)
+{
+	if (now >= last)
+		return now - last >= fill;
+	return last - now > fill + clock_slack_ns;
+}
+
+/*
+ * insert writes a fresh source with key into set: into an empty way, else
+ * the least recently used of the ways whose buckets are both full by now
+ * (idle for their fill_ns: replacing one loses its counts, no state), else
+ * the least recently used way. A way's last use is its buckets' latest
+ * refill, which every packet makes (to the clock's tick).
+ *
+ * Concurrency: the writes are plain stores, and another CPU may insert into
+ * the same set, or read the way, at the same time. The way is marked empty
+ * first and used last, so a lookup meanwhile mostly misses it (its source is
+ * a stranger for a packet); a torn entry (one CPU's key with the other's
+ * buckets, or a key mixing both) is a source with a fresh bucket, or a key
+ * no packet carries, which idles and is replaced first. Two CPUs inserting
+ * the same key may give it two ways: lookups take the first, the other
+ * idles out. Each such race costs at most one insertion per CPU, each paid
+ * for by an admission token, so the table's churn stays bounded by the
+ * admission rate.
+ */
+static __always_inline void insert(struct source_set *set, const struct src_key *key, const struct config *cfg,
+				   __u64 now, int class)
+{
+	struct source *victim = &set->way[0];
+	__u64 best = ~0ULL;
+
+#pragma unroll
+	for (int i = 0; i < WAYS; i++) {
+		struct source *e = &set->way[i];
+
+		if (!(e->passed & SOURCE_USED)) {
+			victim = e;
+			break;
+		}
+		__u64 lb = e->bucket.last_ns, lu = e->unprotected.last_ns;
+		/* Clock readings stay under 2^63: the top bit ranks the busy
+		 * ways after every idle one. */
+		__u64 score = (lb > lu ? lb : lu) >> 1;
+
+		if (!idle(lb, now, cfg->source.fill_ns) || !idle(lu, now, cfg->unprotected.fill_ns))
+			score |= 1ULL << 63;
+		if (score < best) {
+			best = score;
+			victim = e;
+		}
+	}
+	victim->passed = 0;
+	asm volatile("" ::: "memory");
+	__builtin_memcpy(victim->key.addr, key->addr, 16);
+	/* Both buckets start full, less the packet admitted. */
+	victim->bucket.last_ns = now;
+	victim->bucket.credit = (__s64)cfg->source.cap - (class == CLASS_PROTECTED ? TOKEN : 0);
+	victim->unprotected.last_ns = now;
+	victim->unprotected.credit = (__s64)cfg->unprotected.cap - (class == CLASS_PROTECTED ? 0 : TOKEN);
+	victim->dropped = 0;
+	asm volatile("" ::: "memory");
+	victim->passed = SOURCE_USED | 1;
 }
 
 /* presence_word returns the word of the filter f holding slot. */
@@ -628,18 +761,22 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 
 	source_key(&pkt, cfg, &key);
 	__u64 now = now_ns();
+	__u64 h = hash_of(&key);
+	__u32 slot = slot_of(h);
+	__u32 si = set_of(h);
+	struct source_set *set = 0;
 	struct source *src = 0;
-	__u32 slot = 0;
 
 	if (cas) {
-		slot = slot_of(&key, cfg->filter_seed);
 		__u64 *w = presence_word(cfg->filter, slot);
 
 		if (!w || (*w >> (slot & 63)) & 1)
-			src = bpf_map_lookup_elem(&sources, &key);
+			set = bpf_map_lookup_elem(&sources, &si);
 	} else {
-		src = bpf_map_lookup_elem(&sources, &key);
+		set = bpf_map_lookup_elem(&sources, &si);
 	}
+	if (set)
+		src = find(set, &key);
 	if (src) {
 		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
 
@@ -660,17 +797,10 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (!adm || !take(adm, alim, now, cas))
 		return account(limited, REASON_ADMISSION, pkt.proto);
 
-	/* Both buckets start full, less the packet admitted. */
-	struct source fresh = {
-		.bucket = {.last_ns = now, .credit = (__s64)cfg->source.cap},
-		.unprotected = {.last_ns = now, .credit = (__s64)cfg->unprotected.cap},
-		.passed = 1,
-	};
-	if (class == CLASS_PROTECTED)
-		fresh.bucket.credit -= TOKEN;
-	else
-		fresh.unprotected.credit -= TOKEN;
-	bpf_map_update_elem(&sources, &key, &fresh, BPF_NOEXIST);
+	if (!set)
+		set = bpf_map_lookup_elem(&sources, &si);
+	if (set)
+		insert(set, &key, cfg, now, class);
 	/* After the insertion: a walk of the table that misses it began
 	 * after it, so after the filter it refills was cleared
 	 * (Shield.RefreshFilter), and these bits stay. */

@@ -148,10 +148,16 @@ const (
 
 type ShieldSource struct {
 	_           structs.HostLayout
+	Key         ShieldSrcKey
 	Bucket      ShieldBucket
 	Unprotected ShieldBucket
 	Passed      uint64
 	Dropped     uint64
+}
+
+type ShieldSourceSet struct {
+	_   structs.HostLayout
+	Way [4]ShieldSource
 }
 
 type ShieldSrcKey struct {
@@ -198,9 +204,11 @@ const (
 	ShieldProgShieldCompat  = "shield_compat"
 	ShieldVarClockMode      = "clock_mode"
 	ShieldVarClockSlackNs   = "clock_slack_ns"
+	ShieldVarHashKey        = "hash_key"
 	ShieldVarNsPerJiffy     = "ns_per_jiffy"
 	ShieldVarProbeJiffies   = "probe_jiffies"
 	ShieldVarProbeKtimeNs   = "probe_ktime_ns"
+	ShieldVarSetBits        = "set_bits"
 	ShieldVarUnusedConfig   = "unused_config"
 	ShieldVarUnusedContract = "unused_contract"
 	ShieldVarVirtualNowNs   = "virtual_now_ns"
@@ -279,9 +287,11 @@ type ShieldMapSpecs struct {
 type ShieldVariableSpecs struct {
 	ClockMode      *ebpf.VariableSpec `ebpf:"clock_mode"`
 	ClockSlackNs   *ebpf.VariableSpec `ebpf:"clock_slack_ns"`
+	HashKey        *ebpf.VariableSpec `ebpf:"hash_key"`
 	NsPerJiffy     *ebpf.VariableSpec `ebpf:"ns_per_jiffy"`
 	ProbeJiffies   *ebpf.VariableSpec `ebpf:"probe_jiffies"`
 	ProbeKtimeNs   *ebpf.VariableSpec `ebpf:"probe_ktime_ns"`
+	SetBits        *ebpf.VariableSpec `ebpf:"set_bits"`
 	UnusedConfig   *ebpf.VariableSpec `ebpf:"unused_config"`
 	UnusedContract *ebpf.VariableSpec `ebpf:"unused_contract"`
 	VirtualNowNs   *ebpf.VariableSpec `ebpf:"virtual_now_ns"`
@@ -348,9 +358,11 @@ func (m *ShieldMaps) Close() error {
 type ShieldVariables struct {
 	ClockMode      *ebpf.Variable `ebpf:"clock_mode"`
 	ClockSlackNs   *ebpf.Variable `ebpf:"clock_slack_ns"`
+	HashKey        *ebpf.Variable `ebpf:"hash_key"`
 	NsPerJiffy     *ebpf.Variable `ebpf:"ns_per_jiffy"`
 	ProbeJiffies   *ebpf.Variable `ebpf:"probe_jiffies"`
 	ProbeKtimeNs   *ebpf.Variable `ebpf:"probe_ktime_ns"`
+	SetBits        *ebpf.Variable `ebpf:"set_bits"`
 	UnusedConfig   *ebpf.Variable `ebpf:"unused_config"`
 	UnusedContract *ebpf.Variable `ebpf:"unused_contract"`
 	VirtualNowNs   *ebpf.Variable `ebpf:"virtual_now_ns"`

@@ -2,11 +2,11 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * walk: walks of the sources table inside the kernel, the references
- * BenchmarkTop (shield/top_bench_test.go) measures the service's batched
- * walk (BPF_MAP_LOOKUP_BATCH) against. Nothing in the service loads them.
+ * BenchmarkTop (shield/top_bench_test.go) measures the service's walk of
+ * the table's memory mapping against. Nothing in the service loads them.
  *
  * walk_iter is a map-element iterator (kernel 5.9+): attached to the table
- * (link.AttachIter), each read of the link hands user space every entry as
+ * (link.AttachIter), each read of the link hands user space every source as
  * a struct walk_rec, what Top ranks and judges; with hand_over cleared it
  * only sums the counts, as walk_visit does (what filtering or ranking
  * inside the iterator could save at most). walk_visit, run once with
@@ -16,8 +16,9 @@
  * it. Both take the table through MapReplacements (the `sources` declared
  * here stands for shield.c's).
  *
- * The layouts of src_key and source repeat shield.c's;
- * TestWalkLayout (bpf/walk_test.go) holds them to it.
+ * The layouts of src_key, source and source_set repeat shield.c's;
+ * TestWalkLayout (bpf/walk_test.go) holds them to it. The table is an array
+ * of sets: each element visited is a set, and only its used ways count.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -51,29 +52,37 @@ struct bucket {
 	__s64 credit;  /* as in shield.c */
 };
 
+#define SOURCE_USED (1ULL << 63) /* as in shield.c */
+
 struct source {
+	struct src_key key;        /* as in shield.c */
 	struct bucket bucket;      /* as in shield.c */
 	struct bucket unprotected; /* as in shield.c */
-	__u64 passed;              /* packets passed */
+	__u64 passed;              /* SOURCE_USED | packets passed */
 	__u64 dropped;             /* packets dropped */
 };
 
-/* One entry as walk_iter writes it: the table's key and value. */
+#define WAYS 4 /* as in shield.c */
+struct source_set {
+	struct source way[WAYS];
+};
+
+/* One source as walk_iter writes it: a used way. */
 struct walk_rec {
-	struct src_key key;
-	struct source val;
+	struct source src;
 };
 
 /* clang emits BTF only for types a global reaches (bpf2go's -type). */
 const struct walk_rec *unused_walk_rec __attribute__((unused));
 
 /* Stands for shield.c's table (MapReplacements); the loader sets its size. */
-#define MAX_SOURCES (1 << 20)
+#define MAX_SETS ((1 << 20) / WAYS)
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, MAX_SOURCES);
-	__type(key, struct src_key);
-	__type(value, struct source);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_SETS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct source_set);
 } sources SEC(".maps");
 
 /* What a walk saw, read after it (each program loads on its own, with its
@@ -88,25 +97,27 @@ const volatile __u8 hand_over = 1;
 SEC("iter/bpf_map_elem")
 int walk_iter(struct bpf_iter__bpf_map_elem *ctx)
 {
-	struct src_key *key = ctx->key;
-	struct source *val = ctx->value;
-	struct walk_rec r;
+	struct source_set *set = ctx->value;
 
-	if (!key || !val)
+	if (!ctx->key || !set)
 		return 0;
 	if (ctx->meta->seq_num == 0) {
 		seen_entries = 0;
 		seen_passed = 0;
 		seen_dropped = 0;
 	}
-	seen_entries++; /* one walk at a time: the benchmark's */
-	seen_passed += val->passed;
-	seen_dropped += val->dropped;
-	if (!hand_over)
-		return 0;
-	__builtin_memcpy(&r.key, key, sizeof(r.key));
-	__builtin_memcpy(&r.val, val, sizeof(r.val));
-	bpf_seq_write(ctx->meta->seq, &r, sizeof(r));
+#pragma unroll
+	for (int i = 0; i < WAYS; i++) {
+		struct source *e = &set->way[i];
+
+		if (!(e->passed & SOURCE_USED))
+			continue;
+		seen_entries++; /* one walk at a time: the benchmark's */
+		seen_passed += e->passed & ~SOURCE_USED;
+		seen_dropped += e->dropped;
+		if (hand_over)
+			bpf_seq_write(ctx->meta->seq, e, sizeof(*e));
+	}
 	return 0;
 }
 
@@ -116,11 +127,18 @@ struct visit_sums {
 	__u64 dropped;
 };
 
-static long visit_one(void *map, struct src_key *key, struct source *val, struct visit_sums *s)
+static long visit_one(void *map, __u32 *key, struct source_set *set, struct visit_sums *s)
 {
-	s->entries++;
-	s->passed += val->passed;
-	s->dropped += val->dropped;
+#pragma unroll
+	for (int i = 0; i < WAYS; i++) {
+		struct source *e = &set->way[i];
+
+		if (!(e->passed & SOURCE_USED))
+			continue;
+		s->entries++;
+		s->passed += e->passed & ~SOURCE_USED;
+		s->dropped += e->dropped;
+	}
 	return 0;
 }
 

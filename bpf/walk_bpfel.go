@@ -15,6 +15,7 @@ import (
 
 type WalkSource struct {
 	_      structs.HostLayout
+	Key    WalkSrcKey
 	Bucket struct {
 		_      structs.HostLayout
 		LastNs uint64
@@ -29,6 +30,11 @@ type WalkSource struct {
 	Dropped uint64
 }
 
+type WalkSourceSet struct {
+	_   structs.HostLayout
+	Way [4]WalkSource
+}
+
 type WalkSrcKey struct {
 	_    structs.HostLayout
 	Addr [16]uint8
@@ -36,8 +42,7 @@ type WalkSrcKey struct {
 
 type WalkWalkRec struct {
 	_   structs.HostLayout
-	Key WalkSrcKey
-	Val WalkSource
+	Src WalkSource
 }
 
 // Names of all BPF objects in the ELF.

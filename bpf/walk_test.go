@@ -37,6 +37,7 @@ func TestWalkLayout(t *testing.T) {
 	}{
 		{"src_key", bpf.ShieldSrcKey{}, bpf.WalkSrcKey{}},
 		{"source", bpf.ShieldSource{}, bpf.WalkSource{}},
+		{"source_set", bpf.ShieldSourceSet{}, bpf.WalkSourceSet{}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want := layout(reflect.TypeOf(c.shield), c.name, 0)

@@ -141,7 +141,7 @@ func DefaultConfig() Config {
 		FewSources:    4,
 		ManySources:   1 << 22,
 		// Small enough that the many-forged storm reaches capacity within a
-		// phase (admission 10,000/s), so the LRU bound is exercised.
+		// phase (admission 10,000/s), so the table's replacement is exercised.
 		TableSize:    1 << 16,
 		Limits:       StormLimits(shield.Limits{Rate: 1000, Burst: 200, AdmissionRate: 10_000, AdmissionBurst: 1000}),
 		Client:       DefaultClientConfig(),

@@ -137,7 +137,7 @@ func ownedPins() (map[string]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	names := map[string]bool{linkPin: true, journalPin: true}
+	names := map[string]bool{linkPin: true, journalPin: true, oldSourcesPin: true}
 	for name := range spec.Maps {
 		if filepath.Ext(name) == "" {
 			names[name] = true
@@ -212,17 +212,6 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		a.Close()
 	}()
 
-	// Pinned maps must match the spec to be reused: keep the pinned table
-	// size rather than fail a restart over a changed setting.
-	if m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil); err == nil {
-		pinned := m.MaxEntries()
-		m.Close()
-		if pinned != opts.Load.TableSize {
-			a.Notes = append(a.Notes, fmt.Sprintf("keeping the pinned table size %d (configured %d): `shield detach` first to change it", pinned, opts.Load.TableSize))
-		}
-		opts.Load.TableSize = pinned
-	}
-
 	opts.Load.PinPath = dir
 	sh, err := Load(opts.Load)
 	if err != nil {
@@ -238,6 +227,9 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	}
 	if r, ok := sh.Recovered(); ok {
 		a.Notes = append(a.Notes, r.String())
+	}
+	if m, ok := sh.Migrated(); ok {
+		a.Notes = append(a.Notes, m.String())
 	}
 	progInfo, err := sh.Program().Info()
 	if err != nil {

@@ -1,6 +1,7 @@
 package shield
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -12,8 +13,9 @@ import (
 // TestBoundaries: every validated value is accepted at both ends of its
 // documented range and refused one past each: the four limits in [1, 1e9]
 // (Limits.Validate, SetLimits, and read back from the map as written), and
-// the table size in [1, MaxTableSize] (Options.validate; loading 16M
-// entries would take 1.6 GiB, so the largest loaded here is the default).
+// the table size, a power of two in [MinTableSize, MaxTableSize]
+// (Options.validate; loading 16M entries would take 1 GiB, so the largest
+// loaded here is the default).
 func TestBoundaries(t *testing.T) {
 	good := Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
 	fields := []struct {
@@ -53,19 +55,36 @@ func TestBoundaries(t *testing.T) {
 	for _, tc := range []struct {
 		size uint32
 		ok   bool
-	}{{0, false}, {1, true}, {MaxTableSize, true}, {MaxTableSize + 1, false}} {
+	}{{0, false}, {MinTableSize - 1, false}, {MinTableSize, true}, {MaxTableSize, true}, {MaxTableSize + 1, false}} {
 		t.Run(fmt.Sprintf("table=%d", tc.size), func(t *testing.T) {
 			err := Options{TableSize: tc.size, Limits: good}.validate()
 			if tc.ok {
 				assert.NoError(t, err, "validate(TableSize %d)", tc.size)
 			} else {
-				assert.ErrorContains(t, err, fmt.Sprintf("table size %d out of range [1, %d]", tc.size, MaxTableSize))
+				assert.ErrorContains(t, err, fmt.Sprintf("table size %d out of range [%d, %d]", tc.size, MinTableSize, MaxTableSize))
 			}
 		})
 	}
-	t.Run("table=1 loads", func(t *testing.T) {
-		one := loadT(t, Options{TableSize: 1, Clock: ClockVirtual, Limits: good})
-		assert.Equal(t, uint32(1), one.TableSize(), "TableSize()")
+	for _, size := range []uint32{MinTableSize + 1, 3 * MinTableSize, DefaultTableSize - 1, DefaultTableSize + MinTableSize} {
+		t.Run(fmt.Sprintf("table=%d", size), func(t *testing.T) {
+			err := Options{TableSize: size, Limits: good}.validate()
+			assert.ErrorContains(t, err, fmt.Sprintf("table size %d is not a power of two", size))
+		})
+	}
+	t.Run("one set loads", func(t *testing.T) {
+		one := loadT(t, Options{TableSize: MinTableSize, Clock: ClockVirtual, Limits: good})
+		assert.Equal(t, uint32(MinTableSize), one.TableSize(), "TableSize()")
+		// Its one set holds MinTableSize sources; the next replaces one.
+		for i := range MinTableSize + 1 {
+			require.NoError(t, one.SetTime(uint64(i+1)*1e9))
+			require.Equal(t, uint32(xdpPass), run(t, one, frame4(fmt.Sprintf("198.18.0.%d", i+1))), "source %d", i+1)
+		}
+		n, err := one.CountSources(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, int(MinTableSize), n, "CountSources() of a one-set table after %d strangers", MinTableSize+1)
+		_, ok, err := one.Source(netip.MustParseAddr("198.18.0.1"))
+		require.NoError(t, err)
+		assert.False(t, ok, "the least recently used source was replaced")
 	})
 }
 

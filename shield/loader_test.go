@@ -93,8 +93,9 @@ func TestLoadRejects(t *testing.T) {
 		opts Options
 		want []string // substrings of the error
 	}{
-		{"table 0", Options{TableSize: 0, Limits: good}, []string{"table size 0 out of range [1, 16777216]"}},
-		{"table too large", Options{TableSize: MaxTableSize + 1, Limits: good}, []string{"table size 16777217 out of range [1, 16777216]"}},
+		{"table 0", Options{TableSize: 0, Limits: good}, []string{"table size 0 out of range [4, 16777216]"}},
+		{"table too large", Options{TableSize: MaxTableSize + 1, Limits: good}, []string{"table size 16777217 out of range [4, 16777216]"}},
+		{"table not a power of two", Options{TableSize: 100_000, Limits: good}, []string{"table size 100000 is not a power of two", "65536 or 131072"}},
 		{"table absurd", Options{TableSize: 1<<32 - 1, Limits: good}, []string{"table size 4294967295 out of range"}},
 		{"rate 0", Options{Limits: with(func(l *Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
 		{"burst 0", Options{Limits: with(func(l *Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
@@ -148,7 +149,9 @@ func TestLoadDefaults(t *testing.T) {
 	assert.Equal(t, uint32(DefaultTableSize), s.TableSize(), "TableSize()")
 	info, err := s.objs.Sources.Info()
 	require.NoError(t, err)
-	assert.Equal(t, uint32(DefaultTableSize), info.MaxEntries, "sources max_entries")
+	assert.Equal(t, uint32(DefaultTableSize/ways), info.MaxEntries, "sources max_entries (sets)")
+	assert.Equal(t, uint32(setSize), info.ValueSize, "sources value size (a set)")
+	assert.Equal(t, 64, setSize/int(ways), "bytes per way")
 	assert.Equal(t, DefaultLimits(), s.Limits(), "Limits()")
 	assert.Equal(t, DefaultLimits(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()

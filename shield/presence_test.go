@@ -28,7 +28,7 @@ func TestPresenceFilter(t *testing.T) {
 
 func testPresenceFilter(t *testing.T, compat bool) {
 	const n = 40
-	s, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual, Compat: compat,
+	s, err := shield.Load(shield.Options{TableSize: 1 << 16, Clock: shield.ClockVirtual, Compat: compat,
 		Limits: shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1, AdmissionBurst: 3*n + 10}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })

@@ -53,16 +53,17 @@ func (c Clock) String() string {
 const (
 	// DefaultTableSize is the default capacity of the sources table.
 	DefaultTableSize = 1 << 20
-	// MaxTableSize bounds the table: about 100 bytes of kernel memory per
-	// entry, so 16M sources is already 1.6 GiB.
+	// MaxTableSize bounds the table: 64 bytes of kernel memory per
+	// source, so 16M sources is 1 GiB.
 	MaxTableSize = 1 << 24
 )
 
 // Options configure Load.
 type Options struct {
-	// TableSize is the capacity of the per-source table, from 1 to
-	// MaxTableSize (DefaultTableSize, 1,048,576, is the usual choice). Zero
-	// is an error, not a default: a size is always the caller's decision.
+	// TableSize is the capacity of the per-source table: a power of two
+	// from MinTableSize to MaxTableSize (DefaultTableSize, 1,048,576, is
+	// the usual choice). Zero is an error, not a default: a size is always
+	// the caller's decision.
 	TableSize uint32
 	// Clock is the program's time source (default ClockJiffies).
 	Clock Clock
@@ -120,21 +121,27 @@ type Shield struct {
 	// refreshes; presence maps both filters (presenceMap the mapping).
 	filter          uint32
 	filterSeed      uint64
+	hashKeys        [5]uint64 // hash_of's keys: hashKeys(filterSeed)
+	setBits         uint32    // log2 of the table's sets (set_bits)
 	filterMu        sync.Mutex
 	presence        []uint64
 	presenceMap     []byte
 	afterFilterWalk func() // tests: runs between a refresh's walk and its swap
+	// table maps the sources table (table.go; tableMap the mapping).
+	table    []bpf.ShieldSourceSet
+	tableMap []byte
 
-	pinPath   string    // where the change journal is pinned (journal.go); "" unpinned
-	recovered *Recovery // what Load rolled back
+	pinPath   string     // where the change journal is pinned (journal.go); "" unpinned
+	recovered *Recovery  // what Load rolled back
+	migrated  *Migration // what Load copied from a pinned table of another layout or size
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
 // stand for DefaultLimits.
 func (o Options) validate() error {
 	var errs []error
-	if o.TableSize == 0 || o.TableSize > MaxTableSize {
-		errs = append(errs, fmt.Errorf("table size %d out of range [1, %d]", o.TableSize, MaxTableSize))
+	if err := CheckTableSize(o.TableSize); err != nil {
+		errs = append(errs, err)
 	}
 	if !o.Limits.IsZero() {
 		if err := o.Limits.Validate(); err != nil {
@@ -166,8 +173,24 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize
-	vars := map[string]any{bpf.ShieldVarClockMode: uint8(opts.Clock)}
+	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize / ways
+	// The hash's keys come from the seed in the pinned configuration, or
+	// a new one: they must be known before the program is loaded.
+	seed, pinned, err := pinnedSeed(opts.PinPath)
+	if err != nil {
+		return nil, err
+	}
+	if !pinned {
+		if seed, err = newFilterSeed(); err != nil {
+			return nil, err
+		}
+	}
+	keys := hashKeys(seed)
+	vars := map[string]any{
+		bpf.ShieldVarClockMode: uint8(opts.Clock),
+		bpf.ShieldVarHashKey:   keys,
+		bpf.ShieldVarSetBits:   setBits(opts.TableSize),
+	}
 	var tickNs, slack uint64
 	switch opts.Clock {
 	case ClockJiffies:
@@ -199,7 +222,23 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
-	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs}
+	// A pinned sources table of another layout (the LRU hash before the
+	// array of sets) or size is moved aside, and its sources copied into
+	// the new table once it is loaded.
+	var oldSources *ebpf.Map
+	if opts.PinPath != "" {
+		if oldSources, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
+			return nil, err
+		}
+	}
+	closeOld := func() {
+		if oldSources != nil {
+			oldSources.Close()
+		}
+	}
+
+	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
+		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize)}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError
@@ -211,9 +250,16 @@ func Load(opts Options) (*Shield, error) {
 		err = s.loadObjects(spec, vars, &collOpts)
 	}
 	if err != nil {
+		closeOld()
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
 
+	loaded := false
+	defer func() {
+		if !loaded {
+			closeOld()
+		}
+	}()
 	s.pinPath = opts.PinPath
 	if s.pinPath != "" {
 		if err := s.rollback(); err != nil {
@@ -243,7 +289,11 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 		s.limits = limitsOf(cfg, dsts)
-		s.filter, s.filterSeed = cfg.Filter, cfg.FilterSeed
+		if cfg.FilterSeed != seed {
+			s.Close()
+			return nil, fmt.Errorf("the pinned configuration's seed changed while loading (another process?)")
+		}
+		s.filter = cfg.Filter
 		// Pinned limits set under another clock may be ones this clock
 		// cannot honour: refuse before anything is converted.
 		if err := s.limits.checkTick(s.clock, s.tickNs); err != nil {
@@ -269,13 +319,16 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 	} else {
-		if s.filterSeed, err = newFilterSeed(); err != nil {
-			s.Close()
-			return nil, err
-		}
 		if err := s.start(opts.Limits); err != nil {
 			s.Close()
 			return nil, err
+		}
+	}
+	loaded = true
+	if oldSources != nil {
+		if err := s.migrate(oldSources, opts.PinPath); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("copy the pinned sources into the new table: %w", err)
 		}
 	}
 	return s, nil
@@ -345,14 +398,18 @@ func (s *Shield) Close() error {
 		unix.Munmap(s.presenceMap)
 		s.presenceMap, s.presence = nil, nil
 	}
+	if s.tableMap != nil {
+		unix.Munmap(s.tableMap)
+		s.tableMap, s.table = nil, nil
+	}
 	return s.objs.Close()
 }
 
 // Program is the XDP program, for attaching and test runs.
 func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
 
-// TableSize is the capacity of the sources table.
-func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() }
+// TableSize is the capacity of the sources table: its sets times ways.
+func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * ways }
 
 // Compat reports whether the kernel lacks BPF_CMPXCHG (before 5.12), so the
 // program in use is shield_compat, whose refills can race (bpf/shield.c,
@@ -403,11 +460,32 @@ func (s *Shield) SetTime(ns uint64) error {
 // Counters reads the packet counters, summed over CPUs.
 func (s *Shield) Counters() (Counters, error) { return readCounters(s.objs.Counters) }
 
+// pinnedSeed reads the hash seed of the configuration pinned in dir; ok is
+// false when none is pinned there (or dir is "").
+func pinnedSeed(dir string) (seed uint64, ok bool, err error) {
+	if dir == "" {
+		return 0, false, nil
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapConfigMap), nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("open the pinned configuration: %w", err)
+	}
+	defer m.Close()
+	cfg, ok, err := readConfigOf(m)
+	return cfg.FilterSeed, ok, err
+}
+
 // readConfig returns the configuration in the outer map's slot, if any.
-func (s *Shield) readConfig() (bpf.ShieldConfig, bool, error) {
+func (s *Shield) readConfig() (bpf.ShieldConfig, bool, error) { return readConfigOf(s.objs.ConfigMap) }
+
+// readConfigOf returns the configuration in the slot of outer map m, if any.
+func readConfigOf(m *ebpf.Map) (bpf.ShieldConfig, bool, error) {
 	var cfg bpf.ShieldConfig
 	var id ebpf.MapID
-	if err := s.objs.ConfigMap.Lookup(uint32(0), &id); err != nil {
+	if err := m.Lookup(uint32(0), &id); err != nil {
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return cfg, false, nil
 		}

@@ -1,11 +1,8 @@
 package shield
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-
-	"github.com/cilium/ebpf"
 
 	"xdpshield/bpf"
 )
@@ -50,18 +47,25 @@ func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBu
 }
 
 // Source looks up the source an address belongs to (its prefix, for
-// IPv6); ok is false when it is not tracked.
+// IPv6); ok is false when it is not tracked. It reads the source's set
+// through the table's mapping: no system call.
 func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
 	l := s.Limits()
 	k := sourceKey(a, l)
-	var v bpf.ShieldSource
-	// LookupWithFlags would not touch the LRU order either; a plain lookup
-	// from user space does not count as a use.
-	if err := s.objs.Sources.Lookup(k, &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Source{}, false, nil
-		}
+	sets, err := s.tableSets()
+	if err != nil {
 		return Source{}, false, fmt.Errorf("look up source %s: %w", a, err)
 	}
-	return sourceOf(k, v, s.limitedNow(), l), true, nil
+	set := &sets[setOf(hashOf(&k, &s.hashKeys), s.setBits)]
+	var scratch, found bpf.ShieldSource
+	ok = false
+	visitSet(set, &scratch, func(sk *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
+		if !ok && *sk == k {
+			found, ok = *v, true
+		}
+	})
+	if !ok {
+		return Source{}, false, nil
+	}
+	return sourceOf(k, found, s.limitedNow(), l), true, nil
 }

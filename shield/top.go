@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"container/heap"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -42,10 +41,7 @@ func ParseTopOrder(s string) (TopOrder, error) {
 // MaxTop bounds the n of Top: the heap Top keeps is at most this long.
 const MaxTop = 1000
 
-// walkChunk is how many entries one BPF_MAP_LOOKUP_BATCH call copies out:
-// 4096 * (16 + 32) bytes = 192 KiB of buffers, reused for the whole walk.
-// The kernel takes one hash bucket lock at a time while it copies, so the
-// data path waits at most for the copy of one bucket, never for the walk.
+// walkChunk is how many sets a walk reads between checks of its context.
 const walkChunk = 4096
 
 // WalkStats describes one walk of the sources table.
@@ -56,9 +52,9 @@ type WalkStats struct {
 // Top returns up to n tracked sources (1 <= n <= MaxTop) with the most
 // packets dropped or passed, highest first, ties broken by address. Sources
 // whose count is zero are left out. Limited is computed as of now (see
-// Source). The table is read in chunks of walkChunk entries into a bounded
-// min-heap of n entries, so memory is O(n + chunk) whatever the table
-// holds; ctx ends the walk early with its error.
+// Source). The mapped table is read into a bounded min-heap of n entries,
+// so memory is O(n) whatever the table holds; ctx ends the walk early with
+// its error.
 func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkStats, error) {
 	if n < 1 || n > MaxTop {
 		return nil, WalkStats{}, fmt.Errorf("top n %d out of range [1, %d]", n, MaxTop)
@@ -165,57 +161,32 @@ func (s *Shield) clockRead(c Clock) (uint64, error) {
 	return j * nsPerJiffy, nil
 }
 
-// CountSources counts the tracked sources with the same chunked walk as Top.
+// CountSources counts the tracked sources with the same walk as Top.
 func (s *Shield) CountSources(ctx context.Context) (int, error) {
 	st, err := s.walkSources(ctx, func(*bpf.ShieldSrcKey, *bpf.ShieldSource) {})
 	return st.Scanned, err
 }
 
-// walkSources calls fn for every entry of the sources table, reading it in
-// batches where the kernel can (hash batch ops: 5.6+), key by key otherwise.
-// The table changes during the walk: an entry may be missed or seen twice.
+// walkSources calls fn for every source of the table, read through its
+// mapping (no system call, no copy but the one of each used way; ctx is
+// checked every walkChunk sets). The program writes the table during the
+// walk: a source may be missed, seen in the state before or after a
+// packet, or seen in a way being replaced (a torn entry is a source no
+// packet carries, with some fresh counts).
 func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) (WalkStats, error) {
 	var st WalkStats
-	keys := make([]bpf.ShieldSrcKey, walkChunk)
-	vals := make([]bpf.ShieldSource, walkChunk)
-	var cursor ebpf.MapBatchCursor
-	for {
-		if err := ctx.Err(); err != nil {
-			return st, fmt.Errorf("walk sources: %w", err)
-		}
-		n, err := s.objs.Sources.BatchLookup(&cursor, keys, vals, nil)
-		if errors.Is(err, ebpf.ErrNotSupported) && st.Scanned == 0 && n == 0 {
-			return s.iterateSources(ctx, fn)
-		}
-		for i := 0; i < n; i++ {
-			fn(&keys[i], &vals[i])
-		}
-		st.Scanned += n
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return st, nil
-		}
-		if err != nil {
-			return st, fmt.Errorf("walk sources: %w", err)
-		}
+	sets, err := s.tableSets()
+	if err != nil {
+		return st, fmt.Errorf("walk sources: %w", err)
 	}
-}
-
-func (s *Shield) iterateSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) (WalkStats, error) {
-	var st WalkStats
-	var k bpf.ShieldSrcKey
-	var v bpf.ShieldSource
-	it := s.objs.Sources.Iterate()
-	for it.Next(&k, &v) {
-		fn(&k, &v)
-		st.Scanned++
-		if st.Scanned%walkChunk == 0 {
+	var scratch bpf.ShieldSource
+	for i := range sets {
+		if i%walkChunk == 0 {
 			if err := ctx.Err(); err != nil {
 				return st, fmt.Errorf("walk sources: %w", err)
 			}
 		}
-	}
-	if err := it.Err(); err != nil {
-		return st, fmt.Errorf("walk sources: %w", err)
+		st.Scanned += visitSet(&sets[i], &scratch, fn)
 	}
 	return st, nil
 }

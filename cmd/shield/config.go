@@ -170,6 +170,8 @@ func (c *config) validate() (settings, error) {
 	}
 	if c.TableSize < 1024 || c.TableSize > shield.MaxTableSize {
 		errs = append(errs, fmt.Errorf("table_size: %d out of range [1024, %d]", c.TableSize, shield.MaxTableSize))
+	} else if err := shield.CheckTableSize(uint32(c.TableSize)); err != nil {
+		errs = append(errs, fmt.Errorf("table_size: %w", err))
 	}
 	if c.PinRoot == "" {
 		errs = append(errs, errors.New("pin_root: empty"))

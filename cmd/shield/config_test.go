@@ -102,6 +102,7 @@ func TestConfigErrors(t *testing.T) {
 		{"table under min", "iface = \"eth0\"\ntable_size = 1023", "table_size: 1023 out of range [1024, 16777216]"},
 		{"table max", "iface = \"eth0\"\ntable_size = 16777216\n[api]\ntoken_file = \"" + tok + "\"", ""},
 		{"table over max", "iface = \"eth0\"\ntable_size = 16777217", "table_size: 16777217 out of range [1024, 16777216]"},
+		{"table not a power of two", "iface = \"eth0\"\ntable_size = 1000000", "table_size: table size 1000000 is not a power of two (the table is 2^k sets of 4 sources): 524288 or 1048576"},
 		{"limits max", "iface = \"eth0\"\n[limits]\nrate = 1000000000\nburst = 1000000000\nadmission_rate = 1000000000\nadmission_burst = 1000000000\n[api]\ntoken_file = \"" + tok + "\"", ""},
 		{"rate over max", "iface = \"eth0\"\n[limits]\nrate = 1000000001", "rate 1000000001 out of range [1, 1000000000]"},
 		{"burst over max", "iface = \"eth0\"\n[limits]\nburst = 1000000001", "burst 1000000001 out of range [1, 1000000000]"},

@@ -23,12 +23,13 @@ import (
 const millionSources = 1_000_000
 
 // TestServeMillionSources fills the running service's table with 1,000,000
-// sources and checks that /v1/top costs about what reading the table costs
-// (the median answer within 2.5 times the median of a plain batched walk of
-// the same table by this test, the two alternated; the absolute figure is
-// logged, and measured by shield's BenchmarkTop), that traffic keeps
+// sources and checks that /v1/top reads the table through its mapping: the
+// median answer within half the median of a batched walk of the same table
+// by this test with system calls, the two alternated (0.16-0.17 measured;
+// a service walking with BPF_MAP_LOOKUP_BATCH measured 1.0, red); the
+// absolute figure is logged, and measured by shield's BenchmarkTop; that traffic keeps
 // flowing while the table is walked, and that the service's peak RSS stays
-// under 100 MiB.
+// under 100 MiB beside the table it maps (64 MiB).
 func TestServeMillionSources(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fills a 1M-entry table (-short)")
@@ -46,8 +47,13 @@ func TestServeMillionSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	tab, err := shield.OpenTable(l.pinDir(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tab.Close()
 	fillStart := time.Now()
-	if err := testutil.FillSources(m, millionSources); err != nil {
+	if err := testutil.FillSources(tab.Put, shield.ErrSetFull, millionSources); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("filled %d sources in %v", millionSources, time.Since(fillStart).Round(time.Millisecond))
@@ -56,7 +62,6 @@ func TestServeMillionSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// An LRU hash may evict a little before it is full (per-CPU free lists).
 	if c.Sources.Tracked < millionSources*99/100 {
 		t.Fatalf("tracked %d sources, want about %d", c.Sources.Tracked, millionSources)
 	}
@@ -96,8 +101,8 @@ func TestServeMillionSources(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	med := func(d []time.Duration) time.Duration { d = slices.Clone(d); slices.Sort(d); return d[len(d)/2] }
 	t.Logf("GET /v1/top with %d sources: %v (its walk, ms: %v); a batched walk of the table alone: %v", c.Sources.Tracked, lat, walk, direct)
-	if ratio := float64(med(lat)) / float64(med(direct)); ratio > 2.5 {
-		t.Errorf("median /v1/top latency %v is %.1f times the median plain walk of the table (%v), want at most 2.5", med(lat), ratio, med(direct))
+	if ratio := float64(med(lat)) / float64(med(direct)); ratio > 0.5 {
+		t.Errorf("median /v1/top latency %v is %.2f times the median batched walk of the table (%v), want at most 0.5 (the service reads the table's mapping)", med(lat), ratio, med(direct))
 	} else {
 		t.Logf("median /v1/top latency %v, %.2f times the plain walk's %v", med(lat), ratio, med(direct))
 	}
@@ -111,22 +116,33 @@ func TestServeMillionSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	rss, hwm := procMem(t, s.cmd.Process.Pid)
-	t.Logf("service memory with %d sources: VmRSS %.1f MiB, VmHWM (peak) %.1f MiB", c.Sources.Tracked, rss, hwm)
-	if hwm >= 100 {
-		t.Errorf("service peak RSS %.1f MiB, want < 100 MiB", hwm)
+	// The service reads the table through a mapping of the kernel's
+	// memory, which counts in its RSS once read: 64 bytes a source.
+	table := float64(c.Sources.Capacity) * 64 / (1 << 20)
+	t.Logf("service memory with %d sources: VmRSS %.1f MiB, VmHWM (peak) %.1f MiB, of which the mapped table up to %.0f MiB", c.Sources.Tracked, rss, hwm, table)
+	if hwm-table >= 100 {
+		t.Errorf("service peak RSS %.1f MiB, less the mapped table's %.0f MiB, want < 100 MiB", hwm, table)
 	}
 }
 
-// batchWalk reads every entry of the sources table m as the service does,
-// in batches of 4096, and returns how long it took and how many it saw.
+// batchWalk reads every set of the sources table m with system calls, in
+// batches of 1024 sets (as the service read its LRU table before the
+// table was an array), and returns how long it took and how many used
+// ways it saw.
 func batchWalk(m *ebpf.Map) (time.Duration, int, error) {
-	keys := make([]bpf.ShieldSrcKey, 4096)
-	vals := make([]bpf.ShieldSource, 4096)
+	keys := make([]uint32, 1024)
+	vals := make([]bpf.ShieldSourceSet, 1024)
 	var cursor ebpf.MapBatchCursor
 	start, seen := time.Now(), 0
 	for {
 		n, err := m.BatchLookup(&cursor, keys, vals, nil)
-		seen += n
+		for i := range n {
+			for _, w := range vals[i].Way {
+				if w.Passed>>63 != 0 {
+					seen++
+				}
+			}
+		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return time.Since(start), seen, nil
 		}

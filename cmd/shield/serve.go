@@ -43,7 +43,7 @@ func runServe(ctx context.Context, args []string) error {
 	listen := fs.String("listen", "", "API address (default "+api.DefaultListen+")")
 	tokenFile := fs.String("token-file", "", "file holding the operator token (mode 0600); without one the API is read-only")
 	pinRoot := fs.String("pin-root", "", "bpffs directory for pins, one subdirectory per interface (default "+shield.DefaultPinRoot+")")
-	tableSize := fs.Uint("table-size", 0, fmt.Sprintf("capacity of the per-source table (default %d)", shield.DefaultTableSize))
+	tableSize := fs.Uint("table-size", 0, fmt.Sprintf("capacity of the per-source table, a power of two (default %d)", shield.DefaultTableSize))
 	logFormat := fs.String("log-format", "", "text or json (default text)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate: the API speaks HTTPS (with -tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")

@@ -25,6 +25,6 @@
 //
 // It loads the program only through xdpshield/shield and configures it
 // only through it (BenchmarkForgedFlood alone fills the sources table
-// directly, testutil.FillSources, to measure a full table); it attaches
-// nothing and touches no network namespace.
+// directly, testutil.FillSources through shield.Table, to measure a full
+// table); it attaches nothing and touches no network namespace.
 package datapath

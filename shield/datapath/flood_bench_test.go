@@ -68,28 +68,6 @@ func forge(tb testing.TB, target *ebpf.Program, at ebpf.AttachType) *ebpf.Progra
 	return f
 }
 
-// sourcesOf opens the sources table of s through its program.
-func sourcesOf(tb testing.TB, s *shield.Shield) *ebpf.Map {
-	tb.Helper()
-	info, err := s.Program().Info()
-	require.NoError(tb, err)
-	ids, ok := info.MapIDs()
-	require.True(tb, ok, "program map ids")
-	for _, id := range ids {
-		m, err := ebpf.NewMapFromID(id)
-		require.NoError(tb, err)
-		mi, err := m.Info()
-		require.NoError(tb, err)
-		if mi.Name == "sources" {
-			tb.Cleanup(func() { m.Close() })
-			return m
-		}
-		m.Close()
-	}
-	tb.Fatal("the program has no sources map")
-	return nil
-}
-
 // BenchmarkForgedFlood: a forged flood, every packet from a new random
 // source (a /64 under 2001:db8::/32, 2^32 of them), against the default
 // table (1,048,576 entries) with the admission bucket empty: the
@@ -120,7 +98,9 @@ func BenchmarkForgedFlood(b *testing.B) {
 			drainAdmission(b, s)
 			fillPct := 0.0
 			if fill.n > 0 {
-				require.NoError(b, testutil.FillSources(sourcesOf(b, s), fill.n))
+				tab, err := s.Table()
+				require.NoError(b, err)
+				require.NoError(b, testutil.FillSources(tab.Put, shield.ErrSetFull, fill.n))
 				// Written from user space: the presence filter learns
 				// of them as the service's refresh would make it.
 				st, err := s.RefreshFilter(context.Background())

@@ -73,7 +73,7 @@ type Config struct {
 	// IPv6 sources, always).
 	Own []netip.Prefix
 	// Timeout is how long an idle source stays in its set; 0: a minute.
-	// The shield's LRU keeps a source until the table needs its slot; an
+	// The shield keeps a source until its set needs the way; an
 	// nftables set can only time entries out, so a returning source past
 	// the timeout is a stranger again (and pays an admission token).
 	Timeout time.Duration
