@@ -506,7 +506,11 @@ func TestReplaceSlowAnswer(t *testing.T) {
 	}
 	ch := make(chan answer, 1)
 	go func() { code, body, err := getPath(c, "/slow"); ch <- answer{code, body, err} }()
-	<-started
+	select {
+	case <-started:
+	case a := <-ch:
+		t.Fatalf("GET /slow = %d %q %v before the backend had it", a.code, a.body, a.err)
+	}
 	if st, _ := s.Status(); st.Routes[0].Fast == st0.Routes[0].Fast {
 		t.Fatalf("route all fast = %d before and after /slow, want /slow sent by the kernel", st.Routes[0].Fast)
 	}
