@@ -530,3 +530,54 @@ func TestReplaceSlowAnswer(t *testing.T) {
 		t.Errorf("GET /x after the change = %d %q %v, want b2", code, body, err)
 	}
 }
+
+// TestReplaceDuringStart: changes racing Start (serve's API may take one
+// as the proxy starts) are ordered with it: each applies, the last one is
+// in force, and under -race nothing Start reads (the log, the fast path's
+// state) is written unordered.
+func TestReplaceDuringStart(t *testing.T) {
+	e := newNS(t)
+	needFast(t)
+	b1, b2 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2")
+	a := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
+	b := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	var s *Server
+	if err := e.ns.Do(func() (err error) { s, err = Listen(Section{Listen: "127.0.0.1:8080", Config: a}, e.dial); return err }); err != nil {
+		t.Fatalf("Listen = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const changes = 20
+	errs := make(chan error, changes)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range changes {
+			cfg := a
+			if i%2 == 0 {
+				cfg = b
+			}
+			_, _, err := s.Replace(cfg)
+			errs <- err
+		}
+	}()
+	s.Start(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Replace during Start = %v", err)
+		}
+	}
+	st, err := s.Status()
+	if err != nil || st.Generation != changes+1 || !st.Fast || !st.KernelPolicy {
+		t.Fatalf("Status() = %+v, %v, want generation %d, the fast path holding the policy", st, err, changes+1)
+	}
+	// The last change (a) is in force, in the proxy and in the kernel.
+	c := e.client()
+	for k := 0; k < 5; k++ {
+		if code, body, err := getPath(c, "/x"); err != nil || answerText(code, body) != "b1" {
+			t.Errorf("GET /x = %d %q %v, want b1", code, body, err)
+		}
+	}
+}
