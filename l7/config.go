@@ -210,7 +210,7 @@ func (c *Config) Validate() error {
 				bad("%s.header: %q is not a header name of at most %d bytes", at, r.Header, MaxHeaderNameLen)
 			}
 			if !validValue(r.Value) || len(r.Value) > MaxHeaderValLen {
-				bad("%s.value: %q must be visible ASCII of at most %d bytes", at, r.Value, MaxHeaderValLen)
+				bad("%s.value: %d bytes (not shown: values may be secrets) must be visible ASCII of at most %d bytes", at, len(r.Value), MaxHeaderValLen)
 			}
 		} else if r.Value != "" {
 			bad("%s.value: set without header", at)
@@ -226,7 +226,7 @@ func (c *Config) Validate() error {
 			bad("l7.set_header.name: %q frames the message or is hop-by-hop", c.SetHeader.Name)
 		}
 		if !validValue(c.SetHeader.Value) || len(c.SetHeader.Value) > MaxHeaderValLen {
-			bad("l7.set_header.value: %q must be visible ASCII of at most %d bytes", c.SetHeader.Value, MaxHeaderValLen)
+			bad("l7.set_header.value: %d bytes (not shown: values may be secrets) must be visible ASCII of at most %d bytes", len(c.SetHeader.Value), MaxHeaderValLen)
 		}
 	} else if c.SetHeader.Value != "" {
 		bad("l7.set_header.value: set without name")

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ import (
 // nsEnv is a throwaway namespace with dial and listen inside it.
 type nsEnv struct {
 	ns *topo.NS
+	// mu orders dials (a pool fill may still dial when a test ends)
+	// before the namespace's cleanup; closed: cleaned up.
+	mu     sync.RWMutex
+	closed bool
 }
 
 func newNS(t testing.TB) *nsEnv {
@@ -29,8 +34,14 @@ func newNS(t testing.TB) *nsEnv {
 	if err != nil {
 		t.Fatalf("topo.New: %v", err)
 	}
-	t.Cleanup(func() { ns.Close() })
-	return &nsEnv{ns: ns}
+	e := &nsEnv{ns: ns}
+	t.Cleanup(func() {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.closed = true
+		ns.Close()
+	})
+	return e
 }
 
 func (e *nsEnv) listen(t testing.TB) net.Listener {
@@ -47,6 +58,11 @@ func (e *nsEnv) listen(t testing.TB) net.Listener {
 }
 
 func (e *nsEnv) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.closed {
+		return nil, fmt.Errorf("dial %s: the test's namespace is gone", addr)
+	}
 	var c net.Conn
 	err := e.ns.Do(func() (err error) {
 		var d net.Dialer

@@ -225,3 +225,34 @@ func TestRingMovesFew(t *testing.T) {
 		t.Errorf("removed backend owned %d of %d slots, want about 1/%d", owned, RingSlots, n)
 	}
 }
+
+// TestValidateHidesValues: header values are often secrets (an API key a
+// rule matches, a token set_header adds), and a refused policy's errors
+// are logged (PUT /v1/l7/policy, serve's start): they name the field and
+// the length, never the value.
+func TestValidateHidesValues(t *testing.T) {
+	secret := "s3cr3t-" + strings.Repeat("k", 40) // too long
+	good := Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}}
+	tests := []struct {
+		name  string
+		mod   func(*Config)
+		field string
+	}{
+		{"rule value too long", func(c *Config) { c.RBAC = []Rule{{Action: "allow", Header: "x-key", Value: secret}} }, "l7.rbac[0].value"},
+		{"rule value not visible", func(c *Config) { c.RBAC = []Rule{{Action: "allow", Header: "x-key", Value: "s3cr3t \x01"}} }, "l7.rbac[0].value"},
+		{"set value too long", func(c *Config) { c.SetHeader = Header{Name: "x-auth", Value: secret} }, "l7.set_header.value"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := good
+			tt.mod(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tt.field) {
+				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.field)
+			}
+			if strings.Contains(err.Error(), "s3cr3t") {
+				t.Errorf("Validate() = %v, shows the value", err)
+			}
+		})
+	}
+}

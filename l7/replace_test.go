@@ -390,6 +390,11 @@ func TestReplaceRefused(t *testing.T) {
 func TestReplaceBackends(t *testing.T) {
 	e := newNS(t)
 	needFast(t)
+	// The dropped backend's pooled socket closes closeAfter after the
+	// change: shortened, the check below waits for it.
+	saved := closeAfter
+	closeAfter = time.Second
+	t.Cleanup(func() { closeAfter = saved })
 	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
 	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
 	// The new route comes first: the kernel counts by route index, so
@@ -454,5 +459,125 @@ func TestReplaceBackends(t *testing.T) {
 	}
 	if got := newR.Fast + newR.Slow; got != 10 {
 		t.Errorf("route new fast+slow = %d, want 10", got)
+	}
+}
+
+// TestReplaceSlowAnswer: a request the kernel sent to a backend before a
+// change that drops it keeps its answer, however long the backend takes
+// (up to closeAfter): the pooled socket leaves the pool but the backend
+// sees nothing of the change. A half-close of the socket is no such
+// thing: Go's net/http cancels the request's context at the client's EOF
+// and nginx aborts a proxied request (499).
+func TestReplaceSlowAnswer(t *testing.T) {
+	e := newNS(t)
+	needFast(t)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	var canceled atomic.Int64
+	l := e.listen(t)
+	slow := l.Addr().String()
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			started <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				canceled.Add(1)
+			}
+		}
+		fmt.Fprintf(w, "slow %s", r.URL.Path)
+	})}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	b2 := e.trackedBackend(t, "b2")
+	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{slow}}}}
+	next := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	s, _ := e.server(t, old, false)
+	c := e.client()
+	for k := 0; k < 5; k++ {
+		if code, body, err := getPath(c, "/x"); err != nil || code != http.StatusOK {
+			t.Fatalf("GET /x = %d %q %v", code, body, err)
+		}
+	}
+	st0, _ := s.Status()
+	type answer struct {
+		code int
+		body string
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() { code, body, err := getPath(c, "/slow"); ch <- answer{code, body, err} }()
+	select {
+	case <-started:
+	case a := <-ch:
+		t.Fatalf("GET /slow = %d %q %v before the backend had it", a.code, a.body, a.err)
+	}
+	if st, _ := s.Status(); st.Routes[0].Fast == st0.Routes[0].Fast {
+		t.Fatalf("route all fast = %d before and after /slow, want /slow sent by the kernel", st.Routes[0].Fast)
+	}
+	if _, _, err := s.Replace(next); err != nil {
+		t.Fatal(err)
+	}
+	// The backend takes its time (well within closeAfter): the change
+	// must not tell it its client left.
+	time.Sleep(2 * time.Second)
+	close(release)
+	a := <-ch
+	if a.err != nil || a.code != http.StatusOK || a.body != "slow /slow" || canceled.Load() != 0 {
+		t.Errorf("GET /slow across the change = %d %q %v, backend saw it canceled %d times; want its answer, never canceled",
+			a.code, a.body, a.err, canceled.Load())
+	}
+	if code, body, err := getPath(c, "/x"); err != nil || answerText(code, body) != "b2" {
+		t.Errorf("GET /x after the change = %d %q %v, want b2", code, body, err)
+	}
+}
+
+// TestReplaceDuringStart: changes racing Start (serve's API may take one
+// as the proxy starts) are ordered with it: each applies, the last one is
+// in force, and under -race nothing Start reads (the log, the fast path's
+// state) is written unordered.
+func TestReplaceDuringStart(t *testing.T) {
+	e := newNS(t)
+	needFast(t)
+	b1, b2 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2")
+	a := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
+	b := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	var s *Server
+	if err := e.ns.Do(func() (err error) { s, err = Listen(Section{Listen: "127.0.0.1:8080", Config: a}, e.dial); return err }); err != nil {
+		t.Fatalf("Listen = %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	const changes = 20
+	errs := make(chan error, changes)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range changes {
+			cfg := a
+			if i%2 == 0 {
+				cfg = b
+			}
+			_, _, err := s.Replace(cfg)
+			errs <- err
+		}
+	}()
+	s.Start(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("Replace during Start = %v", err)
+		}
+	}
+	st, err := s.Status()
+	if err != nil || st.Generation != changes+1 || !st.Fast || !st.KernelPolicy {
+		t.Fatalf("Status() = %+v, %v, want generation %d, the fast path holding the policy", st, err, changes+1)
+	}
+	// The last change (a) is in force, in the proxy and in the kernel.
+	c := e.client()
+	for k := 0; k < 5; k++ {
+		if code, body, err := getPath(c, "/x"); err != nil || answerText(code, body) != "b1" {
+			t.Errorf("GET /x = %d %q %v, want b1", code, body, err)
+		}
 	}
 }

@@ -117,8 +117,10 @@ func (s *Server) Start(log *slog.Logger) {
 	if log == nil {
 		log = slog.Default()
 	}
+	// A policy change waits for the fast path's first policy, and writes
+	// what is read here of it (Replace): all is read under pmu.
+	s.pmu.Lock()
 	s.log = log
-	s.pmu.Lock() // a policy change waits for the fast path's first policy
 	s.mu.Lock()
 	if s.sec.FastPath == "off" {
 		s.why = "l7.fast_path = off"
@@ -130,6 +132,11 @@ func (s *Server) Start(log *slog.Logger) {
 	s.started = true
 	fp, why := s.fp, s.why
 	s.mu.Unlock()
+	var kernelPolicy bool
+	if fp != nil {
+		kernelPolicy, why = fp.Enabled, fp.Why
+	}
+	p := s.px.Policy()
 	s.pmu.Unlock()
 	s.hs = s.px.Server()
 	s.hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
@@ -141,14 +148,13 @@ func (s *Server) Start(log *slog.Logger) {
 		close(s.done)
 	}()
 	addr := s.ln.Addr().String()
-	p := s.px.Policy()
 	switch {
 	case fp == nil:
 		log.Warn("l7 proxy serving without the fast path: the Go proxy alone enforces the policy",
 			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, why)
-	case !fp.Enabled:
+	case !kernelPolicy:
 		log.Warn("l7 proxy serving; fast path attached but the policy is not held in the kernel: every request goes to the proxy",
-			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, fp.Why)
+			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, why)
 	default:
 		log.Info("l7 proxy serving with the fast path", keyListen, addr, keyRoutes, len(p.routes),
 			keyRules, len(p.rules), keyFast, true)

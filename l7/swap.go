@@ -34,14 +34,14 @@ import (
 // kernel/bpf/syscall.c maybe_wait_bpf_programs), and the SK_SKB parser and
 // verdict run inside rcu_read_lock (net/core/skmsg.c). A request decided
 // fast before the hold still goes to the backend it was decided for: its
-// pooled socket is half-closed, not closed, so its answer still comes back.
+// pooled socket leaves the pool but stays open, so its answer still comes
+// back. It is not half-closed either: many backends take a client's EOF
+// for the client leaving (Go's net/http cancels the request's context,
+// nginx aborts a proxied request with 499).
 
-// halfCloseAfter is how long a pooled socket of a dropped backend stays
-// open after it left the pool.
-var halfCloseAfter = time.Second
-
-// closeAfter bounds how long a half-closed pooled socket of a dropped
-// backend waits for its backend to close it.
+// closeAfter bounds how long a pooled socket of a dropped backend stays
+// open after it left the pool (unless its backend closes it first): the
+// time a request sent to it just before the change has to be answered.
 var closeAfter = 10 * time.Second
 
 // barrier waits until no BPF program that was running when it was called
@@ -149,10 +149,9 @@ func (fp *FastPath) install(old, p *Policy) error {
 }
 
 // dropPooled takes the pooled sockets of backends p no longer uses out of
-// the pool and half-closes them (after halfCloseAfter): no request is
-// redirected to them any more, an answer on its way still reaches its
-// client, and each is closed
-// when its backend closes (or after closeAfter).
+// the pool: no request is redirected to them any more, an answer on its
+// way still reaches its client, and each is closed when its backend
+// closes (or after closeAfter).
 func (fp *FastPath) dropPooled(p *Policy) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
@@ -166,13 +165,8 @@ func (fp *FastPath) dropPooled(p *Policy) {
 			delete(cc.pooled, b)
 			fp.dropped.Add(1)
 			// A request the kernel redirected just before the hold may
-			// still sit in the socket's queue (the kernel sends it from
-			// a worker): the FIN waits a moment behind it.
-			time.AfterFunc(halfCloseAfter, func() {
-				if cw, ok := up.(interface{ CloseWrite() error }); ok {
-					cw.CloseWrite()
-				}
-			})
+			// still be on its way or being answered: no FIN, which the
+			// backend could take for its client leaving, until closeAfter.
 			time.AfterFunc(closeAfter, func() { up.Close() })
 		}
 		kept := cc.wanted[:0]
