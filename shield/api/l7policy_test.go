@@ -87,8 +87,10 @@ func (l *l7Lab) get(t *testing.T, path string) string {
 // /v1/l7/policy, requests, the generation in /v1/l7 and /metrics).
 func TestL7PolicyAPI(t *testing.T) {
 	l := newL7Lab(t)
+	forwarded := 0 // requests route all sent to a backend
 	oldPolicy := func(t *testing.T) {
 		t.Helper()
+		forwarded++
 		if got := l.get(t, "/x"); got != "200 b1" {
 			t.Errorf("GET /x = %q, want 200 b1 (the old policy)", got)
 		}
@@ -116,6 +118,14 @@ func TestL7PolicyAPI(t *testing.T) {
 		{"route left out", "Bearer " + testToken, `{"rbac":[]}`, 400, `missing field \"route\"`},
 		{"unknown field", "Bearer " + testToken, `{"route":[],"listen":"127.0.0.1:1"}`, 400, `unknown field \"listen\"`},
 		{"malformed", "Bearer " + testToken, `{"route":[`, 400, "malformed JSON"},
+		// Nested objects are as strict as the top level: encoding/json
+		// would take the case-folded or the last key (deny turned allow).
+		{"nested case-folded key", "Bearer " + testToken, strings.Replace(next, `"action":"deny"`, `"action":"deny","ACTION":"allow"`, 1), 400,
+			`key \"rbac[0].ACTION\": did you mean \"action\"?`},
+		{"nested duplicate key", "Bearer " + testToken, strings.Replace(next, `"action":"deny"`, `"action":"deny","action":"allow"`, 1), 400,
+			`duplicate key \"rbac[0].action\"`},
+		{"nested field left out", "Bearer " + testToken, strings.Replace(next, `"name":"all",`, "", 1), 400,
+			`missing field \"route[0].name\"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := l.do(t, "PUT", "/v1/l7/policy", tc.token, tc.body)
@@ -151,8 +161,9 @@ func TestL7PolicyAPI(t *testing.T) {
 		t.Errorf("PUT of GET's answer = %d %s, want 200", code, resp)
 	}
 	st, err := l.client().L7(context.Background())
-	if err != nil || st.PolicyGeneration != 3 || st.Routes[0].Slow != 10 || st.RBAC[0].Denied != 1 {
-		t.Errorf("L7() = %+v, %v, want generation 3, route all's 10 forwarded kept across the changes, 1 denied by no-x", st, err)
+	// /admin and /y after the change were forwarded too.
+	if err != nil || st.PolicyGeneration != 3 || st.Routes[0].Slow != uint64(forwarded+2) || st.RBAC[0].Denied != 1 {
+		t.Errorf("L7() = %+v, %v, want generation 3, route all's %d forwarded kept across the changes, 1 denied by no-x", st, err, forwarded+2)
 	}
 	m, err := l.client().Metrics(context.Background())
 	if err != nil {
