@@ -247,11 +247,19 @@ const volatile __u32 have_lookup = 0;
  * by the socket's backlog worker instead; neither was seen then. */
 const volatile __u32 pass_redirect = 0;
 
-/* pass hands the message to the proxy reading the client socket cookie. */
+/* pass hands the message to the proxy reading the client socket cookie.
+ * The helper records the redirect in the skb and SK_PASS carries it out;
+ * should the socket have left the sockhash already (it is being closed),
+ * the helper records nothing (it returns SK_DROP, ignored here) and the
+ * message is passed rather than dropped. On kernels with "bpf, sockmap:
+ * Fix self-redirect copied_seq double-counting" (Debian 6.12.113 and
+ * later, 7.2) sk_psock_verdict_apply turns a redirect to the socket's own
+ * ingress into SK_PASS itself: there both are the same (README "L7 fast
+ * path", Kernels). */
 static __always_inline int pass(struct __sk_buff *skb, __u64 cookie)
 {
 	if (pass_redirect)
-		return bpf_sk_redirect_hash(skb, &clients, &cookie, BPF_F_INGRESS);
+		bpf_sk_redirect_hash(skb, &clients, &cookie, BPF_F_INGRESS);
 	return SK_PASS;
 }
 
@@ -752,8 +760,10 @@ int l7_verdict(struct __sk_buff *skb)
 	__u64 cookie = bpf_get_socket_cookie(skb);
 	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
 	if (!c) {
+		/* A connection being closed (user space forgot its state
+		 * first): its last messages go to the proxy as every other. */
 		count(R_UNKNOWN);
-		return SK_PASS;
+		return pass(skb, cookie);
 	}
 	if (c->target) {
 		__u64 key = c->target;
