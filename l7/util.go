@@ -36,9 +36,14 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 // lagged the proxy's and a pipelined pair was answered out of order; on 6.12 and 7.2 the kernel's parser never ran on the last
 // bytes of a connection handed over to the proxy while a message passed
 // before was still unread, with SK_PASS and with PassRedirect alike
-// (TestFastPathPipelinedHandover: 7 of 102 hand-overs on 6.12, 3 of 34 and
-// 3 of 68 on 7.2), and on 7.2 TestFastPathStickyStall stalled 2 and 3 of
-// 200 connections (redirected, passed).
+// (TestFastPathPipelinedHandover: 7 to 14 of 102 hand-overs on 6.12, 3 of
+// 34 and 3 of 68 on 7.2), and on 7.2 TestFastPathStickyStall stalled 2 and
+// 3 of 200 connections (redirected, passed). Diagnosed: those kernels turn
+// a redirect to the socket's own ingress into SK_PASS (sk_psock_verdict_apply),
+// and the stream parser's read (tcp_bpf_strp_read_sock) counts a message
+// passed by an earlier read and still unread as consumed, which the
+// reader counts again: copied_seq passes rcv_nxt and a short last segment
+// wakes nobody (README "L7 fast path", Kernels).
 var Kernels = [][2]int{{6, 1}, {6, 18}}
 
 // PassRedirect: the data plane hands messages to the proxy by redirecting
