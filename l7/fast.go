@@ -78,10 +78,14 @@ type FastPath struct {
 	// socket's own ingress rather than passed (SK_PASS): the package's
 	// PassRedirect when attached.
 	PassRedirect bool
-	Enabled      bool   // the policy is held in the kernel
-	Why          string // why not, when !Enabled
-	log          *slog.Logger
-	links        []link.RawAttachProgramOptions
+	// Relay: messages for the proxy are redirected to a relay socket per
+	// client connection, which the proxy reads (relay.go): the package's
+	// Relay where the kernel takes unix sockets into a sockhash.
+	Relay   bool
+	Enabled bool   // the policy is held in the kernel
+	Why     string // why not, when !Enabled
+	log     *slog.Logger
+	links   []link.RawAttachProgramOptions
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
@@ -161,8 +165,16 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		return nil, fmt.Errorf("load l7 spec: %w", err)
 	}
 	fp.PassRedirect = PassRedirect
+	if Relay {
+		if err := relaySupported(); err != nil {
+			log.Debug("l7: no relay sockets, handing over to the client socket", "error", err)
+		} else {
+			fp.Relay = true
+		}
+	}
 	for _, lookup := range []bool{true, false} {
-		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: b2u(lookup), bpf.L7VarPassRedirect: b2u(fp.PassRedirect)}, &fp.objs, nil)
+		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: b2u(lookup), bpf.L7VarPassRedirect: b2u(fp.PassRedirect),
+			bpf.L7VarRelay: b2u(fp.Relay)}, &fp.objs, nil)
 		var ve *ebpf.VerifierError
 		if err == nil {
 			fp.Lookup = lookup
@@ -295,6 +307,13 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	}
 	err = socket(c, func(fd int, cookie uint64) error {
 		cc.cookie = cookie
+		if fp.Relay {
+			rl, err := fp.newRelay(cookie)
+			if err != nil {
+				return err
+			}
+			cc.relay = rl
+		}
 		if err := fp.objs.Conns.Put(cookie, bpf.L7Conn{}); err != nil {
 			return fmt.Errorf("put conn: %w", err)
 		}
@@ -309,11 +328,17 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	if err != nil {
 		fp.objs.Conns.Delete(cc.cookie)
 		fp.objs.Ctls.Delete(cc.cookie)
+		if cc.relay != nil {
+			cc.relay.close()
+		}
 		return nil, err
 	}
 	fp.mu.Lock()
 	fp.conns[cc.cookie] = cc
 	fp.mu.Unlock()
+	if cc.relay != nil {
+		go fp.watch(cc)
+	}
 	return cc, nil
 }
 

@@ -57,6 +57,17 @@ var Kernels = [][2]int{{6, 1}, {6, 18}}
 // 22 runs; redirected, 0 of 33,000). Tests set it false to show that.
 var PassRedirect = true
 
+// Relay: the data plane hands messages to the proxy by redirecting them to
+// a relay socket per client connection (one end of a unix socket pair in
+// the relays sockhash), which the proxy reads, rather than to the client
+// socket's own ingress (bpf/l7.c relay). 6.12 and 7.2 turn a redirect to
+// the socket's own ingress into SK_PASS, whose stream-parser accounting
+// loses a hand-over's last piece (README "L7 fast path", Kernels); a
+// redirect to another socket is counted once. Needs unix sockets in a
+// sockhash (5.15+: not 5.10, which keeps PassRedirect). Tests set it false
+// to show that.
+var Relay = true
+
 // ErrKernelRefused is what Attach returns (wrapped, with the kernel's release)
 // on a kernel not among Kernels, before it loads anything: the proxy alone
 // serves there (Server.Start falls back to it).
