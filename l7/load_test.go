@@ -105,6 +105,11 @@ func TestAttachLoads(t *testing.T) {
 	if *passRedir == "" && !fp.PassRedirect {
 		t.Error("the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
 	}
+	if *relayFlag == "" && !fp.Relay {
+		if err := relaySupported(); err == nil {
+			t.Error("the fast path hands messages over to the client socket itself although the kernel takes relay sockets, want the relay (Relay): 6.12 and 7.2 lose tails otherwise")
+		}
+	}
 	if !fp.Enabled {
 		t.Errorf("policy not held in the kernel: %s", fp.Why)
 	}
