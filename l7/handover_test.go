@@ -42,7 +42,8 @@ var handoverReps = flag.Int("l7.handover-reps", 2, "TestFastPathPipelinedHandove
 // pieces of every size, so that the parser sees the first request end with
 // the start of the second behind it (the connection goes to the proxy
 // whole, sticky) at every offset; both must be answered, as the proxy
-// alone answers them. 6.1, 6.12 and 7.2 lost the tail here (README "Kernels").
+// alone answers them. 6.1, 6.12 and 7.2 lost the tail here (README
+// "Kernels"); with -l7.relay=off 6.12 still does.
 // On a kernel Attach refuses it runs against the fallback. The tries of
 // each size run side by side: the proxy then reads a connection while its
 // next bytes arrive, which is what lost them.
