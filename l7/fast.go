@@ -219,7 +219,11 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 }
 
 // Close detaches and unloads the data plane; sockets in it keep working
-// (the kernel removes them from the maps as the maps go).
+// (the kernel removes them from the maps as the maps go), but a client
+// connection read through a relay gets nothing more there: its relay is
+// ended, so the proxy reads the end of it and closes the connection rather
+// than waiting for good. Close the proxy's connections first (Server.Close
+// does).
 func (fp *FastPath) Close() error {
 	var errs []error
 	for _, a := range fp.links {
@@ -234,6 +238,9 @@ func (fp *FastPath) Close() error {
 		}
 		cc.pooled = nil
 		cc.mu.Unlock()
+		if cc.relay != nil {
+			cc.relay.end()
+		}
 	}
 	fp.mu.Unlock()
 	errs = append(errs, fp.objs.Close())
