@@ -89,6 +89,11 @@ type FastPath struct {
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
+
+	// unloadMu orders the relays' watchers' map reads before Close's
+	// unload (unloaded: the maps are gone).
+	unloadMu sync.RWMutex
+	unloaded bool
 }
 
 // kernelPolicy compiles p into the data plane's form; enabled false (with
@@ -243,7 +248,10 @@ func (fp *FastPath) Close() error {
 		}
 	}
 	fp.mu.Unlock()
+	fp.unloadMu.Lock()
+	fp.unloaded = true
 	errs = append(errs, fp.objs.Close())
+	fp.unloadMu.Unlock()
 	return errors.Join(errs...)
 }
 

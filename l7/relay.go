@@ -91,7 +91,13 @@ func (fp *FastPath) watch(cc *clientConn) {
 	stable := 0
 	for time.Now().Before(deadline) {
 		var c bpf.L7Conn
-		if fp.objs.Conns.Lookup(cc.cookie, &c) != nil {
+		fp.unloadMu.RLock()
+		err := errors.New("unloaded")
+		if !fp.unloaded {
+			err = fp.objs.Conns.Lookup(cc.cookie, &c)
+		}
+		fp.unloadMu.RUnlock()
+		if err != nil {
 			break
 		}
 		// passed_bytes counts at the verdict, before the relay has the
