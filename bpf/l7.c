@@ -176,6 +176,17 @@ struct {
 	__type(value, __u32); /* socket fd (user space) */
 } upstreams SEC(".maps");
 
+/* Relay sockets (load-time switch relay): one end of a socket pair per
+ * client connection, which the proxy reads instead of the client socket.
+ * Messages for the proxy are redirected to its ingress; no program is
+ * attached to this map. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, MAX_SOCKS);
+	__type(key, __u64);   /* client socket cookie */
+	__type(value, __u32); /* relay socket fd (user space) */
+} relays SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_CONNS);
@@ -247,11 +258,32 @@ const volatile __u32 have_lookup = 0;
  * by the socket's backlog worker instead; neither was seen then. */
 const volatile __u32 pass_redirect = 0;
 
-/* pass hands the message to the proxy reading the client socket cookie. */
+/* Load-time switch: hand a message to the proxy by redirecting it to the
+ * ingress of the client connection's relay socket (relays), which the
+ * proxy reads (l7.Relay). Kernels with "bpf, sockmap: Fix self-redirect
+ * copied_seq double-counting" (6.12.113+, 7.2) turn pass_redirect's
+ * redirect into SK_PASS, and the stream parser's read then counts a passed
+ * message still unread at its next read as consumed, which the reader
+ * counts again: copied_seq overtakes rcv_nxt and a short last segment
+ * wakes nobody. A message redirected to another socket is counted once,
+ * by the parser's read. Wins over pass_redirect. */
+const volatile __u32 relay = 0;
+
+/* pass hands the message to the proxy reading the client socket cookie.
+ * The helper records the redirect in the skb and SK_PASS carries it out;
+ * should the socket have left the sockhash already (it is being closed),
+ * the helper records nothing (it returns SK_DROP, ignored here) and the
+ * message is passed rather than dropped. On kernels with "bpf, sockmap:
+ * Fix self-redirect copied_seq double-counting" (Debian 6.12.113 and
+ * later, 7.2) sk_psock_verdict_apply turns a redirect to the socket's own
+ * ingress into SK_PASS itself: there both are the same (README "L7 fast
+ * path", Kernels). */
 static __always_inline int pass(struct __sk_buff *skb, __u64 cookie)
 {
-	if (pass_redirect)
-		return bpf_sk_redirect_hash(skb, &clients, &cookie, BPF_F_INGRESS);
+	if (relay)
+		bpf_sk_redirect_hash(skb, &relays, &cookie, BPF_F_INGRESS);
+	else if (pass_redirect)
+		bpf_sk_redirect_hash(skb, &clients, &cookie, BPF_F_INGRESS);
 	return SK_PASS;
 }
 
@@ -752,8 +784,10 @@ int l7_verdict(struct __sk_buff *skb)
 	__u64 cookie = bpf_get_socket_cookie(skb);
 	struct conn *c = bpf_map_lookup_elem(&conns, &cookie);
 	if (!c) {
+		/* A connection being closed (user space forgot its state
+		 * first): its last messages go to the proxy as every other. */
 		count(R_UNKNOWN);
-		return SK_PASS;
+		return pass(skb, cookie);
 	}
 	if (c->target) {
 		__u64 key = c->target;

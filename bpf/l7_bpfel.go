@@ -118,6 +118,7 @@ const (
 	L7MapPeer         = "peer"
 	L7MapPolicies     = "policies"
 	L7MapPool         = "pool"
+	L7MapRelays       = "relays"
 	L7MapRing         = "ring"
 	L7MapScratch      = "scratch"
 	L7MapUpstreams    = "upstreams"
@@ -127,6 +128,7 @@ const (
 	L7ProgL7Verdict   = "l7_verdict"
 	L7VarHaveLookup   = "have_lookup"
 	L7VarPassRedirect = "pass_redirect"
+	L7VarRelay        = "relay"
 )
 
 // LoadL7 returns the embedded CollectionSpec for L7.
@@ -188,6 +190,7 @@ type L7MapSpecs struct {
 	Peer      *ebpf.MapSpec `ebpf:"peer"`
 	Policies  *ebpf.MapSpec `ebpf:"policies"`
 	Pool      *ebpf.MapSpec `ebpf:"pool"`
+	Relays    *ebpf.MapSpec `ebpf:"relays"`
 	Ring      *ebpf.MapSpec `ebpf:"ring"`
 	Scratch   *ebpf.MapSpec `ebpf:"scratch"`
 	Upstreams *ebpf.MapSpec `ebpf:"upstreams"`
@@ -199,6 +202,7 @@ type L7MapSpecs struct {
 type L7VariableSpecs struct {
 	HaveLookup   *ebpf.VariableSpec `ebpf:"have_lookup"`
 	PassRedirect *ebpf.VariableSpec `ebpf:"pass_redirect"`
+	Relay        *ebpf.VariableSpec `ebpf:"relay"`
 }
 
 // L7Objects contains all objects after they have been loaded into the kernel.
@@ -228,6 +232,7 @@ type L7Maps struct {
 	Peer      *ebpf.Map `ebpf:"peer"`
 	Policies  *ebpf.Map `ebpf:"policies"`
 	Pool      *ebpf.Map `ebpf:"pool"`
+	Relays    *ebpf.Map `ebpf:"relays"`
 	Ring      *ebpf.Map `ebpf:"ring"`
 	Scratch   *ebpf.Map `ebpf:"scratch"`
 	Upstreams *ebpf.Map `ebpf:"upstreams"`
@@ -242,6 +247,7 @@ func (m *L7Maps) Close() error {
 		m.Peer,
 		m.Policies,
 		m.Pool,
+		m.Relays,
 		m.Ring,
 		m.Scratch,
 		m.Upstreams,
@@ -254,6 +260,7 @@ func (m *L7Maps) Close() error {
 type L7Variables struct {
 	HaveLookup   *ebpf.Variable `ebpf:"have_lookup"`
 	PassRedirect *ebpf.Variable `ebpf:"pass_redirect"`
+	Relay        *ebpf.Variable `ebpf:"relay"`
 }
 
 // L7Programs contains all programs after they have been loaded into the kernel.

@@ -79,10 +79,14 @@ type FastPath struct {
 	// socket's own ingress rather than passed (SK_PASS): the package's
 	// PassRedirect when attached.
 	PassRedirect bool
-	Enabled      bool   // the policy is held in the kernel
-	Why          string // why not, when !Enabled
-	log          *slog.Logger
-	links        []link.RawAttachProgramOptions
+	// Relay: messages for the proxy are redirected to a relay socket per
+	// client connection, which the proxy reads (relay.go): the package's
+	// Relay where the kernel takes unix sockets into a sockhash.
+	Relay   bool
+	Enabled bool   // the policy is held in the kernel
+	Why     string // why not, when !Enabled
+	log     *slog.Logger
+	links   []link.RawAttachProgramOptions
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
@@ -175,8 +179,16 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 		return nil, fmt.Errorf("load l7 spec: %w", err)
 	}
 	fp.PassRedirect = PassRedirect
+	if Relay {
+		if err := relaySupported(); err != nil {
+			log.Debug("l7: no relay sockets, handing over to the client socket", "error", err)
+		} else {
+			fp.Relay = true
+		}
+	}
 	for _, lookup := range []bool{true, false} {
-		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: b2u(lookup), bpf.L7VarPassRedirect: b2u(fp.PassRedirect)}, &fp.objs, nil)
+		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: b2u(lookup), bpf.L7VarPassRedirect: b2u(fp.PassRedirect),
+			bpf.L7VarRelay: b2u(fp.Relay)}, &fp.objs, nil)
 		var ve *ebpf.VerifierError
 		if err == nil {
 			fp.Lookup = lookup
@@ -222,7 +234,11 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 }
 
 // Close detaches and unloads the data plane; sockets in it keep working
-// (the kernel removes them from the maps as the maps go).
+// (the kernel removes them from the maps as the maps go), but a client
+// connection read through a relay gets nothing more there: its relay is
+// ended, so the proxy reads the end of it and closes the connection rather
+// than waiting for good. Close the proxy's connections first (Server.Close
+// does).
 func (fp *FastPath) Close() error {
 	var errs []error
 	for _, a := range fp.links {
@@ -242,6 +258,9 @@ func (fp *FastPath) Close() error {
 		cc.pooled = nil
 		cc.closed = true
 		cc.mu.Unlock()
+		if cc.relay != nil {
+			cc.relay.end()
+		}
 	}
 	errs = append(errs, fp.objs.Close())
 	if fp.grace != nil {
@@ -318,6 +337,13 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	mask := cc.mask
 	err = socket(c, func(fd int, cookie uint64) error {
 		cc.cookie = cookie
+		if fp.Relay {
+			rl, err := fp.newRelay(cookie)
+			if err != nil {
+				return err
+			}
+			cc.relay = rl
+		}
 		if err := fp.objs.Conns.Put(cookie, bpf.L7Conn{}); err != nil {
 			return fmt.Errorf("put conn: %w", err)
 		}
@@ -332,11 +358,17 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	if err != nil {
 		fp.objs.Conns.Delete(cc.cookie)
 		fp.objs.Ctls.Delete(cc.cookie)
+		if cc.relay != nil {
+			cc.relay.close()
+		}
 		return nil, err
 	}
 	fp.mu.Lock()
 	fp.conns[cc.cookie] = cc
 	fp.mu.Unlock()
+	if cc.relay != nil {
+		go fp.watch(cc)
+	}
 	return cc, nil
 }
 

@@ -262,6 +262,8 @@ type clientConn struct {
 	handled atomic.Uint64 // requests the proxy read on it
 	read    atomic.Uint64 // bytes the proxy read from it
 
+	relay *relay // where the kernel hands messages over, when FastPath.Relay (relay.go)
+
 	mu     sync.Mutex
 	wanted []int // backends the proxy forwarded to and that have no pooled socket yet
 	pooled map[int]net.Conn
@@ -270,7 +272,7 @@ type clientConn struct {
 
 // Read counts what the proxy reads (against the kernel's passed_bytes).
 func (cc *clientConn) Read(p []byte) (int, error) {
-	n, err := cc.Conn.Read(p)
+	n, err := cc.reader().Read(p)
 	cc.read.Add(uint64(n))
 	return n, err
 }

@@ -1,0 +1,47 @@
+package l7
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+)
+
+// TestFastPathCloseEndsRelays: a kept-alive connection read through its
+// relay, still open when the data plane is closed, is closed by the proxy
+// (it reads the relay's end) instead of waiting for requests that can no
+// longer reach the relay.
+func TestFastPathCloseEndsRelays(t *testing.T) {
+	e := newNS(t)
+	b := e.backend(t, "b")
+	_, fp, addr := e.proxy(t, Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}}}, true)
+	if !fp.Relay {
+		t.Skip("no relay sockets on this kernel (TestAttachLoads says whether it should have them)")
+	}
+	c, err := e.dial(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, request("/x", 0, 0))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err := fp.Close(); err != nil {
+		t.Errorf("Close = %v", err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = br.ReadByte()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("kept-alive connection after the data plane closed: read = %v, want the proxy's close", err)
+	}
+	t.Logf("read after Close: %v", err)
+}
