@@ -127,7 +127,9 @@ type Shield struct {
 	presence        []uint64
 	presenceMap     []byte
 	afterFilterWalk func() // tests: runs between a refresh's walk and its swap
-	// table maps the sources table (table.go; tableMap the mapping).
+	// table maps the sources table (table.go; tableMap the mapping),
+	// mapped on first use under tableMu: the API reads it concurrently.
+	tableMu  sync.Mutex
 	table    []bpf.ShieldSourceSet
 	tableMap []byte
 
@@ -398,10 +400,12 @@ func (s *Shield) Close() error {
 		unix.Munmap(s.presenceMap)
 		s.presenceMap, s.presence = nil, nil
 	}
+	s.tableMu.Lock()
 	if s.tableMap != nil {
 		unix.Munmap(s.tableMap)
 		s.tableMap, s.table = nil, nil
 	}
+	s.tableMu.Unlock()
 	return s.objs.Close()
 }
 

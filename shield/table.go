@@ -96,6 +96,8 @@ func setOf(h uint64, bits uint32) uint32 { return uint32((h >> 32) >> (32 - bits
 
 // tableSets maps the sources table (BPF_F_MMAPABLE) once, read and write.
 func (s *Shield) tableSets() ([]bpf.ShieldSourceSet, error) {
+	s.tableMu.Lock()
+	defer s.tableMu.Unlock()
 	if s.table != nil {
 		return s.table, nil
 	}
