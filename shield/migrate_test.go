@@ -143,3 +143,30 @@ func pinLRU(t *testing.T, path string) {
 	}
 	require.NoError(t, m.Pin(path))
 }
+
+// TestMigrateRefusedKeepsOldPin: a load refused (here another pinned map
+// no longer matches) must leave the old sources table pinned where it
+// was, as the README says ("the old program stays attached"): moved aside
+// and left there, the old binary restarted on the pins would pin a fresh,
+// empty table in its place, and this version, finding both, would refuse
+// every later start (the old-layout table at `sources` does not match).
+func TestMigrateRefusedKeepsOldPin(t *testing.T) {
+	dir := pinDir(t)
+	pinLRU(t, filepath.Join(dir, bpf.ShieldMapSources))
+	bad, err := ebpf.NewMap(&ebpf.MapSpec{Name: "counters", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	require.NoError(t, err)
+	require.NoError(t, bad.Pin(filepath.Join(dir, bpf.ShieldMapCounters)))
+	bad.Close()
+
+	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
+	if err == nil {
+		s.Close()
+		t.Fatal("Load on a pinned counters map of another shape succeeded, want it refused")
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil)
+	require.NoError(t, err, "the old sources table's pin after a refused load")
+	assert.Equal(t, ebpf.LRUHash, m.Type(), "the table pinned at %s", bpf.ShieldMapSources)
+	m.Close()
+	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
+	assert.ErrorIs(t, err, os.ErrNotExist, "%s after a refused load", oldSourcesPin)
+}

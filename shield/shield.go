@@ -227,15 +227,22 @@ func Load(opts Options) (*Shield, error) {
 	// A pinned sources table of another layout (the LRU hash before the
 	// array of sets) or size is moved aside, and its sources copied into
 	// the new table once it is loaded.
+	// A load refused before the copy puts the pin it moved back: the old
+	// program stays attached on its table.
 	var oldSources *ebpf.Map
+	var moved bool
 	if opts.PinPath != "" {
-		if oldSources, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
+		if oldSources, moved, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
 			return nil, err
 		}
 	}
 	closeOld := func() {
 		if oldSources != nil {
 			oldSources.Close()
+		}
+		if moved {
+			// Over a new table this load may have pinned: it is empty.
+			os.Rename(filepath.Join(opts.PinPath, oldSourcesPin), filepath.Join(opts.PinPath, bpf.ShieldMapSources))
 		}
 	}
 
