@@ -66,6 +66,19 @@ func (s *Shield) Migrated() (Migration, bool) {
 func takeOldSources(dir string, spec *ebpf.MapSpec) (_ *ebpf.Map, moved bool, _ error) {
 	p, po := filepath.Join(dir, bpf.ShieldMapSources), filepath.Join(dir, oldSourcesPin)
 	if old, err := ebpf.LoadPinnedMap(po, nil); err == nil {
+		// A copy cut short: the table at p is its partial target, which
+		// no attached program uses (the link is replaced after the copy).
+		// One this spec cannot reuse (table_size changed since) is dropped.
+		if m, err := ebpf.LoadPinnedMap(p, nil); err == nil {
+			incompatible := spec.Compatible(m) != nil
+			m.Close()
+			if incompatible {
+				if err := os.Remove(p); err != nil {
+					old.Close()
+					return nil, false, fmt.Errorf("remove the partial copy's table: %w", err)
+				}
+			}
+		}
 		return old, false, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, false, fmt.Errorf("open %s: %w", po, err)

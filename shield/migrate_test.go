@@ -170,3 +170,26 @@ func TestMigrateRefusedKeepsOldPin(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
 	assert.ErrorIs(t, err, os.ErrNotExist, "%s after a refused load", oldSourcesPin)
 }
+
+// TestMigrateHalfwayThenOtherSize: a copy cut short leaves the old table
+// at sources-old (still the attached program's: the link is replaced only
+// after the copy) and a partial new table at sources. A restart with
+// another table_size must copy from sources-old again, into a table of the
+// new size, rather than refuse the partial table's size.
+func TestMigrateHalfwayThenOtherSize(t *testing.T) {
+	dir := pinDir(t)
+	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
+	require.NoError(t, err, "fresh Load")
+	s.Close()
+	pinLRU(t, filepath.Join(dir, oldSourcesPin))
+
+	s, err = Load(Options{TableSize: 8192, Clock: ClockVirtual, PinPath: dir})
+	require.NoError(t, err, "Load with another size after a copy cut short")
+	defer s.Close()
+	m, ok := s.Migrated()
+	require.True(t, ok, "Migrated()")
+	assert.Equal(t, "LRU hash of 4096", m.From, "Migrated().From")
+	assert.Equal(t, uint32(8192), s.TableSize(), "TableSize()")
+	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the old table's pin after the copy")
+}
