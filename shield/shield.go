@@ -128,10 +128,13 @@ type Shield struct {
 	presenceMap     []byte
 	afterFilterWalk func() // tests: runs between a refresh's walk and its swap
 	// table maps the sources table (table.go; tableMap the mapping),
-	// mapped on first use under tableMu: the API reads it concurrently.
-	tableMu  sync.Mutex
-	table    []bpf.ShieldSourceSet
-	tableMap []byte
+	// mapped on first use under tableMu: the API reads it concurrently,
+	// holding tableMu's read lock (readTable), so Close unmaps it only
+	// once no walk reads it.
+	tableMu     sync.RWMutex
+	table       []bpf.ShieldSourceSet
+	tableMap    []byte
+	tableClosed bool // Close unmapped it: no new mapping
 
 	pinPath   string     // where the change journal is pinned (journal.go); "" unpinned
 	recovered *Recovery  // what Load rolled back
@@ -412,6 +415,7 @@ func (s *Shield) Close() error {
 		unix.Munmap(s.tableMap)
 		s.tableMap, s.table = nil, nil
 	}
+	s.tableClosed = true
 	s.tableMu.Unlock()
 	return s.objs.Close()
 }

@@ -101,6 +101,9 @@ func (s *Shield) tableSets() ([]bpf.ShieldSourceSet, error) {
 	if s.table != nil {
 		return s.table, nil
 	}
+	if s.tableClosed {
+		return nil, errors.New("the shield is closed")
+	}
 	n := int(s.objs.Sources.MaxEntries())
 	b, err := unix.Mmap(s.objs.Sources.FD(), 0, n*setSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
@@ -109,6 +112,20 @@ func (s *Shield) tableSets() ([]bpf.ShieldSourceSet, error) {
 	s.tableMap = b
 	s.table = unsafe.Slice((*bpf.ShieldSourceSet)(unsafe.Pointer(&b[0])), n)
 	return s.table, nil
+}
+
+// readTable returns the mapped table read-locked: it stays mapped (Close
+// waits) until release is called.
+func (s *Shield) readTable() (sets []bpf.ShieldSourceSet, release func(), err error) {
+	if _, err := s.tableSets(); err != nil {
+		return nil, nil, err
+	}
+	s.tableMu.RLock()
+	if s.table == nil {
+		s.tableMu.RUnlock()
+		return nil, nil, errors.New("the shield is closed")
+	}
+	return s.table, s.tableMu.RUnlock, nil
 }
 
 // used says whether way e holds a source.
