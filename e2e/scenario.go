@@ -228,6 +228,11 @@ func (c *Config) validate() error {
 	if c.ProbeRate < 1 || c.ProbeRate > 100_000 {
 		errs = append(errs, fmt.Errorf("probe rate %d out of [1, 100000]", c.ProbeRate))
 	}
+	if c.TableSize != 0 { // 0: the service's default
+		if err := shield.CheckTableSize(c.TableSize); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
 }
 

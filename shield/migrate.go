@@ -61,34 +61,48 @@ func (s *Shield) Migrated() (Migration, bool) {
 
 // takeOldSources finds a pinned sources table in dir that spec cannot
 // reuse, moves its pin to oldSourcesPin and returns it open, or returns one
-// pinned there already; nil when there is none.
-func takeOldSources(dir string, spec *ebpf.MapSpec) (*ebpf.Map, error) {
+// pinned there already; nil when there is none. moved says it moved the
+// pin (a refused load moves it back).
+func takeOldSources(dir string, spec *ebpf.MapSpec) (_ *ebpf.Map, moved bool, _ error) {
 	p, po := filepath.Join(dir, bpf.ShieldMapSources), filepath.Join(dir, oldSourcesPin)
 	if old, err := ebpf.LoadPinnedMap(po, nil); err == nil {
-		return old, nil
+		// A copy cut short: the table at p is its partial target, which
+		// no attached program uses (the link is replaced after the copy).
+		// One this spec cannot reuse (table_size changed since) is dropped.
+		if m, err := ebpf.LoadPinnedMap(p, nil); err == nil {
+			incompatible := spec.Compatible(m) != nil
+			m.Close()
+			if incompatible {
+				if err := os.Remove(p); err != nil {
+					old.Close()
+					return nil, false, fmt.Errorf("remove the partial copy's table: %w", err)
+				}
+			}
+		}
+		return old, false, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("open %s: %w", po, err)
+		return nil, false, fmt.Errorf("open %s: %w", po, err)
 	}
 	m, err := ebpf.LoadPinnedMap(p, nil)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", p, err)
+		return nil, false, fmt.Errorf("open %s: %w", p, err)
 	}
 	if spec.Compatible(m) == nil {
 		m.Close()
-		return nil, nil
+		return nil, false, nil
 	}
 	if err := readableOld(m); err != nil {
 		m.Close()
-		return nil, fmt.Errorf("the sources table pinned in %s: %w: `shield detach` drops it and its state", dir, err)
+		return nil, false, fmt.Errorf("the sources table pinned in %s: %w: `shield detach` drops it and its state", dir, err)
 	}
 	if err := os.Rename(p, po); err != nil {
 		m.Close()
-		return nil, fmt.Errorf("move the pinned sources table aside: %w", err)
+		return nil, false, fmt.Errorf("move the pinned sources table aside: %w", err)
 	}
-	return m, nil
+	return m, true, nil
 }
 
 // readableOld says why the sources of m cannot be read, or nil.

@@ -143,3 +143,53 @@ func pinLRU(t *testing.T, path string) {
 	}
 	require.NoError(t, m.Pin(path))
 }
+
+// TestMigrateRefusedKeepsOldPin: a load refused (here another pinned map
+// no longer matches) must leave the old sources table pinned where it
+// was, as the README says ("the old program stays attached"): moved aside
+// and left there, the old binary restarted on the pins would pin a fresh,
+// empty table in its place, and this version, finding both, would refuse
+// every later start (the old-layout table at `sources` does not match).
+func TestMigrateRefusedKeepsOldPin(t *testing.T) {
+	dir := pinDir(t)
+	pinLRU(t, filepath.Join(dir, bpf.ShieldMapSources))
+	bad, err := ebpf.NewMap(&ebpf.MapSpec{Name: "counters", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	require.NoError(t, err)
+	require.NoError(t, bad.Pin(filepath.Join(dir, bpf.ShieldMapCounters)))
+	bad.Close()
+
+	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
+	if err == nil {
+		s.Close()
+		t.Fatal("Load on a pinned counters map of another shape succeeded, want it refused")
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil)
+	require.NoError(t, err, "the old sources table's pin after a refused load")
+	assert.Equal(t, ebpf.LRUHash, m.Type(), "the table pinned at %s", bpf.ShieldMapSources)
+	m.Close()
+	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
+	assert.ErrorIs(t, err, os.ErrNotExist, "%s after a refused load", oldSourcesPin)
+}
+
+// TestMigrateHalfwayThenOtherSize: a copy cut short leaves the old table
+// at sources-old (still the attached program's: the link is replaced only
+// after the copy) and a partial new table at sources. A restart with
+// another table_size must copy from sources-old again, into a table of the
+// new size, rather than refuse the partial table's size.
+func TestMigrateHalfwayThenOtherSize(t *testing.T) {
+	dir := pinDir(t)
+	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
+	require.NoError(t, err, "fresh Load")
+	s.Close()
+	pinLRU(t, filepath.Join(dir, oldSourcesPin))
+
+	s, err = Load(Options{TableSize: 8192, Clock: ClockVirtual, PinPath: dir})
+	require.NoError(t, err, "Load with another size after a copy cut short")
+	defer s.Close()
+	m, ok := s.Migrated()
+	require.True(t, ok, "Migrated()")
+	assert.Equal(t, "LRU hash of 4096", m.From, "Migrated().From")
+	assert.Equal(t, uint32(8192), s.TableSize(), "TableSize()")
+	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
+	assert.ErrorIs(t, err, os.ErrNotExist, "the old table's pin after the copy")
+}

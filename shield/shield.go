@@ -127,9 +127,14 @@ type Shield struct {
 	presence        []uint64
 	presenceMap     []byte
 	afterFilterWalk func() // tests: runs between a refresh's walk and its swap
-	// table maps the sources table (table.go; tableMap the mapping).
-	table    []bpf.ShieldSourceSet
-	tableMap []byte
+	// table maps the sources table (table.go; tableMap the mapping),
+	// mapped on first use under tableMu: the API reads it concurrently,
+	// holding tableMu's read lock (readTable), so Close unmaps it only
+	// once no walk reads it.
+	tableMu     sync.RWMutex
+	table       []bpf.ShieldSourceSet
+	tableMap    []byte
+	tableClosed bool // Close unmapped it: no new mapping
 
 	pinPath   string     // where the change journal is pinned (journal.go); "" unpinned
 	recovered *Recovery  // what Load rolled back
@@ -225,15 +230,22 @@ func Load(opts Options) (*Shield, error) {
 	// A pinned sources table of another layout (the LRU hash before the
 	// array of sets) or size is moved aside, and its sources copied into
 	// the new table once it is loaded.
+	// A load refused before the copy puts the pin it moved back: the old
+	// program stays attached on its table.
 	var oldSources *ebpf.Map
+	var moved bool
 	if opts.PinPath != "" {
-		if oldSources, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
+		if oldSources, moved, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
 			return nil, err
 		}
 	}
 	closeOld := func() {
 		if oldSources != nil {
 			oldSources.Close()
+		}
+		if moved {
+			// Over a new table this load may have pinned: it is empty.
+			os.Rename(filepath.Join(opts.PinPath, oldSourcesPin), filepath.Join(opts.PinPath, bpf.ShieldMapSources))
 		}
 	}
 
@@ -398,10 +410,13 @@ func (s *Shield) Close() error {
 		unix.Munmap(s.presenceMap)
 		s.presenceMap, s.presence = nil, nil
 	}
+	s.tableMu.Lock()
 	if s.tableMap != nil {
 		unix.Munmap(s.tableMap)
 		s.tableMap, s.table = nil, nil
 	}
+	s.tableClosed = true
+	s.tableMu.Unlock()
 	return s.objs.Close()
 }
 

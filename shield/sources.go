@@ -52,7 +52,7 @@ func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBu
 func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
 	l := s.Limits()
 	k := sourceKey(a, l)
-	sets, err := s.tableSets()
+	sets, release, err := s.readTable()
 	if err != nil {
 		return Source{}, false, fmt.Errorf("look up source %s: %w", a, err)
 	}
@@ -64,6 +64,7 @@ func (s *Shield) Source(a netip.Addr) (src Source, ok bool, err error) {
 			found, ok = *v, true
 		}
 	})
+	release()
 	if !ok {
 		return Source{}, false, nil
 	}

@@ -96,8 +96,13 @@ func setOf(h uint64, bits uint32) uint32 { return uint32((h >> 32) >> (32 - bits
 
 // tableSets maps the sources table (BPF_F_MMAPABLE) once, read and write.
 func (s *Shield) tableSets() ([]bpf.ShieldSourceSet, error) {
+	s.tableMu.Lock()
+	defer s.tableMu.Unlock()
 	if s.table != nil {
 		return s.table, nil
+	}
+	if s.tableClosed {
+		return nil, errors.New("the shield is closed")
 	}
 	n := int(s.objs.Sources.MaxEntries())
 	b, err := unix.Mmap(s.objs.Sources.FD(), 0, n*setSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -107,6 +112,20 @@ func (s *Shield) tableSets() ([]bpf.ShieldSourceSet, error) {
 	s.tableMap = b
 	s.table = unsafe.Slice((*bpf.ShieldSourceSet)(unsafe.Pointer(&b[0])), n)
 	return s.table, nil
+}
+
+// readTable returns the mapped table read-locked: it stays mapped (Close
+// waits) until release is called.
+func (s *Shield) readTable() (sets []bpf.ShieldSourceSet, release func(), err error) {
+	if _, err := s.tableSets(); err != nil {
+		return nil, nil, err
+	}
+	s.tableMu.RLock()
+	if s.table == nil {
+		s.tableMu.RUnlock()
+		return nil, nil, errors.New("the shield is closed")
+	}
+	return s.table, s.tableMu.RUnlock, nil
 }
 
 // used says whether way e holds a source.

@@ -45,6 +45,29 @@ func TestHashCannotBeAimed(t *testing.T) {
 	}
 }
 
+// TestHashKeysAllFollowTheSeed: every one of hash_of's five keys changes
+// with the seed. One offset per flipped bit (TestHashCannotBeAimed) does
+// not see a hash whose multipliers are fixed and only the added key is
+// random: its mix spreads the offsets, yet two keys whose multiplied sums
+// are equal (found from the public multipliers) share a set and a filter
+// slot under every seed (red once so: fixed multipliers pass
+// TestHashCannotBeAimed).
+func TestHashKeysAllFollowTheSeed(t *testing.T) {
+	const seeds = 256
+	for i := range 5 {
+		seen := map[uint64]uint64{}
+		for seed := range uint64(seeds) {
+			s := seed*0x9e3779b97f4a7c15 + 1
+			k := hashKeys(s)[i]
+			if prev, ok := seen[k]; ok {
+				t.Errorf("hashKeys(%#x)[%d] = hashKeys(%#x)[%d] = %#x: that key does not follow the seed", s, i, prev, i, k)
+				break
+			}
+			seen[k] = s
+		}
+	}
+}
+
 // TestHashMirror: hashOf reads the key's words as the little-endian
 // program does and mixes the sum as it does, and the set and slot are the
 // hash's top bits (the program agreeing is what every test that finds a

@@ -175,10 +175,11 @@ func (s *Shield) CountSources(ctx context.Context) (int, error) {
 // packet carries, with some fresh counts).
 func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bpf.ShieldSource)) (WalkStats, error) {
 	var st WalkStats
-	sets, err := s.tableSets()
+	sets, release, err := s.readTable()
 	if err != nil {
 		return st, fmt.Errorf("walk sources: %w", err)
 	}
+	defer release()
 	var scratch bpf.ShieldSource
 	for i := range sets {
 		if i%walkChunk == 0 {

@@ -164,7 +164,8 @@ func validName(s string) bool {
 //   - then the class's dynamic set keyed by source, whose elements each
 //     carry a `limit rate over RATE/second burst BURST packets`: the
 //     per-source bucket. A full set adds nothing and the packet falls
-//     through to accept (the shield's LRU evicts instead);
+//     through to accept (the shield replaces an idle or the least recently
+//     seen source of its set instead);
 //   - named counters per reason, read back by ReadCounters.
 //
 // With Limits.DryRun the admission and limit rules count and do not drop;
