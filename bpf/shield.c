@@ -652,9 +652,14 @@ static __always_inline int idle(__u64 last, __u64 now, __u64 fill)
 /*
  * insert writes a fresh source with key into set: into an empty way, else
  * the least recently used of the ways whose buckets are both full by now
- * (idle for their fill_ns: replacing one loses its counts, no state), else
- * the least recently used way. A way's last use is its buckets' latest
- * refill, which every packet makes (to the clock's tick).
+ * (idle for their fill_ns: replacing one loses its counts, no state). A way
+ * whose source sent within its fill time is busy and never replaced: when
+ * every way of the set is busy, the stranger passes (its admission token
+ * paid) without being tracked, and returns 0. So no flood, at any
+ * admission rate, takes the way of a source that keeps sending; a set
+ * full of busy sources only makes a newcomer pay admission for each packet
+ * until a way idles. A way's last use is its buckets' latest refill, which
+ * every packet makes (to the clock's tick).
  *
  * Concurrency: the writes are plain stores, and another CPU may insert into
  * the same set, or read the way, at the same time. The way is marked empty
@@ -667,8 +672,8 @@ static __always_inline int idle(__u64 last, __u64 now, __u64 fill)
  * for by an admission token, so the table's churn stays bounded by the
  * admission rate.
  */
-static __always_inline void insert(struct source_set *set, const struct src_key *key, const struct config *cfg,
-				   __u64 now, int class)
+static __always_inline int insert(struct source_set *set, const struct src_key *key, const struct config *cfg,
+				  __u64 now, int class)
 {
 	struct source *victim = &set->way[0];
 	__u64 best = ~0ULL;
@@ -679,11 +684,12 @@ static __always_inline void insert(struct source_set *set, const struct src_key 
 
 		if (!(e->passed & SOURCE_USED)) {
 			victim = e;
+			best = 0;
 			break;
 		}
 		__u64 lb = e->bucket.last_ns, lu = e->unprotected.last_ns;
-		/* Clock readings stay under 2^63: the top bit ranks the busy
-		 * ways after every idle one. */
+		/* Clock readings stay under 2^63: the top bit marks a busy
+		 * way, ranked after every idle one. */
 		__u64 score = (lb > lu ? lb : lu) >> 1;
 
 		if (!idle(lb, now, cfg->source.fill_ns) || !idle(lu, now, cfg->unprotected.fill_ns))
@@ -693,6 +699,8 @@ static __always_inline void insert(struct source_set *set, const struct src_key 
 			victim = e;
 		}
 	}
+	if (best >> 63)
+		return 0; /* every way busy */
 	victim->passed = 0;
 	asm volatile("" ::: "memory");
 	__builtin_memcpy(victim->key.addr, key->addr, 16);
@@ -704,6 +712,7 @@ static __always_inline void insert(struct source_set *set, const struct src_key 
 	victim->dropped = 0;
 	asm volatile("" ::: "memory");
 	victim->passed = SOURCE_USED | 1;
+	return 1;
 }
 
 /* presence_word returns the word of the filter f holding slot. */
@@ -799,8 +808,8 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 
 	if (!set)
 		set = bpf_map_lookup_elem(&sources, &si);
-	if (set)
-		insert(set, &key, cfg, now, class);
+	if (!set || !insert(set, &key, cfg, now, class))
+		return account(VERDICT_PASS, ok, pkt.proto); /* admitted, not tracked */
 	/* After the insertion: a walk of the table that misses it began
 	 * after it, so after the filter it refills was cleared
 	 * (Shield.RefreshFilter), and these bits stay. */

@@ -180,7 +180,10 @@ func heldBy(set *bpf.ShieldSourceSet) int {
 // place writes source v with key k into set as the program inserts (see
 // insert() in bpf/shield.c), or over k's way when it holds k already, and
 // marks the way used; replaced says another source was replaced. Times
-// are compared to now (a reading of the program's clock).
+// are compared to now (a reading of the program's clock). Unlike the
+// program, which leaves a set of busy ways alone, place then replaces the
+// least recently used way: a copy (migrate.go) places sources in the order
+// they were last seen, so the most recent keep the set.
 func place(set *bpf.ShieldSourceSet, k bpf.ShieldSrcKey, v bpf.ShieldSource, l Limits, now uint64) (replaced bool) {
 	victim := findWay(set, &k)
 	if victim == nil {

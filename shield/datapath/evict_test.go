@@ -24,7 +24,8 @@ import (
 // P(Poisson(T x 1/s) >= 4) (3 when another known source holds a way).
 //
 //   - every 31 ms, under its buckets' fill time (0.1 s): never idle, so
-//     never replaced while the set has idle ways; the global LRU kept it too.
+//     never replaced (a busy way never is: TestFloodSparesBusySet); the
+//     global LRU kept it too.
 //   - every 2 s: replaced in 15-26% of its periods, where the old global
 //     LRU (1024 entries, 512 insertions per period) replaced none: a
 //     set-associative table loses a source idle for a fraction of the
@@ -51,7 +52,7 @@ func TestFloodEvictsBySet(t *testing.T) {
 		lo, hi  float64
 		lruLoss float64 // the global LRU's: in a period, perSec*every/gap insertions against 1024 entries
 	}{
-		{"every 31ms", 8, 0, 0.01, 0},
+		{"every 31ms", 8, 0, 0, 0},
 		{"every 2s", 512, 0.05, 0.4, 0},
 		{"every 8s", 2048, 0.8, 1, 1},
 	}
@@ -137,4 +138,68 @@ func poissonCDF(k int, mean float64) float64 {
 		term *= mean / float64(i+1)
 	}
 	return p
+}
+
+// TestFloodSparesBusySet aims a flood at one set (the test knows the hash's
+// keys; an attacker does not, TestHashCannotBeAimed) while the set is full
+// of known sources that each send within their buckets' fill time: every
+// forged stranger is admitted and passes, but none takes a busy way, so no
+// known source is ever lost; strangers arriving while the set is full stay
+// untracked. Once the known sources fall silent for a fill time their ways
+// idle and strangers take them. Red with a busy way replaced (the least
+// recently used one, as for an idle set).
+func TestFloodSparesBusySet(t *testing.T) {
+	const table = 64                                                                           // 16 sets
+	lim := shield.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
+	s := load(t, table, shield.Limits{Rate: lim.Rate, Burst: lim.Burst, AdmissionRate: lim.AdmissionRate,
+		AdmissionBurst: lim.AdmissionBurst, Unprotected: lim})
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}) }
+	target := s.SetOf(addr(0))
+	var known, forged []netip.Addr
+	for i := 0; len(known) < shield.Ways || len(forged) < 200; i++ {
+		a := addr(i)
+		switch {
+		case s.SetOf(a) != target:
+		case len(known) < shield.Ways:
+			known = append(known, a)
+		default:
+			forged = append(forged, a)
+		}
+	}
+	now := 10 * time.Second
+	send := func(a netip.Addr) {
+		t.Helper()
+		require.NoError(t, s.SetTime(uint64(now)))
+		got, err := sim.Run(s.Program(), sim.From(a.String(), sim.UDP).Bytes())
+		require.NoError(t, err)
+		require.Equal(t, sim.Pass, got, "%s: every source is within its limits here", a)
+	}
+	tracked := func(a netip.Addr) bool {
+		t.Helper()
+		_, ok, err := s.Source(a)
+		require.NoError(t, err)
+		return ok
+	}
+	for _, k := range known {
+		send(k)
+	}
+	// Each known source sends every 40 ms (under the 0.1 s fill time); a
+	// forged stranger reaches the set every 10 ms.
+	for i, f := range forged {
+		now += 10 * time.Millisecond
+		send(f)
+		if i%4 == 0 {
+			for _, k := range known {
+				send(k)
+			}
+		}
+		require.False(t, tracked(f), "forged %s took a way of a set whose every source is busy", f)
+	}
+	for _, k := range known {
+		require.True(t, tracked(k), "known %s lost to the flood", k)
+	}
+	// Silent for over a fill time: the ways idle, and a stranger takes one.
+	now += 200 * time.Millisecond
+	send(forged[0])
+	require.True(t, tracked(forged[0]), "a stranger found no idle way in a set of silent sources")
 }
