@@ -51,25 +51,32 @@ func TestFastPathPipelinedHandover(t *testing.T) {
 	d := newDiffEnv(t)
 	const pair = "GET /p1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /p2 HTTP/1.1\r\nHost: a.test\r\n\r\n"
 	steps := []int{1, 2, 3, 5, 7, 8, 11, 13, 17, 20, 30, 33, 34, 35, 40, 50, len(pair)}
+	bad := d.handovers(t, pair, steps, false)
+	if d.fp != nil {
+		cnt, _ := d.fp.Counters()
+		t.Logf("%d of %d exchanges failed; kernel: sticky %d, sticky_more %d, fast %d", bad, *handoverReps*len(steps),
+			cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore], cnt.Reasons[ReasonFast])
+	}
+}
+
+// handovers runs handoverReps hand-overs of pair side by side for each
+// piece size of steps, and returns how many failed.
+func (d *diffEnv) handovers(t *testing.T, pair string, steps []int, forget bool) int64 {
 	var bad atomic.Int64
 	for _, step := range steps {
 		var wg sync.WaitGroup
-		for rep := 0; rep < *handoverReps; rep++ {
+		for range *handoverReps {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if !d.handover(t, pair, step, false) {
+				if !d.handover(t, pair, step, forget) {
 					bad.Add(1)
 				}
 			}()
 		}
 		wg.Wait()
 	}
-	if d.fp != nil {
-		cnt, _ := d.fp.Counters()
-		t.Logf("%d of %d exchanges failed; kernel: sticky %d, sticky_more %d, fast %d", bad.Load(), *handoverReps*len(steps),
-			cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore], cnt.Reasons[ReasonFast])
-	}
+	return bad.Load()
 }
 
 // handover sends the warm-up, then pair in pieces of step bytes, on one
@@ -146,20 +153,7 @@ func TestFastPathStatelessHandover(t *testing.T) {
 		t.Fatal(err)
 	}
 	steps := []int{1, 3, 7, 13, 34, 35, len(pair)}
-	var bad atomic.Int64
-	for _, step := range steps {
-		var wg sync.WaitGroup
-		for rep := 0; rep < *handoverReps; rep++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if !d.handover(t, pair, step, true) {
-					bad.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-	}
+	bad := d.handovers(t, pair, steps, true)
 	after, err := d.fp.Counters()
 	if err != nil {
 		t.Fatal(err)
@@ -170,5 +164,5 @@ func TestFastPathStatelessHandover(t *testing.T) {
 	if n := after.Reasons[ReasonUnknown] - before.Reasons[ReasonUnknown]; n < tries {
 		t.Errorf("unknown counted %d messages, want at least %d (one a connection)", n, tries)
 	}
-	t.Logf("%d of %d exchanges failed; kernel: unknown %d", bad.Load(), tries, after.Reasons[ReasonUnknown]-before.Reasons[ReasonUnknown])
+	t.Logf("%d of %d exchanges failed; kernel: unknown %d", bad, tries, after.Reasons[ReasonUnknown]-before.Reasons[ReasonUnknown])
 }
