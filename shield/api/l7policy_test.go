@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
 	"xdpshield/l7"
 	"xdpshield/shield/api"
@@ -28,6 +29,7 @@ type l7Lab struct {
 
 func newL7Lab(t *testing.T) *l7Lab {
 	t.Helper()
+	testutil.Root(t)
 	ns, err := topo.New("l7api")
 	if err != nil {
 		t.Fatalf("topo.New: %v", err)
