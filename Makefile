@@ -81,7 +81,7 @@ study-quick: ## the study in short (CI, about 2 min): fails if a configuration p
 # (./e2e, not ./e2e/...: the container lane needs a Docker engine, which the
 # VMs' initramfs has not.)
 VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/... ./probe/... ./l7
-VMTEST_FLAGS ?= -test.short -test.v -test.timeout=5m
+VMTEST_FLAGS ?= -test.short -test.v -test.timeout=10m
 VM_CPUS ?= 2
 # Kernels booted at once: under TCG a VM keeps one host thread busy.
 VMS ?= 2
@@ -112,12 +112,12 @@ GATE_FLAGS ?=
 gate: ## the regression gate on the host and $(KERNELS) against fixtures/gate/baseline.json; report in out/gate
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -kernels "$(KERNELS)" -vms $(VMS) -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -kernels "$(KERNELS)" -vms $(VMS) -timeout 20m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" -out out/gate $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same KERNELS as the gate)
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
-	out/bin/vmtest gate -update -kernels "$(KERNELS)" -vms $(VMS) -timeout 15m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
+	out/bin/vmtest gate -update -kernels "$(KERNELS)" -vms $(VMS) -timeout 20m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
 
 gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh

@@ -24,7 +24,7 @@ HOST_PKGS="${GATE_PKGS:-./sim ./shield ./shield/datapath}"
 start=$(date +%s)
 go build -o out/bin/vmtest ./vmtest/cmd/vmtest
 rc=0
-out/bin/vmtest gate -kernels "$KERNELS" -vms "${VMS:-2}" -timeout 15m -testflags "-test.short -test.v -test.timeout=5m" \
+out/bin/vmtest gate -kernels "$KERNELS" -vms "${VMS:-2}" -timeout 20m -testflags "-test.short -test.v -test.timeout=10m" \
 	-host-packages "$HOST_PKGS" -matrix-out out/vmtest -out out/gate $PKGS || rc=$?
 echo "vmtest: matrix and gate on $KERNELS and the host took $(( $(date +%s) - start ))s (exit $rc)"
 exit "$rc"
