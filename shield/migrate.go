@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 
@@ -142,14 +141,8 @@ func (s *Shield) migrate(old *ebpf.Map, dir string) error {
 	l := s.Limits()
 	mig := &Migration{From: from, To: s.TableSize(), Sources: len(srcs)}
 	for i := range srcs {
-		v := srcs[i]
-		h := hashOf(&v.Key, &s.hashKeys)
-		if place(&sets[setOf(h, s.setBits)], v.Key, v, l, now) {
+		if s.placeIn(sets, words, srcs[i].Key, srcs[i], l, now) {
 			mig.Replaced++
-		}
-		slot := slotOf(h)
-		for f := range uint32(2) {
-			atomic.OrUint64(&words[f*filterWords+slot/64], 1<<(slot%64))
 		}
 	}
 	mig.Moved = mig.Sources - mig.Replaced

@@ -306,11 +306,17 @@ func (s *Shield) putSource(k bpf.ShieldSrcKey, v bpf.ShieldSource, now uint64) (
 	if err != nil {
 		return false, err
 	}
+	return s.placeIn(sets, words, k, v, s.Limits(), now), nil
+}
+
+// placeIn is putSource on the mapped table sets and presence words, under
+// limits l.
+func (s *Shield) placeIn(sets []bpf.ShieldSourceSet, words []uint64, k bpf.ShieldSrcKey, v bpf.ShieldSource, l Limits, now uint64) (replaced bool) {
 	h := hashOf(&k, &s.hashKeys)
-	replaced = place(&sets[setOf(h, s.setBits)], k, v, s.Limits(), now)
+	replaced = place(&sets[setOf(h, s.setBits)], k, v, l, now)
 	slot := slotOf(h)
 	for f := range uint32(2) {
 		atomic.OrUint64(&words[f*filterWords+slot/64], 1<<(slot%64))
 	}
-	return replaced, nil
+	return replaced
 }
