@@ -401,6 +401,9 @@ func (r *Results) targets() []Target {
 	if fl != nil && sh != nil && nf != nil {
 		a, b := ratio(sh.DropPPS.Median, fl.DropPPS.Median), ratio(sh.DropPPS.Median, nf.DropPPS.Median)
 		t.Got = fmt.Sprintf("%.0f%% of the floor, %.1fx nftables", 100*a, b)
+		if np := r.drop("shield-nopass", "few"); np != nil {
+			t.Got += fmt.Sprintf(" (passing almost nothing: %.0f%% of the floor)", 100*ratio(np.DropPPS.Median, fl.DropPPS.Median))
+		}
 		t.Met, t.Judged = a >= 0.8 && b >= 3, true
 	}
 	ts = append(ts, t)
