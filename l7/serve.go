@@ -62,17 +62,75 @@ func (s Section) Validate() error {
 	if err := s.Config.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if ap, err := netip.ParseAddrPort(s.Listen); err == nil {
+		errs = append(errs, loops(ap, s.Config, nil))
+	}
 	return errors.Join(errs...)
+}
+
+// loops names each backend of c that is the proxy itself, which would
+// send every request it routes there back to itself, and so on until its
+// file descriptors run out: listen's own address and port, or, when listen
+// is unspecified (0.0.0.0 takes IPv4, :: both families), a loopback,
+// unspecified or local address (of the namespace, as Listen saw it) with
+// listen's port.
+func loops(listen netip.AddrPort, c Config, local []netip.Addr) error {
+	l := listen.Addr().Unmap()
+	isLocal := func(a netip.Addr) bool {
+		if a.IsLoopback() || a.IsUnspecified() {
+			return true
+		}
+		for _, x := range local {
+			if x.Unmap() == a {
+				return true
+			}
+		}
+		return false
+	}
+	var errs []error
+	for i, r := range c.Routes {
+		for j, b := range r.Backends {
+			ap, err := netip.ParseAddrPort(b)
+			if err != nil || ap.Port() != listen.Port() {
+				continue
+			}
+			a := ap.Addr().Unmap()
+			self := a == l
+			if l.IsUnspecified() && (l.Is6() || a.Is4()) {
+				self = self || isLocal(a)
+			}
+			if self {
+				errs = append(errs, fmt.Errorf("l7.route[%d].backends[%d]: %q is the proxy's own l7.listen %s: its requests would come back to it", i, j, b, listen))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// localAddrs lists the addresses of the calling thread's namespace.
+func localAddrs() []netip.Addr {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, p.Addr())
+		}
+	}
+	return out
 }
 
 // Server is the proxy of a Section, bound by Listen and served by Start,
 // with the fast path when the kernel runs it.
 type Server struct {
-	px   *Proxy
-	ln   net.Listener
-	hs   *http.Server
-	log  *slog.Logger
-	done chan struct{}
+	px    *Proxy
+	ln    net.Listener
+	local []netip.Addr // the namespace's addresses when Listen bound ln (loops)
+	hs    *http.Server
+	log   *slog.Logger
+	done  chan struct{}
 
 	// pmu orders policy changes (Replace, write) against reads of the
 	// policy with its counters (Status, read).
@@ -99,6 +157,10 @@ func Listen(sec Section, dial Dialer) (*Server, error) {
 	if err := sec.Validate(); err != nil {
 		return nil, err
 	}
+	local := localAddrs()
+	if err := loops(netip.MustParseAddrPort(sec.Listen), sec.Config, local); err != nil {
+		return nil, err
+	}
 	p, err := Compile(sec.Config)
 	if err != nil {
 		return nil, err
@@ -107,7 +169,7 @@ func Listen(sec Section, dial Dialer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("l7: listen on %s: %w", sec.Listen, err)
 	}
-	return &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, done: make(chan struct{})}, nil
+	return &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, local: local, done: make(chan struct{})}, nil
 }
 
 // Start loads the fast path (unless the section turns it off) and serves.
@@ -312,6 +374,9 @@ func (s *Server) Replace(c Config) (old Config, gen uint64, err error) {
 	defer s.pmu.Unlock()
 	prev := s.px.Policy()
 	p, err := compileFrom(c, prev)
+	if err == nil {
+		err = loops(netip.MustParseAddrPort(s.sec.Listen), c, s.local)
+	}
 	if err != nil {
 		s.refused++
 		return Config{}, s.gen, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)

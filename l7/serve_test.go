@@ -2,8 +2,11 @@ package l7
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"log/slog"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,5 +137,95 @@ func TestServerWithoutFastPath(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Errorf("Listen after Close = %v, want the address free again", err)
+	}
+}
+
+// TestLoops: a backend that is the proxy's own listening socket is refused,
+// by address and port, through an unspecified listen address of its
+// family (0.0.0.0 takes IPv4 alone, :: both), and through the
+// namespace's own addresses; another port, another address of a specific
+// listen, or the other family of 0.0.0.0 is no loop.
+func TestLoops(t *testing.T) {
+	local := []netip.Addr{netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("2001:db8::7")}
+	for _, tc := range []struct {
+		listen, backend string
+		loop            bool
+	}{
+		{"127.0.0.1:8080", "127.0.0.1:8080", true},
+		{"127.0.0.1:8080", "127.0.0.1:8081", false},
+		{"127.0.0.1:8080", "127.0.0.2:8080", false},
+		{"198.18.0.7:8080", "198.18.0.7:8080", true},
+		{"0.0.0.0:8080", "127.0.0.2:8080", true},
+		{"0.0.0.0:8080", "0.0.0.0:8080", true},
+		{"0.0.0.0:8080", "198.18.0.7:8080", true},
+		{"0.0.0.0:8080", "198.18.0.8:8080", false},
+		{"0.0.0.0:8080", "[::1]:8080", false},
+		{"[::]:8080", "[::1]:8080", true},
+		{"[::]:8080", "127.0.0.1:8080", true},
+		{"[::]:8080", "[2001:db8::7]:8080", true},
+		{"[::]:8080", "[::ffff:198.18.0.7]:8080", true},
+		{"[::]:8080", "[2001:db8::8]:8080", false},
+		{"[::]:8080", "[::1]:8081", false},
+	} {
+		c := Config{Routes: []Route{
+			{Name: "a", PathPrefix: "/a", Backends: []string{"198.18.1.1:80"}},
+			{Name: "b", PathPrefix: "/b", Backends: []string{"198.18.1.2:80", tc.backend}},
+		}}
+		err := loops(netip.MustParseAddrPort(tc.listen), c, local)
+		if got := err != nil; got != tc.loop {
+			t.Errorf("loops(listen %s, backend %s) = %v, want a loop %v", tc.listen, tc.backend, err, tc.loop)
+		} else if tc.loop && !strings.Contains(err.Error(), "l7.route[1].backends[1]") {
+			t.Errorf("loops(listen %s, backend %s) = %v, want it to name l7.route[1].backends[1]", tc.listen, tc.backend, err)
+		}
+	}
+}
+
+// TestServerRefusesLoop: Listen refuses a section whose route leads back to
+// its own address, a policy change doing so is refused whole (counted,
+// the generation unchanged, requests still served by the policy in
+// force), and the namespace's addresses Listen reads are the namespace's.
+func TestServerRefusesLoop(t *testing.T) {
+	testutil.Root(t)
+	ns, err := topo.New("l7lp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	e := &nsEnv{ns: ns}
+	b := e.backend(t, "b1")
+	route := func(backend string) Config {
+		return Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{backend}}}}
+	}
+	loop := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("127.0.0.1:8080")}
+	if err := ns.Do(func() error { _, err := Listen(loop, e.dial); return err }); err == nil || !strings.Contains(err.Error(), "proxy's own l7.listen") {
+		t.Fatalf("Listen(route to itself) = %v, want a loop refused", err)
+	}
+	var local []netip.Addr
+	ns.Do(func() error { local = localAddrs(); return nil })
+	if !slices.Contains(local, netip.MustParseAddr("127.0.0.1")) {
+		t.Errorf("localAddrs() in the namespace = %v, want 127.0.0.1 among them", local)
+	}
+
+	var s *Server
+	sec := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route(b.addr)}
+	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
+		t.Fatalf("Listen = %v", err)
+	}
+	s.Start(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	t.Cleanup(func() { s.Close() })
+	if _, g, err := s.Replace(route("127.0.0.9:8080")); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1 {
+		t.Errorf("Replace(route to itself) = generation %d, %v, want generation 1 and the loop refused", g, err)
+	}
+	if st, err := s.Status(); err != nil || st.Refused != 1 || st.Generation != 1 {
+		t.Errorf("Status() = refused %d generation %d, %v, want 1 and 1", st.Refused, st.Generation, err)
+	}
+	resp, err := e.client().Get("http://127.0.0.1:8080/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || b.hits.Load() != 1 {
+		t.Errorf("GET /x after the refused change = %d, backend hits %d, want 200 and 1", resp.StatusCode, b.hits.Load())
 	}
 }
