@@ -581,3 +581,39 @@ func TestReplaceDuringStart(t *testing.T) {
 		}
 	}
 }
+
+// TestReplaceHoldFails: when a change cannot wait for the running programs
+// (the grace map is gone), the change fails, the kernel is left passing
+// every request to the proxy, which keeps the policy in force, and Status
+// says the kernel no longer holds the policy, and why.
+func TestReplaceHoldFails(t *testing.T) {
+	e := newNS(t)
+	needFast(t)
+	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
+	pa, pb := twoPolicies(b1.addr, b2.addr, b3.addr)
+	s, _ := e.server(t, pa, false)
+	s.mu.Lock()
+	fp := s.fp
+	s.mu.Unlock()
+	fp.grace.Close()
+	if _, g, err := s.Replace(pb); err == nil || errors.Is(err, ErrInvalidPolicy) || g != 1 {
+		t.Fatalf("Replace with no grace map = generation %d, %v, want generation 1 and an error of the change", g, err)
+	}
+	st0, err := s.Status()
+	if err != nil || !st0.Fast || st0.KernelPolicy || !strings.Contains(st0.KernelPolicyWhy, "could not wait") {
+		t.Fatalf("Status() = fast %v, kernel policy %v (%q), %v, want the fast path loaded, not holding the policy, and why", st0.Fast, st0.KernelPolicy, st0.KernelPolicyWhy, err)
+	}
+	c := e.client()
+	for k := 0; k < 5; k++ {
+		for _, path := range []string{"/a", "/b"} {
+			code, body, err := getPath(c, path)
+			if got, want := answerText(code, body), answerOf(true, path); err != nil || got != want {
+				t.Errorf("after the failed change: GET %s = %q, %v, want %q (policy A)", path, got, err, want)
+			}
+		}
+	}
+	st1, _ := s.Status()
+	if fast := st1.Routes[0].Fast - st0.Routes[0].Fast; fast != 0 {
+		t.Errorf("fast requests after the failed change = %d, want 0 (the kernel passes every request to the proxy)", fast)
+	}
+}

@@ -92,14 +92,19 @@ func (fp *FastPath) writeRing(p *Policy) error {
 
 // hold makes the kernel pass every request to the proxy and waits for the
 // parsers that may still read the policy in force (step 1 above). The
-// caller holds fp.polMu until install.
+// caller holds fp.polMu until install. When the wait fails the kernel is
+// left passing every request to the proxy, and Enabled says so.
 func (fp *FastPath) hold() error {
 	kp := fp.kp
 	kp.SetHeader = 1
 	if err := fp.writePolicy(kp); err != nil {
 		return err
 	}
-	return fp.barrier()
+	if err := fp.barrier(); err != nil {
+		fp.Enabled, fp.Why = false, fmt.Sprintf("a policy change could not wait for running programs (every request goes to the proxy): %v", err)
+		return err
+	}
+	return nil
 }
 
 // install writes p into the kernel (step 3 above); old is the policy p
