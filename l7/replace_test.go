@@ -107,6 +107,17 @@ func twoPolicies(b1, b2, b3 string) (a, b Config) {
 	return a, b
 }
 
+// replaceSetup starts three tracked backends and a server whose fast path
+// holds policy A of twoPolicies; it returns them with both policies.
+func replaceSetup(t *testing.T) (*nsEnv, [3]*trackedBackend, Config, Config, *Server) {
+	e := newNS(t)
+	needFast(t)
+	b := [3]*trackedBackend{e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")}
+	pa, pb := twoPolicies(b[0].addr, b[1].addr, b[2].addr)
+	s, _ := e.server(t, pa, false)
+	return e, b, pa, pb, s
+}
+
 // answer is what one policy answers to a path: "403" or the backend's name.
 func answerOf(policyA bool, path string) string {
 	switch {
@@ -135,11 +146,8 @@ func answerText(code int, body string) string {
 // requests follow it through the kernel (its fast counts rise) and through
 // the proxy (requests on connections the kernel hands over for good).
 func TestReplaceUnderLoad(t *testing.T) {
-	e := newNS(t)
-	needFast(t)
-	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
-	pa, pb := twoPolicies(b1.addr, b2.addr, b3.addr)
-	s, _ := e.server(t, pa, false)
+	e, b, pa, pb, s := replaceSetup(t)
+	b1, b2, b3 := b[0], b[1], b[2]
 
 	// phase is even while no change runs (generation phase/2+1 in
 	// force) and odd while one does (from generation (phase+1)/2 to the
@@ -307,11 +315,8 @@ func TestReplaceUnderLoad(t *testing.T) {
 // the kernel's maps, and the old one is still enforced (requests prove it,
 // through the fast path).
 func TestReplaceRefused(t *testing.T) {
-	e := newNS(t)
-	needFast(t)
-	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
-	pa, pb := twoPolicies(b1.addr, b2.addr, b3.addr)
-	s, _ := e.server(t, pa, false)
+	e, b, _, pb, s := replaceSetup(t)
+	b1, b2, b3 := b[0], b[1], b[2]
 	c := e.client()
 	for k := 0; k < 5; k++ {
 		getPath(c, "/a")
@@ -587,11 +592,7 @@ func TestReplaceDuringStart(t *testing.T) {
 // every request to the proxy, which keeps the policy in force, and Status
 // says the kernel no longer holds the policy, and why.
 func TestReplaceHoldFails(t *testing.T) {
-	e := newNS(t)
-	needFast(t)
-	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
-	pa, pb := twoPolicies(b1.addr, b2.addr, b3.addr)
-	s, _ := e.server(t, pa, false)
+	e, _, _, pb, s := replaceSetup(t)
 	s.mu.Lock()
 	fp := s.fp
 	s.mu.Unlock()

@@ -185,13 +185,8 @@ func TestLoops(t *testing.T) {
 // the generation unchanged, requests still served by the policy in
 // force), and the namespace's addresses Listen reads are the namespace's.
 func TestServerRefusesLoop(t *testing.T) {
-	testutil.Root(t)
-	ns, err := topo.New("l7lp")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	e := &nsEnv{ns: ns}
+	e := newNS(t)
+	ns := e.ns
 	b := e.backend(t, "b1")
 	route := func(backend string) Config {
 		return Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{backend}}}}
