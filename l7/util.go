@@ -65,10 +65,15 @@ var PassRedirect = true
 // socket's own ingress (bpf/l7.c relay). 6.12 and 7.2 turn a redirect to
 // the socket's own ingress into SK_PASS, whose stream-parser accounting
 // loses a hand-over's last piece (README "L7 fast path", Kernels); a
-// redirect to another socket is counted once. Needs unix sockets in a
-// sockhash (5.15+: not 5.10, which keeps PassRedirect). Tests set it false
-// to show that.
+// redirect to another socket is counted once. The pair is a unix one
+// where the kernel takes unix sockets into a sockhash (5.15+), else a TCP
+// pair on loopback (5.10: FastPath.RelayTCP). Tests set it false to show
+// that.
 var Relay = true
+
+// forceTCPRelay makes the relays TCP pairs even where unix ones work
+// (tests: -l7.relay=tcp).
+var forceTCPRelay = false
 
 // ErrKernelRefused is what Attach returns (wrapped, with the kernel's release)
 // on a kernel not among Kernels, before it loads anything: the proxy alone
