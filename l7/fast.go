@@ -81,12 +81,17 @@ type FastPath struct {
 	PassRedirect bool
 	// Relay: messages for the proxy are redirected to a relay socket per
 	// client connection, which the proxy reads (relay.go): the package's
-	// Relay where the kernel takes unix sockets into a sockhash.
-	Relay   bool
-	Enabled bool   // the policy is held in the kernel
-	Why     string // why not, when !Enabled
-	log     *slog.Logger
-	links   []link.RawAttachProgramOptions
+	// Relay where the kernel takes unix sockets into a sockhash, or else
+	// TCP sockets on loopback (RelayTCP).
+	Relay bool
+	// RelayTCP: the relays are TCP pairs on loopback (relay.go tcpRelays),
+	// on a kernel that takes no unix socket into a sockhash (5.10).
+	RelayTCP  bool
+	tcpRelays *tcpRelays
+	Enabled   bool   // the policy is held in the kernel
+	Why       string // why not, when !Enabled
+	log       *slog.Logger
+	links     []link.RawAttachProgramOptions
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
@@ -163,7 +168,7 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 // hand it every connection it accepts from then on (Proxy.Listener). On a
 // kernel it does not accept (KernelServes) it loads nothing, leaves px
 // alone and returns an error wrapping ErrKernelRefused.
-func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
+func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -180,10 +185,18 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	}
 	fp.PassRedirect = PassRedirect
 	if Relay {
-		if err := relaySupported(); err != nil {
-			log.Debug("l7: no relay sockets, handing over to the client socket", "error", err)
-		} else {
+		if uerr := relaySupported(); uerr == nil && !forceTCPRelay {
 			fp.Relay = true
+		} else if tr, terr := listenRelays(); terr == nil {
+			log.Debug("l7: no unix relay sockets, relays are TCP pairs on loopback", "error", uerr)
+			fp.Relay, fp.RelayTCP, fp.tcpRelays = true, true, tr
+			defer func() {
+				if err != nil {
+					tr.close()
+				}
+			}()
+		} else {
+			log.Debug("l7: no relay sockets, handing over to the client socket", "error", errors.Join(uerr, terr))
 		}
 	}
 	for _, lookup := range []bool{true, false} {
@@ -263,6 +276,9 @@ func (fp *FastPath) Close() error {
 		}
 	}
 	errs = append(errs, fp.objs.Close())
+	if fp.tcpRelays != nil {
+		errs = append(errs, fp.tcpRelays.close())
+	}
 	if fp.grace != nil {
 		errs = append(errs, fp.grace.Close(), fp.graceInner.Close())
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -30,11 +31,23 @@ type relay struct {
 
 // newRelay makes cc's relay and puts its reading end into the relays
 // sockhash under cc's cookie (before the client socket joins clients, so
-// nothing is handed over before it exists).
+// nothing is handed over before it exists): a unix socket pair, or a TCP
+// pair on loopback where the kernel takes no unix socket into a sockhash
+// (fp.RelayTCP).
 func (fp *FastPath) newRelay(cookie uint64) (*relay, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("relay socket pair: %w", err)
+	var fds [2]int
+	if fp.tcpRelays != nil {
+		r, w, err := fp.tcpRelays.pair()
+		if err != nil {
+			return nil, err
+		}
+		fds = [2]int{r, w}
+	} else {
+		var err error
+		fds, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			return nil, fmt.Errorf("relay socket pair: %w", err)
+		}
 	}
 	if err := fp.objs.Relays.Put(cookie, uint32(fds[0])); err != nil {
 		unix.Close(fds[0])
@@ -50,6 +63,174 @@ func (fp *FastPath) newRelay(cookie uint64) (*relay, error) {
 		return nil, fmt.Errorf("relay conn: %w", err)
 	}
 	return &relay{r: r, w: fds[1]}, nil
+}
+
+// tcpRelays makes relays as TCP pairs on loopback (5.10 takes TCP sockets
+// into a sockhash, not unix ones): one listening socket per FastPath, in
+// the network namespace Attach ran in, and per relay a connection to it
+// and the accepted end. Anything in that namespace may connect to the
+// listener too: pair takes only the connection whose peer is its own
+// connecting socket (the full address: a stranger cannot hold the same
+// source address and port towards the same listener), and closes others.
+type tcpRelays struct {
+	mu        sync.Mutex // one pair at a time: the accept queue is matched in order
+	fd        int        // listening, non-blocking; -1 once closed
+	addr      unix.Sockaddr
+	family    int
+	strangers uint64 // connections accepted and closed: not a relay's
+}
+
+// relayTimeout bounds the making of one TCP relay (connect and accept).
+const relayTimeout = 2 * time.Second
+
+// listenRelays opens the listener on 127.0.0.1, else [::1], port 0.
+func listenRelays() (*tcpRelays, error) {
+	var errs []error
+	for _, c := range []struct {
+		family int
+		addr   unix.Sockaddr
+	}{
+		{unix.AF_INET, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}},
+		{unix.AF_INET6, &unix.SockaddrInet6{Addr: [16]byte{15: 1}}},
+	} {
+		fd, err := unix.Socket(c.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err == nil {
+			err = unix.Bind(fd, c.addr)
+		}
+		if err == nil {
+			err = unix.Listen(fd, 128)
+		}
+		var sa unix.Sockaddr
+		if err == nil {
+			sa, err = unix.Getsockname(fd)
+		}
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			errs = append(errs, fmt.Errorf("relay listener on %s: %w", sockaddrString(c.addr), err))
+			continue
+		}
+		return &tcpRelays{fd: fd, addr: sa, family: c.family}, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// pair connects to the listener and accepts that connection: r is the
+// accepted end (the relay's reading end), w the connecting one. Both are
+// non-blocking, with TCP_NODELAY.
+func (tr *tcpRelays) pair() (r, w int, err error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.fd < 0 {
+		return -1, -1, errors.New("tcp relay: the listener is closed")
+	}
+	deadline := time.Now().Add(relayTimeout)
+	w, err = unix.Socket(tr.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("tcp relay socket: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(w)
+		}
+	}()
+	if err = unix.Connect(w, tr.addr); err == unix.EINPROGRESS {
+		if err = waitFD(w, unix.POLLOUT, deadline); err == nil {
+			var soErr int
+			if soErr, err = unix.GetsockoptInt(w, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && soErr != 0 {
+				err = unix.Errno(soErr)
+			}
+		}
+	}
+	if err != nil {
+		return -1, -1, fmt.Errorf("tcp relay connect to %s: %w", sockaddrString(tr.addr), err)
+	}
+	local, err := unix.Getsockname(w)
+	if err != nil {
+		return -1, -1, fmt.Errorf("tcp relay: getsockname: %w", err)
+	}
+	for {
+		r, peer, aerr := unix.Accept4(tr.fd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		switch {
+		case aerr == unix.EAGAIN:
+			if err = waitFD(tr.fd, unix.POLLIN, deadline); err != nil {
+				return -1, -1, fmt.Errorf("tcp relay accept of %s: %w", sockaddrString(local), err)
+			}
+			continue
+		case aerr == unix.EINTR || aerr == unix.ECONNABORTED:
+			continue
+		case aerr != nil:
+			return -1, -1, fmt.Errorf("tcp relay accept: %w", aerr)
+		}
+		if !sameSockaddr(peer, local) {
+			unix.Close(r) // a stranger's: never a relay
+			tr.strangers++
+			continue
+		}
+		for _, fd := range []int{r, w} {
+			if err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+				unix.Close(r)
+				return -1, -1, fmt.Errorf("tcp relay: TCP_NODELAY: %w", err)
+			}
+		}
+		return r, w, nil
+	}
+}
+
+// close closes the listener (the relays made keep working).
+func (tr *tcpRelays) close() error {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.fd < 0 {
+		return nil
+	}
+	err := unix.Close(tr.fd)
+	tr.fd = -1
+	return err
+}
+
+// waitFD polls fd for events until deadline.
+func waitFD(fd int, events int16, deadline time.Time) error {
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: events}}
+		n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+}
+
+func sameSockaddr(a, b unix.Sockaddr) bool {
+	switch a := a.(type) {
+	case *unix.SockaddrInet4:
+		b, ok := b.(*unix.SockaddrInet4)
+		return ok && a.Addr == b.Addr && a.Port == b.Port
+	case *unix.SockaddrInet6:
+		b, ok := b.(*unix.SockaddrInet6)
+		return ok && a.Addr == b.Addr && a.Port == b.Port
+	}
+	return false
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String()
+	}
+	return fmt.Sprintf("%T", sa)
 }
 
 // end shuts the writing end down: the proxy reads the end of the stream

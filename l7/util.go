@@ -33,8 +33,10 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 // Kernels): on Debian's 5.10 the data plane loads and attaches, but with
 // SK_PASS the first requests live-locked the machine (soft lockups of the
 // test's threads), and redirected, the kernel's count of passed requests
-// lagged the proxy's and a pipelined pair was answered out of order (5.10
-// takes no unix socket into a sockhash: no Relay there). On 6.12 and 7.2,
+// lagged the proxy's and a pipelined pair was answered out of order; with
+// a TCP relay (FastPath.RelayTCP: 5.10 takes no unix socket into a
+// sockhash) the same, once: the proxy read requests the kernel had not
+// passed (85 bytes read, 34 passed), connections never settled. On 6.12 and 7.2,
 // without Relay, the kernel's parser never ran on the last bytes of a
 // connection handed over to the proxy while a message passed before was
 // still unread, with SK_PASS and with PassRedirect alike
@@ -65,10 +67,15 @@ var PassRedirect = true
 // socket's own ingress (bpf/l7.c relay). 6.12 and 7.2 turn a redirect to
 // the socket's own ingress into SK_PASS, whose stream-parser accounting
 // loses a hand-over's last piece (README "L7 fast path", Kernels); a
-// redirect to another socket is counted once. Needs unix sockets in a
-// sockhash (5.15+: not 5.10, which keeps PassRedirect). Tests set it false
-// to show that.
+// redirect to another socket is counted once. The pair is a unix one
+// where the kernel takes unix sockets into a sockhash (5.15+), else a TCP
+// pair on loopback (5.10: FastPath.RelayTCP). Tests set it false to show
+// that.
 var Relay = true
+
+// forceTCPRelay makes the relays TCP pairs even where unix ones work
+// (tests: -l7.relay=tcp).
+var forceTCPRelay = false
 
 // ErrKernelRefused is what Attach returns (wrapped, with the kernel's release)
 // on a kernel not among Kernels, before it loads anything: the proxy alone
