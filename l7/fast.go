@@ -86,7 +86,11 @@ type FastPath struct {
 	Relay bool
 	// RelayTCP: the relays are TCP pairs on loopback (relay.go tcpRelays),
 	// on a kernel that takes no unix socket into a sockhash (5.10).
-	RelayTCP  bool
+	RelayTCP bool
+	// watchPoll: a relay's watcher never reads the client socket, it
+	// waits for POLLRDHUP, and accept runs the parser on what the socket
+	// queued before joining the sockhash (relay.go watch): with RelayTCP.
+	watchPoll bool
 	tcpRelays *tcpRelays
 	Enabled   bool   // the policy is held in the kernel
 	Why       string // why not, when !Enabled
@@ -190,6 +194,7 @@ func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
 		} else if tr, terr := listenRelays(); terr == nil {
 			log.Debug("l7: no unix relay sockets, relays are TCP pairs on loopback", "error", uerr)
 			fp.Relay, fp.RelayTCP, fp.tcpRelays = true, true, tr
+			fp.watchPoll = !watchRead
 			defer func() {
 				if err != nil {
 					tr.close()
@@ -368,6 +373,12 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 		}
 		if err := fp.objs.Clients.Put(cookie, uint32(fd)); err != nil {
 			return fmt.Errorf("put client socket: %w", err)
+		}
+		if fp.watchPoll && !noKick {
+			if err := kickParser(fd); err != nil {
+				fp.objs.Clients.Delete(cookie)
+				return err
+			}
 		}
 		return nil
 	})

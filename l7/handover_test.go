@@ -29,8 +29,8 @@ func (fp *FastPath) connState(remote string) string {
 		var ctl bpf.L7Ctl
 		fp.objs.Conns.Lookup(cookie, &c)
 		fp.objs.Ctls.Lookup(cookie, &ctl)
-		fmt.Fprintf(&b, "[conn %d: kernel passed %d requests, %d bytes, sticky %d, expected %d; proxy read %d bytes, %d requests] ",
-			cookie, c.Passed, c.PassedBytes, c.Sticky, ctl.Expected, cc.read.Load(), cc.handled.Load())
+		fmt.Fprintf(&b, "[conn %d: kernel passed %d requests, %d bytes, sticky %d, expected %d; proxy read %d bytes, %d requests; watcher read %d bytes off the client socket] ",
+			cookie, c.Passed, c.PassedBytes, c.Sticky, ctl.Expected, cc.read.Load(), cc.handled.Load(), cc.stray.Load())
 	}
 	return b.String()
 }

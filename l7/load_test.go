@@ -14,6 +14,7 @@ var (
 	tryOld    = flag.Bool("l7.try-old-kernel", false, "accept this kernel whatever Kernels says (to diagnose refused kernels)")
 	refuse    = flag.Bool("l7.refuse", false, "refuse every kernel (Kernels empty): runs the refused kernels' tests here")
 	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
+	watchFlag = flag.String("l7.watch", "", "read: a TCP relay's watcher reads the client socket (5.10's bug); nokick: it does not, and nothing runs the parser on data queued before the join")
 	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Relay false: 6.12's and 7.2's bug it avoids); tcp: relays are TCP pairs on loopback, as on 5.10")
 )
 
@@ -46,6 +47,15 @@ func fastKernel() bool {
 	case "":
 	default:
 		panic(fmt.Sprintf("-l7.relay=%q: want on or off", *relayFlag))
+	}
+	switch *watchFlag {
+	case "read":
+		watchRead = true
+	case "nokick":
+		noKick = true
+	case "":
+	default:
+		panic(fmt.Sprintf("-l7.watch=%q: want read or nokick", *watchFlag))
 	}
 	ok, _ := KernelServes()
 	return ok

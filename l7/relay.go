@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -249,22 +250,36 @@ func (rl *relay) close() error {
 	return rl.closeErr
 }
 
-// watch reads the client socket itself while the proxy reads the relay:
-// it returns at the client's end (or an error, or the proxy's close), then
+// watch follows the client socket while the proxy reads the relay: it
+// returns at the client's end (or an error, or the proxy's close), then
 // waits until the proxy has read every byte the kernel passed (at most 2 s)
-// and ends the relay. Data read here (the kernel passed it up rather than
-// to the relay: its redirect found no relay) is written to the relay.
+// and ends the relay. With unix relays (5.15+) it reads the client socket
+// itself: data read there (the kernel passed it up rather than to the
+// relay: data queued before the socket joined the sockhash, or a redirect
+// that found no relay) is written to the relay. Where the relays are TCP
+// pairs (5.10) it must not read: 5.10's tcp_bpf_recvmsg reads the TCP
+// receive queue itself whenever the psock's queue is empty, taking bytes
+// the stream parser has not yet run on (those it waits to have whole, or
+// that arrived while the socket was locked), ahead of what the parser
+// hands over after them. There it waits for POLLRDHUP (the FIN, set
+// whoever reads) instead, and the parser is run on the data queued before
+// the join by accept (kickParser).
 func (fp *FastPath) watch(cc *clientConn) {
 	rl := cc.relay
-	buf := make([]byte, 4096)
-	for {
-		n, err := cc.Conn.Read(buf)
-		if n > 0 {
-			fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, n)
-			unix.Write(rl.w, buf[:n])
-		}
-		if err != nil {
-			break
+	if fp.watchPoll {
+		awaitEnd(cc.Conn)
+	} else {
+		buf := make([]byte, 4096)
+		for {
+			n, err := cc.Conn.Read(buf)
+			if n > 0 {
+				cc.stray.Add(uint64(n))
+				fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, n)
+				unix.Write(rl.w, buf[:n])
+			}
+			if err != nil {
+				break
+			}
 		}
 	}
 	deadline := time.Now().Add(2 * time.Second)
@@ -296,6 +311,43 @@ func (fp *FastPath) watch(cc *clientConn) {
 		time.Sleep(time.Millisecond)
 	}
 	rl.end()
+}
+
+// awaitEnd returns once c's peer has ended its side (POLLRDHUP: the
+// kernel sets it on the FIN, whether anyone reads or not), on an error or
+// hang-up, or when c is closed, without reading c. The poller wakes it on
+// the socket's state change; data redirected by the kernel wakes nothing.
+func awaitEnd(c net.Conn) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+		n, err := unix.Poll(pfd, 0)
+		if err == unix.EINTR {
+			return false
+		}
+		return err != nil || n > 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+	})
+}
+
+// kickParser runs the stream parser on what the client socket fd has
+// queued: data that arrived before it joined the sockhash, which no
+// data-ready call will parse until more arrives (and a client waiting for
+// its answer sends nothing more). Setting SO_RCVLOWAT (to its default, 1)
+// calls tcp_set_rcvlowat, which calls tcp_data_ready, which calls the
+// socket's sk_data_ready, the parser's since the join (5.10 and later; the
+// socket lock held, it queues the parser's work).
+func kickParser(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1); err != nil {
+		return fmt.Errorf("SO_RCVLOWAT: %w", err)
+	}
+	return nil
 }
 
 // relaySupported reports whether this kernel takes a stream unix socket

@@ -77,6 +77,12 @@ var Relay = true
 // (tests: -l7.relay=tcp).
 var forceTCPRelay = false
 
+// watchRead makes the relays' watchers read the client socket with TCP
+// relays too, and noKick leaves what a client socket queued before it
+// joined the sockhash to the next data's arrival (tests: -l7.watch=read,
+// -l7.watch=nokick; relay.go watch says why neither is done on 5.10).
+var watchRead, noKick = false, false
+
 // ErrKernelRefused is what Attach returns (wrapped, with the kernel's release)
 // on a kernel not among Kernels, before it loads anything: the proxy alone
 // serves there (Server.Start falls back to it).
