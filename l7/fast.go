@@ -100,6 +100,10 @@ type FastPath struct {
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
 	shut  bool // Close ran: the maps are closed
+	// stray counts the bytes read off sockets in the sockhashes by
+	// relays' watchers and pooled sockets' readers (the kernel passed them
+	// up, not on; none where watchPoll).
+	stray atomic.Uint64
 
 	// A policy change (swap.go): polMu orders it against the writes of
 	// connections' control (accept, idle); kp is the policy in the
@@ -477,11 +481,20 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 	cc.mu.Unlock()
 	// Every byte the backend sends is redirected to the client: a read
 	// returns only at the backend's close, which empties the pool slot.
+	// Where the watchers do not read (watchPoll: 5.10), neither is the
+	// pooled socket read: a read there takes response bytes the parser
+	// has not run on (relay.go watch); its end is awaited instead.
 	go func() {
-		buf := make([]byte, 1)
-		for {
-			if _, err := up.Read(buf); err != nil {
-				break
+		if fp.watchPoll {
+			awaitEnd(up)
+		} else {
+			buf := make([]byte, 1)
+			for {
+				n, err := up.Read(buf)
+				fp.stray.Add(uint64(n))
+				if err != nil {
+					break
+				}
 			}
 		}
 		fp.mu.Lock()

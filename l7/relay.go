@@ -274,6 +274,7 @@ func (fp *FastPath) watch(cc *clientConn) {
 			n, err := cc.Conn.Read(buf)
 			if n > 0 {
 				cc.stray.Add(uint64(n))
+				fp.stray.Add(uint64(n))
 				fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, n)
 				unix.Write(rl.w, buf[:n])
 			}
