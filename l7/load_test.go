@@ -120,6 +120,9 @@ func TestAttachLoads(t *testing.T) {
 	if *relayFlag == "" && !fp.Relay {
 		t.Error("the fast path hands messages over to the client socket itself, want a relay (Relay; unix, or TCP on loopback where the kernel takes no unix socket into a sockhash): 6.12 and 7.2 lose tails otherwise")
 	}
+	if *watchFlag == "" && fp.RelayTCP && !fp.watchPoll {
+		t.Error("with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
+	}
 	if err := relaySupported(); *relayFlag == "" && err == nil && fp.RelayTCP {
 		t.Error("the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
 	}
