@@ -254,9 +254,10 @@ func (rl *relay) close() error {
 // returns at the client's end (or an error, or the proxy's close), then
 // waits until the proxy has read every byte the kernel passed (at most 2 s)
 // and ends the relay. With unix relays (5.15+) it reads the client socket
-// itself: data read there (the kernel passed it up rather than to the
-// relay: data queued before the socket joined the sockhash, or a redirect
-// that found no relay) is written to the relay. Where the relays are TCP
+// itself: that read runs the parser on data queued before the socket
+// joined the sockhash (tcp_bpf_recvmsg_parser calls tcp_data_ready), and
+// data read there (the kernel passed it up rather than to the relay: its
+// redirect found no relay) is written to the relay. Where the relays are TCP
 // pairs (5.10) it must not read: 5.10's tcp_bpf_recvmsg reads the TCP
 // receive queue itself whenever the psock's queue is empty, taking bytes
 // the stream parser has not yet run on (those it waits to have whole, or
@@ -328,12 +329,14 @@ func awaitEnd(c net.Conn) {
 		return
 	}
 	rc.Read(func(fd uintptr) bool {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
-		n, err := unix.Poll(pfd, 0)
-		if err == unix.EINTR {
-			return false
+		for {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+			n, err := unix.Poll(pfd, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			return err != nil || n > 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
 		}
-		return err != nil || n > 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
 	})
 }
 
