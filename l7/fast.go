@@ -81,16 +81,29 @@ type FastPath struct {
 	PassRedirect bool
 	// Relay: messages for the proxy are redirected to a relay socket per
 	// client connection, which the proxy reads (relay.go): the package's
-	// Relay where the kernel takes unix sockets into a sockhash.
-	Relay   bool
-	Enabled bool   // the policy is held in the kernel
-	Why     string // why not, when !Enabled
-	log     *slog.Logger
-	links   []link.RawAttachProgramOptions
+	// Relay where the kernel takes unix sockets into a sockhash, or else
+	// TCP sockets on loopback (RelayTCP).
+	Relay bool
+	// RelayTCP: the relays are TCP pairs on loopback (relay.go tcpRelays),
+	// on a kernel that takes no unix socket into a sockhash (5.10).
+	RelayTCP bool
+	// watchPoll: a relay's watcher never reads the client socket, it
+	// waits for POLLRDHUP, and accept runs the parser on what the socket
+	// queued before joining the sockhash (relay.go watch): with RelayTCP.
+	watchPoll bool
+	tcpRelays *tcpRelays
+	Enabled   bool   // the policy is held in the kernel
+	Why       string // why not, when !Enabled
+	log       *slog.Logger
+	links     []link.RawAttachProgramOptions
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
 	shut  bool // Close ran: the maps are closed
+	// stray counts the bytes read off sockets in the sockhashes by
+	// relays' watchers and pooled sockets' readers (the kernel passed them
+	// up, not on; none where watchPoll).
+	stray atomic.Uint64
 
 	// A policy change (swap.go): polMu orders it against the writes of
 	// connections' control (accept, idle); kp is the policy in the
@@ -163,7 +176,7 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 // hand it every connection it accepts from then on (Proxy.Listener). On a
 // kernel it does not accept (KernelServes) it loads nothing, leaves px
 // alone and returns an error wrapping ErrKernelRefused.
-func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
+func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -180,10 +193,19 @@ func Attach(px *Proxy, log *slog.Logger) (*FastPath, error) {
 	}
 	fp.PassRedirect = PassRedirect
 	if Relay {
-		if err := relaySupported(); err != nil {
-			log.Debug("l7: no relay sockets, handing over to the client socket", "error", err)
-		} else {
+		if uerr := relaySupported(); uerr == nil && !forceTCPRelay {
 			fp.Relay = true
+		} else if tr, terr := listenRelays(); terr == nil {
+			log.Debug("l7: no unix relay sockets, relays are TCP pairs on loopback", "error", uerr)
+			fp.Relay, fp.RelayTCP, fp.tcpRelays = true, true, tr
+			fp.watchPoll = !watchRead
+			defer func() {
+				if err != nil {
+					tr.close()
+				}
+			}()
+		} else {
+			log.Debug("l7: no relay sockets, handing over to the client socket", "error", errors.Join(uerr, terr))
 		}
 	}
 	for _, lookup := range []bool{true, false} {
@@ -263,6 +285,9 @@ func (fp *FastPath) Close() error {
 		}
 	}
 	errs = append(errs, fp.objs.Close())
+	if fp.tcpRelays != nil {
+		errs = append(errs, fp.tcpRelays.close())
+	}
 	if fp.grace != nil {
 		errs = append(errs, fp.grace.Close(), fp.graceInner.Close())
 	}
@@ -352,6 +377,12 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 		}
 		if err := fp.objs.Clients.Put(cookie, uint32(fd)); err != nil {
 			return fmt.Errorf("put client socket: %w", err)
+		}
+		if fp.watchPoll && !noKick {
+			if err := kickParser(fd); err != nil {
+				fp.objs.Clients.Delete(cookie)
+				return err
+			}
 		}
 		return nil
 	})
@@ -450,11 +481,20 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 	cc.mu.Unlock()
 	// Every byte the backend sends is redirected to the client: a read
 	// returns only at the backend's close, which empties the pool slot.
+	// Where the watchers do not read (watchPoll: 5.10), neither is the
+	// pooled socket read: a read there takes response bytes the parser
+	// has not run on (relay.go watch); its end is awaited instead.
 	go func() {
-		buf := make([]byte, 1)
-		for {
-			if _, err := up.Read(buf); err != nil {
-				break
+		if fp.watchPoll {
+			awaitEnd(up)
+		} else {
+			buf := make([]byte, 1)
+			for {
+				n, err := up.Read(buf)
+				fp.stray.Add(uint64(n))
+				if err != nil {
+					break
+				}
 			}
 		}
 		fp.mu.Lock()

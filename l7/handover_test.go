@@ -29,8 +29,8 @@ func (fp *FastPath) connState(remote string) string {
 		var ctl bpf.L7Ctl
 		fp.objs.Conns.Lookup(cookie, &c)
 		fp.objs.Ctls.Lookup(cookie, &ctl)
-		fmt.Fprintf(&b, "[conn %d: kernel passed %d requests, %d bytes, sticky %d, expected %d; proxy read %d bytes, %d requests] ",
-			cookie, c.Passed, c.PassedBytes, c.Sticky, ctl.Expected, cc.read.Load(), cc.handled.Load())
+		fmt.Fprintf(&b, "[conn %d: kernel passed %d requests, %d bytes, sticky %d, expected %d; proxy read %d bytes, %d requests; watcher read %d bytes off the client socket] ",
+			cookie, c.Passed, c.PassedBytes, c.Sticky, ctl.Expected, cc.read.Load(), cc.handled.Load(), cc.stray.Load())
 	}
 	return b.String()
 }
@@ -54,8 +54,14 @@ func TestFastPathPipelinedHandover(t *testing.T) {
 	bad := d.handovers(t, pair, steps, false)
 	if d.fp != nil {
 		cnt, _ := d.fp.Counters()
-		t.Logf("%d of %d exchanges failed; kernel: sticky %d, sticky_more %d, fast %d", bad, *handoverReps*len(steps),
-			cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore], cnt.Reasons[ReasonFast])
+		t.Logf("%d of %d exchanges failed; kernel: sticky %d, sticky_more %d, fast %d; watchers read %d bytes off sockets in the sockhashes",
+			bad, *handoverReps*len(steps), cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore], cnt.Reasons[ReasonFast], d.fp.stray.Load())
+		// With TCP relays (5.10) the proxy must take nothing off a
+		// client or pooled socket itself: there a read takes bytes the
+		// parser has not seen (relay.go watch).
+		if n := d.fp.stray.Load(); d.fp.RelayTCP && n != 0 {
+			t.Errorf("with TCP relays the watchers read %d bytes off sockets in the sockhashes, want 0 (5.10: bytes the parser never saw)", n)
+		}
 	}
 }
 

@@ -14,7 +14,8 @@ var (
 	tryOld    = flag.Bool("l7.try-old-kernel", false, "accept this kernel whatever Kernels says (to diagnose refused kernels)")
 	refuse    = flag.Bool("l7.refuse", false, "refuse every kernel (Kernels empty): runs the refused kernels' tests here")
 	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
-	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Relay false: 6.12's and 7.2's bug it avoids)")
+	watchFlag = flag.String("l7.watch", "", "read: a TCP relay's watcher reads the client socket (5.10's bug); nokick: it does not, and nothing runs the parser on data queued before the join")
+	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Relay false: 6.12's and 7.2's bug it avoids); tcp: relays are TCP pairs on loopback, as on 5.10")
 )
 
 // fastKernel reports whether Attach accepts this kernel (KernelServes;
@@ -41,9 +42,20 @@ func fastKernel() bool {
 		Relay = true
 	case "off":
 		Relay = false
+	case "tcp":
+		Relay, forceTCPRelay = true, true
 	case "":
 	default:
 		panic(fmt.Sprintf("-l7.relay=%q: want on or off", *relayFlag))
+	}
+	switch *watchFlag {
+	case "read":
+		watchRead = true
+	case "nokick":
+		noKick = true
+	case "":
+	default:
+		panic(fmt.Sprintf("-l7.watch=%q: want read or nokick", *watchFlag))
 	}
 	ok, _ := KernelServes()
 	return ok
@@ -100,15 +112,19 @@ func TestAttachLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Attach = %v", err)
 	}
-	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; through a relay: %v; policy in the kernel: %v %s",
-		fp.Lookup, fp.PassRedirect, fp.Relay, fp.Enabled, fp.Why)
+	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; through a relay: %v (TCP: %v); policy in the kernel: %v %s",
+		fp.Lookup, fp.PassRedirect, fp.Relay, fp.RelayTCP, fp.Enabled, fp.Why)
 	if *passRedir == "" && !fp.PassRedirect {
 		t.Error("the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
 	}
 	if *relayFlag == "" && !fp.Relay {
-		if err := relaySupported(); err == nil {
-			t.Error("the fast path hands messages over to the client socket itself although the kernel takes relay sockets, want the relay (Relay): 6.12 and 7.2 lose tails otherwise")
-		}
+		t.Error("the fast path hands messages over to the client socket itself, want a relay (Relay; unix, or TCP on loopback where the kernel takes no unix socket into a sockhash): 6.12 and 7.2 lose tails otherwise")
+	}
+	if *watchFlag == "" && fp.RelayTCP && !fp.watchPoll {
+		t.Error("with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
+	}
+	if err := relaySupported(); *relayFlag == "" && err == nil && fp.RelayTCP {
+		t.Error("the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
 	}
 	if !fp.Enabled {
 		t.Errorf("policy not held in the kernel: %s", fp.Why)

@@ -261,6 +261,7 @@ type clientConn struct {
 	mask    uint32        // source mask of the policy in force (FastPath.polMu)
 	handled atomic.Uint64 // requests the proxy read on it
 	read    atomic.Uint64 // bytes the proxy read from it
+	stray   atomic.Uint64 // bytes the relay's watcher read off the client socket itself (relay.go watch)
 
 	relay *relay // where the kernel hands messages over, when FastPath.Relay (relay.go)
 

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -30,11 +32,23 @@ type relay struct {
 
 // newRelay makes cc's relay and puts its reading end into the relays
 // sockhash under cc's cookie (before the client socket joins clients, so
-// nothing is handed over before it exists).
+// nothing is handed over before it exists): a unix socket pair, or a TCP
+// pair on loopback where the kernel takes no unix socket into a sockhash
+// (fp.RelayTCP).
 func (fp *FastPath) newRelay(cookie uint64) (*relay, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-	if err != nil {
-		return nil, fmt.Errorf("relay socket pair: %w", err)
+	var fds [2]int
+	if fp.tcpRelays != nil {
+		r, w, err := fp.tcpRelays.pair()
+		if err != nil {
+			return nil, err
+		}
+		fds = [2]int{r, w}
+	} else {
+		var err error
+		fds, err = unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err != nil {
+			return nil, fmt.Errorf("relay socket pair: %w", err)
+		}
 	}
 	if err := fp.objs.Relays.Put(cookie, uint32(fds[0])); err != nil {
 		unix.Close(fds[0])
@@ -50,6 +64,174 @@ func (fp *FastPath) newRelay(cookie uint64) (*relay, error) {
 		return nil, fmt.Errorf("relay conn: %w", err)
 	}
 	return &relay{r: r, w: fds[1]}, nil
+}
+
+// tcpRelays makes relays as TCP pairs on loopback (5.10 takes TCP sockets
+// into a sockhash, not unix ones): one listening socket per FastPath, in
+// the network namespace Attach ran in, and per relay a connection to it
+// and the accepted end. Anything in that namespace may connect to the
+// listener too: pair takes only the connection whose peer is its own
+// connecting socket (the full address: a stranger cannot hold the same
+// source address and port towards the same listener), and closes others.
+type tcpRelays struct {
+	mu        sync.Mutex // one pair at a time: the accept queue is matched in order
+	fd        int        // listening, non-blocking; -1 once closed
+	addr      unix.Sockaddr
+	family    int
+	strangers uint64 // connections accepted and closed: not a relay's
+}
+
+// relayTimeout bounds the making of one TCP relay (connect and accept).
+const relayTimeout = 2 * time.Second
+
+// listenRelays opens the listener on 127.0.0.1, else [::1], port 0.
+func listenRelays() (*tcpRelays, error) {
+	var errs []error
+	for _, c := range []struct {
+		family int
+		addr   unix.Sockaddr
+	}{
+		{unix.AF_INET, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}},
+		{unix.AF_INET6, &unix.SockaddrInet6{Addr: [16]byte{15: 1}}},
+	} {
+		fd, err := unix.Socket(c.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err == nil {
+			err = unix.Bind(fd, c.addr)
+		}
+		if err == nil {
+			err = unix.Listen(fd, 128)
+		}
+		var sa unix.Sockaddr
+		if err == nil {
+			sa, err = unix.Getsockname(fd)
+		}
+		if err != nil {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+			errs = append(errs, fmt.Errorf("relay listener on %s: %w", sockaddrString(c.addr), err))
+			continue
+		}
+		return &tcpRelays{fd: fd, addr: sa, family: c.family}, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// pair connects to the listener and accepts that connection: r is the
+// accepted end (the relay's reading end), w the connecting one. Both are
+// non-blocking, with TCP_NODELAY.
+func (tr *tcpRelays) pair() (r, w int, err error) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.fd < 0 {
+		return -1, -1, errors.New("tcp relay: the listener is closed")
+	}
+	deadline := time.Now().Add(relayTimeout)
+	w, err = unix.Socket(tr.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("tcp relay socket: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(w)
+		}
+	}()
+	if err = unix.Connect(w, tr.addr); err == unix.EINPROGRESS {
+		if err = waitFD(w, unix.POLLOUT, deadline); err == nil {
+			var soErr int
+			if soErr, err = unix.GetsockoptInt(w, unix.SOL_SOCKET, unix.SO_ERROR); err == nil && soErr != 0 {
+				err = unix.Errno(soErr)
+			}
+		}
+	}
+	if err != nil {
+		return -1, -1, fmt.Errorf("tcp relay connect to %s: %w", sockaddrString(tr.addr), err)
+	}
+	local, err := unix.Getsockname(w)
+	if err != nil {
+		return -1, -1, fmt.Errorf("tcp relay: getsockname: %w", err)
+	}
+	for {
+		r, peer, aerr := unix.Accept4(tr.fd, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		switch {
+		case aerr == unix.EAGAIN:
+			if err = waitFD(tr.fd, unix.POLLIN, deadline); err != nil {
+				return -1, -1, fmt.Errorf("tcp relay accept of %s: %w", sockaddrString(local), err)
+			}
+			continue
+		case aerr == unix.EINTR || aerr == unix.ECONNABORTED:
+			continue
+		case aerr != nil:
+			return -1, -1, fmt.Errorf("tcp relay accept: %w", aerr)
+		}
+		if !sameSockaddr(peer, local) {
+			unix.Close(r) // a stranger's: never a relay
+			tr.strangers++
+			continue
+		}
+		for _, fd := range []int{r, w} {
+			if err = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
+				unix.Close(r)
+				return -1, -1, fmt.Errorf("tcp relay: TCP_NODELAY: %w", err)
+			}
+		}
+		return r, w, nil
+	}
+}
+
+// close closes the listener (the relays made keep working).
+func (tr *tcpRelays) close() error {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.fd < 0 {
+		return nil
+	}
+	err := unix.Close(tr.fd)
+	tr.fd = -1
+	return err
+}
+
+// waitFD polls fd for events until deadline.
+func waitFD(fd int, events int16, deadline time.Time) error {
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return os.ErrDeadlineExceeded
+		}
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: events}}
+		n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+}
+
+func sameSockaddr(a, b unix.Sockaddr) bool {
+	switch a := a.(type) {
+	case *unix.SockaddrInet4:
+		b, ok := b.(*unix.SockaddrInet4)
+		return ok && a.Addr == b.Addr && a.Port == b.Port
+	case *unix.SockaddrInet6:
+		b, ok := b.(*unix.SockaddrInet6)
+		return ok && a.Addr == b.Addr && a.Port == b.Port
+	}
+	return false
+}
+
+func sockaddrString(sa unix.Sockaddr) string {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port)).String()
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port)).String()
+	}
+	return fmt.Sprintf("%T", sa)
 }
 
 // end shuts the writing end down: the proxy reads the end of the stream
@@ -68,22 +250,38 @@ func (rl *relay) close() error {
 	return rl.closeErr
 }
 
-// watch reads the client socket itself while the proxy reads the relay:
-// it returns at the client's end (or an error, or the proxy's close), then
+// watch follows the client socket while the proxy reads the relay: it
+// returns at the client's end (or an error, or the proxy's close), then
 // waits until the proxy has read every byte the kernel passed (at most 2 s)
-// and ends the relay. Data read here (the kernel passed it up rather than
-// to the relay: its redirect found no relay) is written to the relay.
+// and ends the relay. With unix relays (5.15+) it reads the client socket
+// itself: that read runs the parser on data queued before the socket
+// joined the sockhash (tcp_bpf_recvmsg_parser calls tcp_data_ready), and
+// data read there (the kernel passed it up rather than to the relay: its
+// redirect found no relay) is written to the relay. Where the relays are TCP
+// pairs (5.10) it must not read: 5.10's tcp_bpf_recvmsg reads the TCP
+// receive queue itself whenever the psock's queue is empty, taking bytes
+// the stream parser has not yet run on (those it waits to have whole, or
+// that arrived while the socket was locked), ahead of what the parser
+// hands over after them. There it waits for POLLRDHUP (the FIN, set
+// whoever reads) instead, and the parser is run on the data queued before
+// the join by accept (kickParser).
 func (fp *FastPath) watch(cc *clientConn) {
 	rl := cc.relay
-	buf := make([]byte, 4096)
-	for {
-		n, err := cc.Conn.Read(buf)
-		if n > 0 {
-			fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, n)
-			unix.Write(rl.w, buf[:n])
-		}
-		if err != nil {
-			break
+	if fp.watchPoll {
+		awaitEnd(cc.Conn)
+	} else {
+		buf := make([]byte, 4096)
+		for {
+			n, err := cc.Conn.Read(buf)
+			if n > 0 {
+				cc.stray.Add(uint64(n))
+				fp.stray.Add(uint64(n))
+				fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, n)
+				unix.Write(rl.w, buf[:n])
+			}
+			if err != nil {
+				break
+			}
 		}
 	}
 	deadline := time.Now().Add(2 * time.Second)
@@ -115,6 +313,45 @@ func (fp *FastPath) watch(cc *clientConn) {
 		time.Sleep(time.Millisecond)
 	}
 	rl.end()
+}
+
+// awaitEnd returns once c's peer has ended its side (POLLRDHUP: the
+// kernel sets it on the FIN, whether anyone reads or not), on an error or
+// hang-up, or when c is closed, without reading c. The poller wakes it on
+// the socket's state change; data redirected by the kernel wakes nothing.
+func awaitEnd(c net.Conn) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		for {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+			n, err := unix.Poll(pfd, 0)
+			if err == unix.EINTR {
+				continue
+			}
+			return err != nil || n > 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
+		}
+	})
+}
+
+// kickParser runs the stream parser on what the client socket fd has
+// queued: data that arrived before it joined the sockhash, which no
+// data-ready call will parse until more arrives (and a client waiting for
+// its answer sends nothing more). Setting SO_RCVLOWAT (to its default, 1)
+// calls tcp_set_rcvlowat, which calls tcp_data_ready, which calls the
+// socket's sk_data_ready, the parser's since the join (5.10 and later; the
+// socket lock held, it queues the parser's work).
+func kickParser(fd int) error {
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVLOWAT, 1); err != nil {
+		return fmt.Errorf("SO_RCVLOWAT: %w", err)
+	}
+	return nil
 }
 
 // relaySupported reports whether this kernel takes a stream unix socket

@@ -3,11 +3,15 @@ package l7
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestFastPathCloseEndsRelays: a kept-alive connection read through its
@@ -44,4 +48,67 @@ func TestFastPathCloseEndsRelays(t *testing.T) {
 		t.Fatalf("kept-alive connection after the data plane closed: read = %v, want the proxy's close", err)
 	}
 	t.Logf("read after Close: %v", err)
+}
+
+// TestTCPRelayRefusesStranger: a connection to the TCP relays' listener
+// that is not the relay's own connecting socket (anything in the namespace
+// can connect to it) is closed, never taken as a relay: pair's reading end
+// is connected to its writing end, and the stranger reads the close.
+func TestTCPRelayRefusesStranger(t *testing.T) {
+	e := newNS(t)
+	if err := e.ns.Do(func() error {
+		tr, err := listenRelays()
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+		stranger, err := net.Dial("tcp", sockaddrString(tr.addr))
+		if err != nil {
+			return err
+		}
+		defer stranger.Close()
+		// The stranger is in the accept queue before the relay connects.
+		if err := waitFD(tr.fd, unix.POLLIN, time.Now().Add(5*time.Second)); err != nil {
+			return fmt.Errorf("stranger not queued: %w", err)
+		}
+		r, w, err := tr.pair()
+		if err != nil {
+			return fmt.Errorf("pair = %w", err)
+		}
+		defer unix.Close(r)
+		defer unix.Close(w)
+		peer, err := unix.Getpeername(r)
+		if err != nil {
+			return err
+		}
+		local, err := unix.Getsockname(w)
+		if err != nil {
+			return err
+		}
+		if !sameSockaddr(peer, local) {
+			t.Errorf("pair: reading end's peer = %s, want the writing end %s (stranger %s)", sockaddrString(peer), sockaddrString(local), stranger.LocalAddr())
+		}
+		if tr.strangers != 1 {
+			t.Errorf("strangers = %d, want 1", tr.strangers)
+		}
+		stranger.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := stranger.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("stranger's read = %v, want the listener's close", err)
+		}
+		if _, err := unix.Write(w, []byte("x")); err != nil {
+			return err
+		}
+		if err := waitFD(r, unix.POLLIN, time.Now().Add(5*time.Second)); err != nil {
+			return fmt.Errorf("relay read: %w", err)
+		}
+		buf := make([]byte, 2)
+		if n, err := unix.Read(r, buf); err != nil {
+			t.Errorf("relay read = %v, want \"x\"", err)
+		} else if string(buf[:n]) != "x" {
+			t.Errorf("relay read = %q, want \"x\"", buf[:n])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

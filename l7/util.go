@@ -27,14 +27,17 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 }
 
 // Kernels are the kernel series (major.minor) Attach accepts: those on
-// which the package's tests were seen to pass, 6.18 on the host and 6.1,
-// 6.12 and 7.2 under qemu (with Relay). Every other is refused, newer ones
-// too until they are seen to pass. Seen under qemu (README "L7 fast path",
-// Kernels): on Debian's 5.10 the data plane loads and attaches, but with
-// SK_PASS the first requests live-locked the machine (soft lockups of the
-// test's threads), and redirected, the kernel's count of passed requests
-// lagged the proxy's and a pipelined pair was answered out of order (5.10
-// takes no unix socket into a sockhash: no Relay there). On 6.12 and 7.2,
+// which the package's tests were seen to pass, 6.18 on the host and 5.10,
+// 6.1, 6.12 and 7.2 under qemu (with Relay). Every other is refused, newer
+// ones too until they are seen to pass. Seen under qemu (README "L7 fast
+// path", Kernels): on Debian's 5.10 with SK_PASS the first requests
+// live-locked the machine (soft lockups of the test's threads), and
+// redirected to the client socket, a pipelined pair was answered out of
+// order; with a TCP relay (FastPath.RelayTCP: 5.10 takes no unix socket
+// into a sockhash) whose watcher read the client socket, the same: 5.10's
+// tcp_bpf_recvmsg reads the receive queue raw when the psock's is empty,
+// and the watcher took requests the parser never saw. With a watcher that
+// does not read (relay.go watch) the package passed there. On 6.12 and 7.2,
 // without Relay, the kernel's parser never ran on the last bytes of a
 // connection handed over to the proxy while a message passed before was
 // still unread, with SK_PASS and with PassRedirect alike
@@ -46,7 +49,7 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 // passed by an earlier read and still unread as consumed, which the
 // reader counts again: copied_seq passes rcv_nxt and a short last segment
 // wakes nobody. Relay avoids it.
-var Kernels = [][2]int{{6, 1}, {6, 12}, {6, 18}, {7, 2}}
+var Kernels = [][2]int{{5, 10}, {6, 1}, {6, 12}, {6, 18}, {7, 2}}
 
 // PassRedirect: the data plane hands messages to the proxy by redirecting
 // them to the client socket's own ingress instead of passing them
@@ -65,10 +68,21 @@ var PassRedirect = true
 // socket's own ingress (bpf/l7.c relay). 6.12 and 7.2 turn a redirect to
 // the socket's own ingress into SK_PASS, whose stream-parser accounting
 // loses a hand-over's last piece (README "L7 fast path", Kernels); a
-// redirect to another socket is counted once. Needs unix sockets in a
-// sockhash (5.15+: not 5.10, which keeps PassRedirect). Tests set it false
-// to show that.
+// redirect to another socket is counted once. The pair is a unix one
+// where the kernel takes unix sockets into a sockhash (5.15+), else a TCP
+// pair on loopback (5.10: FastPath.RelayTCP). Tests set it false to show
+// that.
 var Relay = true
+
+// forceTCPRelay makes the relays TCP pairs even where unix ones work
+// (tests: -l7.relay=tcp).
+var forceTCPRelay = false
+
+// watchRead makes the relays' watchers read the client socket with TCP
+// relays too, and noKick leaves what a client socket queued before it
+// joined the sockhash to the next data's arrival (tests: -l7.watch=read,
+// -l7.watch=nokick; relay.go watch says why neither is done on 5.10).
+var watchRead, noKick = false, false
 
 // ErrKernelRefused is what Attach returns (wrapped, with the kernel's release)
 // on a kernel not among Kernels, before it loads anything: the proxy alone
