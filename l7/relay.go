@@ -69,10 +69,15 @@ func (fp *FastPath) newRelay(cookie uint64) (*relay, error) {
 // tcpRelays makes relays as TCP pairs on loopback (5.10 takes TCP sockets
 // into a sockhash, not unix ones): one listening socket per FastPath, in
 // the network namespace Attach ran in, and per relay a connection to it
-// and the accepted end. Anything in that namespace may connect to the
-// listener too: pair takes only the connection whose peer is its own
-// connecting socket (the full address: a stranger cannot hold the same
-// source address and port towards the same listener), and closes others.
+// and the accepted end. Anything in that namespace may try to connect to
+// the listener too. A socket filter on it drops every packet without
+// relayMark, which only the relays' connecting sockets carry (setting a
+// mark takes CAP_NET_ADMIN): a stranger's handshake never completes, so
+// strangers cannot fill the accept queue and stall the making of relays
+// (the kernel drops a SYN while the queue is full). Behind that, pair
+// takes only the connection whose peer is its own connecting socket (the
+// full address: a stranger cannot hold the same source address and port
+// towards the same listener), and closes others.
 type tcpRelays struct {
 	mu        sync.Mutex // one pair at a time: the accept queue is matched in order
 	fd        int        // listening, non-blocking; -1 once closed
@@ -83,6 +88,21 @@ type tcpRelays struct {
 
 // relayTimeout bounds the making of one TCP relay (connect and accept).
 const relayTimeout = 2 * time.Second
+
+// relayMark is the mark (SO_MARK) of a TCP relay's connecting socket: the
+// listener's filter passes only packets carrying it ("l7rl"). A rule of
+// the namespace that rewrites the marks of loopback traffic leaves the
+// fast path without relays (the proxy alone serves).
+const relayMark = 0x6c37726c
+
+// relayFilter passes a packet with relayMark whole and drops any other
+// (classic BPF).
+var relayFilter = []unix.SockFilter{
+	{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: 0xfffff000 + 20}, // SKF_AD_OFF + SKF_AD_MARK
+	{Code: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 0, Jf: 1, K: relayMark},
+	{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff},
+	{Code: unix.BPF_RET | unix.BPF_K, K: 0},
+}
 
 // listenRelays opens the listener on 127.0.0.1, else [::1], port 0.
 func listenRelays() (*tcpRelays, error) {
@@ -95,6 +115,10 @@ func listenRelays() (*tcpRelays, error) {
 		{unix.AF_INET6, &unix.SockaddrInet6{Addr: [16]byte{15: 1}}},
 	} {
 		fd, err := unix.Socket(c.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+		if err == nil {
+			err = unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+				&unix.SockFprog{Len: uint16(len(relayFilter)), Filter: &relayFilter[0]})
+		}
 		if err == nil {
 			err = unix.Bind(fd, c.addr)
 		}
@@ -136,6 +160,9 @@ func (tr *tcpRelays) pair() (r, w int, err error) {
 			unix.Close(w)
 		}
 	}()
+	if err = unix.SetsockoptInt(w, unix.SOL_SOCKET, unix.SO_MARK, relayMark); err != nil {
+		return -1, -1, fmt.Errorf("tcp relay: SO_MARK: %w", err)
+	}
 	if err = unix.Connect(w, tr.addr); err == unix.EINPROGRESS {
 		if err = waitFD(w, unix.POLLOUT, deadline); err == nil {
 			var soErr int

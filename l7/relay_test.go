@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,10 +51,12 @@ func TestFastPathCloseEndsRelays(t *testing.T) {
 	t.Logf("read after Close: %v", err)
 }
 
-// TestTCPRelayRefusesStranger: a connection to the TCP relays' listener
-// that is not the relay's own connecting socket (anything in the namespace
-// can connect to it) is closed, never taken as a relay: pair's reading end
-// is connected to its writing end, and the stranger reads the close.
+// TestTCPRelayRefusesStranger: a stranger without the relays' mark cannot
+// connect to the TCP relays' listener at all (its filter), and a
+// connection that is not the relay's own connecting socket (here one with
+// the mark: a privileged process) is closed, never taken as a relay:
+// pair's reading end is connected to its writing end, and the stranger
+// reads the close.
 func TestTCPRelayRefusesStranger(t *testing.T) {
 	e := newNS(t)
 	if err := e.ns.Do(func() error {
@@ -62,7 +65,20 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 			return err
 		}
 		defer tr.close()
-		stranger, err := net.Dial("tcp", sockaddrString(tr.addr))
+		if c, err := net.DialTimeout("tcp", sockaddrString(tr.addr), 500*time.Millisecond); err == nil {
+			c.Close()
+			t.Errorf("a stranger without the relays' mark connected to their listener, want its handshake dropped")
+		}
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, relayMark)
+			}); err != nil {
+				return err
+			}
+			return serr
+		}}
+		stranger, err := d.Dial("tcp", sockaddrString(tr.addr))
 		if err != nil {
 			return err
 		}
@@ -107,6 +123,54 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 		} else if string(buf[:n]) != "x" {
 			t.Errorf("relay read = %q, want \"x\"", buf[:n])
 		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTCPRelayBacklogFlood: any local process in the namespace, of any
+// user, can connect to the TCP relays' listener and leave its connections
+// unaccepted. Once they fill the accept queue the kernel drops the SYN of
+// a relay's own connecting socket, so without a guard no relay could be
+// made while they stay there: each accepted client connection would wait
+// relayTimeout (under the FastPath's policy lock) and go without its
+// relay. pair still makes its relay with the queue full of strangers.
+func TestTCPRelayBacklogFlood(t *testing.T) {
+	e := newNS(t)
+	if err := e.ns.Do(func() error {
+		tr, err := listenRelays()
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+		// More than the listener's backlog: some of them stay half-open.
+		var strangers []int
+		defer func() {
+			for _, fd := range strangers {
+				unix.Close(fd)
+			}
+		}()
+		for range 300 {
+			fd, err := unix.Socket(tr.family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+			if err != nil {
+				return err
+			}
+			strangers = append(strangers, fd)
+			if err := unix.Connect(fd, tr.addr); err != nil && err != unix.EINPROGRESS {
+				return fmt.Errorf("stranger's connect: %w", err)
+			}
+		}
+		// Were their handshakes let through, the first ones would sit in
+		// the accept queue by now (loopback: within the connect).
+		waitFD(strangers[0], unix.POLLOUT, time.Now().Add(time.Second))
+		r, w, err := tr.pair()
+		if err != nil {
+			t.Errorf("pair with the accept queue full of strangers = %v, want a relay", err)
+			return nil
+		}
+		unix.Close(r)
+		unix.Close(w)
 		return nil
 	}); err != nil {
 		t.Fatal(err)
