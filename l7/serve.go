@@ -71,9 +71,9 @@ func (s Section) Validate() error {
 // loops names each backend of c that is the proxy itself, which would
 // send every request it routes there back to itself, and so on until its
 // file descriptors run out: listen's own address and port, or, when listen
-// is unspecified (0.0.0.0 takes IPv4, :: both families), a loopback,
-// unspecified or local address (of the namespace, as Listen saw it) with
-// listen's port.
+// is unspecified, a loopback, unspecified or local address (of the
+// namespace, as Listen saw it) with listen's port, of either family: Go's
+// net.Listen("tcp", "0.0.0.0:p") listens on [::]:p, which takes both.
 func loops(listen netip.AddrPort, c Config, local []netip.Addr) error {
 	l := listen.Addr().Unmap()
 	isLocal := func(a netip.Addr) bool {
@@ -96,7 +96,7 @@ func loops(listen netip.AddrPort, c Config, local []netip.Addr) error {
 			}
 			a := ap.Addr().Unmap()
 			self := a == l
-			if l.IsUnspecified() && (l.Is6() || a.Is4()) {
+			if l.IsUnspecified() {
 				self = self || isLocal(a)
 			}
 			if self {

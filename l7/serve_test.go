@@ -3,13 +3,16 @@ package l7
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
@@ -159,7 +162,13 @@ func TestLoops(t *testing.T) {
 		{"0.0.0.0:8080", "0.0.0.0:8080", true},
 		{"0.0.0.0:8080", "198.18.0.7:8080", true},
 		{"0.0.0.0:8080", "198.18.0.8:8080", false},
-		{"0.0.0.0:8080", "[::1]:8080", false},
+		// Go's net.Listen("tcp", "0.0.0.0:p") listens on [::]:p, both
+		// families (TestServerRefusesLoop sees it).
+		{"0.0.0.0:8080", "[::1]:8080", true},
+		{"0.0.0.0:8080", "[2001:db8::7]:8080", true},
+		{"0.0.0.0:8080", "[2001:db8::8]:8080", false},
+		{"[::ffff:198.18.0.7]:8080", "198.18.0.7:8080", true},
+		{"[::ffff:198.18.0.7]:8080", "[::1]:8080", false},
 		{"[::]:8080", "[::1]:8080", true},
 		{"[::]:8080", "127.0.0.1:8080", true},
 		{"[::]:8080", "[2001:db8::7]:8080", true},
@@ -194,6 +203,30 @@ func TestServerRefusesLoop(t *testing.T) {
 	loop := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("127.0.0.1:8080")}
 	if err := ns.Do(func() error { _, err := Listen(loop, e.dial); return err }); err == nil || !strings.Contains(err.Error(), "proxy's own l7.listen") {
 		t.Fatalf("Listen(route to itself) = %v, want a loop refused", err)
+	}
+	// 0.0.0.0 is both families to Go's Listen: [::1] reaches it too.
+	loop6 := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("[::1]:8080")}
+	if err := ns.Do(func() error {
+		ln, err := net.Listen("tcp", loop6.Listen)
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		c, err := net.DialTimeout("tcp", "[::1]:8080", 5*time.Second)
+		if err != nil {
+			return fmt.Errorf("listening on %s, dial [::1]:8080: %w", loop6.Listen, err)
+		}
+		return c.Close()
+	}); err != nil {
+		t.Logf("%v: the namespace has no IPv6 loopback", err)
+	} else if err := ns.Do(func() error {
+		s, err := Listen(loop6, e.dial)
+		if s != nil {
+			s.Close()
+		}
+		return err
+	}); err == nil || !strings.Contains(err.Error(), "proxy's own l7.listen") {
+		t.Errorf("Listen(%s, route to [::1]:8080) = %v, want a loop refused", loop6.Listen, err)
 	}
 	var local []netip.Addr
 	ns.Do(func() error { local = localAddrs(); return nil })
