@@ -81,7 +81,7 @@ func loops(listen netip.AddrPort, c Config, local []netip.Addr) error {
 			return true
 		}
 		for _, x := range local {
-			if x.Unmap() == a {
+			if x.Unmap().WithZone("") == a.WithZone("") {
 				return true
 			}
 		}

@@ -149,7 +149,7 @@ func TestServerWithoutFastPath(t *testing.T) {
 // namespace's own addresses; another port, another address of a specific
 // listen, or the other family of 0.0.0.0 is no loop.
 func TestLoops(t *testing.T) {
-	local := []netip.Addr{netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("2001:db8::7")}
+	local := []netip.Addr{netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("fe80::7")}
 	for _, tc := range []struct {
 		listen, backend string
 		loop            bool
@@ -174,6 +174,10 @@ func TestLoops(t *testing.T) {
 		{"[::]:8080", "[2001:db8::7]:8080", true},
 		{"[::]:8080", "[::ffff:198.18.0.7]:8080", true},
 		{"[::]:8080", "[2001:db8::8]:8080", false},
+		// A link-local backend names its interface; the namespace's
+		// addresses do not.
+		{"[::]:8080", "[fe80::7%eth0]:8080", true},
+		{"[::]:8080", "[fe80::8%eth0]:8080", false},
 		{"[::]:8080", "[::1]:8081", false},
 	} {
 		c := Config{Routes: []Route{
