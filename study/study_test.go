@@ -128,3 +128,29 @@ func TestWaitsForStorm(t *testing.T) {
 		t.Errorf("Run beside a storm = %v, %v; want nil and the context's deadline (it waited)", res, err)
 	}
 }
+
+// TestPassedFramesVerdict: the conclusion on what the passed frames cost
+// follows the runs, pair by pair: the shield passing almost nothing
+// dropping more in most runs is the stack's cost; in few, nothing
+// measurable.
+func TestPassedFramesVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		nopass []float64 // Mpps a run; the shield drops 3 in each
+		want   string
+	}{
+		{[]float64{3.5, 3.6, 2.9}, "it dropped more in 2 of 3 runs, so the difference is the stack's work"},
+		{[]float64{3.5, 2.9, 2.9}, "it dropped more in only 1 of 3 runs: here the passed frames cost nothing measurable"},
+	} {
+		r := full()
+		sh, np := r.drop("shield", "few"), r.drop("shield-nopass", "few")
+		sh.Samples, np.Samples = nil, nil
+		for i, x := range tc.nopass {
+			sh.Samples = append(sh.Samples, DropSample{Run: i, SeenPPS: 3e6, DropPPS: 3e6, DropsPerCPUSec: 1e6})
+			np.Samples = append(np.Samples, DropSample{Run: i, SeenPPS: x * 1e6, DropPPS: x * 1e6, DropsPerCPUSec: 1e6})
+		}
+		r.finish()
+		if got := strings.Join(Conclusion(r), "\n"); !strings.Contains(got, tc.want) {
+			t.Errorf("nopass %v: Conclusion() lacks %q:\n%s", tc.nopass, tc.want, got)
+		}
+	}
+}
