@@ -276,7 +276,8 @@ func Conclusion(r *Results) []string {
 			mpps(shM.DropPPS.Median), mpps(nfM.DropPPS.Median), mpps(flM.DropPPS.Median), nfM.Tracked.Median, e2e.Human(nfM.Passed.Median), shM.Tracked.Median, e2e.Human(shM.Passed.Median), r.Limits.AdmissionRate,
 			ratio(sh.PerCPU.Median, nf.PerCPU.Median)))
 		if np := r.drop("shield-nopass", "few"); np != nil {
-			// Run by run: the two are measured one after the other.
+			// Run by run: the two are measured one after the other, in
+			// turns first (dropOrder).
 			more, runs := 0, min(len(np.Samples), len(sh.Samples))
 			for i := range runs {
 				if np.Samples[i].DropPPS > sh.Samples[i].DropPPS {

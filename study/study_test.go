@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,27 @@ func TestPassedFramesVerdict(t *testing.T) {
 		r.finish()
 		if got := strings.Join(Conclusion(r), "\n"); !strings.Contains(got, tc.want) {
 			t.Errorf("nopass %v: Conclusion() lacks %q:\n%s", tc.nopass, tc.want, got)
+		}
+	}
+}
+
+// TestDropOrderAlternates: the conclusion compares the shield and the
+// shield passing almost nothing run by run; measured always in the same
+// order, a drift of the shared machine within a run (the generator
+// speeding up or slowing down) would favour the later one in every run
+// and read as the passed frames' cost. Every target is measured once a
+// run, and the pair's order alternates from run to run.
+func TestDropOrderAlternates(t *testing.T) {
+	before := func(order []string) bool {
+		return slices.Index(order, "shield") < slices.Index(order, "shield-nopass")
+	}
+	for run := range 4 {
+		order := dropOrder(run)
+		if got := slices.Sorted(slices.Values(order)); !slices.Equal(got, slices.Sorted(slices.Values(DropTargets))) {
+			t.Errorf("dropOrder(%d) = %v, want each of %v once", run, order, DropTargets)
+		}
+		if run > 0 && before(order) == before(dropOrder(run-1)) {
+			t.Errorf("dropOrder(%d) = %v, dropOrder(%d) = %v: want shield and shield-nopass in turns", run, order, run-1, dropOrder(run-1))
 		}
 	}
 }
