@@ -8,8 +8,13 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"sync"
+	"syscall"
 	"time"
+
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // Log attribute keys of the server's lifecycle.
@@ -72,7 +77,8 @@ func (s Section) Validate() error {
 // send every request it routes there back to itself, and so on until its
 // file descriptors run out: listen's own address and port, or, when listen
 // is unspecified, a loopback, unspecified or local address (of the
-// namespace, as Listen saw it) with listen's port, of either family: Go's
+// namespace: at Listen, and anew at each Replace) with listen's port, of
+// either family: Go's
 // net.Listen("tcp", "0.0.0.0:p") listens on [::]:p, which takes both.
 func loops(listen netip.AddrPort, c Config, local []netip.Addr) error {
 	l := listen.Addr().Unmap()
@@ -122,12 +128,67 @@ func localAddrs() []netip.Addr {
 	return out
 }
 
+// listenerAddrs lists the current addresses of ln's network namespace
+// (the kernel names it: SIOCGSKNS), entering it on a thread of its own
+// when the caller's is another; false when that cannot be done (the caller
+// keeps what Listen saw).
+func listenerAddrs(ln net.Listener) ([]netip.Addr, bool) {
+	sc, ok := ln.(syscall.Conn)
+	if !ok {
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	nsfd := -1
+	if err := rc.Control(func(fd uintptr) {
+		nsfd, _ = unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
+	}); err != nil || nsfd < 0 {
+		return nil, false
+	}
+	h := netns.NsHandle(nsfd)
+	defer h.Close()
+	type result struct {
+		addrs []netip.Addr
+		ok    bool
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{}
+			return
+		}
+		defer orig.Close()
+		if h.Equal(orig) {
+			runtime.UnlockOSThread()
+			ch <- result{localAddrs(), true}
+			return
+		}
+		if err := netns.Set(h); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{}
+			return
+		}
+		addrs := localAddrs()
+		ch <- result{addrs, true}
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread, still locked, ends with the goroutine
+	}()
+	r := <-ch
+	return r.addrs, r.ok
+}
+
 // Server is the proxy of a Section, bound by Listen and served by Start,
 // with the fast path when the kernel runs it.
 type Server struct {
 	px    *Proxy
 	ln    net.Listener
-	local []netip.Addr // the namespace's addresses when Listen bound ln (loops)
+	local []netip.Addr // the namespace's addresses when Listen bound ln (loops; Replace reads them anew)
 	hs    *http.Server
 	log   *slog.Logger
 	done  chan struct{}
@@ -375,7 +436,13 @@ func (s *Server) Replace(c Config) (old Config, gen uint64, err error) {
 	prev := s.px.Policy()
 	p, err := compileFrom(c, prev)
 	if err == nil {
-		err = loops(netip.MustParseAddrPort(s.sec.Listen), c, s.local)
+		// The namespace's addresses now: one added since Listen is the
+		// proxy's too.
+		local, ok := listenerAddrs(s.ln)
+		if !ok {
+			local = s.local
+		}
+		err = loops(netip.MustParseAddrPort(s.sec.Listen), c, local)
 	}
 	if err != nil {
 		s.refused++

@@ -248,8 +248,15 @@ func TestServerRefusesLoop(t *testing.T) {
 	if _, g, err := s.Replace(route("127.0.0.9:8080")); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1 {
 		t.Errorf("Replace(route to itself) = generation %d, %v, want generation 1 and the loop refused", g, err)
 	}
-	if st, err := s.Status(); err != nil || st.Refused != 1 || st.Generation != 1 {
-		t.Errorf("Status() = refused %d generation %d, %v, want 1 and 1", st.Refused, st.Generation, err)
+	// An address the namespace gained after Listen is the proxy's too.
+	if err := ns.AddAddr("lo", "198.18.9.9/32"); err != nil {
+		t.Fatal(err)
+	}
+	if _, g, err := s.Replace(route("198.18.9.9:8080")); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1 {
+		t.Errorf("Replace(route to an address added since Listen) = generation %d, %v, want generation 1 and the loop refused", g, err)
+	}
+	if st, err := s.Status(); err != nil || st.Refused != 2 || st.Generation != 1 {
+		t.Errorf("Status() = refused %d generation %d, %v, want 2 and 1", st.Refused, st.Generation, err)
 	}
 	resp, err := e.client().Get("http://127.0.0.1:8080/x")
 	if err != nil {
