@@ -176,3 +176,59 @@ func TestTCPRelayBacklogFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestAwaitEnd: awaitEnd neither reads nor returns on data (the poller
+// wakes it; it goes back to waiting), returns at the peer's FIN with the
+// data still queued, and returns when the connection is closed under it.
+func TestAwaitEnd(t *testing.T) {
+	e := newNS(t)
+	if err := e.ns.Do(func() error {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		for _, end := range []string{"fin", "close"} {
+			peer, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				return err
+			}
+			c, err := ln.Accept()
+			if err != nil {
+				peer.Close()
+				return err
+			}
+			done := make(chan struct{})
+			go func() { awaitEnd(c); close(done) }()
+			if _, err := peer.Write([]byte("data")); err != nil {
+				return err
+			}
+			select {
+			case <-done:
+				t.Errorf("%s: awaitEnd returned on data, before the end", end)
+			case <-time.After(200 * time.Millisecond):
+			}
+			if end == "fin" {
+				peer.(*net.TCPConn).CloseWrite()
+			} else {
+				c.Close()
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: awaitEnd still waiting 5 s after the end", end)
+			}
+			if end == "fin" {
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if b, err := io.ReadAll(c); string(b) != "data" {
+					t.Errorf("fin: read after awaitEnd = %q, %v, want the data it left queued", b, err)
+				}
+				c.Close()
+			}
+			peer.Close()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
