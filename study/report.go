@@ -277,16 +277,19 @@ func Conclusion(r *Results) []string {
 			ratio(sh.PerCPU.Median, nf.PerCPU.Median)))
 		if np := r.drop("shield-nopass", "few"); np != nil {
 			// Run by run: the two are measured one after the other, in
-			// turns first (dropOrder).
+			// turns first (dropOrder). Compared by the frames the edge
+			// took (seen), not dropped: the shield's drops leave out what
+			// it passed, so by drops alone the one passing nothing would
+			// win every run whatever the stack cost.
 			more, runs := 0, min(len(np.Samples), len(sh.Samples))
 			for i := range runs {
-				if np.Samples[i].DropPPS > sh.Samples[i].DropPPS {
+				if np.Samples[i].SeenPPS > sh.Samples[i].SeenPPS {
 					more++
 				}
 			}
-			verdict := fmt.Sprintf("it dropped more in %d of %d runs, so the difference is the stack's work, not the hook's", more, runs)
+			verdict := fmt.Sprintf("the edge took more frames with it in %d of %d runs, so the difference is the stack's work, not the hook's", more, runs)
 			if more <= runs/2 {
-				verdict = fmt.Sprintf("it dropped more in only %d of %d runs: here the passed frames cost nothing measurable", more, runs)
+				verdict = fmt.Sprintf("the edge took more frames with it in only %d of %d runs: here the passed frames cost nothing measurable", more, runs)
 			}
 			out = append(out, fmt.Sprintf("**What the passed frames cost.** From the few sources the shield passed %s frames a phase (each source's burst and rate), which the edge's stack answers (SYN-ACKs, ICMP echo replies, the datagram service's answers) on the same two cores as the generator. With a source limit of 1/s, burst 1, it passed %s and dropped %s Mpps, %.0f%% of the floor against %.0f%%: %s.",
 				e2e.Human(sh.Passed.Median), e2e.Human(np.Passed.Median), mpps(np.DropPPS.Median), 100*ratio(np.DropPPS.Median, fl.DropPPS.Median), 100*ratio(sh.DropPPS.Median, fl.DropPPS.Median), verdict))
