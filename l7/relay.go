@@ -91,8 +91,8 @@ const relayTimeout = 2 * time.Second
 
 // relayMark is the mark (SO_MARK) of a TCP relay's connecting socket: the
 // listener's filter passes only packets carrying it ("l7rl"). A rule of
-// the namespace that rewrites the marks of loopback traffic leaves the
-// fast path without relays (the proxy alone serves).
+// the namespace that rewrites the marks of loopback traffic would leave
+// every relay unmade: listenRelays finds it with a first pair.
 const relayMark = 0x6c37726c
 
 // relayFilter passes a packet with relayMark whole and drops any other
@@ -136,7 +136,18 @@ func listenRelays() (*tcpRelays, error) {
 			errs = append(errs, fmt.Errorf("relay listener on %s: %w", sockaddrString(c.addr), err))
 			continue
 		}
-		return &tcpRelays{fd: fd, addr: sa, family: c.family}, nil
+		tr := &tcpRelays{fd: fd, addr: sa, family: c.family}
+		// One pair now: where the namespace rewrites loopback packets'
+		// marks none passes the filter, and each accepted connection
+		// would wait relayTimeout (under polMu) for a relay never made.
+		r, w, err := tr.pair()
+		if err != nil {
+			tr.close()
+			return nil, fmt.Errorf("relay listener on %s: a first relay: %w", sockaddrString(c.addr), err)
+		}
+		unix.Close(r)
+		unix.Close(w)
+		return tr, nil
 	}
 	return nil, errors.Join(errs...)
 }

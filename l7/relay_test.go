@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -226,6 +228,34 @@ func TestAwaitEnd(t *testing.T) {
 				c.Close()
 			}
 			peer.Close()
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTCPRelayMarksRewritten: where a rule of the namespace rewrites the
+// marks of loopback packets, no relay passes the listener's filter:
+// listenRelays says so at once (Attach then fails and the proxy alone
+// serves) instead of leaving each accepted connection to wait relayTimeout
+// for a relay never made.
+func TestTCPRelayMarksRewritten(t *testing.T) {
+	e := newNS(t)
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skipf("no nft: %v", err)
+	}
+	nft := e.ns.Command("nft", "-f", "-")
+	nft.Stdin = strings.NewReader("table ip xdps_mark {\n\tchain out {\n\t\ttype route hook output priority mangle\n\t\tmeta mark set 1\n\t}\n}\n")
+	if out, err := nft.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	if err := e.ns.Do(func() error {
+		tr, err := listenRelays()
+		if err == nil {
+			defer tr.close()
+			_, _, err := tr.pair()
+			t.Errorf("listenRelays with the marks rewritten = a listener (its next pair: %v), want an error", err)
 		}
 		return nil
 	}); err != nil {
