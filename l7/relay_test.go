@@ -60,13 +60,7 @@ func TestFastPathCloseEndsRelays(t *testing.T) {
 // pair's reading end is connected to its writing end, and the stranger
 // reads the close.
 func TestTCPRelayRefusesStranger(t *testing.T) {
-	e := newNS(t)
-	if err := e.ns.Do(func() error {
-		tr, err := listenRelays()
-		if err != nil {
-			return err
-		}
-		defer tr.close()
+	withRelays(t, func(tr *tcpRelays) error {
 		if c, err := net.DialTimeout("tcp", sockaddrString(tr.addr), 500*time.Millisecond); err == nil {
 			c.Close()
 			t.Errorf("a stranger without the relays' mark connected to their listener, want its handshake dropped")
@@ -126,6 +120,20 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 			t.Errorf("relay read = %q, want \"x\"", buf[:n])
 		}
 		return nil
+	})
+}
+
+// withRelays runs f on a TCP relays' listener in a namespace of its own.
+func withRelays(t *testing.T, f func(tr *tcpRelays) error) {
+	t.Helper()
+	e := newNS(t)
+	if err := e.ns.Do(func() error {
+		tr, err := listenRelays()
+		if err != nil {
+			return err
+		}
+		defer tr.close()
+		return f(tr)
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -139,13 +147,7 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 // relayTimeout (under the FastPath's policy lock) and go without its
 // relay. pair still makes its relay with the queue full of strangers.
 func TestTCPRelayBacklogFlood(t *testing.T) {
-	e := newNS(t)
-	if err := e.ns.Do(func() error {
-		tr, err := listenRelays()
-		if err != nil {
-			return err
-		}
-		defer tr.close()
+	withRelays(t, func(tr *tcpRelays) error {
 		// More than the listener's backlog: some of them stay half-open.
 		var strangers []int
 		defer func() {
@@ -174,9 +176,7 @@ func TestTCPRelayBacklogFlood(t *testing.T) {
 		unix.Close(r)
 		unix.Close(w)
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // TestAwaitEnd: awaitEnd neither reads nor returns on data (the poller
