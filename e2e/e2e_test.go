@@ -307,7 +307,7 @@ func TestScenario(t *testing.T) {
 			t.Errorf("contrast %s: shield %v, counters %v, sent %d, %d requests; want no shield or counters, and a storm and requests",
 				p.Name, p.Shield, p.Counters, p.Sent.Frames, p.Legit.Requests)
 		}
-		if !checked(p, "storm hurts an unprotected edge") {
+		if !checked(p, harmCheck) {
 			t.Errorf("contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
 		}
 	}
@@ -346,8 +346,12 @@ func TestScenarioDryRun(t *testing.T) {
 	}
 }
 
-// latencyOnly reports whether res failed on p99 budgets of shielded phases
-// alone: every count, attribution, success rate and contrast held.
+// latencyOnly reports whether res failed on latency alone: p99 budgets of
+// shielded phases, or a contrast whose storm did not break the budget
+// (under emulation a guest stalled during the baseline inflates the p99 the
+// budget is a multiple of: 6.12 once measured a 41.7 ms baseline, 834 ms of
+// budget, and 729 ms unprotected); every count, attribution and success
+// rate of a shielded phase held.
 func latencyOnly(res *Result) bool {
 	if res.OK {
 		return false
@@ -361,7 +365,7 @@ func latencyOnly(res *Result) bool {
 	}
 	for _, p := range res.Contrast {
 		for _, c := range p.Checks {
-			if !c.OK && !c.Budget {
+			if !c.OK && !c.Budget && c.Name != harmCheck {
 				return false
 			}
 		}
@@ -501,13 +505,14 @@ func rootNetwork(t *testing.T) string {
 	return b.String()
 }
 
-// TestLatencyOnly: only a run that failed on shielded phases' p99 budgets,
-// everything else holding, is run again under emulation.
+// TestLatencyOnly: only a run that failed on latency (shielded phases' p99
+// budgets, a contrast's storm within the budget), everything else holding,
+// is run again under emulation.
 func TestLatencyOnly(t *testing.T) {
 	p99 := Check{Name: "p99 udp within budget", Budget: true}
 	success := Check{Name: "udp success", Budget: true}
 	counted := Check{Name: "counters add up"}
-	hurt := Check{Name: "storm hurts an unprotected edge"}
+	hurt := Check{Name: harmCheck}
 	ok := func(c Check) Check { c.OK = true; return c }
 	for _, tc := range []struct {
 		name            string
@@ -518,7 +523,8 @@ func TestLatencyOnly(t *testing.T) {
 		{"p99 alone", []Check{p99, ok(success), ok(counted)}, []Check{ok(hurt), success}, true},
 		{"success rate", []Check{ok(p99), success, ok(counted)}, []Check{ok(hurt)}, false},
 		{"a count", []Check{p99, ok(success), counted}, []Check{ok(hurt)}, false},
-		{"the contrast held its budget", []Check{p99}, []Check{hurt}, false},
+		{"the contrast held its budget", []Check{ok(p99)}, []Check{hurt}, true},
+		{"the contrast held its budget, a count failed", []Check{ok(p99), counted}, []Check{hurt}, false},
 	} {
 		res := &Result{OK: true, Phases: []*Phase{{Name: "few-sources", Checks: tc.phase}},
 			Contrast: []*Phase{{Name: "no-shield/few-sources", Checks: tc.contrast}}}
