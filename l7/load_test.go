@@ -46,7 +46,7 @@ func fastKernel() bool {
 		Relay, forceTCPRelay = true, true
 	case "":
 	default:
-		panic(fmt.Sprintf("-l7.relay=%q: want on or off", *relayFlag))
+		panic(fmt.Sprintf("-l7.relay=%q: want on, off or tcp", *relayFlag))
 	}
 	switch *watchFlag {
 	case "read":

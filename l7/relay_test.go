@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"xdpshield/internal/testutil"
 )
 
 // TestFastPathCloseEndsRelays: a kept-alive connection read through its
@@ -242,8 +244,13 @@ func TestAwaitEnd(t *testing.T) {
 // for a relay never made.
 func TestTCPRelayMarksRewritten(t *testing.T) {
 	e := newNS(t)
+	if testutil.InVM() {
+		// The guests carry no nft: the filter's effect is what runs there
+		// (TestTCPRelayRefusesStranger, TestTCPRelayBacklogFlood).
+		t.Skip("a mark-rewriting rule needs nft, which the VM matrix's guests lack: tested on the host")
+	}
 	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skipf("no nft: %v", err)
+		testutil.SkipOrFail(t, "nft not installed (ci/deps.sh installs nftables)")
 	}
 	nft := e.ns.Command("nft", "-f", "-")
 	nft.Stdin = strings.NewReader("table ip xdps_mark {\n\tchain out {\n\t\ttype route hook output priority mangle\n\t\tmeta mark set 1\n\t}\n}\n")
