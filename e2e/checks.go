@@ -312,8 +312,9 @@ func slowService(ph *Phase) string {
 		s.Answered, could, s.Kernel.RcvbufErrors, s.Capacity)
 }
 
-// harmCheck names assertHarm's check.
-const harmCheck = "storm hurts an unprotected edge"
+// HarmCheck names the check of a contrast phase (no program attached)
+// that its storm broke the budget (assertHarm).
+const HarmCheck = "storm hurts an unprotected edge"
 
 // assertHarm checks that a storm with no program attached broke the budget
 // the shielded edge is held to: a storm that does not hurt an unprotected
@@ -334,10 +335,10 @@ func (r *run) assertHarm(ph *Phase) {
 		if udp <= r.cfg.UDPCapacity {
 			why = "storm too weak: " + why
 		}
-		r.check(ph, harmCheck, false, "the storm did not hurt an unprotected edge; it proves nothing (%s)", why)
+		r.check(ph, HarmCheck, false, "the storm did not hurt an unprotected edge; it proves nothing (%s)", why)
 		return
 	}
-	r.check(ph, harmCheck, true, "broke %s (%s)", strings.Join(broke, ", "), why)
+	r.check(ph, HarmCheck, true, "broke %s (%s)", strings.Join(broke, ", "), why)
 }
 
 // assertRestart checks a restart of the shield mid-storm (Restarter): the

@@ -307,7 +307,7 @@ func TestScenario(t *testing.T) {
 			t.Errorf("contrast %s: shield %v, counters %v, sent %d, %d requests; want no shield or counters, and a storm and requests",
 				p.Name, p.Shield, p.Counters, p.Sent.Frames, p.Legit.Requests)
 		}
-		if !checked(p, harmCheck) {
+		if !checked(p, HarmCheck) {
 			t.Errorf("contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
 		}
 	}
@@ -365,7 +365,7 @@ func latencyOnly(res *Result) bool {
 	}
 	for _, p := range res.Contrast {
 		for _, c := range p.Checks {
-			if !c.OK && !c.Budget && c.Name != harmCheck {
+			if !c.OK && !c.Budget && c.Name != HarmCheck {
 				return false
 			}
 		}
@@ -512,7 +512,7 @@ func TestLatencyOnly(t *testing.T) {
 	p99 := Check{Name: "p99 udp within budget", Budget: true}
 	success := Check{Name: "udp success", Budget: true}
 	counted := Check{Name: "counters add up"}
-	hurt := Check{Name: harmCheck}
+	hurt := Check{Name: HarmCheck}
 	ok := func(c Check) Check { c.OK = true; return c }
 	for _, tc := range []struct {
 		name            string

@@ -238,7 +238,7 @@ func testStorm(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	var contrast []string
 	for _, p := range res.Contrast {
 		contrast = append(contrast, p.Name)
-		if !checked(p, "storm hurts an unprotected edge") {
+		if !checked(p, e2e.HarmCheck) {
 			t.Errorf("contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
 		}
 	}
