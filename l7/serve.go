@@ -8,11 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
@@ -129,8 +129,9 @@ func localAddrs() []netip.Addr {
 }
 
 // listenerAddrs lists the current addresses of ln's network namespace
-// (the kernel names it: SIOCGSKNS), read through a netlink socket opened
-// there; false when that cannot be done (the caller keeps what Listen saw).
+// (the kernel names it: SIOCGSKNS), entering it on a thread of its own
+// when the caller's is another; false when that cannot be done (the caller
+// keeps what Listen saw).
 func listenerAddrs(ln net.Listener) ([]netip.Addr, bool) {
 	sc, ok := ln.(syscall.Conn)
 	if !ok {
@@ -146,31 +147,40 @@ func listenerAddrs(ln net.Listener) ([]netip.Addr, bool) {
 	}); err != nil || nsfd < 0 {
 		return nil, false
 	}
-	ns := netns.NsHandle(nsfd)
-	defer ns.Close()
-	if cur, err := netns.Get(); err == nil {
-		here := cur.Equal(ns)
-		cur.Close()
-		if here { // no setns (it may be denied)
-			return localAddrs(), true
-		}
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return nil, false
-	}
+	h := netns.NsHandle(nsfd)
 	defer h.Close()
-	list, err := h.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, false
+	type result struct {
+		addrs []netip.Addr
+		ok    bool
 	}
-	out := make([]netip.Addr, 0, len(list))
-	for _, a := range list {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			out = append(out, ip.Unmap())
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{}
+			return
 		}
-	}
-	return out, true
+		defer orig.Close()
+		if h.Equal(orig) {
+			runtime.UnlockOSThread()
+			ch <- result{localAddrs(), true}
+			return
+		}
+		if err := netns.Set(h); err != nil {
+			runtime.UnlockOSThread()
+			ch <- result{}
+			return
+		}
+		addrs := localAddrs()
+		ch <- result{addrs, true}
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		} // else the thread, still locked, ends with the goroutine
+	}()
+	r := <-ch
+	return r.addrs, r.ok
 }
 
 // Server is the proxy of a Section, bound by Listen and served by Start,
