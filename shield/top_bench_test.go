@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
+	"xdpshield/internal/features"
 	"xdpshield/internal/testutil"
 )
 
@@ -191,7 +192,7 @@ var walkRefs = []struct {
 		return loadWalkIter(tb, s, false)
 	}},
 	{"visit", bpf.WalkProgWalkVisit, func(tb testing.TB, s *Shield) func() (walkSums, error) {
-		testutil.Kernel(tb, 5, 14, "bpf_for_each_map_elem in a syscall program")
+		testutil.Feature(tb, features.ForEachMapElem)
 		var objs struct {
 			Prog *ebpf.Program `ebpf:"walk_visit"`
 			walkSeen
@@ -230,7 +231,7 @@ func (o *walkSeen) get() (walkSums, error) {
 // loadWalkIter attaches walk_iter to s's table; a walk reads the link to
 // its end and sums the records (handOver) or reads what the program summed.
 func loadWalkIter(tb testing.TB, s *Shield, handOver bool) func() (walkSums, error) {
-	testutil.Kernel(tb, 5, 9, "a map-element iterator")
+	testutil.Feature(tb, features.MapIter)
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"walk_iter"`
 		walkSeen

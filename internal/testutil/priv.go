@@ -3,6 +3,8 @@ package testutil
 import (
 	"os"
 	"testing"
+
+	"xdpshield/internal/features"
 	"xdpshield/internal/kernel"
 )
 
@@ -37,5 +39,17 @@ func Kernel(t testing.TB, major, minor int, feature string) {
 	t.Helper()
 	if !KernelAtLeast(major, minor) {
 		t.Skipf("%s needs kernel %d.%d+", feature, major, minor)
+	}
+}
+
+// Feature skips t when the kernel lacks f, a feature only tests and
+// benchmarks need, naming the feature and the errno ("kernel feature
+// map_elem_iter unavailable (EPERM): ..."). It skips under
+// SHIELD_REQUIRE_PRIV too: kernel builds differ, and the gate fails a pinned
+// kernel that loses a feature it had (internal/gate).
+func Feature(t testing.TB, f *features.Feature) {
+	t.Helper()
+	if err := f.Check(); err != nil {
+		t.Skip(err.Error())
 	}
 }
