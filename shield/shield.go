@@ -79,6 +79,11 @@ type Options struct {
 	// as the loader does by itself before 5.12: the regression gate runs the
 	// compat program's scenarios on every kernel.
 	Compat bool
+	// Spec, when set, is loaded in place of bpf/shield.c's embedded object:
+	// the regression gate times the object committed at a base revision
+	// against this tree's, in one process. Its maps and variables must be
+	// this tree's (gate.SameLayout).
+	Spec *ebpf.CollectionSpec
 }
 
 // The traffic classes index the admission buckets: enum traffic_class in
@@ -175,6 +180,9 @@ func Load(opts Options) (*Shield, error) {
 	}
 
 	spec, err := bpf.LoadShield()
+	if opts.Spec != nil {
+		spec, err = opts.Spec.Copy(), nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}

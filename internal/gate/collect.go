@@ -5,21 +5,44 @@ import (
 	"fmt"
 	"strings"
 
+	"xdpshield/bpf"
+	"xdpshield/internal/features"
 	"xdpshield/internal/kernel"
 	"xdpshield/internal/testutil"
 )
+
+// SpeedBaseEnv names the base revision's shield object (shield_bpfel.o)
+// for the measurement run on the host: its paths are timed against it.
+const SpeedBaseEnv = "GATE_SPEED_BASE"
 
 // Marker starts the line a measurement run prints its figures on, so the
 // gate finds them in a VM's output.
 const Marker = "@@GATE-FIGURES "
 
-// Collect measures complexity and speed in the running kernel; behaviour
+// Collect measures complexity (and, on the host, speed) in the running
+// kernel; behaviour
 // comes from the test runs beside it. Failures are kept in Errors.
 func Collect(name string, o SpeedOptions) Figures {
-	f := Figures{Kernel: name, Release: kernel.Release(), Emulated: testutil.Emulated()}
+	f := Figures{Kernel: name, Release: kernel.Release(), Emulated: testutil.Emulated(), Features: features.Present()}
 	var err error
 	if f.Programs, err = Complexity(); err != nil {
 		f.Errors = append(f.Errors, fmt.Sprintf("complexity: %v", err))
+	}
+	// Speed only on the host: under TCG a path's ratio to the reference
+	// moved by up to 58% between two clean boots of the same program (7.2:
+	// admission-drop 2.72 -> 4.31), so nothing below that could be judged.
+	if testutil.InVM() {
+		return f
+	}
+	if o.Base != nil {
+		cur, err := bpf.LoadShield()
+		if err == nil {
+			err = SameLayout(o.Base, cur)
+		}
+		if err != nil {
+			f.Notes = append(f.Notes, fmt.Sprintf("speed: the base revision's program was not timed beside this one (%v); the paths are compared with the baseline's ratios to XDP_DROP", err))
+			o.Base = nil
+		}
 	}
 	if f.Speed, err = Speed(o); err != nil {
 		f.Errors = append(f.Errors, fmt.Sprintf("speed: %v", err))

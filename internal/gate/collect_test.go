@@ -6,6 +6,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,6 +25,11 @@ func TestCollect(t *testing.T) {
 	o := SpeedOptions{}
 	if !*emit {
 		o = SpeedOptions{Rounds: 2, Side: 4e6}
+	}
+	if p := os.Getenv(SpeedBaseEnv); p != "" {
+		spec, err := ebpf.LoadCollectionSpec(p)
+		require.NoError(t, err, "the base object %s=%s", SpeedBaseEnv, p)
+		o.Base = spec
 	}
 	f := Collect(os.Getenv("VMTEST_KERNEL"), o)
 	if *emit {
@@ -55,11 +61,18 @@ func TestCollect(t *testing.T) {
 		assert.NotZero(t, p.InsnsProcessed, "Programs[%q].InsnsProcessed", name)
 		assert.NotZero(t, p.XlatedInsns, "Programs[%q].XlatedInsns", name)
 	}
+	if testutil.InVM() {
+		assert.Empty(t, f.Speed, "Speed under emulation")
+		return
+	}
 	require.Len(t, f.Speed, len(speedPaths), "Speed paths")
 	for name, p := range f.Speed {
 		assert.Empty(t, p.Error, "Speed[%q].Error", name)
 		assert.Greater(t, p.Ratio, 0.5, "Speed[%q].Ratio", name)
 		assert.Less(t, p.PrecisionNs, 0.1, "Speed[%q].PrecisionNs", name)
+		if o.Base != nil {
+			assert.Greater(t, p.VsBase, 0.5, "Speed[%q].VsBase", name)
+		}
 		t.Logf("%-20s %7.3f ns/pkt  ref %6.3f  x%.3f  spread %.1f%%  precision %.1g ns  (test run: %.1f / %.1f ns)", name, p.NsPerPkt, p.RefNsPerPkt, p.Ratio, 100*p.Spread, p.PrecisionNs, p.TestRunNsPerPkt, p.TestRunRefNsPerPkt)
 	}
 	for name, p := range f.Programs {

@@ -15,6 +15,11 @@ type Figures struct {
 	// loader's choice), "xdpshield/shield/datapath -datapath.compat"
 	// (shield_compat everywhere), "xdpshield/sim", ...
 	Behaviour map[string]Behaviour `json:"behaviour"`
+	// Features are the lab's probed kernel features (internal/features):
+	// name to "" when present, else the errno the probe met.
+	Features map[string]string `json:"features,omitempty"`
+	// Notes say what was measured otherwise than usual, for the report.
+	Notes []string `json:"notes,omitempty"`
 	// Errors are collection failures (a run that produced no figures).
 	Errors []string `json:"errors,omitempty"`
 }
@@ -45,6 +50,13 @@ type Path struct {
 	TestRunNsPerPkt    float64 `json:"test_run_ns_per_pkt"`
 	TestRunRefNsPerPkt float64 `json:"test_run_ref_ns_per_pkt"`
 	Ratio              float64 `json:"ratio"` // median of the rounds' path/reference
+	// VsBase is the median of the rounds' ns/packet of this tree's program
+	// over the base revision's, timed in alternating turns in the same
+	// rounds (0: no base timed); BaseNsPerPkt is the base's figure and
+	// VsBaseSpread the rounds' (max - min) / median.
+	VsBase       float64 `json:"vs_base,omitempty"`
+	BaseNsPerPkt float64 `json:"base_ns_per_pkt,omitempty"`
+	VsBaseSpread float64 `json:"vs_base_spread,omitempty"`
 	// Spread is (max - min) / median of the rounds' ratios: the run-to-run
 	// noise the tolerance is derived from.
 	Spread float64 `json:"spread"`
@@ -59,9 +71,12 @@ type Path struct {
 
 // Behaviour is one test binary's outcome on one kernel.
 type Behaviour struct {
-	Exit   int      `json:"exit"`
-	Pass   int      `json:"pass"`
-	Fail   int      `json:"fail"`
-	Skip   int      `json:"skip"`
-	Failed []string `json:"failed,omitempty"` // failing tests, with their first message
+	Exit int `json:"exit"`
+	Pass int `json:"pass"`
+	Fail int `json:"fail"`
+	Skip int `json:"skip"`
+	// FeatureSkips are the skips for a kernel feature the lab probes and
+	// this kernel lacks (their reason starts with features.Prefix).
+	FeatureSkips int      `json:"feature_skips,omitempty"`
+	Failed       []string `json:"failed,omitempty"` // failing tests, with their first message
 }

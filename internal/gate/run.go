@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"xdpshield/internal/features"
 	"xdpshield/vmtest"
 )
 
@@ -43,9 +44,12 @@ type Config struct {
 	BootTimeout  time.Duration
 	Timeout      time.Duration // per kernel
 	MemoryMiB    int
-	VMs          int       // kernels booted at once (vmtest.Matrix.VMs)
-	Output       io.Writer // live test output
-	Log          *slog.Logger
+	VMs          int // kernels booted at once (vmtest.Matrix.VMs)
+	// SpeedBase is the base revision's shield object: the host's
+	// measurement times every path against it (SpeedBaseEnv).
+	SpeedBase string
+	Output    io.Writer // live test output
+	Log       *slog.Logger
 }
 
 // extra are the gate's own runs, as the matrix takes them.
@@ -215,7 +219,7 @@ func figuresOf(kernel string, runs []vmtest.RunResult) Figures {
 				f.Errors = append(f.Errors, fmt.Sprintf("measurement run (exit %d): %v; last lines: %s", r.Exit, err, strings.Join(vmtest.LastLines(r.Output, 5), " | ")))
 				continue
 			}
-			f.Release, f.Programs, f.Speed = m.Release, m.Programs, m.Speed
+			f.Release, f.Programs, f.Speed, f.Features, f.Notes = m.Release, m.Programs, m.Speed, m.Features, m.Notes
 			f.Errors = append(f.Errors, m.Errors...)
 			if r.Exit != 0 {
 				f.Errors = append(f.Errors, fmt.Sprintf("measurement run exited %d: %s", r.Exit, strings.Join(failed(vmtest.ParseTestOutput(r.Output)), "; ")))
@@ -244,6 +248,9 @@ func behaviourOf(r vmtest.RunResult) Behaviour {
 			b.Fail++
 		case "skip":
 			b.Skip++
+			if strings.HasPrefix(t.Reason, features.Prefix) {
+				b.FeatureSkips++
+			}
 		}
 	}
 	b.Failed = failed(tests)
@@ -340,6 +347,9 @@ func (c Config) host(ctx context.Context, bins map[string]vmtest.Binary) (Figure
 		cmd := exec.CommandContext(ctx, bin, append(slices.Clone(c.TestFlags), r.args...)...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), "SHIELD_REQUIRE_PRIV=1", "VMTEST_KERNEL="+Host)
+		if r.name == measureRun && c.SpeedBase != "" {
+			cmd.Env = append(cmd.Env, SpeedBaseEnv+"="+c.SpeedBase)
+		}
 		var buf bytes.Buffer
 		w := io.Writer(&buf)
 		var live io.Writer

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -116,14 +117,18 @@ func drainAdmission(s *shield.Shield) error {
 
 // SpeedOptions size the measurement.
 type SpeedOptions struct {
-	Rounds int           // rounds per path, reference and path interleaved (5)
+	Rounds int           // rounds per path, reference and path interleaved (7)
 	Run    time.Duration // target length of one timed test run (2 ms)
 	Side   time.Duration // target time per round and side (10 ms)
+	// Base is the shield object of the base revision: each path is then
+	// timed against it too, old and new alternating in the same rounds,
+	// so the machine's drift moves both alike. Nil: the reference only.
+	Base *ebpf.CollectionSpec
 }
 
 func (o *SpeedOptions) defaults() {
 	if o.Rounds == 0 {
-		o.Rounds = 5
+		o.Rounds = 7
 	}
 	if o.Run == 0 {
 		o.Run = 2 * time.Millisecond
@@ -195,19 +200,59 @@ func Speed(o SpeedOptions) (map[string]Path, error) {
 	return out, nil
 }
 
+// side is one program timed on a path: this tree's shield, or the base's.
+type side struct {
+	s     *shield.Shield
+	reset func(*shield.Shield) error
+	ns    []float64 // per pair, the statistics' ns/packet
+	tr    []float64 // per pair, the test run's own figure
+}
+
+func (sd *side) time(t timer, frame []byte, repeat int) error {
+	if sd.reset != nil {
+		if err := sd.reset(sd.s); err != nil {
+			return err
+		}
+	}
+	a, ta, err := t.run(sd.s.Program(), frame, repeat)
+	sd.ns, sd.tr = append(sd.ns, a), append(sd.tr, ta)
+	return err
+}
+
+// load loads a shield for p (from spec when set) and sends frame down p.
+func load(p speedPath, spec *ebpf.CollectionSpec) (*shield.Shield, []byte, sim.Action, shield.Reason, error) {
+	s, err := shield.Load(shield.Options{TableSize: 65536, Clock: p.clock, Spec: spec})
+	if err != nil {
+		return nil, nil, 0, 0, err
+	}
+	frame, want, reason, err := p.setup(s)
+	if err != nil {
+		s.Close()
+		return nil, nil, 0, 0, fmt.Errorf("set up %s: %w", p.name, err)
+	}
+	if got, err := sim.Run(s.Program(), frame); err != nil || got != want {
+		s.Close()
+		return nil, nil, 0, 0, fmt.Errorf("%s: Run() = %s, %v, want %s", p.name, got, err, want)
+	}
+	return s, frame, want, reason, nil
+}
+
 func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	var res Path
-	s, err := shield.Load(shield.Options{TableSize: 65536, Clock: p.clock})
+	s, frame, want, reason, err := load(p, nil)
 	if err != nil {
 		return res, err
 	}
 	defer s.Close()
-	frame, want, reason, err := p.setup(s)
-	if err != nil {
-		return res, fmt.Errorf("set up %s: %w", p.name, err)
-	}
-	if got, err := sim.Run(s.Program(), frame); err != nil || got != want {
-		return res, fmt.Errorf("%s: Run() = %s, %v, want %s", p.name, got, err, want)
+	cur := &side{s: s, reset: p.reprime}
+	var base *side
+	if o.Base != nil {
+		bs, _, _, _, err := load(p, o.Base)
+		if err != nil {
+			return res, fmt.Errorf("base object: %w", err)
+		}
+		defer bs.Close()
+		base = &side{s: bs, reset: p.reprime}
 	}
 	var t timer
 	// Size the timed runs from the reference's cost.
@@ -223,32 +268,46 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	if err != nil {
 		return res, err
 	}
-	var ratios, nsPath, nsRef, trPath, trRef []float64
+	var ratios, vsBase, nsPath, nsRef, nsBase, trPath, trRef []float64
 	for range o.Rounds {
-		// One round: runs pairs of timed runs, reference then path; the
-		// round's figures are the medians of its pairs, so one pair slowed
-		// by a neighbour does not move them.
-		var pr, pq, ptr, ptq, pairs []float64
-		for range runs {
+		// One round: runs groups of timed runs, the reference, this
+		// tree's program and the base's, the last two in turns first;
+		// the round's figures are the medians of its groups, so one
+		// group slowed by a neighbour does not move them.
+		var pr, ptr, pairs, vs []float64
+		cur.ns, cur.tr = nil, nil
+		if base != nil {
+			base.ns, base.tr = nil, nil
+		}
+		for i := range runs {
 			a, ta, err := t.run(ref, frame, repeat)
 			if err != nil {
 				return res, err
 			}
-			if p.reprime != nil {
-				if err := p.reprime(s); err != nil {
+			pr, ptr = append(pr, a), append(ptr, ta)
+			order := []*side{cur}
+			if base != nil {
+				order = []*side{cur, base}
+				if i%2 == 1 {
+					order = []*side{base, cur}
+				}
+			}
+			for _, sd := range order {
+				if err := sd.time(t, frame, repeat); err != nil {
 					return res, err
 				}
 			}
-			b, tb, err := t.run(s.Program(), frame, repeat)
-			if err != nil {
-				return res, err
+			pairs = append(pairs, cur.ns[i]/a)
+			if base != nil {
+				vs = append(vs, cur.ns[i]/base.ns[i])
 			}
-			pr, pq, ptr, ptq = append(pr, a), append(pq, b), append(ptr, ta), append(ptq, tb)
-			pairs = append(pairs, b/a)
 		}
-		nsRef, nsPath = append(nsRef, median(pr)), append(nsPath, median(pq))
-		trRef, trPath = append(trRef, median(ptr)), append(trPath, median(ptq))
+		nsRef, nsPath = append(nsRef, median(pr)), append(nsPath, median(cur.ns))
+		trRef, trPath = append(trRef, median(ptr)), append(trPath, median(cur.tr))
 		ratios = append(ratios, median(pairs))
+		if base != nil {
+			nsBase, vsBase = append(nsBase, median(base.ns)), append(vsBase, median(vs))
+		}
 	}
 	after, err := s.Counters()
 	if err != nil {
@@ -264,10 +323,43 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	res.NsPerPkt, res.RefNsPerPkt, res.Ratio = median(nsPath), median(nsRef), median(ratios)
 	res.TestRunNsPerPkt, res.TestRunRefNsPerPkt = median(trPath), median(trRef)
 	res.Spread = (slices.Max(ratios) - slices.Min(ratios)) / res.Ratio
+	if base != nil {
+		res.BaseNsPerPkt, res.VsBase = median(nsBase), median(vsBase)
+		res.VsBaseSpread = (slices.Max(vsBase) - slices.Min(vsBase)) / res.VsBase
+	}
 	if res.OnPath < 0.99 {
 		return res, fmt.Errorf("%s: only %.2f%% of %d packets took the path (%s/%s)", p.name, 100*res.OnPath, d.Total(), v, reason)
 	}
 	return res, nil
+}
+
+// SameLayout says whether base can be loaded in cur's place by this tree's
+// Go: the same programs, maps (type, key and value sizes, flags) and
+// variables (sizes). A change of layout is compared with the baseline's
+// recorded figures instead.
+func SameLayout(base, cur *ebpf.CollectionSpec) error {
+	var diffs []string
+	for _, name := range keys(base.Programs, cur.Programs) {
+		if base.Programs[name] == nil || cur.Programs[name] == nil {
+			diffs = append(diffs, "program "+name)
+		}
+	}
+	for _, name := range keys(base.Maps, cur.Maps) {
+		a, b := base.Maps[name], cur.Maps[name]
+		if a == nil || b == nil || a.Type != b.Type || a.KeySize != b.KeySize || a.ValueSize != b.ValueSize || a.Flags != b.Flags {
+			diffs = append(diffs, "map "+name)
+		}
+	}
+	for _, name := range keys(base.Variables, cur.Variables) {
+		a, b := base.Variables[name], cur.Variables[name]
+		if a == nil || b == nil || a.Size() != b.Size() {
+			diffs = append(diffs, "variable "+name)
+		}
+	}
+	if len(diffs) > 0 {
+		return fmt.Errorf("the layout differs: %s", strings.Join(diffs, ", "))
+	}
+	return nil
 }
 
 func median(x []float64) float64 {

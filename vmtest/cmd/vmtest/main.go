@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	fs.BoolVar(&g.update, "update", false, "gate: rewrite the baseline from this run (clean tree, everything passing)")
 	fs.BoolVar(&g.host, "host", true, "gate: measure the host kernel too")
 	fs.StringVar(&g.hostPkgs, "host-packages", strings.Join(gate.Packages, " "), "gate: behaviour packages run on the host")
+	fs.StringVar(&g.speedBase, "speed-base", "", "gate: the revision (or a shield_bpfel.o) whose shield the host's paths are timed against, in the same rounds (default: the baseline's revision; a branch gives its merge base)")
 	fs.BoolVar(&g.subset, "subset", false, "gate: compare only the kernels of this run with the baseline's (local checks; the full gate needs the same set)")
 	fs.StringVar(&g.matrixOut, "matrix-out", "", "gate: also write the matrix report of the VMs there (CI: out/vmtest)")
 	fs.Float64Var(&g.th.Complexity, "threshold", gate.DefaultThresholds.Complexity, "gate: largest accepted growth of instructions processed or program size")
@@ -146,6 +148,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 
 type gateFlags struct {
 	baseline, hostPkgs, matrixOut string
+	speedBase                     string
 	update, host, subset          bool
 	th                            gate.Thresholds
 }
@@ -166,6 +169,15 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 		if base, err = gate.ReadBaseline(g.baseline); err != nil {
 			return vmtest.ExitHarnessError, err
 		}
+	}
+	var notes []string
+	if base != nil {
+		obj, cleanup, err := speedBase(ctx, cfg.Dir, g.speedBase, base.Revision)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("speed: no base program (%v); the paths are compared with the baseline's ratios to XDP_DROP", err))
+		}
+		defer cleanup()
+		cfg.SpeedBase = obj
 	}
 	figs, mrep, err := cfg.Collect(ctx)
 	if mrep != nil && g.matrixOut != "" {
@@ -201,7 +213,12 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 		slog.Info("baseline rewritten", vmtest.LogPath, g.baseline, vmtest.LogKernel, fmt.Sprint(ids))
 		return vmtest.ExitPass, nil
 	}
-	rep := &gate.Report{Started: start.UTC(), Revision: rev, Baseline: base.Revision, Thresholds: g.th, Kernels: ids, Figures: figs}
+	rep := &gate.Report{Started: start.UTC(), Revision: rev, Baseline: base.Revision, Thresholds: g.th, Kernels: ids, Figures: figs, Notes: notes}
+	for _, f := range figs {
+		for _, n := range f.Notes {
+			rep.Notes = append(rep.Notes, f.Kernel+": "+n)
+		}
+	}
 	if dirty {
 		rep.Revision += " (with uncommitted changes)"
 	}
@@ -233,6 +250,44 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 		return vmtest.ExitTestFailure, nil
 	}
 	return vmtest.ExitPass, nil
+}
+
+// speedBase is the shield object the host's paths are timed against: the
+// file arg names, or bpf/shield_bpfel.o as committed at revision arg (the
+// baseline's revision when arg is empty), written to a temporary file.
+func speedBase(ctx context.Context, dir, arg, baselineRev string) (string, func(), error) {
+	nothing := func() {}
+	if arg != "" {
+		if st, err := os.Stat(arg); err == nil && st.Mode().IsRegular() {
+			return arg, nothing, nil
+		}
+	}
+	rev := arg
+	if rev == "" {
+		rev = baselineRev
+	}
+	show := exec.CommandContext(ctx, "git", "show", rev+":bpf/shield_bpfel.o")
+	show.Dir = dir
+	obj, err := show.Output()
+	if err != nil {
+		return "", nothing, fmt.Errorf("git show %s:bpf/shield_bpfel.o: %w", rev, err)
+	}
+	f, err := os.CreateTemp("", "xdpshield-speed-base-*.o")
+	if err != nil {
+		return "", nothing, err
+	}
+	cleanup := func() { os.Remove(f.Name()) }
+	if _, err := f.Write(obj); err != nil {
+		f.Close()
+		cleanup()
+		return "", nothing, err
+	}
+	if err := f.Close(); err != nil {
+		cleanup()
+		return "", nothing, err
+	}
+	slog.Info("speed base", vmtest.LogPath, f.Name(), "revision", rev)
+	return f.Name(), cleanup, nil
 }
 
 func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCode, error) {
