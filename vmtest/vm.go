@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"xdpshield/internal/flock"
 )
 
@@ -464,9 +462,11 @@ func sharedLibs(bin string) ([]string, error) {
 	return libs, nil
 }
 
-// kvmUsable reports whether KVM works here: /dev/kvm creates a VM and
-// qemu can set up a KVM vCPU (a machine may have /dev/kvm and still fail
-// there, e.g. nested without MSR support). VMTEST_ACCEL=tcg|kvm overrides.
+// kvmUsable reports whether KVM works here: a guest runs under it to its
+// end. /dev/kvm may create a VM, and qemu may set up a KVM vCPU, on a
+// machine where no guest ever runs (seen here, nested: every boot under
+// KVM hung until its timeout, while TCG booted). VMTEST_ACCEL=tcg|kvm
+// overrides. The probe runs once per process.
 func kvmUsable() bool {
 	switch os.Getenv("VMTEST_ACCEL") {
 	case "tcg":
@@ -474,23 +474,60 @@ func kvmUsable() bool {
 	case "kvm":
 		return true
 	}
-	fd, err := unix.Open("/dev/kvm", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	kvmOnce.Do(func() { kvmOK = guestRuns("kvm", 10*time.Second) == nil })
+	return kvmOK
+}
+
+var (
+	kvmOnce sync.Once
+	kvmOK   bool
+)
+
+// bootSector is a floppy's boot sector that writes 0x31 to qemu's
+// isa-debug-exit port (0xf4) and halts: qemu then exits with status
+// 0x31<<1|1 = 99.
+var bootSector = func() []byte {
+	b := make([]byte, 512)
+	copy(b, []byte{
+		0xb0, 0x31, // mov al, 0x31
+		0xe6, 0xf4, // out 0xf4, al
+		0xf4,       // hlt
+		0xeb, 0xfd, // jmp to the hlt
+	})
+	b[510], b[511] = 0x55, 0xaa
+	return b
+}()
+
+// guestRuns boots bootSector under accel and waits for its exit.
+func guestRuns(accel string, timeout time.Duration) error {
+	dir, err := os.MkdirTemp("", "vmtest-accel-")
 	if err != nil {
-		return false
+		return err
 	}
-	defer unix.Close(fd)
-	const kvmCreateVM = 0xAE01
-	vmfd, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), kvmCreateVM, 0)
-	if errno != 0 {
-		return false
+	defer os.RemoveAll(dir)
+	img := filepath.Join(dir, "boot.img")
+	if err := os.WriteFile(img, bootSector, 0o600); err != nil {
+		return err
 	}
-	unix.Close(int(vmfd))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	probe := exec.CommandContext(ctx, "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
-		"-machine", "q35", "-accel", "kvm", "-cpu", "host", "-m", "64", "-S", "-monitor", "stdio")
-	probe.Stdin = strings.NewReader("quit\n")
-	return probe.Run() == nil
+	cpu := "max"
+	if accel == "kvm" {
+		cpu = "host"
+	}
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
+		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-m", "64",
+		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
+		"-drive", "file="+img+",format=raw,if=floppy", "-boot", "a")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 0x31<<1|1 {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("a guest under %s did not finish within %s", accel, timeout)
+	}
+	return fmt.Errorf("a guest under %s: %v: %s", accel, err, strings.TrimSpace(string(out)))
 }
 
 var panicRE = regexp.MustCompile(`Kernel panic - not syncing|end Kernel panic`)
