@@ -1,19 +1,29 @@
 package shield
 
 import (
+	"bytes"
+	"fmt"
 	"net/netip"
+	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestReadsDoNotBlockWrites (issue 10, finding 5): with 65,536 deny
 // entries, reading the list took the shield's mutex for the whole walk of
-// the trie, so a change waited behind every reader. Changes beside a
-// reader that lists in a loop must take about as long as changes alone
-// (ratio of medians measured in this run).
+// the trie, so a change waited behind every reader. Beside a reader that
+// lists in a loop, no change may wait on a lock the shield's methods hold:
+// the runtime's mutex profile, read before and after, counts every wait.
+// (It replaced a bound on the ratio of medians, busy against alone, which
+// a loaded machine broke once: 14.5 ms against 1.2 ms, where CPU, not the
+// lock, was what the change waited for.)
 func TestReadsDoNotBlockWrites(t *testing.T) {
 	s := loadT(t, Options{})
 	deny := make([]netip.Prefix, 0, maxListEntries)
@@ -38,6 +48,9 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 		return ds[len(ds)/2]
 	}
 	alone := measure(20)
+	prev := runtime.SetMutexProfileFraction(1)
+	defer runtime.SetMutexProfileFraction(prev)
+	waitsBefore := shieldLockWaits(t)
 
 	var stop atomic.Bool
 	var reads atomic.Int64
@@ -58,11 +71,27 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 	busy := measure(20)
 	stop.Store(true)
 	wg.Wait()
-	t.Logf("SetLimits median: %v alone, %v beside a reader (%d lists of %d read meanwhile)", alone, busy, reads.Load(), maxListEntries)
-	if reads.Load() == 0 {
-		t.Fatal("the reader never completed a List")
+	waits := shieldLockWaits(t) - waitsBefore
+	t.Logf("SetLimits median: %v alone, %v beside a reader (%d lists of %d read meanwhile); waits on the shield's locks: %d", alone, busy, reads.Load(), maxListEntries, waits)
+	require.NotZero(t, reads.Load(), "the reader never completed a List")
+	require.Zero(t, waits, "changes waited %d times on a lock a reader held", waits)
+}
+
+// shieldLockWaits sums the contention events of the mutex profile whose
+// stack holds a method of Shield (the profile records the unlocker's).
+func shieldLockWaits(t *testing.T) int64 {
+	t.Helper()
+	var b bytes.Buffer
+	require.NoError(t, pprof.Lookup("mutex").WriteTo(&b, 1))
+	var total int64
+	for _, rec := range strings.Split(b.String(), "\n\n") {
+		var cycles, count int64
+		if _, err := fmt.Sscanf(rec, "%d %d @", &cycles, &count); err != nil {
+			continue
+		}
+		if strings.Contains(rec, "xdpshield/shield.(*Shield).") {
+			total += count
+		}
 	}
-	if busy > 10*alone+time.Millisecond {
-		t.Errorf("SetLimits beside a reader: median %v, alone %v: changes wait for reads", busy, alone)
-	}
+	return total
 }
