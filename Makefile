@@ -12,7 +12,7 @@ help: ## list the targets
 demo: ## the main job: a storm against the shield in throwaway namespaces (root); JSON in out/storm.json
 	@ci/deps.sh
 	@mkdir -p out
-	$(GO) run ./cmd/shield storm -json out/storm.json
+	$(GO) run ./cmd/shieldlab storm -json out/storm.json
 
 build: ## out/bin/shield, stamped with its revision (shield_build_info) whatever GOFLAGS says
 	$(GO) build -buildvcs=true -o out/bin/shield ./cmd/shield
@@ -38,9 +38,10 @@ test-storm: ## the namespace storms (root), alone
 	@ci/deps.sh
 	$(GO) test -count=1 -timeout 20m ./e2e
 
-container-images: ## the shield, edge and storm images FROM scratch (static binary) on the engine DOCKER_HOST names
+container-images: ## the shield, edge and storm images FROM scratch (static binaries) on the engine DOCKER_HOST names
 	@mkdir -p out/container
 	CGO_ENABLED=0 $(GO) build -trimpath -o out/container/shield ./cmd/shield
+	CGO_ENABLED=0 $(GO) build -trimpath -o out/container/shieldlab ./cmd/shieldlab
 	cp e2e/container/Dockerfile out/container/Dockerfile
 	for t in shield edge storm; do docker build -q --target $$t -t xdps-$$t:lane out/container || exit 1; done
 
@@ -68,13 +69,13 @@ bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per pat
 
 study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
 	@ci/deps.sh
-	$(GO) build -o out/bin/shield ./cmd/shield
-	out/bin/shield study -out out/study -docs docs
+	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
+	out/bin/shieldlab study -out out/study -docs docs
 
 study-quick: ## the study in short (CI, about 2 min): fails if a configuration produced no numbers
 	@ci/deps.sh
-	$(GO) build -o out/bin/shield ./cmd/shield
-	out/bin/shield study -quick -out out/study-quick
+	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
+	out/bin/shieldlab study -quick -out out/study-quick
 
 # The VM matrix (vmtest/): packages run in every kernel, and flags for each
 # test binary (-test.short shortens the storms).

@@ -11,7 +11,7 @@ pkgs=(
 	tcpdump                  # reading failure pcaps
 	docker.io                # the container lane (dockerd 20.10, started by the test)
 	nftables                 # shield nft -apply, its test, the study's baseline, the balancer's DNAT comparison
-	gnuplot-nox              # the study's plots (shield study)
+	gnuplot-nox              # the study's plots (shieldlab study)
 )
 missing=()
 for p in "${pkgs[@]}"; do

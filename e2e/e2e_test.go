@@ -279,10 +279,10 @@ func runScenario(t *testing.T, cfg Config, name string) *Result {
 	return res
 }
 
-// TestScenario runs the storm of `shield storm` with short phases: every
+// TestScenario runs the storm of `shieldlab storm` with short phases: every
 // assertion of the demo must hold, and the same storms with no program
 // attached must break the legitimate client's budget. Before 5.18 the storm
-// comes from the AF_PACKET generator, as `shield storm` would raise it
+// comes from the AF_PACKET generator, as `shieldlab storm` would raise it
 // there.
 func TestScenario(t *testing.T) {
 	testutil.Root(t)

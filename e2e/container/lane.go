@@ -34,16 +34,18 @@ const (
 // ImageRef is the tag the lane gives target's image.
 func ImageRef(target string) string { return "xdps-" + target + ":lane" }
 
-// BuildImages builds the three images FROM scratch out of the static binary
-// bin (CGO_ENABLED=0) with testcontainers' FromDockerfile: the Dockerfile
-// of this package and bin, copied into a temporary build context.
-func BuildImages(ctx context.Context, p *tc.DockerProvider, dockerfile, bin string) error {
+// BuildImages builds the three images FROM scratch out of the static
+// binaries (CGO_ENABLED=0) bin (cmd/shield) and lab (cmd/shieldlab, the
+// edge's and the storm's agents) with testcontainers' FromDockerfile: the
+// Dockerfile of this package and the binaries, copied into a temporary
+// build context.
+func BuildImages(ctx context.Context, p *tc.DockerProvider, dockerfile, bin, lab string) error {
 	dir, err := os.MkdirTemp("", "xdps-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for src, dst := range map[string]string{dockerfile: "Dockerfile", bin: "shield"} {
+	for src, dst := range map[string]string{dockerfile: "Dockerfile", bin: "shield", lab: "shieldlab"} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return err

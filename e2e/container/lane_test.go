@@ -69,9 +69,9 @@ func TestContainerLane(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Close() })
 
-	bin := buildStatic(t)
+	bin, lab := buildStatic(t), buildStatic(t, "shieldlab")
 	began = time.Now()
-	if err := BuildImages(ctx, p, "Dockerfile", bin); err != nil {
+	if err := BuildImages(ctx, p, "Dockerfile", bin, lab); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("images built in %v", time.Since(began).Round(time.Millisecond))
@@ -265,20 +265,24 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// buildStatic builds the shield binary with CGO_ENABLED=0 (what FROM
-// scratch can run).
-func buildStatic(t *testing.T) string {
+// buildStatic builds the shield binary, or the command of cmd/ named by
+// name (shieldlab), with CGO_ENABLED=0 (what FROM scratch can run).
+func buildStatic(t *testing.T, name ...string) string {
 	t.Helper()
+	cmdName := "shield"
+	if len(name) > 0 {
+		cmdName = name[0]
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = "/usr/local/go/bin/go" // where the README puts it; .ci/run adds it to PATH
 	}
-	out := filepath.Join(t.TempDir(), "shield")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./cmd/shield")
+	out := filepath.Join(t.TempDir(), cmdName)
+	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./cmd/"+cmdName)
 	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build static shield: %v\n%s", err, b)
+		t.Fatalf("build static %s: %v\n%s", cmdName, err, b)
 	}
 	return out
 }

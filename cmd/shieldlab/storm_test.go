@@ -16,7 +16,7 @@ import (
 	"xdpshield/internal/topo"
 )
 
-// stormCmd is this test binary run as `shield storm args...` (see TestMain),
+// stormCmd is this test binary run as `shieldlab storm args...` (see TestMain),
 // light enough for a busy 2-core box: 1 s phases of the few-sources storm
 // (2 sources a family, each past its limit) at 20,000 frames/s, no
 // contrast.
@@ -28,7 +28,7 @@ func stormCmd(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// TestStormExitCode: `shield storm` exits 0 only when every assertion held,
+// TestStormExitCode: `shieldlab storm` exits 0 only when every assertion held,
 // and writes its JSON either way.
 func TestStormExitCode(t *testing.T) {
 	testutil.Root(t)
@@ -47,10 +47,10 @@ func TestStormExitCode(t *testing.T) {
 			out, err := stormCmd(t, append(tc.args, "-json", path)...).CombinedOutput()
 			var ee *exec.ExitError
 			if err != nil && !errors.As(err, &ee) {
-				t.Fatalf("run shield storm: %v", err)
+				t.Fatalf("run shieldlab storm: %v", err)
 			}
 			if gotOK := err == nil; gotOK != tc.wantOK {
-				t.Errorf("shield storm %q: exit %v, want success %v\n%s", tc.args, err, tc.wantOK, out)
+				t.Errorf("shieldlab storm %q: exit %v, want success %v\n%s", tc.args, err, tc.wantOK, out)
 			}
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -70,7 +70,7 @@ func TestStormExitCode(t *testing.T) {
 	}
 }
 
-// TestStormInterrupt: SIGINT (Ctrl-C) stops `shield storm` early, with a
+// TestStormInterrupt: SIGINT (Ctrl-C) stops `shieldlab storm` early, with a
 // non-zero exit, and its namespaces are gone.
 func TestStormInterrupt(t *testing.T) {
 	testutil.Root(t)
@@ -90,11 +90,11 @@ func TestStormInterrupt(t *testing.T) {
 	select {
 	case err := <-done:
 		if err == nil {
-			t.Errorf("shield storm interrupted exited 0, want non-zero\n%s", out.String())
+			t.Errorf("shieldlab storm interrupted exited 0, want non-zero\n%s", out.String())
 		}
 	case <-time.After(20 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("shield storm still running 20 s after SIGINT\n%s", out.String())
+		t.Fatalf("shieldlab storm still running 20 s after SIGINT\n%s", out.String())
 	}
 	m, err := filepath.Glob(fmt.Sprintf("/run/netns/%s*-%d", topo.Prefix, cmd.Process.Pid))
 	if err != nil {
