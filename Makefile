@@ -25,11 +25,12 @@ test-unpriv: ## the unprivileged pass: -race -short (no VM boots), privileged te
 	@ci/deps.sh
 	@if [ "$$(id -u)" -eq 0 ]; then exec=(-exec "setpriv --reuid=65534 --regid=65534 --clear-groups --"); else exec=(); fi; \
 	echo "env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m $${exec[*]} ./..."; \
-	env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m "$${exec[@]}" ./...
+	env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m "$${exec[@]}" ./... && \
+	env -u SHIELD_REQUIRE_PRIV $(GO) -C e2e/container test -count=1 -race -short -timeout 30m "$${exec[@]}" ./...
 
 test-priv: ## the privileged pass of all but the storms, packages side by side (root; SHIELD_REQUIRE_PRIV=1 makes every privilege skip a failure)
 	@ci/deps.sh
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$\|/e2e/container$$')
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
 
 # The storms run alone: go test ./... runs packages side by side, and a
 # storm's latency budget would then measure cmd/shield's million-source
@@ -45,10 +46,12 @@ container-images: ## the shield, edge and storm images FROM scratch (static bina
 	cp e2e/container/Dockerfile out/container/Dockerfile
 	for t in shield edge storm; do docker build -q --target $$t -t xdps-$$t:lane out/container || exit 1; done
 
-# The container lane runs alone, as the storms do.
+# The container lane runs alone, as the storms do. It is a module of its
+# own (e2e/container/go.mod) so that testcontainers-go and the moby client
+# stay out of the product's go.mod.
 container-test: ## the container lane (root): its own dockerd, the images, capabilities, the storm in containers
 	@ci/deps.sh
-	$(GO) test -count=1 -v -timeout 20m ./e2e/container
+	$(GO) -C e2e/container test -count=1 -v -timeout 20m ./...
 
 generate: ## rebuild the bpf2go output (clang-14 as pinned in bpf/gen.go, libbpf-dev)
 	@ci/deps.sh
@@ -57,12 +60,15 @@ generate: ## rebuild the bpf2go output (clang-14 as pinned in bpf/gen.go, libbpf
 check-generate: generate ## fail if the committed bpf2go output is stale
 	@git diff --exit-code --stat -- bpf/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 
-lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and go mod tidy
+lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and go mod tidy, in both modules
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags teeth ./internal/gate
 	$(GO) tool staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
+	$(GO) -C e2e/container vet ./...
+	sc=$$($(GO) tool -n staticcheck) && cd e2e/container && $$sc ./...
+	@$(GO) -C e2e/container mod tidy -diff || { echo "e2e/container/go.mod/go.sum are not tidy: run go mod tidy there and commit" >&2; exit 1; }
 
 bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath

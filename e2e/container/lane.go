@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/cilium/ebpf/link"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -208,52 +206,14 @@ func attach(ctx context.Context, role string, c tc.Container) (*topo.NS, error) 
 	return topo.Attach(role, in.State.Pid)
 }
 
-// ShieldConfig is the service's configuration file for cfg: the storm's
-// interface, mode, clock, table, limits and lists, the API on loopback
-// behind the token (reads included), the default pin root
-// /sys/fs/bpf/xdpshield. It is encoded, not written by hand, with the
-// service's own Limits type, so no field of cfg is left behind.
-func ShieldConfig(cfg service.Config) string {
-	type api struct {
-		Listen    string `toml:"listen"`
-		TokenFile string `toml:"token_file"`
-		AuthReads bool   `toml:"auth_reads"`
-	}
-	type lists struct {
-		OwnAddressesSpoofed bool     `toml:"own_addresses_spoofed"`
-		Allow               []string `toml:"allow"`
-		Deny                []string `toml:"deny"`
-	}
-	file := struct {
-		Iface     string        `toml:"iface"`
-		Mode      string        `toml:"mode"`
-		Clock     string        `toml:"clock"`
-		TableSize uint32        `toml:"table_size"`
-		API       api           `toml:"api"`
-		Limits    shield.Limits `toml:"limits"`
-		Lists     lists         `toml:"lists"`
-	}{
-		Iface: cfg.Iface, Mode: cfg.Mode.String(), Clock: cfg.Clock.String(), TableSize: cfg.TableSize,
-		API:    api{Listen: shieldAPI, TokenFile: "/etc/xdpshield/token", AuthReads: true},
-		Limits: cfg.Limits,
-		Lists:  lists{OwnAddressesSpoofed: cfg.SpoofOwnAddresses, Allow: []string{}, Deny: []string{}},
-	}
-	for _, p := range cfg.Allow {
-		file.Lists.Allow = append(file.Lists.Allow, p.String())
-	}
-	for _, p := range cfg.Deny {
-		file.Lists.Deny = append(file.Lists.Deny, p.String())
-	}
-	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(file); err != nil {
-		panic(fmt.Sprintf("encode the shield's configuration: %v", err)) // strings, integers and bools only
-	}
-	return b.String()
-}
+// ShieldConfig is the service's configuration file for cfg
+// (e2e.ContainerShieldConfig, which cmd/shield's tests read back with the
+// real loader outside this module).
+func ShieldConfig(cfg service.Config) string { return e2e.ContainerShieldConfig(cfg) }
 
 // shieldAPI is where the shield container's API listens, inside the edge's
 // namespace.
-const shieldAPI = "127.0.0.1:9470"
+const shieldAPI = e2e.ContainerAPI
 
 // shieldRun is the shield container's settings: `shield serve -config` in
 // the namespace of the container edge, every capability dropped but caps,
