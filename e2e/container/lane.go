@@ -244,7 +244,7 @@ func ShieldRequest(edgeID, pinRoot, confDir string, caps []string, env map[strin
 	}
 }
 
-// RunLine is ShieldRequest as a `docker run` command line (the README's),
+// RunLine is ShieldRequest as a `docker run` command line (docs/container.md's),
 // for a container named xdpshield beside the container edge, with the
 // host's bpffs and /etc/xdpshield.
 func RunLine(edge string, caps []string) string {
