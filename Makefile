@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth commits
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ container-images: ## the shield, edge and storm images FROM scratch (static bina
 container-test: ## the container lane (root): its own dockerd, the images, capabilities, the storm in containers
 	@ci/deps.sh
 	$(GO) -C e2e/container test -count=1 -v -timeout 20m ./...
+
+commits: ## check the commit messages of RANGE (default origin/main..HEAD) against CONTRIBUTING.md
+	ci/commits.sh $(RANGE)
 
 generate: ## rebuild the bpf2go output (clang-14 as pinned in bpf/gen.go, libbpf-dev)
 	@ci/deps.sh

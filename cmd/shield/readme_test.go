@@ -15,7 +15,8 @@ import (
 
 // TestReadmeFrontDoor: README.md stays a front door (at most 300 lines,
 // the manual in docs/), states the Go version go.mod names, and every
-// relative link of the README and of docs/ names a file that exists.
+// relative link of the README, CONTRIBUTING.md and docs/ names a file
+// that exists.
 func TestReadmeFrontDoor(t *testing.T) {
 	readme, err := os.ReadFile(testutil.RepoFile(t, "../..", "README.md"))
 	require.NoError(t, err)
@@ -32,7 +33,7 @@ func TestReadmeFrontDoor(t *testing.T) {
 	require.NoError(t, err)
 	more, err := filepath.Glob("../../docs/*/*.md")
 	require.NoError(t, err)
-	files := append(append([]string{"../../README.md"}, docs...), more...)
+	files := append(append([]string{"../../README.md", "../../CONTRIBUTING.md"}, docs...), more...)
 	require.Greater(t, len(files), 10, "docs/ holds the manual")
 	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
 	for _, f := range files {
