@@ -63,7 +63,12 @@ generate: ## rebuild the bpf2go output (clang-14 as pinned in bpf/gen.go, libbpf
 check-generate: generate ## fail if the committed bpf2go output is stale
 	@git diff --exit-code --stat -- bpf/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 
-lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and go mod tidy, in both modules
+# actionlint checks .github/workflows (and their scripts with shellcheck,
+# which ci/deps.sh installs); go run fetches this version through the
+# module proxy.
+ACTIONLINT_VERSION ?= v1.7.12
+
+lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go mod tidy in both modules, actionlint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags teeth ./internal/gate
@@ -72,6 +77,7 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and 
 	$(GO) -C e2e/container vet ./...
 	sc=$$($(GO) tool -n staticcheck) && cd e2e/container && $$sc ./...
 	@$(GO) -C e2e/container mod tidy -diff || { echo "e2e/container/go.mod/go.sum are not tidy: run go mod tidy there and commit" >&2; exit 1; }
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
 bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
