@@ -4,6 +4,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestReadmeRunLines: the manual's "Run as a container" (docs/container.md,
@@ -11,12 +14,10 @@ import (
 // word for word.
 func TestReadmeRunLines(t *testing.T) {
 	b, err := os.ReadFile("../../docs/container.md")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, caps := range [][]string{ShieldCaps, ModernCaps} {
-		if line := RunLine("EDGE", caps); !strings.Contains(string(b), line) {
-			t.Errorf("docs/container.md lacks the line the lane proves:\n%s", line)
-		}
+		line := RunLine("EDGE", caps)
+		assert.True(t, strings.Contains(string(b), line), "docs/container.md lacks the line the lane proves:\n%s", line)
+
 	}
 }
