@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth commits
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -12,7 +12,7 @@ help: ## list the targets
 demo: ## the main job: a storm against the shield in throwaway namespaces (root); JSON in out/storm.json
 	@ci/deps.sh
 	@mkdir -p out
-	$(GO) run ./cmd/shield storm -json out/storm.json
+	$(GO) run ./cmd/shieldlab storm -json out/storm.json
 
 build: ## out/bin/shield, stamped with its revision (shield_build_info) whatever GOFLAGS says
 	$(GO) build -buildvcs=true -o out/bin/shield ./cmd/shield
@@ -25,11 +25,12 @@ test-unpriv: ## the unprivileged pass: -race -short (no VM boots), privileged te
 	@ci/deps.sh
 	@if [ "$$(id -u)" -eq 0 ]; then exec=(-exec "setpriv --reuid=65534 --regid=65534 --clear-groups --"); else exec=(); fi; \
 	echo "env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m $${exec[*]} ./..."; \
-	env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m "$${exec[@]}" ./...
+	env -u SHIELD_REQUIRE_PRIV $(GO) test -count=1 -race -short -timeout 30m "$${exec[@]}" ./... && \
+	env -u SHIELD_REQUIRE_PRIV $(GO) -C e2e/container test -count=1 -race -short -timeout 30m "$${exec[@]}" ./...
 
 test-priv: ## the privileged pass of all but the storms, packages side by side (root; SHIELD_REQUIRE_PRIV=1 makes every privilege skip a failure)
 	@ci/deps.sh
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$\|/e2e/container$$')
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/e2e$$')
 
 # The storms run alone: go test ./... runs packages side by side, and a
 # storm's latency budget would then measure cmd/shield's million-source
@@ -38,16 +39,22 @@ test-storm: ## the namespace storms (root), alone
 	@ci/deps.sh
 	$(GO) test -count=1 -timeout 20m ./e2e
 
-container-images: ## the shield, edge and storm images FROM scratch (static binary) on the engine DOCKER_HOST names
+container-images: ## the shield, edge and storm images FROM scratch (static binaries) on the engine DOCKER_HOST names
 	@mkdir -p out/container
 	CGO_ENABLED=0 $(GO) build -trimpath -o out/container/shield ./cmd/shield
+	CGO_ENABLED=0 $(GO) build -trimpath -o out/container/shieldlab ./cmd/shieldlab
 	cp e2e/container/Dockerfile out/container/Dockerfile
 	for t in shield edge storm; do docker build -q --target $$t -t xdps-$$t:lane out/container || exit 1; done
 
-# The container lane runs alone, as the storms do.
+# The container lane runs alone, as the storms do. It is a module of its
+# own (e2e/container/go.mod) so that testcontainers-go and the moby client
+# stay out of the product's go.mod.
 container-test: ## the container lane (root): its own dockerd, the images, capabilities, the storm in containers
 	@ci/deps.sh
-	$(GO) test -count=1 -v -timeout 20m ./e2e/container
+	$(GO) -C e2e/container test -count=1 -v -timeout 20m ./...
+
+commits: ## check the commit messages of RANGE (default origin/main..HEAD) against CONTRIBUTING.md
+	ci/commits.sh $(RANGE)
 
 generate: ## rebuild the bpf2go output (clang-14 as pinned in bpf/gen.go, libbpf-dev)
 	@ci/deps.sh
@@ -56,25 +63,34 @@ generate: ## rebuild the bpf2go output (clang-14 as pinned in bpf/gen.go, libbpf
 check-generate: generate ## fail if the committed bpf2go output is stale
 	@git diff --exit-code --stat -- bpf/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 
-lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod) and go mod tidy
+# actionlint checks .github/workflows (and their scripts with shellcheck,
+# which ci/deps.sh installs); go run fetches this version through the
+# module proxy.
+ACTIONLINT_VERSION ?= v1.7.12
+
+lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go mod tidy in both modules, actionlint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags teeth ./internal/gate
 	$(GO) tool staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
+	$(GO) -C e2e/container vet ./...
+	sc=$$($(GO) tool -n staticcheck) && cd e2e/container && $$sc ./...
+	@$(GO) -C e2e/container mod tidy -diff || { echo "e2e/container/go.mod/go.sum are not tidy: run go mod tidy there and commit" >&2; exit 1; }
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
 bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
 
 study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
 	@ci/deps.sh
-	$(GO) build -o out/bin/shield ./cmd/shield
-	out/bin/shield study -out out/study -docs docs
+	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
+	out/bin/shieldlab study -out out/study -docs docs
 
 study-quick: ## the study in short (CI, about 2 min): fails if a configuration produced no numbers
 	@ci/deps.sh
-	$(GO) build -o out/bin/shield ./cmd/shield
-	out/bin/shield study -quick -out out/study-quick
+	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
+	out/bin/shieldlab study -quick -out out/study-quick
 
 # The VM matrix (vmtest/): packages run in every kernel, and flags for each
 # test binary (-test.short shortens the storms).

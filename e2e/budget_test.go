@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestBudgetLimit(t *testing.T) {
@@ -20,15 +22,11 @@ func TestBudgetLimit(t *testing.T) {
 		{KeepAlive, 8 * time.Millisecond, 40 * time.Millisecond},
 		{KeepAlive, 0, 25 * time.Millisecond}, // no baseline: the floor
 	} {
-		if got := b.Limit(tc.kind, tc.baseline); got != tc.want {
-			t.Errorf("Limit(%s, %v) = %v, want %v", tc.kind, tc.baseline, got, tc.want)
-		}
+		assert.Equal(t, tc.want, b.Limit(tc.kind, tc.baseline), "Limit(%s, %v)", tc.kind, tc.baseline)
 	}
 	// No cap: the ratio alone.
 	b.P99Cap = 0
-	if got, want := b.Limit(NewConn, 40*time.Millisecond), 200*time.Millisecond; got != want {
-		t.Errorf("Limit(new_conn, 40ms) with no cap = %v, want %v", got, want)
-	}
+	assert.Equal(t, 200*time.Millisecond, b.Limit(NewConn, 40*time.Millisecond), "Limit(new_conn, 40ms) with no cap")
 }
 
 func TestQuantile(t *testing.T) {
@@ -56,9 +54,7 @@ func TestQuantile(t *testing.T) {
 		{"p50 of 100", ms(hundred...), 0.5, 50 * time.Millisecond},
 		{"max", ms(hundred...), 1, 100 * time.Millisecond},
 	} {
-		if got := Quantile(tc.d, tc.q); got != tc.want {
-			t.Errorf("%s: Quantile(%v) = %v, want %v", tc.name, tc.q, got, tc.want)
-		}
+		assert.Equal(t, tc.want, Quantile(tc.d, tc.q), "%s: Quantile(%v)", tc.name, tc.q)
 	}
 }
 
@@ -77,8 +73,7 @@ func TestPhasePlan(t *testing.T) {
 		for _, p := range phasePlan(tc.sources) {
 			got = append(got, p.name)
 		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("phasePlan(%q) = %q, want %q", tc.sources, got, tc.want)
-		}
+		assert.True(t, slices.Equal(got, tc.want), "phasePlan(%q) = %q, want %q", tc.sources, got, tc.want)
+
 	}
 }

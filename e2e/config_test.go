@@ -1,8 +1,9 @@
 package e2e
 
 import (
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestConfigTableSize: a table size the shield cannot load (not a power of
@@ -22,11 +23,11 @@ func TestConfigTableSize(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.TableSize = tc.size
 		err := cfg.validate()
-		switch {
-		case tc.want == "" && err != nil:
-			t.Errorf("validate() with table size %d = %v, want nil", tc.size, err)
-		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("validate() with table size %d = %v, want an error containing %q", tc.size, err, tc.want)
+		if tc.want == "" {
+			assert.NoError(t, err, "validate() with table size %d", tc.size)
+		} else {
+			assert.ErrorContains(t, err, tc.want, "validate() with table size %d", tc.size)
 		}
+
 	}
 }

@@ -92,7 +92,7 @@ type RestartStats struct {
 }
 
 // Local runs every part in this process, in namespaces it creates (the
-// `shield storm` and TestScenario deployment).
+// `shieldlab storm` and TestScenario deployment).
 type Local struct{}
 
 func (Local) Namespaces() (edge, storm *topo.NS, err error) {

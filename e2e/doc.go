@@ -12,8 +12,8 @@
 // report (table and JSON).
 //
 // Run takes the storm's parts from a Deployment: Local runs them in this
-// process in namespaces it creates; the agents (agent.go, the hidden `shield
-// e2e-edge` and `shield e2e-storm`) serve the edge's and the storm's parts
+// process in namespaces it creates; the agents (agent.go, the hidden `shieldlab
+// e2e-edge` and `shieldlab e2e-storm`) serve the edge's and the storm's parts
 // from another process, which is how e2e/container runs the same phases and
 // assertions with every part in a container.
 //

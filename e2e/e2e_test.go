@@ -2,18 +2,18 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
 	"xdpshield/internal/testutil"
@@ -25,22 +25,16 @@ import (
 func shieldedPair(t *testing.T, limits shield.Limits) (*Topology, *shield.Shield) {
 	t.Helper()
 	top, err := NewTopology()
-	if err != nil {
-		t.Fatalf("NewTopology: %v", err)
-	}
+	require.NoError(t, err, "NewTopology")
 	t.Cleanup(func() { top.Close() })
 	sh, err := shield.Load(shield.Options{TableSize: 1 << 12, Limits: limits})
-	if err != nil {
-		t.Fatalf("shield.Load: %v", err)
-	}
+	require.NoError(t, err, "shield.Load")
 	t.Cleanup(func() { sh.Close() })
 	var l link.Link
-	if err := top.Edge.Do(func() error {
+	require.NoError(t, top.Edge.Do(func() error {
 		l, err = link.AttachXDP(link.XDPOptions{Program: sh.Program(), Interface: top.EdgeIfindex})
 		return err
-	}); err != nil {
-		t.Fatalf("attach: %v", err)
-	}
+	}), "attach")
 	t.Cleanup(func() { l.Close() })
 	return top, sh
 }
@@ -64,9 +58,7 @@ func TestGenerators(t *testing.T) {
 			// Tight limits, so a short storm shows both kinds of drop.
 			top, sh := shieldedPair(t, shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100})
 			g, err := NewGenerator(tc.kind, top.Storm, top.StormIfindex)
-			if err != nil {
-				t.Fatalf("NewGenerator(%q) = %v", tc.kind, err)
-			}
+			require.NoError(t, err, "NewGenerator(%q) =", tc.kind)
 			defer g.Close()
 			var tpls []Template
 			for _, f := range []Flow{{UDP, Few4, 4}, {TCPSYN, Few6, 4}, {ICMP, Many6, 1 << 20}, {ICMP, Many4, 100}} {
@@ -75,9 +67,7 @@ func TestGenerators(t *testing.T) {
 					dst = Edge6
 				}
 				tpl, err := BuildTemplate(f, top.StormMAC, top.EdgeMAC, dst)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				tpls = append(tpls, tpl)
 			}
 			c0, _ := sh.Counters()
@@ -86,38 +76,30 @@ func TestGenerators(t *testing.T) {
 			start := time.Now()
 			per, err := Storm(context.Background(), g, StormSpec{Templates: tpls, Rate: tc.rate, Duration: 5 * time.Second, MaxFrames: tc.frames}, &live)
 			took := time.Since(start)
-			if err != nil {
-				t.Fatalf("Storm: %v", err)
-			}
+			require.NoError(t, err, "Storm")
 			var sent uint64
 			for _, n := range per {
 				sent += n
 			}
-			if sent != tc.frames || live.Load() != sent {
-				t.Errorf("Storm sent %d (live count %d), want the frame bound %d", sent, live.Load(), tc.frames)
-			}
+			assert.True(t, sent == tc.frames && live.Load() == sent, "Storm sent %d (live count %d), want the frame bound %d", sent, live.Load(), tc.frames)
 			// Paced: the bound in frames is reached no sooner than
 			// frames/rate seconds (later on a slow machine).
-			if want := time.Duration(float64(tc.frames) / float64(tc.rate) * float64(time.Second)); took < want*8/10 {
-				t.Errorf("Storm took %v, want at least %v at %d frames/s", took, want, tc.rate)
-			}
+			want := time.Duration(float64(tc.frames) / float64(tc.rate) * float64(time.Second))
+			assert.GreaterOrEqual(t, took, want*8/10, "Storm took %v, want at least %v at %d frames/s", took, want, tc.rate)
 			time.Sleep(200 * time.Millisecond)
 			c1, _ := sh.Counters()
 			v1, _ := top.VethStats()
 			d := c1.Sub(c0)
 			seen := d.Total() - d.Reason(shield.ReasonNotIP)
 			dropped := v1.Storm.TxDropped - v0.Storm.TxDropped
-			if seen+dropped < sent || seen+dropped > sent+20 { // +20: NDP and the like
-				t.Errorf("shield saw %d frames, veth dropped %d; generator sent %d", seen, dropped, sent)
-			}
-			if d.Reason(shield.ReasonAdmission) == 0 || d.Reason(shield.ReasonLimit) == 0 {
-				t.Errorf("counters %v: want both admission (forged) and limit (few) drops", d)
-			}
+			// +20: NDP and the like.
+			assert.True(t, seen+dropped >= sent && seen+dropped <= sent+20, "shield saw %d frames, veth dropped %d; generator sent %d", seen, dropped, sent)
+			assert.True(t, d.Reason(shield.ReasonAdmission) > 0 && d.Reason(shield.ReasonLimit) > 0, "counters %v: want both admission (forged) and limit (few) drops", d)
 			ran++
 		})
 	}
-	if ran == 0 && testutil.RequirePriv() {
-		t.Fatal("no generator ran")
+	if testutil.RequirePriv() {
+		require.NotZero(t, ran, "no generator ran")
 	}
 }
 
@@ -139,14 +121,10 @@ func TestStormBoundedInTime(t *testing.T) {
 			testutil.Kernel(t, gen.kernel[0], gen.kernel[1], gen.kind+" generator")
 			top, _ := shieldedPair(t, shield.DefaultLimits())
 			g, err := NewGenerator(gen.kind, top.Storm, top.StormIfindex)
-			if err != nil {
-				t.Fatalf("NewGenerator(%q) = %v", gen.kind, err)
-			}
+			require.NoError(t, err, "NewGenerator(%q) =", gen.kind)
 			defer g.Close()
 			tpl, err := BuildTemplate(Flow{UDP, Few4, 1}, top.StormMAC, top.EdgeMAC, Edge4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			// A call sends at most a chunk; AF_PACKET's end early when the
 			// veth refuses a frame, so time a whole chunk, however many
 			// calls it takes.
@@ -155,9 +133,7 @@ func TestStormBoundedInTime(t *testing.T) {
 				began := time.Now()
 				for sent := uint64(0); sent < chunk; {
 					n, err := g.Send(&tpl, uint32(chunk-sent))
-					if err != nil {
-						t.Fatalf("Send(%d frames): %v", chunk-sent, err)
-					}
+					require.NoError(t, err, "Send(%d frames)", chunk-sent)
 					sent += n
 				}
 				call = max(call, time.Since(began))
@@ -180,27 +156,20 @@ func TestStormBoundedInTime(t *testing.T) {
 				per, err := Storm(ctx, g, StormSpec{Templates: []Template{tpl}, Duration: tc.dur, MaxFrames: 1 << 40}, nil)
 				took := time.Since(start)
 				cancel()
-				if err != nil {
-					t.Fatalf("%s: Storm: %v", tc.name, err)
-				}
-				if per[0] == 0 {
-					t.Errorf("%s: Storm sent nothing in %v", tc.name, took)
-				}
+				require.NoError(t, err, "%s: Storm", tc.name)
+				assert.NotZero(t, per[0], "%s: Storm sent nothing in %v", tc.name, took)
 				// A storm checks its bound between calls, so it may overrun
 				// it by the call under way; a call during the storm can take
 				// twice the longest timed before it when the host is busy
 				// (6.1 under TCG: 3.60 s against 0.2 s + 2 x 1.66 s). A storm
 				// that ignored its bound would run for an hour.
-				if want := bound + 4*call; took > want {
-					t.Errorf("%s: Storm took %v, want at most %v (bound %v, one call up to %v)", tc.name, took, want, bound, call)
-				}
+				want := bound + 4*call
+				assert.LessOrEqual(t, took, want, "%s: Storm took %v, want at most %v (bound %v, one call up to %v)", tc.name, took, want, bound, call)
 			}
-			if _, err := Storm(context.Background(), g, StormSpec{Templates: []Template{tpl}, MaxFrames: 10}, nil); err == nil {
-				t.Error("Storm without a time bound = nil error, want a refusal")
-			}
-			if _, err := Storm(context.Background(), g, StormSpec{Templates: []Template{tpl}, Duration: time.Second}, nil); err == nil {
-				t.Error("Storm without a frame bound = nil error, want a refusal")
-			}
+			_, err = Storm(context.Background(), g, StormSpec{Templates: []Template{tpl}, MaxFrames: 10}, nil)
+			assert.Error(t, err, "Storm without a time bound: want a refusal")
+			_, err = Storm(context.Background(), g, StormSpec{Templates: []Template{tpl}, Duration: time.Second}, nil)
+			assert.Error(t, err, "Storm without a frame bound: want a refusal")
 		})
 	}
 }
@@ -257,32 +226,26 @@ func scenarioConfig() Config {
 func runScenario(t *testing.T, cfg Config, name string) *Result {
 	t.Helper()
 	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	require.NoError(t, err, "Run")
 	var b strings.Builder
 	PrintTable(&b, res)
 	t.Log(b.String())
 	if dir := os.Getenv("SHIELD_E2E_OUT"); dir != "" {
-		if err := WriteJSON(filepath.Join(dir, name+".json"), res); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, WriteJSON(filepath.Join(dir, name+".json"), res))
 	}
 	var names []string
 	for _, p := range res.Phases {
 		names = append(names, p.Name)
 	}
-	if want := []string{"baseline", "few-sources", "many-forged", "recovery"}; !slices.Equal(names, want) {
-		t.Errorf("ran phases %q, want %q", names, want)
-	}
+	assert.Equal(t, []string{"baseline", "few-sources", "many-forged", "recovery"}, names, "ran phases")
 	checkNoLeftovers(t)
 	return res
 }
 
-// TestScenario runs the storm of `shield storm` with short phases: every
+// TestScenario runs the storm of `shieldlab storm` with short phases: every
 // assertion of the demo must hold, and the same storms with no program
 // attached must break the legitimate client's budget. Before 5.18 the storm
-// comes from the AF_PACKET generator, as `shield storm` would raise it
+// comes from the AF_PACKET generator, as `shieldlab storm` would raise it
 // there.
 func TestScenario(t *testing.T) {
 	testutil.Root(t)
@@ -297,23 +260,16 @@ func TestScenario(t *testing.T) {
 			strings.Join(res.Failed, "; "))
 		res = runScenario(t, scenarioConfig(), "storm-rerun")
 	}
-	if !res.OK {
-		t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
-	}
+	assert.True(t, res.OK, "assertions failed:\n%s", strings.Join(res.Failed, "\n"))
 	var names []string
 	for _, p := range res.Contrast {
 		names = append(names, p.Name)
-		if p.Shield || p.Counters != nil || p.Sent.Frames == 0 || p.Legit.Requests == 0 {
-			t.Errorf("contrast %s: shield %v, counters %v, sent %d, %d requests; want no shield or counters, and a storm and requests",
-				p.Name, p.Shield, p.Counters, p.Sent.Frames, p.Legit.Requests)
-		}
-		if !checked(p, HarmCheck) {
-			t.Errorf("contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
-		}
+		assert.True(t, !p.Shield && p.Counters == nil && p.Sent.Frames > 0 && p.Legit.Requests > 0,
+			"contrast %s: shield %v, counters %v, sent %d, %d requests; want no shield or counters, and a storm and requests",
+			p.Name, p.Shield, p.Counters, p.Sent.Frames, p.Legit.Requests)
+		assert.True(t, checked(p, HarmCheck), "contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
 	}
-	if want := []string{"no-shield/few-sources", "no-shield/many-forged"}; !slices.Equal(names, want) {
-		t.Errorf("ran contrast phases %q, want %q", names, want)
-	}
+	assert.Equal(t, []string{"no-shield/few-sources", "no-shield/many-forged"}, names, "ran contrast phases")
 }
 
 // TestScenarioDryRun is the suite's proof that its budget has teeth: the
@@ -326,9 +282,7 @@ func TestScenarioDryRun(t *testing.T) {
 	cfg.Limits.DryRun = true
 	cfg.Contrast = false
 	res := runScenario(t, cfg, "storm-dry-run")
-	if res.OK {
-		t.Error("a dry-run storm met the budget: the budget cannot fail for its purpose")
-	}
+	assert.False(t, res.OK, "a dry-run storm met the budget: the budget cannot fail for its purpose")
 	for _, p := range res.Phases {
 		var broke []string
 		for _, c := range p.Checks {
@@ -337,11 +291,11 @@ func TestScenarioDryRun(t *testing.T) {
 			case c.Budget:
 				broke = append(broke, c.Name)
 			default:
-				t.Errorf("%s: %s failed: %s (only the budget may break in dry-run)", p.Name, c.Name, c.Detail)
+				assert.Failf(t, "a check other than the budget failed in dry-run", "%s: %s failed: %s (only the budget may break in dry-run)", p.Name, c.Name, c.Detail)
 			}
 		}
-		if p.Storm != string(stormNone) && len(broke) == 0 {
-			t.Errorf("%s: a dry-run shield kept the budget under a storm", p.Name)
+		if p.Storm != string(stormNone) {
+			assert.NotEmpty(t, broke, "%s: a dry-run shield kept the budget under a storm", p.Name)
 		}
 	}
 }
@@ -396,12 +350,8 @@ func TestScenarioInterrupted(t *testing.T) {
 	// baseline.
 	time.AfterFunc(2*time.Second, cancel)
 	res, err := Run(ctx, cfg)
-	if !errors.Is(err, context.Canceled) {
-		t.Errorf("Run cancelled = %v, want %v", err, context.Canceled)
-	}
-	if res == nil || res.OK || res.Error == "" {
-		t.Errorf("Run cancelled: result %+v, want not OK, with the error", res)
-	}
+	assert.ErrorIs(t, err, context.Canceled, "Run cancelled")
+	assert.True(t, res != nil && !res.OK && res.Error != "", "Run cancelled: result %+v, want not OK, with the error", res)
 	checkNoLeftovers(t)
 }
 
@@ -409,12 +359,8 @@ func TestScenarioInterrupted(t *testing.T) {
 func checkNoLeftovers(t *testing.T) {
 	t.Helper()
 	m, err := filepath.Glob(fmt.Sprintf("/run/netns/%s*-%d", topo.Prefix, os.Getpid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m) > 0 {
-		t.Errorf("namespaces left behind: %v", m)
-	}
+	require.NoError(t, err)
+	assert.Empty(t, m, "namespaces left behind")
 }
 
 // TestTopologySafety: the edge has no default route, both namespaces hold
@@ -425,12 +371,10 @@ func TestTopologySafety(t *testing.T) {
 	testutil.Root(t)
 	before := rootNetwork(t)
 	top, err := NewTopology()
-	if err != nil {
-		t.Fatalf("NewTopology: %v", err)
-	}
+	require.NoError(t, err, "NewTopology")
 	defer top.Close()
 	if got := rootNetwork(t); got != before {
-		t.Errorf("root namespace changed by NewTopology:\nbefore:\n%s\nafter:\n%s", before, got)
+		assert.Failf(t, "root namespace changed by NewTopology", "before:\n%s\nafter:\n%s", before, got)
 	}
 	for _, ns := range []*topo.NS{top.Edge, top.Storm} {
 		err := ns.Do(func() error {
@@ -441,9 +385,7 @@ func TestTopologySafety(t *testing.T) {
 			for _, a := range addrs {
 				ip, _ := netip.AddrFromSlice(a.IP)
 				ip = ip.Unmap()
-				if !Safe(ip) && !ip.IsLoopback() && !ip.IsLinkLocalUnicast() {
-					t.Errorf("%s: address %s outside %s and %s", ns.Name, a.IPNet, safe4, safe6)
-				}
+				assert.True(t, Safe(ip) || ip.IsLoopback() || ip.IsLinkLocalUnicast(), "%s: address %s outside %s and %s", ns.Name, a.IPNet, safe4, safe6)
 			}
 			routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 			if err != nil {
@@ -451,27 +393,21 @@ func TestTopologySafety(t *testing.T) {
 			}
 			for _, r := range routes {
 				if r.Dst == nil || r.Dst.IP.IsUnspecified() {
-					if ns == top.Edge {
-						t.Errorf("%s: default route %s", ns.Name, r)
-					}
+					assert.False(t, ns == top.Edge, "%s: default route %s", ns.Name, r)
+
 					continue
 				}
 				ip, _ := netip.AddrFromSlice(r.Dst.IP)
-				if ip = ip.Unmap(); !Safe(ip) && !ip.IsLinkLocalUnicast() && !ip.IsMulticast() {
-					t.Errorf("%s: route to %s outside %s and %s", ns.Name, r.Dst, safe4, safe6)
-				}
+				ip = ip.Unmap()
+				assert.True(t, Safe(ip) || ip.IsLinkLocalUnicast() || ip.IsMulticast(), "%s: route to %s outside %s and %s", ns.Name, r.Dst, safe4, safe6)
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatalf("read %s: %v", ns.Name, err)
-		}
+		require.NoError(t, err, "read %s", ns.Name)
 	}
-	if err := top.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	require.NoError(t, top.Close(), "Close")
 	if got := rootNetwork(t); got != before {
-		t.Errorf("root namespace changed after Close:\nbefore:\n%s\nafter:\n%s", before, got)
+		assert.Failf(t, "root namespace changed after Close", "before:\n%s\nafter:\n%s", before, got)
 	}
 	checkNoLeftovers(t)
 }
@@ -482,23 +418,17 @@ func rootNetwork(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatalf("list links: %v", err)
-	}
+	require.NoError(t, err, "list links")
 	for _, l := range links {
 		fmt.Fprintf(&b, "link %d %s\n", l.Attrs().Index, l.Attrs().Name)
 	}
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatalf("list addresses: %v", err)
-	}
+	require.NoError(t, err, "list addresses")
 	for _, a := range addrs {
 		fmt.Fprintf(&b, "addr %d %s\n", a.LinkIndex, a.IPNet)
 	}
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatalf("list routes: %v", err)
-	}
+	require.NoError(t, err, "list routes")
 	for _, r := range routes {
 		fmt.Fprintf(&b, "route %s\n", r)
 	}
@@ -534,8 +464,7 @@ func TestLatencyOnly(t *testing.T) {
 		for _, c := range tc.contrast {
 			res.OK = res.OK && (c.OK || c.Budget)
 		}
-		if got := latencyOnly(res); got != tc.want {
-			t.Errorf("%s: latencyOnly() = %v, want %v", tc.name, got, tc.want)
-		}
+		assert.Equal(t, tc.want, latencyOnly(res), "%s: latencyOnly()", tc.name)
+
 	}
 }

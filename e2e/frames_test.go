@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"xdpshield/internal/testutil"
 )
@@ -39,31 +41,23 @@ func checkFrame(t *testing.T, frame []byte) netip.Addr {
 	switch binary.BigEndian.Uint16(frame[12:]) {
 	case 0x0800:
 		ip := frame[14:34]
-		if !verify(ip) {
-			t.Errorf("IPv4 header checksum wrong: % x", ip)
-		}
+		assert.True(t, verify(ip), "IPv4 header checksum wrong: % x", ip)
 		l4 := frame[34:]
 		if ip[9] == 1 {
-			if !verify(l4) {
-				t.Errorf("ICMP checksum wrong")
-			}
+			assert.True(t, verify(l4), "ICMP checksum wrong")
 		} else {
 			pseudo := append(append([]byte{}, ip[12:20]...), 0, ip[9], byte(len(l4)>>8), byte(len(l4)))
-			if !verify(append(pseudo, l4...)) {
-				t.Errorf("IPv4 L4 (proto %d) checksum wrong", ip[9])
-			}
+			assert.True(t, verify(append(pseudo, l4...)), "IPv4 L4 (proto %d) checksum wrong", ip[9])
 		}
 		return netip.AddrFrom4([4]byte(ip[12:16]))
 	case 0x86dd:
 		ip := frame[14:54]
 		l4 := frame[54:]
 		pseudo := append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, ip[6])
-		if !verify(append(pseudo, l4...)) {
-			t.Errorf("IPv6 L4 (next header %d) checksum wrong", ip[6])
-		}
+		assert.True(t, verify(append(pseudo, l4...)), "IPv6 L4 (next header %d) checksum wrong", ip[6])
 		return netip.AddrFrom16([16]byte(ip[8:24]))
 	}
-	t.Fatalf("unknown EtherType in % x", frame[:14])
+	require.FailNowf(t, "unknown EtherType", "% x", frame[:14])
 	return netip.Addr{}
 }
 
@@ -84,17 +78,13 @@ func TestTemplateChecksums(t *testing.T) {
 	for _, tc := range templateCases {
 		t.Run(tc.name, func(t *testing.T) {
 			tpl, err := BuildTemplate(tc.flow, testSrcMAC, testDstMAC, tc.dst)
-			if err != nil {
-				t.Fatalf("BuildTemplate(%v) = %v", tc.flow, err)
-			}
+			require.NoError(t, err, "BuildTemplate(%v)", tc.flow)
 			frame := append([]byte{}, tpl.Frame...)
 			for _, i := range []uint64{0, 1, 2, 255, 256, 65535, 65536, 1 << 21, 1<<32 + 7} {
 				tpl.Rewrite(frame, i)
 				got := checkFrame(t, frame)
 				want := sourceN(tc.flow, i)
-				if got != want {
-					t.Errorf("Rewrite(%d): source %s, want %s", i, got, want)
-				}
+				assert.Equal(t, want, got, "Rewrite(%d): source", i)
 			}
 		})
 	}
@@ -131,9 +121,8 @@ func TestFlowValidate(t *testing.T) {
 		{Flow{UDP, netip.MustParseAddr("2001:db8::ffff:ffff"), 2}, true},    // only the /64 varies
 		{Flow{UDP, Few4, 0}, false},
 	} {
-		if err := tc.flow.Validate(); (err == nil) != tc.ok {
-			t.Errorf("%v.Validate() = %v, want ok %v", tc.flow, err, tc.ok)
-		}
+		err := tc.flow.Validate()
+		assert.Equal(t, tc.ok, err == nil, "%v.Validate() = %v, want ok %v", tc.flow, err, tc.ok)
 	}
 }
 
@@ -142,36 +131,23 @@ func TestFlowValidate(t *testing.T) {
 func TestStormProgramMatchesRewrite(t *testing.T) {
 	testutil.Root(t)
 	g, err := NewXDPGenerator(nil, 0)
-	if err != nil {
-		t.Fatalf("NewXDPGenerator: %v", err)
-	}
+	require.NoError(t, err, "NewXDPGenerator")
 	defer g.Close()
 	for _, tc := range templateCases {
 		t.Run(tc.name, func(t *testing.T) {
 			tpl, err := BuildTemplate(tc.flow, testSrcMAC, testDstMAC, tc.dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.configure(&tpl); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, g.configure(&tpl))
 			for _, seq := range []uint64{0, 5, 65535, 1 << 22, 1<<32 + 9} {
-				if err := g.objs.Seq.Set(seq); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, g.objs.Seq.Set(seq))
 				out := make([]byte, len(tpl.Frame))
 				ret, err := g.objs.Storm.Run(&ebpf.RunOptions{Data: tpl.Frame, DataOut: out})
-				if err != nil {
-					t.Fatalf("Run: %v", err)
-				}
-				if ret != 3 { // XDP_TX
-					t.Fatalf("storm returned %d, want XDP_TX (3)", ret)
-				}
+				require.NoError(t, err, "Run")
+				require.EqualValues(t, 3, ret, "storm's verdict, want XDP_TX (3)")
 				want := append([]byte{}, tpl.Frame...)
 				tpl.Rewrite(want, seq)
-				if !bytes.Equal(out, want) {
-					t.Errorf("seq %d: program wrote\n% x\nwant\n% x", seq, out, want)
-				}
+				assert.True(t, bytes.Equal(out, want), "seq %d: program wrote\n% x\nwant\n% x", seq, out, want)
+
 				checkFrame(t, out)
 			}
 		})

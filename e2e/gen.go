@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
-	"xdpshield/internal/testutil"
+	"xdpshield/internal/kernel"
 	"xdpshield/internal/topo"
 )
 
@@ -30,7 +30,7 @@ type Generator interface {
 func NewGenerator(kind string, ns *topo.NS, ifindex int) (Generator, error) {
 	switch kind {
 	case "", "auto":
-		if testutil.KernelAtLeast(5, 18) {
+		if kernel.AtLeast(5, 18) {
 			return NewXDPGenerator(ns, ifindex)
 		}
 		return NewPacketGenerator(ns, ifindex)

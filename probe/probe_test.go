@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"xdpshield/e2e"
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
@@ -20,11 +23,9 @@ func TestSlots(t *testing.T) {
 	for _, ns := range []uint64{0, 1, 3, 4, 5, 7, 8, 9, 15, 16, 1000, 1023, 1024, 1 << 20, 3<<20 + 7, 123456789, 1 << 40} {
 		s := probe.SlotOf(ns)
 		lo, hi := probe.SlotRange(s)
-		if ns < lo || ns >= hi {
-			t.Errorf("SlotOf(%d) = %d, whose range [%d, %d) does not hold it", ns, s, lo, hi)
-		}
-		if ns >= 4 && float64(hi-lo) > float64(lo)/4 {
-			t.Errorf("slot %d = [%d, %d) is wider than a quarter of its lower bound", s, lo, hi)
+		assert.True(t, lo <= ns && ns < hi, "SlotOf(%d) = %d, whose range [%d, %d) does not hold it", ns, s, lo, hi)
+		if ns >= 4 {
+			assert.LessOrEqual(t, float64(hi-lo), float64(lo)/4, "slot %d = [%d, %d) is wider than a quarter of its lower bound", s, lo, hi)
 		}
 	}
 	var prevHi uint64
@@ -33,9 +34,7 @@ func TestSlots(t *testing.T) {
 		if lo == hi {
 			continue // unused slot
 		}
-		if lo != prevHi {
-			t.Fatalf("slot %d starts at %d, the slot before ends at %d: the slots must tile", i, lo, prevHi)
-		}
+		require.Equal(t, prevHi, lo, "slot %d starts at %d, the slot before ends at %d: the slots must tile", i, lo, prevHi)
 		prevHi = hi
 	}
 }
@@ -50,9 +49,7 @@ func TestQuantile(t *testing.T) {
 		want time.Duration
 	}{{0.5, 5 * time.Millisecond}, {0.9, 9 * time.Millisecond}, {0.1, time.Millisecond}} {
 		got := h.Quantile(tc.q)
-		if d := got - tc.want; d < -tc.want/4 || d > tc.want/4 {
-			t.Errorf("Quantile(%v) = %v, want %v within 25%%", tc.q, got, tc.want)
-		}
+		assert.InDelta(t, float64(tc.want), float64(got), float64(tc.want/4), "Quantile(%v) = %v, want %v within 25%%", tc.q, got, tc.want)
 	}
 }
 
@@ -80,25 +77,17 @@ func TestTimingsMatchClient(t *testing.T) {
 
 func timings(t *testing.T, clsact bool) {
 	top, err := e2e.NewTopology()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { top.Close() })
 	p, err := probe.Load(probe.Options{Port: port, Clsact: clsact})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := top.Edge.Do(func() error { return p.Attach(top.FrontIfindex) }); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, top.Edge.Do(func() error { return p.Attach(top.FrontIfindex) }))
 	t.Cleanup(func() { top.Edge.Do(p.Close) })
 	wantMode := probe.ModeClsact
 	if testutil.KernelAtLeast(6, 6) && !clsact {
 		wantMode = probe.ModeTCX
 	}
-	if p.Mode() != wantMode {
-		t.Errorf("Mode() = %s, want %s on this kernel", p.Mode(), wantMode)
-	}
+	assert.Equal(t, wantMode, p.Mode(), "Mode() on this kernel")
 	stop := serveEcho(t, top.Edge)
 	defer stop()
 
@@ -109,43 +98,31 @@ func timings(t *testing.T, clsact bool) {
 				t.Run(fmt.Sprintf("%s-%s-%v", network, dst, delay), func(t *testing.T) {
 					lat, local := ask(t, top.Storm, network, netip.AddrPortFrom(dst, port), delay, n)
 					flows, err := p.Flows()
-					if err != nil {
-						t.Fatal(err)
-					}
+					require.NoError(t, err)
 					var f *probe.Flow
 					for i := range flows {
 						if flows[i].Client == local {
 							f = &flows[i]
 						}
 					}
-					if f == nil {
-						t.Fatalf("the probe has no flow from %s (it has %d flows)", local, len(flows))
-					}
+					require.NotNil(t, f, "the probe has no flow from %s (it has %d flows)", local, len(flows))
 					// TCP: the handshake (SYN, SYN-ACK) is timed too.
 					want := uint64(n)
 					if network == "tcp" {
 						want++
 					}
-					if f.Count != want {
-						t.Errorf("flow %s: %d requests timed, want %d", local, f.Count, want)
-					}
+					assert.Equal(t, want, f.Count, "flow %s: requests timed", local)
 					c50, c90 := e2e.Quantile(lat, 0.5), e2e.Quantile(lat, 0.9)
 					p50, p90 := f.Histogram.Quantile(0.5), f.Histogram.Quantile(0.9)
 					t.Logf("client p50 %v p90 %v; probe p50 %v p90 %v (%d timed)", c50, c90, p50, p90, f.Count)
-					if !within(p50, c50) || !within(p90, c90) {
-						t.Errorf("probe p50 %v p90 %v, client p50 %v p90 %v: outside the tolerance", p50, p90, c50, c90)
-					}
+					assert.True(t, within(p50, c50) && within(p90, c90), "probe p50 %v p90 %v, client p50 %v p90 %v: outside the tolerance", p50, p90, c50, c90)
 				})
 			}
 		}
 	}
 	st, err := p.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Answered == 0 || st.Answered > st.Requests {
-		t.Errorf("Stats() = %+v: want answers, no more than requests", st)
-	}
+	require.NoError(t, err)
+	assert.True(t, st.Answered > 0 && st.Answered <= st.Requests, "Stats() = %+v: want answers, no more than requests", st)
 }
 
 // serveEcho answers each request (an 8-byte big-endian delay in
@@ -154,16 +131,14 @@ func serveEcho(t *testing.T, ns *topo.NS) (stop func()) {
 	t.Helper()
 	var pc net.PacketConn
 	var ln net.Listener
-	if err := ns.Do(func() error {
+	require.NoError(t, ns.Do(func() error {
 		var err error
 		if pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port)); err != nil {
 			return err
 		}
 		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	go func() {
 		buf := make([]byte, 64)
 		for {
@@ -206,13 +181,11 @@ func serveEcho(t *testing.T, ns *topo.NS) (stop func()) {
 func ask(t *testing.T, ns *topo.NS, network string, to netip.AddrPort, delay time.Duration, n int) ([]time.Duration, netip.AddrPort) {
 	t.Helper()
 	var c net.Conn
-	if err := ns.Do(func() error {
+	require.NoError(t, ns.Do(func() error {
 		var err error
 		c, err = net.DialTimeout(network, to.String(), 2*time.Second)
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	defer c.Close()
 	local := netip.MustParseAddrPort(c.LocalAddr().String())
 	r := bufio.NewReader(c)
@@ -222,12 +195,11 @@ func ask(t *testing.T, ns *topo.NS, network string, to netip.AddrPort, delay tim
 	for range n {
 		c.SetDeadline(time.Now().Add(2 * time.Second))
 		start := time.Now()
-		if _, err := c.Write(req); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(r, resp); err != nil {
-			t.Fatal(err)
-		}
+		_, err := c.Write(req)
+		require.NoError(t, err)
+		_, err = io.ReadFull(r, resp)
+		require.NoError(t, err)
+
 		lat = append(lat, time.Since(start))
 		time.Sleep(time.Millisecond)
 	}

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"xdpshield/internal/testutil"
 )
 
@@ -20,23 +23,17 @@ const module = "xdpshield"
 func moduleImports(t *testing.T, root, path string) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(root, strings.TrimPrefix(path, module), "*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var out []string
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
 		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for _, imp := range af.Imports {
 			p, err := strconv.Unquote(imp.Path.Value)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if p == module || strings.HasPrefix(p, module+"/") {
 				out = append(out, p)
 			}
@@ -62,9 +59,8 @@ func TestSimStaysGeneric(t *testing.T) {
 		imps := moduleImports(t, root, p)
 		if p == module+"/sim" && len(imps) == 0 {
 			// Not proof of anything unless the sources were read.
-			if files, _ := filepath.Glob(filepath.Join(root, "sim", "*.go")); len(files) == 0 {
-				t.Fatal("no Go files read in sim")
-			}
+			files, _ := filepath.Glob(filepath.Join(root, "sim", "*.go"))
+			require.NotEmpty(t, files, "no Go files read in sim")
 		}
 		for _, imp := range imps {
 			if _, ok := seen[imp]; ok {
@@ -72,10 +68,11 @@ func TestSimStaysGeneric(t *testing.T) {
 			}
 			chain := append(slices.Clone(seen[p]), p)
 			seen[imp] = chain
-			if imp == module+"/shield" || strings.HasPrefix(imp, module+"/shield/") {
-				t.Errorf("%s imports %s: the simulator must not know the shield (move the shield's part to shield/datapath)", strings.Join(chain, " -> "), imp)
+			shieldPkg := imp == module+"/shield" || strings.HasPrefix(imp, module+"/shield/")
+			if !assert.Falsef(t, shieldPkg, "%s imports %s: the simulator must not know the shield (move the shield's part to shield/datapath)", strings.Join(chain, " -> "), imp) {
 				continue
 			}
+
 			queue = append(queue, imp)
 		}
 	}

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -137,9 +136,18 @@ func (sc Scenario) Exec() (Result, error) {
 	return res, nil
 }
 
-// Run runs the scenario as part of test t, failing t on any failed
-// expectation, on an error, and when no step ran.
-func (sc Scenario) Run(t testing.TB) Result {
+// TB is the part of testing.TB that Run uses: sim is linked by the lab's
+// binary too, which must not link package testing.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+}
+
+// Run runs the scenario as part of test t (a *testing.T), failing t on any
+// failed expectation, on an error, and when no step ran.
+func (sc Scenario) Run(t TB) Result {
 	t.Helper()
 	res, err := sc.Exec()
 	if err != nil {

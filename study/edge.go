@@ -22,7 +22,7 @@ import (
 )
 
 // edgeProc is the edge server running in a process of its own inside the
-// edge namespace (`shield study-edge`), so that its CPU time is its own.
+// edge namespace (`shieldlab study-edge`), so that its CPU time is its own.
 type edgeProc struct {
 	cmd *exec.Cmd
 	pid int

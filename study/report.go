@@ -45,7 +45,7 @@ func spread(s Stat, format string) string {
 
 func mpps(x float64) string { return fmt.Sprintf("%.2f", x/1e6) }
 
-// Headline writes the table the README quotes: for each configuration,
+// Headline writes the table docs/measurements quotes: for each configuration,
 // legitimate throughput at saturation, keep-alive p50/p99/p99.9 at the
 // fixed rate and CPU per request.
 func Headline(w io.Writer, r *Results) {
@@ -360,7 +360,7 @@ func allowAll(r *Results) string {
 	return fmt.Sprintf("%.1f%% of the throughput and %.2fx the p50", 100*ratio(sat.RPS.Median, noneSat.RPS.Median), ratio(l.KAP50.Median, none.KAP50.Median))
 }
 
-// WriteHeadline writes just the headline table to path (for the README).
+// WriteHeadline writes just the headline table to path (for docs/measurements).
 func WriteHeadline(path string, r *Results) error {
 	var b strings.Builder
 	Headline(&b, r)

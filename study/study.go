@@ -38,7 +38,7 @@ type Options struct {
 	StormRate uint64        // frames/s of the storm the legitimate client meets
 	Out       string        // output directory
 	Command   string        // the command line, for the report
-	Self      string        // the shield binary (runs the edge server: `shield study-edge`)
+	Self      string        // the lab binary (runs the edge server: `shieldlab study-edge`)
 	Bench     bool          // run the simulator's benchmarks (needs the go tool and the source tree)
 	Progress  io.Writer     // the progress bar; nil: none
 	Lines     bool          // Progress is no terminal: a line per step
@@ -51,7 +51,7 @@ func DefaultOptions() Options {
 	return Options{Runs: 5, Phase: 4 * time.Second, DropPhase: 3 * time.Second, StormRate: 500_000, Bench: true}
 }
 
-// QuickOptions is `shield study -quick`: every configuration once or twice,
+// QuickOptions is `shieldlab study -quick`: every configuration once or twice,
 // short phases; it checks that each produced numbers, nothing more.
 func QuickOptions() Options {
 	return Options{Quick: true, Runs: 2, Phase: time.Second, DropPhase: time.Second, StormRate: 500_000, Bench: true}

@@ -2,12 +2,14 @@ package study
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"xdpshield/e2e"
 	"xdpshield/internal/testutil"
@@ -23,9 +25,7 @@ func TestStatOf(t *testing.T) {
 		{[]float64{5, 1, 3}, Stat{3, 1, 5, 3}},
 		{[]float64{4, 1, 3, 2}, Stat{2.5, 1, 4, 4}},
 	} {
-		if got := statOf(tc.in); got != tc.want {
-			t.Errorf("statOf(%v) = %+v, want %+v", tc.in, got, tc.want)
-		}
+		assert.Equal(t, tc.want, statOf(tc.in), "statOf(%v)", tc.in)
 	}
 }
 
@@ -37,13 +37,9 @@ BenchmarkOther-2	100	5 ns/op
 PASS`
 	got := parseBench(out)
 	want := []BenchRow{{"BenchmarkShield/reference", 38, 1}, {"BenchmarkShield/allow", 50, 1.786}}
-	if len(got) != len(want) {
-		t.Fatalf("parseBench = %+v, want %+v", got, want)
-	}
+	require.Len(t, got, len(want), "parseBench = %+v, want %+v", got, want)
 	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("parseBench row %d = %+v, want %+v", i, got[i], want[i])
-		}
+		assert.Equal(t, want[i], got[i], "parseBench row %d", i)
 	}
 }
 
@@ -77,9 +73,7 @@ func full() *Results {
 
 func TestMissing(t *testing.T) {
 	r := full()
-	if m := r.Missing(); len(m) != 0 {
-		t.Fatalf("Missing() of complete results = %q, want none", m)
-	}
+	require.Empty(t, r.Missing(), "Missing() of complete results, want none")
 	// Each gap must be reported.
 	r.legit("nft/storm", PhaseSaturation).RPS.Median = 0
 	r.drop("shield", "many").DropPPS.Median = 0
@@ -87,9 +81,7 @@ func TestMissing(t *testing.T) {
 	r.legit("probe", PhaseFixed).ProbeN = 0
 	m := strings.Join(r.Missing(), "\n")
 	for _, want := range []string{"nft/storm saturation: no successful request", "drop capacity shield/many: nothing dropped", "drop capacity floor/few: not measured", "probe fixed: the probe timed nothing"} {
-		if !strings.Contains(m, want) {
-			t.Errorf("Missing() = %q, want it to name %q", m, want)
-		}
+		assert.Contains(t, m, want, "Missing() must name %q", want)
 	}
 }
 
@@ -99,14 +91,10 @@ func TestReportNamesEveryConfiguration(t *testing.T) {
 	Report(&b, r, nil)
 	md := b.String()
 	for _, c := range Configs {
-		if !strings.Contains(md, "| "+c.Name+" |") {
-			t.Errorf("report lacks a row for %s", c.Name)
-		}
+		assert.True(t, strings.Contains(md, "| "+c.Name+" |"), "report lacks a row for %s", c.Name)
 	}
 	for _, want := range []string{"## Conclusion", "**Under a storm.**", "**Drop capacity.**", "**Which default the data supports.**", "shared"} {
-		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q", want)
-		}
+		assert.True(t, strings.Contains(md, want), "report lacks %q", want)
 	}
 }
 
@@ -116,18 +104,15 @@ func TestReportNamesEveryConfiguration(t *testing.T) {
 func TestWaitsForStorm(t *testing.T) {
 	testutil.Root(t)
 	unlock, err := e2e.LockStorms(context.Background(), slog.Default())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	opt := QuickOptions()
 	opt.Out = t.TempDir()
 	res, err := Run(ctx, opt)
-	if !errors.Is(err, context.DeadlineExceeded) || res != nil {
-		t.Errorf("Run beside a storm = %v, %v; want nil and the context's deadline (it waited)", res, err)
-	}
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Run beside a storm: want the context's deadline (it waited)")
+	assert.Nil(t, res, "Run beside a storm: want no results (it waited)")
 }
 
 // TestPassedFramesVerdict: the conclusion on what the passed frames cost
@@ -154,9 +139,8 @@ func TestPassedFramesVerdict(t *testing.T) {
 			np.Samples = append(np.Samples, DropSample{Run: i, SeenPPS: x * 1e6, DropPPS: x * 1e6, DropsPerCPUSec: 1e6})
 		}
 		r.finish()
-		if got := strings.Join(Conclusion(r), "\n"); !strings.Contains(got, tc.want) {
-			t.Errorf("nopass %v: Conclusion() lacks %q:\n%s", tc.nopass, tc.want, got)
-		}
+		got := strings.Join(Conclusion(r), "\n")
+		assert.True(t, strings.Contains(got, tc.want), "nopass %v: Conclusion() lacks %q:\n%s", tc.nopass, tc.want, got)
 	}
 }
 
@@ -172,11 +156,10 @@ func TestDropOrderAlternates(t *testing.T) {
 	}
 	for run := range 4 {
 		order := dropOrder(run)
-		if got := slices.Sorted(slices.Values(order)); !slices.Equal(got, slices.Sorted(slices.Values(DropTargets))) {
-			t.Errorf("dropOrder(%d) = %v, want each of %v once", run, order, DropTargets)
+		assert.Equal(t, slices.Sorted(slices.Values(DropTargets)), slices.Sorted(slices.Values(order)), "dropOrder(%d) = %v, want each of %v once", run, order, DropTargets)
+		if run > 0 {
+			assert.NotEqual(t, before(dropOrder(run-1)), before(order), "dropOrder(%d) = %v, dropOrder(%d) = %v: want shield and shield-nopass in turns", run, order, run-1, dropOrder(run-1))
 		}
-		if run > 0 && before(order) == before(dropOrder(run-1)) {
-			t.Errorf("dropOrder(%d) = %v, dropOrder(%d) = %v: want shield and shield-nopass in turns", run, order, run-1, dropOrder(run-1))
-		}
+
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"xdpshield/e2e"
-	"xdpshield/e2e/container"
 	"xdpshield/shield"
 )
 
@@ -186,7 +185,7 @@ func TestTokenFileFIFODoesNotBlock(t *testing.T) {
 }
 
 // The container lane's shield runs `shield serve -config` on the file
-// container.ShieldConfig writes: that file, read by the real loader, must
+// e2e.ContainerShieldConfig writes (e2e/container.ShieldConfig): that file, read by the real loader, must
 // configure exactly what the storm's service configuration says, every
 // limit (the unprotected class's too), list, clock and mode.
 func TestLaneConfigReadsBack(t *testing.T) {
@@ -198,12 +197,12 @@ func TestLaneConfigReadsBack(t *testing.T) {
 	want.Limits.DryRun = true
 	dir := t.TempDir()
 	path := filepath.Join(dir, "shield.toml")
-	if err := os.WriteFile(path, []byte(container.ShieldConfig(want)), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(e2e.ContainerShieldConfig(want)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := loadConfig(path)
 	if err != nil {
-		t.Fatalf("loadConfig(lane's file) = %v\n%s", err, container.ShieldConfig(want))
+		t.Fatalf("loadConfig(lane's file) = %v\n%s", err, e2e.ContainerShieldConfig(want))
 	}
 	if c.API.TokenFile != "/etc/xdpshield/token" {
 		t.Errorf("token_file = %q, want the container's /etc/xdpshield/token", c.API.TokenFile)

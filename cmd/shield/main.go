@@ -1,5 +1,6 @@
-// Command shield is xdpshield's one binary. Each subcommand lives in its own
-// file and registers itself in commands.
+// Command shield is xdpshield's product binary. Each subcommand lives in its
+// own file and registers itself in commands. The lab's commands (storm,
+// study) are cmd/shieldlab's: shield links no test or lab code.
 package main
 
 import (
@@ -18,8 +19,12 @@ type command struct {
 }
 
 // commands is filled by the init functions of the subcommand files;
-// hidden ones are left out of the usage (the container lane's agents).
+// hidden ones are left out of the usage.
 var commands, hidden = map[string]command{}, map[string]command{}
+
+// labCommands are the commands that moved to the lab's binary,
+// cmd/shieldlab: shield names it rather than calling them unknown.
+var labCommands = map[string]bool{"storm": true, "study": true, "study-edge": true, "e2e-edge": true, "e2e-storm": true}
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: shield <command> [flags]\n\ncommands:")
@@ -42,6 +47,10 @@ func main() {
 	cmd, ok := commands[os.Args[1]]
 	if !ok {
 		cmd, ok = hidden[os.Args[1]]
+	}
+	if !ok && labCommands[os.Args[1]] {
+		fmt.Fprintf(os.Stderr, "shield: %s is a lab command: run `shieldlab %[1]s` (go run ./cmd/shieldlab %[1]s)\n", os.Args[1])
+		os.Exit(2)
 	}
 	if !ok {
 		if os.Args[1] != "-h" && os.Args[1] != "help" && os.Args[1] != "--help" {

@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"xdpshield/e2e"
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
@@ -41,18 +44,12 @@ func TestModernCapabilities(t *testing.T) {
 	}
 	bin := buildStatic(t)
 	ns, err := topo.New("caps")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ns.Close()
-	if err := topo.Veth(ns, e2e.EdgeDev, ns, "peer0"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, topo.Veth(ns, e2e.EdgeDev, ns, "peer0"))
 	RemoveStalePinRoots()
 	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", CapsPinPrefix, os.Getpid()))
-	if err := shield.EnsureBPFFS(pinRoot); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, shield.EnsureBPFFS(pinRoot))
 	defer os.RemoveAll(pinRoot)
 	detach := func() {
 		t.Helper()
@@ -61,9 +58,7 @@ func TestModernCapabilities(t *testing.T) {
 		if _, err := os.Stat(dir); err != nil {
 			return
 		}
-		if err := ns.Do(func() error { return shield.Detach(pinRoot, e2e.EdgeDev) }); err != nil {
-			t.Fatalf("detach: %v", err)
-		}
+		require.NoError(t, ns.Do(func() error { return shield.Detach(pinRoot, e2e.EdgeDev) }), "detach")
 	}
 	defer detach()
 
@@ -82,12 +77,8 @@ func TestModernCapabilities(t *testing.T) {
 			cmd.Env = append(cmd.Env, "SHIELD_NO_CAP_CHECK=1")
 		}
 		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
 		var b strings.Builder
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -103,22 +94,19 @@ func TestModernCapabilities(t *testing.T) {
 		}
 		return serving, b.String(), err
 	}
-	if ok, log, err := serve(ModernCaps, false); !ok {
-		t.Fatalf("with %v: not serving (%v); log:\n%s", ModernCaps, err, log)
-	}
+	ok, log, err := serve(ModernCaps, false)
+	require.True(t, ok, "with %v: not serving (%v); log:\n%s", ModernCaps, err, log)
 	t.Logf("with %v: serves on a fresh interface", ModernCaps)
 	// Its pins are there now: a restart adopts them.
 	for _, checkOff := range []bool{false, true} {
 		ok, log, err := serve(ModernCaps, checkOff)
-		if ok || err == nil || (!checkOff && !strings.Contains(log, "CAP_SYS_ADMIN")) {
-			t.Errorf("restart with %v (check off: %v): serving %v, exit %v; want a refusal naming CAP_SYS_ADMIN; log:\n%s", ModernCaps, checkOff, ok, err, log)
-		} else {
+		refused := !ok && err != nil && (checkOff || strings.Contains(log, "CAP_SYS_ADMIN"))
+		if assert.True(t, refused, "restart with %v (check off: %v): serving %v, exit %v; want a refusal naming CAP_SYS_ADMIN; log:\n%s", ModernCaps, checkOff, ok, err, log) {
 			t.Logf("restart with %v (check off: %v): %v: %s", ModernCaps, checkOff, err, lastLine(log))
 		}
 	}
-	if ok, log, err := serve(append(slices.Clone(ModernCaps), "CAP_SYS_ADMIN"), false); !ok || !strings.Contains(log, "adopted pinned shield") {
-		t.Errorf("restart with CAP_SYS_ADMIN too: serving %v (%v), want the pins adopted; log:\n%s", ok, err, log)
-	}
+	ok, log, err = serve(append(slices.Clone(ModernCaps), "CAP_SYS_ADMIN"), false)
+	assert.True(t, ok && strings.Contains(log, "adopted pinned shield"), "restart with CAP_SYS_ADMIN too: serving %v (%v), want the pins adopted; log:\n%s", ok, err, log)
 	detach()
 	for _, miss := range ModernCaps {
 		rest := slices.DeleteFunc(slices.Clone(ModernCaps), func(c string) bool { return c == miss })
@@ -127,9 +115,8 @@ func TestModernCapabilities(t *testing.T) {
 			if ok {
 				detach()
 			}
-			if ok || err == nil || (!checkOff && !strings.Contains(log, miss)) {
-				t.Errorf("without %s (check off: %v): serving %v, exit %v; want a non-zero exit (naming it when checked); log:\n%s", miss, checkOff, ok, err, log)
-			} else {
+			refused := !ok && err != nil && (checkOff || strings.Contains(log, miss))
+			if assert.True(t, refused, "without %s (check off: %v): serving %v, exit %v; want a non-zero exit (naming it when checked); log:\n%s", miss, checkOff, ok, err, log) {
 				t.Logf("without %s (check off: %v): %v: %s", miss, checkOff, err, lastLine(log))
 			}
 		}

@@ -1,7 +1,6 @@
 package container
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/BurntSushi/toml"
 	"github.com/cilium/ebpf/link"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
@@ -34,16 +32,18 @@ const (
 // ImageRef is the tag the lane gives target's image.
 func ImageRef(target string) string { return "xdps-" + target + ":lane" }
 
-// BuildImages builds the three images FROM scratch out of the static binary
-// bin (CGO_ENABLED=0) with testcontainers' FromDockerfile: the Dockerfile
-// of this package and bin, copied into a temporary build context.
-func BuildImages(ctx context.Context, p *tc.DockerProvider, dockerfile, bin string) error {
+// BuildImages builds the three images FROM scratch out of the static
+// binaries (CGO_ENABLED=0) bin (cmd/shield) and lab (cmd/shieldlab, the
+// edge's and the storm's agents) with testcontainers' FromDockerfile: the
+// Dockerfile of this package and the binaries, copied into a temporary
+// build context.
+func BuildImages(ctx context.Context, p *tc.DockerProvider, dockerfile, bin, lab string) error {
 	dir, err := os.MkdirTemp("", "xdps-image-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	for src, dst := range map[string]string{dockerfile: "Dockerfile", bin: "shield"} {
+	for src, dst := range map[string]string{dockerfile: "Dockerfile", bin: "shield", lab: "shieldlab"} {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			return err
@@ -206,52 +206,14 @@ func attach(ctx context.Context, role string, c tc.Container) (*topo.NS, error) 
 	return topo.Attach(role, in.State.Pid)
 }
 
-// ShieldConfig is the service's configuration file for cfg: the storm's
-// interface, mode, clock, table, limits and lists, the API on loopback
-// behind the token (reads included), the default pin root
-// /sys/fs/bpf/xdpshield. It is encoded, not written by hand, with the
-// service's own Limits type, so no field of cfg is left behind.
-func ShieldConfig(cfg service.Config) string {
-	type api struct {
-		Listen    string `toml:"listen"`
-		TokenFile string `toml:"token_file"`
-		AuthReads bool   `toml:"auth_reads"`
-	}
-	type lists struct {
-		OwnAddressesSpoofed bool     `toml:"own_addresses_spoofed"`
-		Allow               []string `toml:"allow"`
-		Deny                []string `toml:"deny"`
-	}
-	file := struct {
-		Iface     string        `toml:"iface"`
-		Mode      string        `toml:"mode"`
-		Clock     string        `toml:"clock"`
-		TableSize uint32        `toml:"table_size"`
-		API       api           `toml:"api"`
-		Limits    shield.Limits `toml:"limits"`
-		Lists     lists         `toml:"lists"`
-	}{
-		Iface: cfg.Iface, Mode: cfg.Mode.String(), Clock: cfg.Clock.String(), TableSize: cfg.TableSize,
-		API:    api{Listen: shieldAPI, TokenFile: "/etc/xdpshield/token", AuthReads: true},
-		Limits: cfg.Limits,
-		Lists:  lists{OwnAddressesSpoofed: cfg.SpoofOwnAddresses, Allow: []string{}, Deny: []string{}},
-	}
-	for _, p := range cfg.Allow {
-		file.Lists.Allow = append(file.Lists.Allow, p.String())
-	}
-	for _, p := range cfg.Deny {
-		file.Lists.Deny = append(file.Lists.Deny, p.String())
-	}
-	var b bytes.Buffer
-	if err := toml.NewEncoder(&b).Encode(file); err != nil {
-		panic(fmt.Sprintf("encode the shield's configuration: %v", err)) // strings, integers and bools only
-	}
-	return b.String()
-}
+// ShieldConfig is the service's configuration file for cfg
+// (e2e.ContainerShieldConfig, which cmd/shield's tests read back with the
+// real loader outside this module).
+func ShieldConfig(cfg service.Config) string { return e2e.ContainerShieldConfig(cfg) }
 
 // shieldAPI is where the shield container's API listens, inside the edge's
 // namespace.
-const shieldAPI = "127.0.0.1:9470"
+const shieldAPI = e2e.ContainerAPI
 
 // shieldRun is the shield container's settings: `shield serve -config` in
 // the namespace of the container edge, every capability dropped but caps,
@@ -282,7 +244,7 @@ func ShieldRequest(edgeID, pinRoot, confDir string, caps []string, env map[strin
 	}
 }
 
-// RunLine is ShieldRequest as a `docker run` command line (the README's),
+// RunLine is ShieldRequest as a `docker run` command line (docs/container.md's),
 // for a container named xdpshield beside the container edge, with the
 // host's bpffs and /etc/xdpshield.
 func RunLine(edge string, caps []string) string {

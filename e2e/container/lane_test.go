@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	tc "github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -37,7 +39,7 @@ func TestContainerLane(t *testing.T) {
 	before := rootState(t)
 	t.Cleanup(func() {
 		if after := rootState(t); after != before {
-			t.Errorf("root network namespace changed:\n%s", diffLines(before, after))
+			assert.Failf(t, "root network namespace changed", "%s", diffLines(before, after))
 		}
 	})
 
@@ -48,48 +50,34 @@ func TestContainerLane(t *testing.T) {
 	}
 	t.Logf("dockerd up in %v (%s)", time.Since(began).Round(time.Millisecond), d.Dir)
 	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Errorf("stop dockerd: %v", err)
-		}
-		if _, err := os.Stat(d.Dir); !os.IsNotExist(err) {
-			t.Errorf("daemon directory %s left behind (%v)", d.Dir, err)
-		}
+		assert.NoError(t, d.Close(), "stop dockerd")
+		_, err := os.Stat(d.Dir)
+		assert.True(t, os.IsNotExist(err), "daemon directory %s left behind (%v)", d.Dir, err)
 		for _, pat := range []string{"/sys/fs/cgroup/*/" + filepath.Base(d.Dir), "/sys/fs/cgroup/*/docker"} {
-			if m, _ := filepath.Glob(pat); len(m) > 0 {
-				t.Errorf("cgroups left behind: %v", m)
-			}
+			m, _ := filepath.Glob(pat)
+			assert.Empty(t, m, "cgroups left behind")
 		}
 	})
 	t.Setenv("DOCKER_HOST", d.Host())
 	t.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
 	tclog.SetDefault(tclog.TestLogger(t)) // its progress lines in the test's log, shown with -v or on failure
 	p, err := NewProvider()
-	if err != nil {
-		t.Fatalf("testcontainers provider: %v", err)
-	}
+	require.NoError(t, err, "testcontainers provider")
 	t.Cleanup(func() { p.Close() })
 
-	bin := buildStatic(t)
+	bin, lab := buildStatic(t), buildStatic(t, "shieldlab")
 	began = time.Now()
-	if err := BuildImages(ctx, p, "Dockerfile", bin); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, BuildImages(ctx, p, "Dockerfile", bin, lab))
 	t.Logf("images built in %v", time.Since(began).Round(time.Millisecond))
 	t.Cleanup(func() {
-		if err := RemoveImages(context.Background(), p); err != nil {
-			t.Errorf("remove images: %v", err)
-		}
+		assert.NoError(t, RemoveImages(context.Background(), p), "remove images")
 	})
 
 	RemoveStalePinRoots()
 	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", LanePinPrefix, os.Getpid()))
-	if err := shield.EnsureBPFFS(pinRoot); err != nil {
-		t.Fatalf("pin root: %v", err)
-	}
+	require.NoError(t, shield.EnsureBPFFS(pinRoot), "pin root")
 	t.Cleanup(func() {
-		if err := os.RemoveAll(pinRoot); err != nil {
-			t.Errorf("remove pin root: %v", err)
-		}
+		assert.NoError(t, os.RemoveAll(pinRoot), "remove pin root")
 	})
 
 	t.Run("capabilities", func(t *testing.T) { testCapabilities(t, p, pinRoot) })
@@ -108,25 +96,15 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	if edge != nil {
 		defer edge.Terminate(ctx)
 	}
-	if err != nil {
-		t.Fatalf("edge container: %v", err)
-	}
+	require.NoError(t, err, "edge container")
 	ns, err := attach(ctx, "capedge", edge)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ns.Close()
-	if err := topo.Veth(ns, e2e.EdgeDev, ns, "peer0"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, topo.Veth(ns, e2e.EdgeDev, ns, "peer0"))
 	conf := t.TempDir()
 	cfg := e2e.StormServiceConfig(e2e.ShortConfig(), "0123456789abcdef0123456789abcdef")
-	if err := os.WriteFile(filepath.Join(conf, "shield.toml"), []byte(ShieldConfig(cfg)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(conf, "token"), []byte(cfg.API.Token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(conf, "shield.toml"), []byte(ShieldConfig(cfg)), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(conf, "token"), []byte(cfg.API.Token+"\n"), 0o600))
 	defer ns.Do(func() error { return shield.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) })
 
 	// run starts a shield container with caps and returns its exit code
@@ -138,51 +116,40 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 		if c != nil {
 			defer c.Terminate(ctx)
 		}
-		if err != nil {
-			t.Fatalf("shield container with %v: %v", caps, err)
-		}
+		require.NoError(t, err, "shield container with %v", caps)
 		logs = containerLogs(ctx, c)
 		if strings.Contains(logs, "msg=serving") {
 			return 0, true, logs
 		}
 		for range 100 {
 			st, err := c.State(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if !st.Running {
 				return st.ExitCode, false, containerLogs(ctx, c)
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
-		t.Fatalf("shield container with %v logged an error and kept running:\n%s", caps, logs)
+		require.FailNowf(t, "an error and still running", "shield container with %v logged an error and kept running:\n%s", caps, logs)
 		return 0, false, logs
 	}
 
-	if _, serving, logs := run(ShieldCaps, nil); !serving {
-		t.Fatalf("shield container with %v does not serve; logs:\n%s", ShieldCaps, logs)
-	}
+	_, serving, logs := run(ShieldCaps, nil)
+	require.True(t, serving, "shield container with %v does not serve; logs:\n%s", ShieldCaps, logs)
 	t.Logf("with %v: serves", ShieldCaps)
 	// Its pins are there: first a restart that would adopt them, then
 	// (pins removed) a fresh start.
 	for _, state := range []string{"adopting", "fresh"} {
 		if state == "fresh" {
-			if err := ns.Do(func() error { return shield.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) }); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, ns.Do(func() error { return shield.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) }))
 		}
 		for _, miss := range ShieldCaps {
 			rest := slices.DeleteFunc(slices.Clone(ShieldCaps), func(c string) bool { return c == miss })
 			code, serving, logs := run(rest, nil)
-			if serving || code == 0 || !strings.Contains(logs, miss) {
-				t.Errorf("%s without %s: serving %v, exit %d, want a non-zero exit with a message naming it; logs:\n%s", state, miss, serving, code, logs)
-			} else {
+			if assert.True(t, !serving && code != 0 && strings.Contains(logs, miss), "%s without %s: serving %v, exit %d, want a non-zero exit with a message naming it; logs:\n%s", state, miss, serving, code, logs) {
 				t.Logf("%s without %s: exit %d: %s", state, miss, code, lastLine(logs))
 			}
 			code, serving, logs = run(rest, map[string]string{"SHIELD_NO_CAP_CHECK": "1"})
-			if serving || code == 0 {
-				t.Errorf("%s without %s and without the check: serving %v, exit %d, want the kernel's refusal; logs:\n%s", state, miss, serving, code, logs)
-			} else {
+			if assert.True(t, !serving && code != 0, "%s without %s and without the check: serving %v, exit %d, want the kernel's refusal; logs:\n%s", state, miss, serving, code, logs) {
 				t.Logf("%s without %s, check off: exit %d: %s", state, miss, code, lastLine(logs))
 			}
 		}
@@ -199,26 +166,18 @@ func testStorm(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	}
 	lane := &Lane{Provider: p, Dir: t.TempDir(), PinRoot: pinRoot, Logf: t.Logf}
 	defer func() {
-		if err := lane.Terminate(); err != nil {
-			t.Errorf("remove containers: %v", err)
-		}
+		assert.NoError(t, lane.Terminate(), "remove containers")
 	}()
 	cfg.Deployment = lane
 	res, err := e2e.Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	require.NoError(t, err, "Run")
 	var b strings.Builder
 	e2e.PrintTable(&b, res)
 	t.Log(b.String())
 	if out := os.Getenv("SHIELD_E2E_OUT"); out != "" {
-		if err := e2e.WriteJSON(filepath.Join(out, "container-storm.json"), res); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, e2e.WriteJSON(filepath.Join(out, "container-storm.json"), res))
 	}
-	if !res.OK {
-		t.Errorf("assertions failed:\n%s", strings.Join(res.Failed, "\n"))
-	}
+	assert.True(t, res.OK, "assertions failed:\n%s", strings.Join(res.Failed, "\n"))
 	var names []string
 	restarts := 0
 	for _, p := range res.Phases {
@@ -229,26 +188,16 @@ func testStorm(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 				p.Name, p.Restart.DownMs, p.Restart.DropsDown, p.Restart.LinkBefore, p.Restart.LinkAfter, p.Restart.AdoptedNote)
 		}
 	}
-	if want := []string{"baseline", "few-sources", "many-forged", "recovery"}; !slices.Equal(names, want) {
-		t.Errorf("ran phases %q, want %q", names, want)
-	}
-	if restarts != 1 {
-		t.Errorf("%d phases restarted the shield, want 1", restarts)
-	}
+	assert.Equal(t, []string{"baseline", "few-sources", "many-forged", "recovery"}, names, "ran phases")
+	assert.Equal(t, 1, restarts, "phases that restarted the shield")
 	var contrast []string
 	for _, p := range res.Contrast {
 		contrast = append(contrast, p.Name)
-		if !checked(p, e2e.HarmCheck) {
-			t.Errorf("contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
-		}
+		assert.True(t, checked(p, e2e.HarmCheck), "contrast %s: the storm did not break the budget of an unprotected edge", p.Name)
 	}
-	if want := []string{"no-shield/few-sources", "no-shield/many-forged"}; !slices.Equal(contrast, want) {
-		t.Errorf("ran contrast phases %q, want %q", contrast, want)
-	}
+	assert.Equal(t, []string{"no-shield/few-sources", "no-shield/many-forged"}, contrast, "ran contrast phases")
 	m, _ := filepath.Glob(fmt.Sprintf("/run/netns/%s*-%d", topo.Prefix, os.Getpid()))
-	if len(m) > 0 {
-		t.Errorf("namespace names left behind: %v", m)
-	}
+	assert.Empty(t, m, "namespace names left behind")
 }
 
 func checked(ph *e2e.Phase, name string) bool {
@@ -265,21 +214,25 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// buildStatic builds the shield binary with CGO_ENABLED=0 (what FROM
-// scratch can run).
-func buildStatic(t *testing.T) string {
+// buildStatic builds the shield binary, or the command of cmd/ named by
+// name (shieldlab), with CGO_ENABLED=0 (what FROM scratch can run).
+func buildStatic(t *testing.T, name ...string) string {
 	t.Helper()
+	cmdName := "shield"
+	if len(name) > 0 {
+		cmdName = name[0]
+	}
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		goBin = "/usr/local/go/bin/go" // where the README puts it; .ci/run adds it to PATH
 	}
-	out := filepath.Join(t.TempDir(), "shield")
-	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./cmd/shield")
+	out := filepath.Join(t.TempDir(), cmdName)
+	cmd := exec.Command(goBin, "build", "-trimpath", "-o", out, "./cmd/"+cmdName)
 	cmd.Dir = "../.."
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build static shield: %v\n%s", err, b)
-	}
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "build static %s:\n%s", cmdName, b)
+
 	return out
 }
 
@@ -290,24 +243,18 @@ func rootState(t *testing.T) string {
 	t.Helper()
 	var b strings.Builder
 	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatalf("list links: %v", err)
-	}
+	require.NoError(t, err, "list links")
 	for _, l := range links {
 		a := l.Attrs()
 		fmt.Fprintf(&b, "link %d %s %s %v master=%d\n", a.Index, a.Name, l.Type(), a.Flags, a.MasterIndex)
 	}
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		t.Fatalf("list addresses: %v", err)
-	}
+	require.NoError(t, err, "list addresses")
 	for _, a := range addrs {
 		fmt.Fprintf(&b, "addr %d %s\n", a.LinkIndex, a.IPNet)
 	}
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Table: 0}, netlink.RT_FILTER_TABLE)
-	if err != nil {
-		t.Fatalf("list routes: %v", err)
-	}
+	require.NoError(t, err, "list routes")
 	for _, r := range routes {
 		fmt.Fprintf(&b, "route table %d %s\n", r.Table, r)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,11 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
 )
 
-// stormCmd is this test binary run as `shield storm args...` (see TestMain),
+// stormCmd is this test binary run as `shieldlab storm args...` (see TestMain),
 // light enough for a busy 2-core box: 1 s phases of the few-sources storm
 // (2 sources a family, each past its limit) at 20,000 frames/s, no
 // contrast.
@@ -28,7 +30,7 @@ func stormCmd(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// TestStormExitCode: `shield storm` exits 0 only when every assertion held,
+// TestStormExitCode: `shieldlab storm` exits 0 only when every assertion held,
 // and writes its JSON either way.
 func TestStormExitCode(t *testing.T) {
 	testutil.Root(t)
@@ -46,64 +48,45 @@ func TestStormExitCode(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "storm.json")
 			out, err := stormCmd(t, append(tc.args, "-json", path)...).CombinedOutput()
 			var ee *exec.ExitError
-			if err != nil && !errors.As(err, &ee) {
-				t.Fatalf("run shield storm: %v", err)
-			}
-			if gotOK := err == nil; gotOK != tc.wantOK {
-				t.Errorf("shield storm %q: exit %v, want success %v\n%s", tc.args, err, tc.wantOK, out)
-			}
-			b, err := os.ReadFile(path)
 			if err != nil {
-				t.Fatalf("read the JSON: %v", err)
+				require.ErrorAs(t, err, &ee, "run shieldlab storm")
 			}
+			assert.Equal(t, tc.wantOK, err == nil, "shieldlab storm %q: exit %v, want success %v\n%s", tc.args, err, tc.wantOK, out)
+			b, err := os.ReadFile(path)
+			require.NoError(t, err, "read the JSON")
 			var res struct {
 				OK     bool              `json:"ok"`
 				Phases []json.RawMessage `json:"phases"`
 			}
-			if err := json.Unmarshal(b, &res); err != nil {
-				t.Fatalf("decode the JSON: %v", err)
-			}
-			if res.OK != tc.wantOK || len(res.Phases) != 3 {
-				t.Errorf("JSON: ok %v with %d phases, want ok %v with 3", res.OK, len(res.Phases), tc.wantOK)
-			}
+			require.NoError(t, json.Unmarshal(b, &res), "decode the JSON")
+			assert.True(t, res.OK == tc.wantOK && len(res.Phases) == 3, "JSON: ok %v with %d phases, want ok %v with 3", res.OK, len(res.Phases), tc.wantOK)
 		})
 	}
 }
 
-// TestStormInterrupt: SIGINT (Ctrl-C) stops `shield storm` early, with a
+// TestStormInterrupt: SIGINT (Ctrl-C) stops `shieldlab storm` early, with a
 // non-zero exit, and its namespaces are gone.
 func TestStormInterrupt(t *testing.T) {
 	testutil.Root(t)
 	cmd := stormCmd(t, "-duration", "30s")
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	// Inside the baseline: setup takes about a second.
 	time.Sleep(2500 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Errorf("shield storm interrupted exited 0, want non-zero\n%s", out.String())
-		}
+		assert.Error(t, err, "shieldlab storm interrupted exited 0, want non-zero\n%s", out.String())
 	case <-time.After(20 * time.Second):
 		cmd.Process.Kill()
-		t.Fatalf("shield storm still running 20 s after SIGINT\n%s", out.String())
+		require.FailNow(t, "shieldlab storm still running 20 s after SIGINT", out.String())
 	}
 	m, err := filepath.Glob(fmt.Sprintf("/run/netns/%s*-%d", topo.Prefix, cmd.Process.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(m) > 0 {
-		t.Errorf("namespaces left behind after SIGINT: %v", m)
-	}
-	if !strings.Contains(out.String(), "INCOMPLETE") {
-		t.Errorf("output does not say the run is incomplete:\n%s", out.String())
-	}
+	require.NoError(t, err)
+	assert.Empty(t, m, "namespaces left behind after SIGINT")
+	assert.True(t, strings.Contains(out.String(), "INCOMPLETE"), "output does not say the run is incomplete:\n%s", out.String())
+
 }

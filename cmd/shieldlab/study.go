@@ -20,7 +20,7 @@ func init() {
 		run:     runStudy,
 	}
 	commands["study-edge"] = command{
-		summary: "(internal) the study's edge server, started by shield study in its namespace",
+		summary: "(internal) the study's edge server, started by shieldlab study in its namespace",
 		run: func(ctx context.Context, args []string) error {
 			return study.ServeEdge(ctx, os.Stdin, os.Stdout)
 		},
@@ -79,7 +79,7 @@ func runStudy(ctx context.Context, args []string) error {
 	}
 	opt.Bench = *bench
 	opt.Out = *out
-	opt.Command = "shield study " + strings.Join(args, " ")
+	opt.Command = "shieldlab study " + strings.Join(args, " ")
 	if !*quiet {
 		opt.Progress = os.Stderr
 		_, err := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)

@@ -11,8 +11,8 @@ import (
 )
 
 // The container lane's agents (e2e/agent.go): the edge image runs
-// `shield e2e-edge`, the storm image `shield e2e-storm`. Hidden: test
-// tooling, not the product.
+// `shieldlab e2e-edge`, the storm image `shieldlab e2e-storm`. Hidden: the
+// lane's tooling, not a command to run by hand.
 func init() {
 	hidden["e2e-edge"] = command{"the container lane's edge: HTTPS server and datagram service", runAgent(e2e.ServeEdgeAgent)}
 	hidden["e2e-storm"] = command{"the container lane's storm: generators and legitimate client", runAgent(e2e.ServeStormAgent)}
@@ -28,7 +28,7 @@ func runAgent(serve func(context.Context, string, *slog.Logger) error) func(cont
 		if fs.NArg() > 0 {
 			return fmt.Errorf("unexpected arguments %q", fs.Args())
 		}
-		log := newLogger(os.Stderr, "text", "info")
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		slog.SetDefault(log)
 		return serve(ctx, *dir, log)
 	}
