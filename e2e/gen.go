@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"xdpshield/bpf"
-	"xdpshield/internal/kernel"
+	"xdpshield/internal/features"
 	"xdpshield/internal/topo"
 )
 
@@ -25,12 +25,13 @@ type Generator interface {
 	Close() error
 }
 
-// NewGenerator returns the XDP live-frames generator on kernels 5.18+ and
-// the AF_PACKET one before, or the one named by kind ("xdp", "af_packet").
+// NewGenerator returns the XDP live-frames generator where the kernel runs
+// BPF_F_TEST_XDP_LIVE_FRAMES (5.18+, probed: builds differ) and the
+// AF_PACKET one elsewhere, or the one named by kind ("xdp", "af_packet").
 func NewGenerator(kind string, ns *topo.NS, ifindex int) (Generator, error) {
 	switch kind {
 	case "", "auto":
-		if kernel.AtLeast(5, 18) {
+		if features.LiveFrames.Check() == nil {
 			return NewXDPGenerator(ns, ifindex)
 		}
 		return NewPacketGenerator(ns, ifindex)
