@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth commits
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth gate-speed-clean commits
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -138,3 +138,6 @@ gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same K
 gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh
 	$(GO) test -tags teeth -count=1 -timeout 120m -v -run 'TestTeeth/$(SEED)' ./internal/gate
+
+gate-speed-clean: ## slow (~1 min a run): the shield timed against itself as the gate times a change, 20 runs; every path within the limit in each (root)
+	$(GO) test -tags teeth -count=1 -timeout 60m -v -run '^TestSpeedClean$$' ./internal/gate
