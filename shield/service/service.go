@@ -167,7 +167,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	}
 	// The listener first: an address that cannot be served must not leave
 	// a program attached with no API to manage it.
-	ln, err := listen(cfg.API)
+	ln, err := listen(cfg.API, log)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s (nothing was attached): %w", cfg.API.Listen, err)
 	}
@@ -325,7 +325,7 @@ func (s *Service) serve() {
 	if topTimeout <= 0 {
 		topTimeout = api.DefaultTopTimeout
 	}
-	s.hs = httpServer(srv, topTimeout+WriteTimeout, s.log)
+	s.hs = httpServer(gate(srv, srv.Authenticated), topTimeout+WriteTimeout, s.log)
 	go func() {
 		err := s.hs.Serve(s.ln)
 		if !errors.Is(err, http.ErrServerClosed) {
