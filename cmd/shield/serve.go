@@ -47,6 +47,7 @@ func runServe(ctx context.Context, args []string) error {
 	logFormat := fs.String("log-format", "", "text or json (default text)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate: the API speaks HTTPS (with -tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	adminDir := fs.String("admin-dir", "", "directory of the admin socket the CLI uses locally (default "+svc.DefaultAdminDir+")")
 	expose := fs.Bool("dangerously-expose-api", false, "serve a non-loopback -listen without TLS or without the token on reads")
 	// Hidden: the container lane proves a capability is needed by the
 	// kernel's refusal, not only by this check.
@@ -81,6 +82,8 @@ func runServe(ctx context.Context, args []string) error {
 			cfg.API.TLSCert = *tlsCert
 		case "tls-key":
 			cfg.API.TLSKey = *tlsKey
+		case "admin-dir":
+			cfg.API.AdminDir = *adminDir
 		case "dangerously-expose-api":
 			cfg.API.DangerouslyExpose = *expose
 		}

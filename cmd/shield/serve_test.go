@@ -37,7 +37,21 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	if addr := os.Getenv(envSquat); addr != "" {
+		squat(addr)
+		os.Exit(0)
+	}
+	// Every service and CLI of the tests puts and finds its admin socket
+	// here, not in /run/xdpshield.
+	dir, err := os.MkdirTemp("", "shield-admin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(envAdminDir, dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const testToken = "lifecycle-test-token-0123456789"

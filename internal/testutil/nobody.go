@@ -14,9 +14,19 @@ const Nobody = 65534
 
 // NobodyCmd runs this test binary again as uid and gid Nobody, with env
 // added to the environment (the package's TestMain reads it and plays
-// the attacker). The binary is copied to a directory nobody may enter:
-// go test's own build directory is private to root. Root only.
+// the attacker). Root only.
 func NobodyCmd(t testing.TB, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(NobodyBinary(t))
+	cmd.Dir = filepath.Dir(cmd.Path)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: Nobody, Gid: Nobody}}
+	return cmd
+}
+
+// NobodyBinary is a copy of this test binary that nobody may run: go
+// test's own build directory is private to root. Root only.
+func NobodyBinary(t testing.TB) string {
 	t.Helper()
 	Root(t)
 	dir, err := os.MkdirTemp("", "shield-nobody-")
@@ -43,9 +53,5 @@ func NobodyCmd(t testing.TB, env ...string) *exec.Cmd {
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: Nobody, Gid: Nobody}}
-	return cmd
+	return bin
 }

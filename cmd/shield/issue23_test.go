@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"xdpshield/internal/testutil"
+)
+
+// Tests named after issue 23's finding 9, each reproducing the report.
+
+// TestCheckRefusesWhatServeRefuses: `serve -check` said "configuration
+// OK" for rate 1e6/s with burst 1000 on the jiffies clock, which serve
+// then refused (a tick refills at most the burst: the rate would be
+// capped at burst x HZ). -check now makes serve's own check.
+func TestCheckRefusesWhatServeRefuses(t *testing.T) {
+	testutil.Root(t) // the tick is measured through BPF_PROG_TEST_RUN
+	conf := filepath.Join(t.TempDir(), "shield.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("iface = \"eth0\"\nclock = \"jiffies\"\n[limits]\nrate = 1000000\nburst = 1000\n"), 0o600))
+	err := commands["serve"].run(context.Background(), []string{"-check", "-config", conf})
+	require.Error(t, err, "serve -check accepted rate 1e6/s burst 1000 on jiffies")
+	assert.Contains(t, err.Error(), "ceil(rate / HZ)")
+}
+
+// TestServeRefusesTokenFileOfAnotherUser: a token file of mode 0600 owned
+// by another user was accepted: that user chose the token the service
+// takes for the operator's.
+func TestServeRefusesTokenFileOfAnotherUser(t *testing.T) {
+	testutil.Root(t) // chown
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "token")
+	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
+	require.NoError(t, os.Chown(tok, testutil.Nobody, testutil.Nobody))
+	conf := filepath.Join(dir, "shield.toml")
+	require.NoError(t, os.WriteFile(conf, []byte("iface = \"eth0\"\n[api]\ntoken_file = \""+tok+"\"\n"), 0o600))
+	err := commands["serve"].run(context.Background(), []string{"-check", "-config", conf})
+	require.Error(t, err, "serve -check accepted a token file owned by nobody")
+	assert.Contains(t, err.Error(), "belongs to uid 65534")
+	// The CLI reads a token file of its own user as before.
+	require.NoError(t, os.Chown(tok, os.Geteuid(), os.Getegid()))
+	require.NoError(t, commands["serve"].run(context.Background(), []string{"-check", "-config", conf}))
+}
+
+// TestCLIRefusesPlainHTTPBeyondLoopback: `shield deny add -api
+// http://198.18.0.1:9470` sent the bearer token in clear to a host of the
+// network. The CLI now refuses plain http:// beyond loopback and sends
+// nothing.
+func TestCLIRefusesPlainHTTPBeyondLoopback(t *testing.T) {
+	l := newLab(t, "plain")
+	var ln net.Listener
+	require.NoError(t, l.edge.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp4", "198.18.0.1:9470")
+		return err
+	}))
+	t.Cleanup(func() { ln.Close() })
+	var got atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b := make([]byte, 4096)
+			n, _ := c.Read(b)
+			got.Add(int64(n))
+			c.Close()
+		}
+	}()
+	cmd, out := l.shieldCmd("deny", "add", "-api", "http://198.18.0.1:9470", "-token-file", l.tokenFile, "198.18.0.3/32")
+	err := cmd.Run()
+	require.Error(t, err, "deny add over plain http to 198.18.0.1 exited 0:\n%s", out)
+	assert.Contains(t, out.String(), "not a loopback address")
+	assert.Zero(t, got.Load(), "bytes the CLI sent to 198.18.0.1:9470 over plain http")
+}
+
+// TestReadableSecretsWarned: an L7 set_header value and RBAC header values
+// are served to any local user by GET /v1/l7/policy when api.auth_reads is
+// off, and serve said nothing. It now warns at start, naming the keys.
+func TestReadableSecretsWarned(t *testing.T) {
+	l := newLab(t, "secrets")
+	l.l7Backend(t, "198.18.0.1:9001")
+	conf := filepath.Join(t.TempDir(), "shield.toml")
+	require.NoError(t, os.WriteFile(conf, []byte(`[l7]
+listen = "198.18.0.1:80"
+[[l7.route]]
+name = "all"
+path_prefix = "/"
+backends = ["198.18.0.1:9001"]
+[[l7.rbac]]
+action = "deny"
+header = "X-Role"
+value = "guest"
+[l7.set_header]
+name = "Authorization"
+value = "Bearer backend-secret"
+`), 0o600))
+	s := l.serve(t, "-config", conf)
+	s.waitLog(t, "readable by any local user")
+	s.waitLog(t, "l7.set_header.value")
+	s.waitLog(t, "l7.rbac[0].value")
+}
