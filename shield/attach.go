@@ -182,7 +182,16 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := EnsureBPFFS(filepath.Dir(dir)); err != nil {
+	root := opts.PinRoot
+	if root == "" {
+		root = DefaultPinRoot
+	}
+	// The root checked before anything is made in it: a root another
+	// user made or may write is theirs to rearrange.
+	if err := EnsureBPFFS(root); err != nil {
+		return nil, err
+	}
+	if err := pinfs.CheckRoot(root); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -483,11 +492,14 @@ func lockPinned(pinRoot, iface string) (string, *os.File, error) {
 	} else if !ok {
 		return "", nil, fmt.Errorf("%s is not on a bpf filesystem: no shield pins there, nothing removed", pinRoot)
 	}
+	if err := pinfs.CheckRoot(pinRoot); err != nil {
+		return "", nil, fmt.Errorf("%w (nothing removed)", err)
+	}
 	dir, err := PinDir(pinRoot, iface)
 	if err != nil {
 		return "", nil, err
 	}
-	if _, err := os.Stat(dir); err != nil {
+	if _, err := os.Lstat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil, fmt.Errorf("nothing pinned for %q in this network namespace: %s does not exist", iface, dir)
 		}
@@ -568,7 +580,7 @@ func mountNS(pid string) string {
 // holds no regular files, so the pin directory itself carries the lock; the
 // kernel drops it when the holder exits, however it exits.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	f, err := pinfs.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}

@@ -5,16 +5,22 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/internal/testutil"
+	"xdpshield/shield"
 )
 
-// Tests named after issue 23's finding 9, each reproducing the report.
+// Tests named after issue 23's findings 5, 6 and 9, each reproducing the
+// report.
 
 // TestCheckRefusesWhatServeRefuses: `serve -check` said "configuration
 // OK" for rate 1e6/s with burst 1000 on the jiffies clock, which serve
@@ -106,4 +112,77 @@ value = "Bearer backend-secret"
 	s.waitLog(t, "readable by any local user")
 	s.waitLog(t, "l7.set_header.value")
 	s.waitLog(t, "l7.rbac[0].value")
+}
+
+// envMkdir makes the test binary, run as nobody, make a directory (mode
+// 0755) at its value.
+const envMkdir = "SHIELD_TEST_MKDIR"
+
+// bpffsAt mounts a bpffs of mode 1777 (as some hosts do) on a fresh
+// directory anyone may reach, unmounted at cleanup.
+func bpffsAt(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "shield-bpffs-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(base, 0o755))
+	t.Cleanup(func() { os.RemoveAll(base) })
+	m := filepath.Join(base, "bpf")
+	require.NoError(t, os.Mkdir(m, 0o755))
+	require.NoError(t, unix.Mount("bpf", m, "bpf", 0, "mode=1777"))
+	t.Cleanup(func() { unix.Unmount(m, unix.MNT_DETACH) })
+	return m
+}
+
+// TestPinRootOfAnotherUserRefused (finding 6): on a 1777 bpffs, nobody
+// made the pin root first; serve used it, and nobody could move the
+// shield's directory away. serve now refuses a root another user owns
+// and attaches nothing.
+func TestPinRootOfAnotherUserRefused(t *testing.T) {
+	l := newLab(t, "pinown")
+	m := bpffsAt(t)
+	root := filepath.Join(m, "xdpshield")
+	mk := testutil.NobodyCmd(t, envMkdir+"="+root)
+	out, err := mk.CombinedOutput()
+	require.NoError(t, err, "mkdir as nobody: %s", out)
+	cmd, sOut := l.shieldCmd("serve", "-iface", "va", "-pin-root", root, "-token-file", l.tokenFile)
+	done := make(chan error, 1)
+	require.NoError(t, cmd.Start())
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		assert.Error(t, err)
+		assert.Contains(t, sOut.String(), "belongs to uid 65534")
+	case <-time.After(10 * time.Second):
+		cmd.Process.Signal(os.Interrupt)
+		<-done
+		t.Errorf("serve with a pin root made by nobody was still serving after 10 s:\n%s", sOut)
+	}
+	ok, _ := xdpAttached(t, l)
+	assert.False(t, ok, "XDP attached with a pin root of nobody's")
+	l.edge.Do(func() error { return shield.Detach(root, "va") })
+}
+
+// TestDetachDoesNotFollowSymlink (finding 6): a symlink in the pin root
+// (IFACE -> a plain directory) led `shield detach` to delete the
+// directory's sources, config_map and counters files. It now refuses to
+// follow it and removes nothing.
+func TestDetachDoesNotFollowSymlink(t *testing.T) {
+	l := newLab(t, "pinlink")
+	dir := l.pinDir(t)
+	require.NoError(t, os.MkdirAll(filepath.Dir(dir), 0o700))
+	victim := t.TempDir()
+	names := []string{"sources", "config_map", "counters"}
+	for _, n := range names {
+		require.NoError(t, os.WriteFile(filepath.Join(victim, n), []byte("precious"), 0o600))
+	}
+	require.NoError(t, os.Symlink(victim, dir))
+	cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot)
+	err := cmd.Run()
+	assert.Error(t, err, "detach through a symlink exited 0:\n%s", out)
+	for _, n := range names {
+		_, err := os.Stat(filepath.Join(victim, n))
+		assert.NoError(t, err, "%s in the symlink's target after detach:\n%s", n, out)
+	}
+	assert.True(t, strings.Contains(out.String(), "symlink"), "detach's refusal does not name the symlink:\n%s", out)
+	os.Remove(dir)
 }

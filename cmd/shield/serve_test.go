@@ -37,6 +37,13 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	if d := os.Getenv(envMkdir); d != "" {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if addr := os.Getenv(envSquat); addr != "" {
 		squat(addr)
 		os.Exit(0)
