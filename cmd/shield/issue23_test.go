@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"xdpshield/internal/testutil"
+	"xdpshield/internal/topo"
 	"xdpshield/shield"
 )
 
@@ -185,4 +187,115 @@ func TestDetachDoesNotFollowSymlink(t *testing.T) {
 	}
 	assert.True(t, strings.Contains(out.String(), "symlink"), "detach's refusal does not name the symlink:\n%s", out)
 	os.Remove(dir)
+}
+
+// nsInode is the inode of ns's nsfs file: what pins were keyed by alone.
+func nsInode(t *testing.T, ns *topo.NS) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	require.NoError(t, unix.Stat("/run/netns/"+ns.Name, &st))
+	return st.Ino
+}
+
+// deadNamespaceLab serves in a lab, leaves allow 0.0.0.0/0 and rate 5 in
+// its pins, stops the service and deletes the edge namespace; then it
+// makes namespaces until one reuses the dead one's inode (the kernel
+// hands the lowest free number out again as soon as the namespace is
+// freed), with va in it, sharing the pin root. Another process may take
+// the number first on a busy machine: the scenario is tried three times.
+func deadNamespaceLab(t *testing.T, role string) *lab {
+	t.Helper()
+	for try := range 3 {
+		if b := deadNamespaceTry(t, fmt.Sprintf("%s%d", role, try)); b != nil {
+			return b
+		}
+	}
+	t.Fatal("in three tries, no new namespace reused a dead one's inode")
+	return nil
+}
+
+func deadNamespaceTry(t *testing.T, role string) *lab {
+	t.Helper()
+	a := newLab(t, role)
+	s := a.serve(t)
+	ctx := context.Background()
+	_, err := a.client.Add(ctx, shield.AllowList, []string{"0.0.0.0/0"})
+	require.NoError(t, err)
+	lim := shield.DefaultLimits()
+	lim.Rate = 5
+	lim.Burst = 5
+	_, err = a.client.SetLimits(ctx, lim)
+	require.NoError(t, err)
+	s.stop(t)
+	a.client.HTTP.CloseIdleConnections() // a socket holds its namespace
+	ino := nsInode(t, a.edge)
+	require.NoError(t, a.edge.Close())
+	b := &lab{storm: a.storm, pinRoot: a.pinRoot, tokenFile: a.tokenFile}
+	// Numbers freed earlier and below the dead one's are held until the
+	// dead one's comes round.
+	var held []*topo.NS
+	defer func() {
+		for _, ns := range held {
+			ns.Close()
+		}
+	}()
+	deadline := time.Now().Add(15 * time.Second)
+	for i := 0; b.edge == nil && time.Now().Before(deadline); i++ {
+		ns, err := topo.New(fmt.Sprintf("%s-b%d", role, i))
+		require.NoError(t, err)
+		switch got := nsInode(t, ns); {
+		case got == ino:
+			b.edge = ns
+		case got < ino:
+			held = append(held, ns)
+		default: // the dead one not freed yet, or taken by another
+			ns.Close()
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	if b.edge == nil {
+		t.Logf("%s: no new namespace reused the dead one's inode %d within 15 s", role, ino)
+		return nil
+	}
+	t.Cleanup(func() {
+		b.edge.Do(func() error { return shield.Detach(b.pinRoot, "va", lbPins...) })
+		b.edge.Close()
+	})
+	require.NoError(t, topo.Veth(b.edge, "va", b.storm, "vb"))
+	require.NoError(t, b.edge.AddAddr("va", "198.18.0.1/24"))
+	b.client = clientIn(t, b.edge)
+	return b
+}
+
+// TestNewNamespaceDoesNotAdoptDeadOnesPins (finding 5): namespace inode
+// numbers are reused at once, and a fresh serve in a new namespace took
+// the dead one's `allow 0.0.0.0/0` and `rate 5` ("attaching afresh").
+// Pins are now named by the namespace's cookie too: the new namespace
+// starts from its own configuration.
+func TestNewNamespaceDoesNotAdoptDeadOnesPins(t *testing.T) {
+	testutil.Kernel(t, 5, 14, "SO_NETNS_COOKIE")
+	b := deadNamespaceLab(t, "deadns")
+	s := b.serve(t)
+	ctx := context.Background()
+	lim, err := b.client.Limits(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1000), lim.Rate, "the new namespace's rate (the dead one's was 5)\n%s", s.out)
+	allow, err := b.client.List(ctx, shield.AllowList)
+	require.NoError(t, err)
+	assert.Empty(t, allow.Prefixes, "the new namespace's allow list (the dead one's held 0.0.0.0/0)\n%s", s.out)
+	assert.NotContains(t, s.out.String(), "adopted")
+}
+
+// TestDeadNamespacePinsRefusedWithoutCookie (finding 5, kernels before
+// 5.14): without a namespace cookie the service cannot tell the dead
+// namespace's pins from its own; it refuses them, attaching nothing,
+// unless told -adopt-pins.
+func TestDeadNamespacePinsRefusedWithoutCookie(t *testing.T) {
+	t.Setenv("SHIELD_TEST_NO_NETNS_COOKIE", "1")
+	b := deadNamespaceLab(t, "deadnc")
+	out := b.serveRefused(t, "-adopt-pins", "va")
+	ok, _ := xdpAttached(t, b)
+	assert.False(t, ok, "XDP attached over a dead namespace's pins without a cookie:\n%s", out)
+	s := b.serve(t, "-adopt-pins")
+	s.waitLog(t, "cannot be shown to be this namespace's")
 }

@@ -61,6 +61,9 @@ type Config struct {
 	// PinRoot is the bpffs directory of the pins (shield.DefaultPinRoot
 	// when empty).
 	PinRoot string
+	// AdoptUnverifiedPins adopts pins that cannot be shown to be this
+	// namespace's on a kernel without namespace cookies (before 5.14).
+	AdoptUnverifiedPins bool
 	// TableSize is the sources table's capacity (shield.DefaultTableSize
 	// when zero); a pinned table keeps its own.
 	TableSize uint32
@@ -258,10 +261,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 func (s *Service) attach() error {
 	cfg := s.cfg
 	a, err := shield.Attach(shield.AttachOptions{
-		Iface:   cfg.Iface,
-		Mode:    cfg.Mode,
-		PinRoot: cfg.PinRoot,
-		Load:    shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits},
+		Iface:           cfg.Iface,
+		Mode:            cfg.Mode,
+		PinRoot:         cfg.PinRoot,
+		AdoptUnverified: cfg.AdoptUnverifiedPins,
+		Load:            shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits},
 	})
 	if err != nil {
 		if errors.Is(err, shield.ErrLocked) {
