@@ -491,6 +491,18 @@ func (a *Attachment) Reattach(ifindex int) error {
 	return nil
 }
 
+// LinkDefunct reports whether the link lost its interface: the device it
+// was attached to is gone (the kernel reports ifindex 0), though an
+// interface of the same name, even of the same index, may be there now
+// (issue 23, finding 7).
+func (a *Attachment) LinkDefunct() bool {
+	if a.link == nil || a.detached {
+		return false
+	}
+	info, err := a.link.Info()
+	return err == nil && info.XDP() != nil && info.XDP().Ifindex == 0
+}
+
 // Detach takes the program off the interface now and removes the link's
 // pin; the maps stay pinned. The Attachment must still be closed.
 func (a *Attachment) Detach() error {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/vishvananda/netlink"
 
 	"xdpshield/internal/testutil"
 	"xdpshield/internal/topo"
@@ -298,4 +299,65 @@ func TestDeadNamespacePinsRefusedWithoutCookie(t *testing.T) {
 	assert.False(t, ok, "XDP attached over a dead namespace's pins without a cookie:\n%s", out)
 	s := b.serve(t, "-adopt-pins")
 	s.waitLog(t, "cannot be shown to be this namespace's")
+}
+
+// TestInterfaceRecreatedWithSameIndex (finding 7): va deleted and made
+// again with its old ifindex was never attached again: health stayed 503
+// "NOT PROTECTING" for good. The service now sees the new instance (its
+// link lost its device) and attaches the program, with its maps.
+func TestInterfaceRecreatedWithSameIndex(t *testing.T) {
+	l := newLab(t, "sameidx")
+	s := l.serve(t)
+	ctx := context.Background()
+	_, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.3/32"})
+	require.NoError(t, err)
+	var index int
+	require.NoError(t, l.edge.Do(func() error {
+		lk, err := netlink.LinkByName("va")
+		if err != nil {
+			return err
+		}
+		index = lk.Attrs().Index
+		return netlink.LinkDel(lk)
+	}))
+	healthy := func() bool {
+		h, err := l.client.Health(ctx)
+		require.NoError(t, err)
+		return h.Healthy
+	}
+	waitFor(t, "the service to report va gone", func() bool { return !healthy() })
+	storm, err := os.Open("/run/netns/" + l.storm.Name)
+	require.NoError(t, err)
+	defer storm.Close()
+	require.NoError(t, l.edge.Do(func() error {
+		la := netlink.NewLinkAttrs()
+		la.Name, la.Index = "va", index
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: "vb", PeerNamespace: netlink.NsFd(int(storm.Fd()))}); err != nil {
+			return err
+		}
+		lk, err := netlink.LinkByName("va")
+		if err != nil {
+			return err
+		}
+		if lk.Attrs().Index != index {
+			return fmt.Errorf("va made again with index %d, asked %d", lk.Attrs().Index, index)
+		}
+		return netlink.LinkSetUp(lk)
+	}))
+	require.NoError(t, l.storm.Do(func() error {
+		lk, err := netlink.LinkByName("vb")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lk)
+	}))
+	require.NoError(t, l.edge.AddAddr("va", "198.18.0.1/24"))
+	require.NoError(t, l.storm.AddAddr("vb", "198.18.0.3/24"))
+	waitFor(t, "the service to protect va again (same index "+fmt.Sprint(index)+")", healthy)
+	ok, _ := xdpAttached(t, l)
+	require.True(t, ok, "health is back but va has no XDP program:\n%s", s.out)
+	before := denyDrops(t, l)
+	f := l.sender(t, "198.18.0.3", 9999, time.Millisecond, 20)
+	f.wg.Wait()
+	waitFor(t, "deny drops on the new va", func() bool { return denyDrops(t, l) >= before+uint64(f.sent.Load()) })
 }
