@@ -40,24 +40,30 @@ func AdminSocket(dir, listen string) (string, error) {
 	return filepath.Join(dir, "netns-"+strconv.FormatUint(st.Ino, 10)+"."+strconv.Itoa(int(ap.Port()))+".sock"), nil
 }
 
-// CheckAdminDir refuses a directory another user could write or own: a
-// socket in it could be anyone's. uids are the owners accepted (root and
-// the caller's own user).
-func CheckAdminDir(dir string) error {
+// CheckAdminDir refuses a directory another user could write, or one an
+// untrusted user could have made: a socket in it could be anyone's. It
+// returns the directory's owner, which is root, the caller's own user, or
+// a user root gave it to (the directory's parent is root's and writable
+// by no one else: a service running as a user of its own).
+func CheckAdminDir(dir string) (uint32, error) {
 	var st unix.Stat_t
 	if err := unix.Lstat(dir, &st); err != nil {
-		return fmt.Errorf("admin directory: %w", err)
+		return 0, fmt.Errorf("admin directory: %w", err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return fmt.Errorf("admin directory %s is not a directory (a symlink?)", dir)
-	}
-	if !trustedUID(st.Uid) {
-		return fmt.Errorf("admin directory %s belongs to uid %d, not to root or uid %d", dir, st.Uid, os.Geteuid())
+		return 0, fmt.Errorf("admin directory %s is not a directory (a symlink?)", dir)
 	}
 	if st.Mode&0o022 != 0 {
-		return fmt.Errorf("admin directory %s has mode %04o: others may write it", dir, st.Mode&0o7777)
+		return 0, fmt.Errorf("admin directory %s has mode %04o: others may write it", dir, st.Mode&0o7777)
 	}
-	return nil
+	if trustedUID(st.Uid) {
+		return st.Uid, nil
+	}
+	var pst unix.Stat_t
+	if err := unix.Stat(filepath.Dir(dir), &pst); err == nil && pst.Uid == 0 && pst.Mode&0o022 == 0 {
+		return st.Uid, nil
+	}
+	return 0, fmt.Errorf("admin directory %s belongs to uid %d, not to root or uid %d, in a directory others may write", dir, st.Uid, os.Geteuid())
 }
 
 // errNoAdminDir: the directory could not be made (a read-only root): the
@@ -74,8 +80,10 @@ func listenAdmin(dir, listen string) (net.Listener, string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, "", fmt.Errorf("admin directory: %w: %w", err, errNoAdminDir)
 	}
-	if err := CheckAdminDir(dir); err != nil {
+	if owner, err := CheckAdminDir(dir); err != nil {
 		return nil, "", err
+	} else if !trustedUID(owner) {
+		return nil, "", fmt.Errorf("admin directory %s belongs to uid %d, not to the service's uid %d", dir, owner, os.Geteuid())
 	}
 	path, err := AdminSocket(dir, listen)
 	if err != nil {
@@ -104,11 +112,14 @@ func listenAdmin(dir, listen string) (net.Listener, string, error) {
 
 // DialAdmin connects to the admin socket at path after checking its
 // directory, and returns the connection only when the process listening
-// on it is root's or the caller's own user's (SO_PEERCRED).
+// on it is root's, the caller's own user's or the directory owner's
+// (SO_PEERCRED).
 func DialAdmin(ctx context.Context, path string) (net.Conn, error) {
-	if err := CheckAdminDir(filepath.Dir(path)); err != nil {
+	owner, err := CheckAdminDir(filepath.Dir(path))
+	if err != nil {
 		return nil, err
 	}
+	trusted := func(uid uint32) bool { return trustedUID(uid) || uid == owner }
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
@@ -117,8 +128,8 @@ func DialAdmin(ctx context.Context, path string) (net.Conn, error) {
 		}
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || !trustedUID(st.Uid) {
-		return nil, fmt.Errorf("admin socket %s is not a socket of root or uid %d", path, os.Geteuid())
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK || !trusted(st.Uid) {
+		return nil, fmt.Errorf("admin socket %s is not a socket of root, uid %d or the directory's owner", path, os.Geteuid())
 	}
 	c, err := (&net.Dialer{}).DialContext(ctx, "unix", path)
 	if err != nil {
@@ -129,9 +140,9 @@ func DialAdmin(ctx context.Context, path string) (net.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("admin socket %s: peer credentials: %w", path, err)
 	}
-	if !trustedUID(uid) {
+	if !trusted(uid) {
 		c.Close()
-		return nil, fmt.Errorf("admin socket %s: served by uid %d, not by root or uid %d: refusing to talk to it", path, uid, os.Geteuid())
+		return nil, fmt.Errorf("admin socket %s: served by uid %d, not by root, uid %d or the directory's owner: refusing to talk to it", path, uid, os.Geteuid())
 	}
 	return c, nil
 }

@@ -27,9 +27,32 @@ import (
 // many were answered, and holds them until stdin closes.
 const envHold = "SHIELD_TEST_HOLD"
 
+// envListenUnix makes the test binary, run as nobody, listen on the unix
+// socket at its value until stdin closes (TestDialAdminChecksThePeer).
+const envListenUnix = "SHIELD_TEST_LISTEN_UNIX"
+
 func TestMain(m *testing.M) {
 	if v := os.Getenv(envHold); v != "" {
 		hold(v)
+		os.Exit(0)
+	}
+	if p := os.Getenv(envListenUnix); p != "" {
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Println("listening")
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				fmt.Fprintln(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r")
+			}
+		}()
+		io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
