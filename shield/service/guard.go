@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -31,6 +32,8 @@ type guard struct {
 	sem  chan struct{}
 	once sync.Once
 	done chan struct{}
+
+	diagOnce sync.Once // warned that loopback peers are told apart by address only
 
 	mu      sync.Mutex
 	anon    int            // open connections not (yet) authenticated
@@ -64,6 +67,12 @@ func (g *guard) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		k := g.key(c)
+		if noDiag.Load() {
+			g.diagOnce.Do(func() {
+				g.log.Warn("api: the kernel does not say who owns a loopback connection (sock_diag: inet_diag, tcp_diag); " +
+					"local users share one per-peer bound on loopback TCP; the admin socket still tells them apart")
+			})
+		}
 		g.mu.Lock()
 		if g.peers[k] >= g.perPeer {
 			g.refused++
@@ -176,6 +185,7 @@ func peerKey(c net.Conn) string {
 			if uid, err := loopbackUID(c); err == nil {
 				return fmt.Sprintf("uid %d", uid)
 			}
+			noDiag.Store(true)
 		}
 		if ip.Is6() {
 			p, _ := ip.Prefix(64)
@@ -190,6 +200,9 @@ func peerKey(c net.Conn) string {
 	}
 	return c.RemoteAddr().String()
 }
+
+// noDiag is set when sock_diag could not name a loopback peer's owner.
+var noDiag atomic.Bool
 
 // loopbackUID is the owner of the client's end of a loopback TCP
 // connection, as sock_diag reports it (the socket's creator).
