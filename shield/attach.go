@@ -76,6 +76,9 @@ type AttachOptions struct {
 	PinRoot string
 	// Load configures the program; its PinPath is set by Attach.
 	Load Options
+	// AdoptUnverified adopts pins that cannot be shown to be this
+	// namespace's, on a kernel without namespace cookies (claimPins).
+	AdoptUnverified bool
 }
 
 // Attachment is the shield attached to one interface through a pinned
@@ -104,29 +107,133 @@ type Attachment struct {
 }
 
 // PinDir is the pin directory of iface under root (DefaultPinRoot if empty)
-// for the calling thread's network namespace: root/netns-INODE/IFACE. Keyed
-// by namespace, a service in another namespace with an interface of the
-// same name (every container's eth0) has pins of its own and never adopts
-// or unpins a link that protects another namespace's interface.
+// for the calling thread's network namespace: root/netns-INODE-cCOOKIE/IFACE
+// (root/netns-INODE/IFACE where the kernel gives no namespace cookie).
+// Keyed by namespace, a service in another namespace with an interface of
+// the same name (every container's eth0) has pins of its own and never
+// adopts or unpins a link that protects another namespace's interface.
 func PinDir(root, iface string) (string, error) {
 	if root == "" {
 		root = DefaultPinRoot
 	}
-	ns, err := netnsKey()
+	id, err := currentNetns()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, ns, iface), nil
+	return filepath.Join(root, id.key(), iface), nil
 }
 
-// netnsKey names the calling thread's network namespace by the inode of
-// its nsfs file: unique among the namespaces alive on this boot.
-func netnsKey() (string, error) {
+// netnsID names a network namespace: its nsfs inode, unique only among
+// the namespaces alive (the kernel hands a freed one's number to the next
+// at once), and its cookie, unique for the boot (SO_NETNS_COOKIE, 5.14+).
+type netnsID struct {
+	ino       uint64
+	cookie    uint64
+	hasCookie bool
+}
+
+// key is the namespace's directory name under a pin root.
+func (n netnsID) key() string {
+	if n.hasCookie {
+		return fmt.Sprintf("netns-%d-c%d", n.ino, n.cookie)
+	}
+	return n.legacyKey()
+}
+
+// legacyKey is the name by inode alone: the layout before cookies, and
+// the only one on kernels without them.
+func (n netnsID) legacyKey() string { return fmt.Sprintf("netns-%d", n.ino) }
+
+// envNoNetnsCookie makes the service behave as on a kernel without
+// SO_NETNS_COOKIE (before 5.14): the tests of that path run on any kernel.
+const envNoNetnsCookie = "SHIELD_TEST_NO_NETNS_COOKIE"
+
+// currentNetns identifies the calling thread's network namespace.
+func currentNetns() (netnsID, error) {
 	var st unix.Stat_t
 	if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
-		return "", fmt.Errorf("identify the network namespace: %w", err)
+		return netnsID{}, fmt.Errorf("identify the network namespace: %w", err)
 	}
-	return fmt.Sprintf("netns-%d", st.Ino), nil
+	id := netnsID{ino: st.Ino}
+	if os.Getenv(envNoNetnsCookie) == "1" {
+		return id, nil
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return netnsID{}, fmt.Errorf("identify the network namespace: %w", err)
+	}
+	defer unix.Close(fd)
+	c, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+	switch {
+	case err == nil:
+		id.cookie, id.hasCookie = c, true
+	case errors.Is(err, unix.ENOPROTOOPT):
+	default:
+		return netnsID{}, fmt.Errorf("netns cookie: %w", err)
+	}
+	return id, nil
+}
+
+// pinsVerified reports whether the pins in dir can be shown to be this
+// namespace's without a cookie: its pinned link still holds a live
+// interface of this namespace. A namespace's inode is unique among the
+// living, so a live device seen here means the pins are ours; a link
+// whose device died with its namespace (ifindex 0), or no link, shows
+// nothing.
+func pinsVerified(dir string) bool {
+	l, err := link.LoadPinnedLink(filepath.Join(dir, linkPin), nil)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	info, err := l.Info()
+	if err != nil || info.XDP() == nil || info.XDP().Ifindex == 0 {
+		return false
+	}
+	_, err = net.InterfaceByIndex(int(info.XDP().Ifindex))
+	return err == nil
+}
+
+// claimPins decides whether Attach may adopt what is pinned for iface
+// under root in this namespace (issue 23, finding 5: a fresh serve in a
+// new namespace took a dead one's `allow 0.0.0.0/0` and `rate 5`, its
+// inode reused). With a cookie the directory's name says it; pins of the
+// layout by inode alone are moved under the cookie's name when they are
+// shown to be this namespace's, and left alone otherwise. Without a cookie
+// pins that cannot be shown to be ours are refused unless adoptUnverified.
+func claimPins(root, iface string, adoptUnverified bool) (notes []string, err error) {
+	id, err := currentNetns()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, id.key(), iface)
+	legacy := filepath.Join(root, id.legacyKey())
+	if id.hasCookie {
+		if _, err := os.Lstat(filepath.Join(root, id.key())); err == nil {
+			return nil, nil
+		}
+		if _, err := os.Lstat(legacy); err != nil {
+			return nil, nil
+		}
+		if pinsVerified(filepath.Join(legacy, iface)) {
+			if err := os.Rename(legacy, filepath.Join(root, id.key())); err != nil {
+				return nil, fmt.Errorf("move the pins of this namespace under its cookie: %w", err)
+			}
+			return []string{fmt.Sprintf("pins moved from %s to %s (named by the namespace's cookie)", legacy, filepath.Join(root, id.key()))}, nil
+		}
+		return []string{fmt.Sprintf("pins in %s are of a namespace with this one's inode that is gone, or cannot be shown to be this one's: "+
+			"not adopted; remove them with `rm -r %s` once no service uses them", legacy, legacy)}, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) == 0 || pinsVerified(dir) {
+		return nil, nil
+	}
+	if adoptUnverified {
+		return []string{fmt.Sprintf("adopting the pins in %s, which cannot be shown to be this namespace's (no netns cookie on this kernel; -adopt-pins)", dir)}, nil
+	}
+	return nil, fmt.Errorf("the pins in %s may be a namespace's that is gone, whose inode this one reuses, and this kernel gives no namespace "+
+		"cookie to tell (SO_NETNS_COOKIE, 5.14+): nothing was attached; `shield serve -adopt-pins` adopts them, "+
+		"`shield detach -iface %s` drops them", dir, iface)
 }
 
 // ownedPins are the names Attach pins in a pin directory: the link, the
@@ -182,7 +289,20 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := EnsureBPFFS(filepath.Dir(dir)); err != nil {
+	root := opts.PinRoot
+	if root == "" {
+		root = DefaultPinRoot
+	}
+	// The root checked before anything is made in it: a root another
+	// user made or may write is theirs to rearrange.
+	if err := EnsureBPFFS(root); err != nil {
+		return nil, err
+	}
+	if err := pinfs.CheckRoot(root); err != nil {
+		return nil, err
+	}
+	notes, err := claimPins(root, opts.Iface, opts.AdoptUnverified)
+	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -192,7 +312,7 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lock %s: %w", opts.Iface, err)
 	}
-	a := &Attachment{Iface: opts.Iface, Ifindex: ifc.Index, PinDir: dir, lock: lock}
+	a := &Attachment{Iface: opts.Iface, Ifindex: ifc.Index, PinDir: dir, lock: lock, Notes: notes}
 	// An empty directory means this Attach makes the pins: a failure
 	// removes them again instead of leaving orphan maps behind.
 	entries, err := os.ReadDir(dir)
@@ -371,6 +491,18 @@ func (a *Attachment) Reattach(ifindex int) error {
 	return nil
 }
 
+// LinkDefunct reports whether the link lost its interface: the device it
+// was attached to is gone (the kernel reports ifindex 0), though an
+// interface of the same name, even of the same index, may be there now
+// (issue 23, finding 7).
+func (a *Attachment) LinkDefunct() bool {
+	if a.link == nil || a.detached {
+		return false
+	}
+	info, err := a.link.Info()
+	return err == nil && info.XDP() != nil && info.XDP().Ifindex == 0
+}
+
 // Detach takes the program off the interface now and removes the link's
 // pin; the maps stay pinned. The Attachment must still be closed.
 func (a *Attachment) Detach() error {
@@ -483,11 +615,25 @@ func lockPinned(pinRoot, iface string) (string, *os.File, error) {
 	} else if !ok {
 		return "", nil, fmt.Errorf("%s is not on a bpf filesystem: no shield pins there, nothing removed", pinRoot)
 	}
+	if err := pinfs.CheckRoot(pinRoot); err != nil {
+		return "", nil, fmt.Errorf("%w (nothing removed)", err)
+	}
 	dir, err := PinDir(pinRoot, iface)
 	if err != nil {
 		return "", nil, err
 	}
-	if _, err := os.Stat(dir); err != nil {
+	// Pins of the layout before namespace cookies are this namespace's
+	// to drop too: detach is asked for by name.
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		if id, err := currentNetns(); err == nil && id.hasCookie {
+			if legacy := filepath.Join(pinRoot, id.legacyKey(), iface); legacy != dir {
+				if _, err := os.Lstat(legacy); err == nil {
+					dir = legacy
+				}
+			}
+		}
+	}
+	if _, err := os.Lstat(dir); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", nil, fmt.Errorf("nothing pinned for %q in this network namespace: %s does not exist", iface, dir)
 		}
@@ -568,7 +714,7 @@ func mountNS(pid string) string {
 // holds no regular files, so the pin directory itself carries the lock; the
 // kernel drops it when the holder exits, however it exits.
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	f, err := pinfs.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", dir, err)
 	}

@@ -457,3 +457,26 @@ func (d Destination) dstKey() bpf.ShieldDstKey {
 	k.Port = d.Port<<8 | d.Port>>8 // network order, as the program reads it
 	return k
 }
+
+// CheckLimits is the one check of limits for a clock, the same Load makes
+// before anything is created: Validate, and on the jiffies clock a burst
+// the clock's tick can refill (the tick measured through clock_probe,
+// which needs CAP_BPF; when it cannot be measured, the coarsest tick Linux
+// offers, HZ=100, so that a check never passes what Load refuses).
+// `shield serve -check` and serve both go through it (issue 23, finding 9).
+func CheckLimits(l Limits, c Clock) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if c != ClockJiffies {
+		return nil
+	}
+	ns, err := jiffyLength()
+	if err != nil {
+		if terr := l.checkTick(c, 1_000_000_000/100); terr != nil {
+			return fmt.Errorf("%w (the tick could not be measured, %v: checked at HZ=100, the coarsest)", terr, err)
+		}
+		return nil
+	}
+	return l.checkTick(c, ns)
+}

@@ -17,6 +17,8 @@ var DefaultModules = []string{
 	"veth",        // topo, storms
 	"sch_ingress", // the probe's clsact qdisc (before TCX, 6.6)
 	"cls_bpf",     // the probe's filters on it
+	"inet_diag",   // the API's per-user connection bound on loopback (sock_diag)
+	"tcp_diag",    // its TCP half
 }
 
 // moduleName normalises a module file or name: "nf_tables.ko.xz" and

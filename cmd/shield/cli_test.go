@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -36,6 +38,7 @@ func TestCLI(t *testing.T) {
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer srv.Close()
+	serveAdmin(t, srv.Config.Handler)
 	tok := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -176,4 +179,21 @@ func TestCLI(t *testing.T) {
 			t.Errorf("%s list after the refusals = %v, %v; want %d prefixes", l, ps, err, n)
 		}
 	}
+}
+
+// serveAdmin serves h on an admin socket in a directory of the test's and
+// points the CLI at it ($SHIELD_ADMIN_SOCKET): the CLI reaches a local
+// service only through one.
+func serveAdmin(t *testing.T, h http.Handler) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "admin.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	t.Setenv(envAdminSock, path)
+	return path
 }

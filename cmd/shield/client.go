@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -8,13 +9,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/user"
 	"strings"
 	"time"
 
 	"xdpshield/shield/api"
+	svc "xdpshield/shield/service"
 )
 
 // Environment the API commands read when their flags are not given.
@@ -23,6 +28,8 @@ const (
 	envToken     = "SHIELD_TOKEN"
 	envTokenFile = "SHIELD_TOKEN_FILE"
 	envCAFile    = "SHIELD_CA_FILE"
+	envAdminSock = "SHIELD_ADMIN_SOCKET"
+	envAdminDir  = "SHIELD_ADMIN_DIR"
 )
 
 // stdout is where the API commands print (tests capture it).
@@ -33,6 +40,7 @@ type clientFlags struct {
 	api       string
 	tokenFile string
 	caFile    string
+	adminSock string
 	json      bool
 }
 
@@ -40,6 +48,8 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.api, "api", "", "service URL (default $"+envAPI+" or http://"+api.DefaultListen+")")
 	fs.StringVar(&c.tokenFile, "token-file", "", "operator token file, for changes (default $"+envTokenFile+", or the token in $"+envToken+")")
 	fs.StringVar(&c.caFile, "ca-file", "", "PEM certificates to trust for an https:// -api (default $"+envCAFile+", else the system's)")
+	fs.StringVar(&c.adminSock, "admin-socket", "", "the service's admin socket (default $"+envAdminSock+", else the one of a loopback -api in $"+
+		envAdminDir+" or "+svc.DefaultAdminDir+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 }
 
@@ -55,12 +65,27 @@ func (c *clientFlags) client(needToken bool) (*api.Client, error) {
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
 	}
+	if err := plainOnlyToLoopback(base); err != nil {
+		return nil, err
+	}
 	cl := &api.Client{Base: base, Operator: operator()}
+	// A local service is reached through its admin socket, checked to be
+	// root's (or this user's) before anything is sent: any local user may
+	// bind a loopback TCP port (issue 23, finding 4).
+	sock, err := c.adminSocket(base)
+	if err != nil {
+		return nil, err
+	}
+	if sock != "" {
+		cl.Base = "http://shield-admin"
+		cl.HTTP = &http.Client{Timeout: time.Minute, Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return svc.DialAdmin(ctx, sock) }}}
+	}
 	ca := c.caFile
 	if ca == "" {
 		ca = os.Getenv(envCAFile)
 	}
-	if ca != "" {
+	if ca != "" && sock == "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {
 			return nil, fmt.Errorf("read CA file: %w", err)
@@ -115,4 +140,52 @@ func helpOK(err error) error {
 		return nil
 	}
 	return err
+}
+
+// plainOnlyToLoopback refuses an http:// URL whose host is not a loopback
+// address: the token and the answers would cross a network in clear
+// (issue 23, finding 9). https:// is verified against the CA.
+func plainOnlyToLoopback(base string) error {
+	u, err := url.Parse(base)
+	if err != nil {
+		return fmt.Errorf("-api %q: %w", base, err)
+	}
+	switch u.Scheme {
+	case "https":
+		return nil
+	case "http":
+	default:
+		return fmt.Errorf("-api %q: want http:// (loopback) or https://", base)
+	}
+	host := u.Hostname()
+	if a, err := netip.ParseAddr(host); err == nil && a.Unmap().IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("-api %s: plain http:// to %q, which is not a loopback address, would send the token and the answers in clear; use https:// (api.tls_cert) and -ca-file", base, host)
+}
+
+// adminSocket is the admin socket the client goes through: -admin-socket
+// or $SHIELD_ADMIN_SOCKET, else for an http:// loopback -api the socket of
+// its port in this network namespace; "" for https://.
+func (c *clientFlags) adminSocket(base string) (string, error) {
+	if c.adminSock != "" {
+		return c.adminSock, nil
+	}
+	if p := os.Getenv(envAdminSock); p != "" {
+		return p, nil
+	}
+	u, err := url.Parse(base)
+	if err != nil || u.Scheme != "http" {
+		return "", nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	dir := os.Getenv(envAdminDir)
+	if dir == "" {
+		dir = svc.DefaultAdminDir
+	}
+	// Its port names the socket; the loopback address was checked.
+	return svc.AdminSocket(dir, net.JoinHostPort("127.0.0.1", port))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -39,6 +40,8 @@ type config struct {
 		// DangerouslyExpose serves a non-loopback address without
 		// auth_reads or TLS; refused otherwise.
 		DangerouslyExpose bool `toml:"dangerously_expose"`
+		// AdminDir holds the admin socket the CLI uses locally.
+		AdminDir string `toml:"admin_dir"`
 	} `toml:"api"`
 
 	// Limits is the shield's own type: the file's [limits] table decodes
@@ -87,6 +90,10 @@ func defaultConfig() config {
 	c.API.Listen = api.DefaultListen
 	c.API.MaxBodyBytes = api.DefaultMaxBody
 	c.API.TopTimeout = duration{api.DefaultTopTimeout}
+	c.API.AdminDir = svc.DefaultAdminDir
+	if d := os.Getenv(envAdminDir); d != "" {
+		c.API.AdminDir = d
+	}
 	c.Limits = shield.DefaultLimits()
 	c.Lists.OwnAddressesSpoofed = true
 	c.Log.Level = "info"
@@ -179,6 +186,9 @@ func (c *config) validate() (settings, error) {
 	if c.API.Listen == "" {
 		errs = append(errs, errors.New("api.listen: empty"))
 	}
+	if c.API.AdminDir == "" || !filepath.IsAbs(c.API.AdminDir) {
+		errs = append(errs, fmt.Errorf("api.admin_dir: %q is not an absolute path", c.API.AdminDir))
+	}
 	if c.API.MaxBodyBytes < 1024 || c.API.MaxBodyBytes > 64<<20 {
 		errs = append(errs, fmt.Errorf("api.max_body_bytes: %d out of range [1024, %d]", c.API.MaxBodyBytes, 64<<20))
 	}
@@ -186,7 +196,14 @@ func (c *config) validate() (settings, error) {
 		errs = append(errs, fmt.Errorf("api.top_timeout: %s out of range (0, 1m]", c.API.TopTimeout.Duration))
 	}
 	s.limits = c.Limits
-	if err := s.limits.Validate(); err != nil {
+	// The check serve's load makes (the jiffies clock's tick included):
+	// -check passes nothing serve refuses.
+	if ok {
+		err = shield.CheckLimits(s.limits, s.clock)
+	} else {
+		err = s.limits.Validate()
+	}
+	if err != nil {
 		errs = append(errs, fmt.Errorf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
 	if s.allow, err = shield.ParsePrefixes(c.Lists.Allow); err != nil {
@@ -210,7 +227,7 @@ func (c *config) validate() (settings, error) {
 		errs = append(errs, err)
 	}
 	if c.API.TokenFile != "" {
-		if s.token, err = readTokenFile(c.API.TokenFile); err != nil {
+		if s.token, err = readServiceTokenFile(c.API.TokenFile); err != nil {
 			errs = append(errs, fmt.Errorf("api.token_file: %w", err))
 		}
 	}
@@ -234,13 +251,23 @@ func (c *config) apiConfig(token string) svc.API {
 		TLSCert:           c.API.TLSCert,
 		TLSKey:            c.API.TLSKey,
 		DangerouslyExpose: c.API.DangerouslyExpose,
+		AdminDir:          c.API.AdminDir,
 	}
+}
+
+// readServiceTokenFile is readTokenFile for the service: the file must
+// also belong to the user the service runs as, or another user wrote the
+// token it accepts (issue 23, finding 9).
+func readServiceTokenFile(path string) (string, error) {
+	return readToken(path, true)
 }
 
 // readTokenFile reads the operator token from a regular file only its owner
 // can read or write (mode 0600 or stricter). It opens without blocking: a
 // FIFO would otherwise hold serve in open(), deaf to SIGTERM.
-func readTokenFile(path string) (string, error) {
+func readTokenFile(path string) (string, error) { return readToken(path, false) }
+
+func readToken(path string, mine bool) (string, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return "", fmt.Errorf("open token file: %w", err)
@@ -252,6 +279,9 @@ func readTokenFile(path string) (string, error) {
 	}
 	if !st.Mode().IsRegular() {
 		return "", fmt.Errorf("token file %s is not a regular file", path)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); mine && ok && int(sys.Uid) != os.Geteuid() {
+		return "", fmt.Errorf("token file %s belongs to uid %d, not to uid %d the service runs as: another user chose this token; chown it", path, sys.Uid, os.Geteuid())
 	}
 	if perm := st.Mode().Perm(); perm&0o077 != 0 {
 		return "", fmt.Errorf("token file %s has mode %04o: others may read it; chmod 600 it", path, perm)

@@ -18,6 +18,7 @@ import (
 // The documented example must stay a valid, complete configuration: every
 // key it shows decodes, and it validates once given a token file.
 func TestExampleConfig(t *testing.T) {
+	t.Setenv(envAdminDir, "") // TestMain's, for the services the tests start
 	c, err := loadConfig(filepath.Join("..", "..", "docs", "shield.example.toml"))
 	if err != nil {
 		t.Fatalf("loadConfig(example) = %v", err)

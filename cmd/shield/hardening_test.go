@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -22,6 +23,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
 	"xdpshield/bpf"
@@ -114,26 +117,85 @@ func TestFailedAttachLeavesNoOrphanPins(t *testing.T) {
 	}
 }
 
-// TestServeBindsListenerBeforeAttaching (finding 7): when the API address
-// cannot be bound, serve must fail before it attaches anything.
-func TestServeBindsListenerBeforeAttaching(t *testing.T) {
-	l := newLab(t, "bind")
-	var ln net.Listener
-	if err := l.edge.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:9470")
-		return err
-	}); err != nil {
-		t.Fatal(err)
+// envSquat makes the test binary, run as nobody, the squatter of
+// TestSquattedPortNeitherStealsTokenNorUnprotects: it binds ADDR, answers
+// every request 200 with an empty JSON list, and prints each request's
+// method, path and Authorization header.
+const envSquat = "SHIELD_TEST_SQUAT"
+
+func squat(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Println("squat:", err)
+		return
 	}
-	defer ln.Close()
-	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-listen", "127.0.0.1:9470")
-	if err := cmd.Run(); err == nil {
-		t.Fatalf("serve with its address taken exited 0:\n%s", out)
+	fmt.Println("squatting", ln.Addr())
+	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Printf("request %s %s authorization=%q\n", r.Method, r.URL.Path, r.Header.Get("Authorization"))
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintln(w, `{"list":"deny","prefixes":[]}`)
+	}))
+}
+
+// TestSquattedPortNeitherStealsTokenNorUnprotects (issue 23, finding 4):
+// with serve down, nobody bound 127.0.0.1:9470; `shield deny add` sent it
+// the bearer token and printed "added 0 new prefixes", and a serve
+// started then failed with "nothing was attached". Now the CLI talks to a
+// local service only through its admin socket (root's directory, root's
+// peer credentials) and sends the squatter nothing; serve attaches first,
+// says "API DOWN", serves the admin socket, and takes the port when it is
+// free.
+func TestSquattedPortNeitherStealsTokenNorUnprotects(t *testing.T) {
+	l := newLab(t, "squat")
+	bin := testutil.NobodyBinary(t)
+	sq := exec.Command("nsenter", "--net=/run/netns/"+l.edge.Name, "--setuid=65534", "--setgid=65534", bin)
+	sq.Env = append(os.Environ(), envSquat+"="+api.DefaultListen)
+	sqOut := &syncBuffer{}
+	sq.Stdout, sq.Stderr = sqOut, sqOut
+	require.NoError(t, sq.Start())
+	sqDone := make(chan error, 1)
+	go func() { sqDone <- sq.Wait() }()
+	t.Cleanup(func() { sq.Process.Kill(); <-sqDone })
+	waitFor(t, "the squatter to bind "+api.DefaultListen, func() bool { return strings.Contains(sqOut.String(), "squatting") })
+
+	// Serve is down: the CLI must refuse, and send nothing.
+	cli := func(args ...string) (string, error) {
+		cmd, out := l.shieldCmd(args...)
+		err := cmd.Run()
+		return out.String(), err
 	}
-	if ok, _ := xdpAttached(t, l); ok {
-		t.Errorf("serve failed to listen but left XDP attached to va:\n%s", out)
-	}
+	out, err := cli("deny", "add", "-token-file", l.tokenFile, "198.18.0.3/32")
+	assert.Error(t, err, "deny add with serve down and the port squatted exited 0:\n%s", out)
+	assert.NotContains(t, out, "added", "deny add reported success to a squatter")
+	out, err = cli("status", "-token-file", l.tokenFile)
+	assert.Error(t, err, "status with serve down and the port squatted exited 0:\n%s", out)
+	assert.NotContains(t, sqOut.String(), "request", "the squatter was sent requests")
+
+	// Serve starts: attached, loud about the API, managed through the
+	// admin socket.
+	cmd, sOut := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
+	require.NoError(t, cmd.Start())
+	s := &service{cmd: cmd, out: sOut, done: make(chan error, 1)}
+	go func() { s.done <- cmd.Wait() }()
+	t.Cleanup(func() { s.stop(t) })
+	s.waitLog(t, "API DOWN")
+	ok, _ := xdpAttached(t, l)
+	require.True(t, ok, "serve with its API port squatted left va unprotected:\n%s", sOut)
+	out, err = cli("deny", "add", "-token-file", l.tokenFile, "198.18.0.3/32")
+	require.NoError(t, err, "deny add through the admin socket:\n%s\n%s", out, sOut)
+	assert.Contains(t, out, "added 1 new prefixes")
+	out, err = cli("deny", "list")
+	require.NoError(t, err, out)
+	assert.Equal(t, "198.18.0.3/32\n", out)
+	assert.NotContains(t, sqOut.String(), "request", "the squatter was sent requests")
+
+	// The port freed, the API follows.
+	sq.Process.Kill()
+	<-sqDone
+	sqDone <- nil
+	s.waitLog(t, "API up")
+	_, err = l.client.Limits(context.Background())
+	require.NoError(t, err, "the API on %s after the squatter left:\n%s", api.DefaultListen, sOut)
 }
 
 // plainCmd runs this test binary as `shield ARGS...` in the test's own

@@ -43,6 +43,7 @@ func TestLBCLI(t *testing.T) {
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer srv.Close()
+	serveAdmin(t, srv.Config.Handler)
 	tok := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)

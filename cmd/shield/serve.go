@@ -47,6 +47,8 @@ func runServe(ctx context.Context, args []string) error {
 	logFormat := fs.String("log-format", "", "text or json (default text)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate: the API speaks HTTPS (with -tls-key)")
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
+	adoptPins := fs.Bool("adopt-pins", false, "adopt pins that cannot be shown to be this network namespace's (kernels before 5.14 give no namespace cookie)")
+	adminDir := fs.String("admin-dir", "", "directory of the admin socket the CLI uses locally (default "+svc.DefaultAdminDir+")")
 	expose := fs.Bool("dangerously-expose-api", false, "serve a non-loopback -listen without TLS or without the token on reads")
 	// Hidden: the container lane proves a capability is needed by the
 	// kernel's refusal, not only by this check.
@@ -81,6 +83,8 @@ func runServe(ctx context.Context, args []string) error {
 			cfg.API.TLSCert = *tlsCert
 		case "tls-key":
 			cfg.API.TLSKey = *tlsKey
+		case "admin-dir":
+			cfg.API.AdminDir = *adminDir
 		case "dangerously-expose-api":
 			cfg.API.DangerouslyExpose = *expose
 		}
@@ -101,7 +105,9 @@ func runServe(ctx context.Context, args []string) error {
 		}
 	}
 	log := newLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
-	return serve(ctx, log, cfg, set)
+	sc := serviceConfig(cfg, set)
+	sc.AdoptUnverifiedPins = *adoptPins
+	return serve(ctx, log, sc)
 }
 
 func tokenState(path string) string {
@@ -122,8 +128,8 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 }
 
 // serve runs the service (shield/service) until ctx is done.
-func serve(ctx context.Context, log *slog.Logger, cfg config, set settings) error {
-	s, err := svc.Start(ctx, serviceConfig(cfg, set), log)
+func serve(ctx context.Context, log *slog.Logger, sc svc.Config) error {
+	s, err := svc.Start(ctx, sc, log)
 	if err != nil {
 		return err
 	}

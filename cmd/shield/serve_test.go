@@ -37,7 +37,28 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	if d := os.Getenv(envMkdir); d != "" {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	if addr := os.Getenv(envSquat); addr != "" {
+		squat(addr)
+		os.Exit(0)
+	}
+	// Every service and CLI of the tests puts and finds its admin socket
+	// here, not in /run/xdpshield.
+	dir, err := os.MkdirTemp("", "shield-admin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "no admin directory of the tests' own, services use the default:", err)
+		os.Exit(m.Run())
+	}
+	os.Setenv(envAdminDir, dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 const testToken = "lifecycle-test-token-0123456789"
@@ -93,10 +114,16 @@ func newLab(t *testing.T, role string) *lab {
 	if err := os.WriteFile(l.tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	l.client = clientIn(t, l.edge)
+	return l
+}
+
+// clientIn is an API client for the service on ns's loopback.
+func clientIn(t *testing.T, ns *topo.NS) *api.Client {
 	// The API listens on the edge namespace's loopback: dial from there.
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
-		err := l.edge.Do(func() error {
+		err := ns.Do(func() error {
 			var err error
 			c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 			return err
@@ -104,9 +131,8 @@ func newLab(t *testing.T, role string) *lab {
 		return c, err
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
-	l.client = &api.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
+	return &api.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
 		HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
-	return l
 }
 
 // pinDir is where serve, run in the edge namespace, pins va.

@@ -161,13 +161,30 @@ func (c *Client) List(ctx context.Context, l shield.List) (ListResponse, error) 
 // Add puts prefixes on list l (POST), all or none.
 func (c *Client) Add(ctx context.Context, l shield.List, prefixes []string) (ListResponse, error) {
 	var r ListResponse
-	return r, c.do(ctx, http.MethodPost, "/v1/"+l.String(), PrefixesRequest{Prefixes: prefixes}, &r)
+	if err := c.do(ctx, http.MethodPost, "/v1/"+l.String(), PrefixesRequest{Prefixes: prefixes}, &r); err != nil {
+		return r, err
+	}
+	return r, r.check(l, http.MethodPost)
 }
 
 // Remove takes prefixes off list l (DELETE), all or none.
 func (c *Client) Remove(ctx context.Context, l shield.List, prefixes []string) (ListResponse, error) {
 	var r ListResponse
-	return r, c.do(ctx, http.MethodDelete, "/v1/"+l.String(), PrefixesRequest{Prefixes: prefixes}, &r)
+	if err := c.do(ctx, http.MethodDelete, "/v1/"+l.String(), PrefixesRequest{Prefixes: prefixes}, &r); err != nil {
+		return r, err
+	}
+	return r, r.check(l, http.MethodDelete)
+}
+
+// check refuses an answer that does not describe the change asked of list
+// l: a 2xx from something other than the service (issue 23, finding 4,
+// where "added 0 new prefixes" was printed for a squatter's empty answer)
+// is no success.
+func (r ListResponse) check(l shield.List, method string) error {
+	if r.List != l.String() || r.Prefixes == nil {
+		return fmt.Errorf("%s /v1/%s: the answer does not describe the %s list after the change (%+v): not applied as far as the CLI can tell", method, l, l, r)
+	}
+	return nil
 }
 
 // Metrics reads GET /metrics as text.

@@ -627,3 +627,11 @@ func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.Lis
 type slogPrinter struct{ l *slog.Logger }
 
 func (p slogPrinter) Println(v ...any) { p.l.Error("metrics", keyErr, fmt.Sprint(v...)) }
+
+// Authenticated reports whether r carries the operator token (never when
+// no token is configured). The service's connection guard keeps the slots
+// it holds back for such requests (shield/service).
+func (s *Server) Authenticated(r *http.Request) bool {
+	ok, _ := s.authorized(r)
+	return ok
+}

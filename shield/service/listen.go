@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -8,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"sync"
 	"time"
 )
 
@@ -17,6 +17,20 @@ const (
 	// MaxConns bounds the API's open connections; past it, new ones wait
 	// in the kernel's backlog until one closes.
 	MaxConns = 64
+	// PerPeer bounds the connections one peer holds: one user on this
+	// machine (loopback TCP or the admin socket, told apart by the
+	// socket's credentials), else one address (one /64 for IPv6). A
+	// peer's connection past it is closed at once.
+	PerPeer = 8
+	// Reserved of the MaxConns slots are held back for authenticated
+	// requests: past MaxConns-Reserved connections without the token, a
+	// new connection must carry the token on its first request or it is
+	// answered 503 and closed.
+	Reserved = 16
+	// HeadTimeout bounds the reading of a request's head, counted from
+	// the connection's start for its first request: a connection that
+	// says nothing does not hold its slot longer.
+	HeadTimeout = 5 * time.Second
 	// WriteTimeout bounds the writing of one answer beyond the handler's
 	// own time: a client that does not read its answer is cut off.
 	WriteTimeout = 30 * time.Second
@@ -26,8 +40,17 @@ const (
 // connections bounded in size and time, and an answer cut off when its
 // client has not taken it within write.
 func httpServer(h http.Handler, write time.Duration, log *slog.Logger) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second,
+	return &http.Server{Handler: h, ReadHeaderTimeout: HeadTimeout, ReadTimeout: 30 * time.Second,
 		WriteTimeout: write, IdleTimeout: time.Minute, MaxHeaderBytes: 64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*tls.Conn); ok {
+				c = tc.NetConn()
+			}
+			if gc, ok := c.(*guardConn); ok {
+				return context.WithValue(ctx, guardConnKey{}, gc)
+			}
+			return ctx
+		},
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
 }
 
@@ -76,9 +99,9 @@ func exposed(a API) bool {
 }
 
 // listen binds the API's address in exactly the family it names (Go would
-// make 0.0.0.0 a dual-stack socket, reachable on [::] too), bounded to
-// MaxConns connections, under TLS when configured.
-func listen(a API) (net.Listener, error) {
+// make 0.0.0.0 a dual-stack socket, reachable on [::] too), guarded
+// (MaxConns, PerPeer, Reserved), under TLS when configured.
+func listen(a API, log *slog.Logger) (net.Listener, error) {
 	ap, err := netip.ParseAddrPort(a.Listen)
 	if err != nil {
 		return nil, err
@@ -91,7 +114,7 @@ func listen(a API) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln = &limitListener{Listener: ln, sem: make(chan struct{}, MaxConns)}
+	ln = newGuard(ln, log)
 	if a.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(a.TLSCert, a.TLSKey)
 		if err != nil {
@@ -101,49 +124,4 @@ func listen(a API) (net.Listener, error) {
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
 	}
 	return ln, nil
-}
-
-// limitListener accepts at most cap(sem) connections at a time.
-type limitListener struct {
-	net.Listener
-	sem  chan struct{}
-	once sync.Once
-	done chan struct{}
-}
-
-func (l *limitListener) Accept() (net.Conn, error) {
-	l.once.Do(func() { l.done = make(chan struct{}) })
-	select {
-	case l.sem <- struct{}{}:
-	case <-l.done:
-		return nil, net.ErrClosed
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		<-l.sem
-		return nil, err
-	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
-}
-
-func (l *limitListener) Close() error {
-	l.once.Do(func() { l.done = make(chan struct{}) })
-	select {
-	case <-l.done:
-	default:
-		close(l.done)
-	}
-	return l.Listener.Close()
-}
-
-type limitConn struct {
-	net.Conn
-	once    sync.Once
-	release func()
-}
-
-func (c *limitConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(c.release)
-	return err
 }

@@ -18,7 +18,7 @@ func TestConnectionsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := &limitListener{Listener: inner, sem: make(chan struct{}, 2)}
+	ln := newGuardSized(inner, nil, 2, 2, 0, func(c net.Conn) string { return c.RemoteAddr().String() })
 	defer ln.Close()
 	accepted := make(chan net.Conn, 3)
 	go func() {

@@ -48,6 +48,7 @@ const (
 	keyAddrs     = "addresses"
 	keyAdded     = "added"
 	keyRemoved   = "removed"
+	keyAdmin     = "admin_socket"
 )
 
 // Config is a service's whole configuration, in the types it uses
@@ -60,6 +61,9 @@ type Config struct {
 	// PinRoot is the bpffs directory of the pins (shield.DefaultPinRoot
 	// when empty).
 	PinRoot string
+	// AdoptUnverifiedPins adopts pins that cannot be shown to be this
+	// namespace's on a kernel without namespace cookies (before 5.14).
+	AdoptUnverifiedPins bool
 	// TableSize is the sources table's capacity (shield.DefaultTableSize
 	// when zero); a pinned table keeps its own.
 	TableSize uint32
@@ -108,20 +112,30 @@ type API struct {
 	// NoProcessMetrics leaves the Go and process collectors out of
 	// /metrics (several services in one process).
 	NoProcessMetrics bool
+	// AdminDir, when set, is the directory (only the service's user may
+	// write it) of the admin socket, which serves the API beside Listen
+	// and which the CLI uses locally (AdminSocket, DialAdmin).
+	AdminDir string
 }
 
 // Service is a running shield service: the shield attached to one interface
 // and its API serving.
 type Service struct {
-	cfg  Config
-	log  *slog.Logger
-	att  *shield.Attachment
-	lb   *lb.Started // nil without [[lb.service]]
-	l7   *l7.Server  // nil without [l7]
-	ln   net.Listener
-	hs   *http.Server
-	done chan struct{} // closed when the API server has stopped
-	err  error         // why it stopped, when it failed
+	cfg      Config
+	log      *slog.Logger
+	att      *shield.Attachment
+	lb       *lb.Started // nil without [[lb.service]]
+	l7       *l7.Server  // nil without [l7]
+	mu       sync.Mutex
+	ln       net.Listener // the TCP listener; nil while its address is taken
+	adm      net.Listener // the admin socket, when API.AdminDir is set
+	hs       *http.Server
+	quit     chan struct{} // closed by Close: the API stops
+	errc     chan error    // a listener's failure
+	wg       sync.WaitGroup
+	done     chan struct{} // closed when the API server has stopped
+	err      error         // why it stopped, when it failed
+	quitOnce sync.Once
 
 	stopOwn context.CancelFunc // ends WatchOwn
 
@@ -136,11 +150,14 @@ type Service struct {
 	closeErr  error
 }
 
-// Start validates cfg, binds the API listener, attaches the shield to
+// Start validates cfg, binds the admin socket, attaches the shield to
 // cfg.Iface, applies the configured lists and serves the API, all in the
 // caller's network namespace. Nothing is attached when the configuration or
-// the listener fails. The service runs until ctx is done or Close is
-// called; Wait waits for it.
+// the admin socket fails. An API address that cannot be bound (another
+// process holds it) does not leave the edge unprotected: the shield is
+// attached, the failure logged as an ERROR ("API DOWN"), and the address
+// tried again every APIRetry (issue 23, finding 4). The service runs until
+// ctx is done or Close is called; Wait waits for it.
 func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) {
 	if log == nil {
 		log = slog.Default()
@@ -165,23 +182,36 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	if ifc, err := net.InterfaceByName(cfg.Iface); err == nil && ifc.Flags&net.FlagLoopback != 0 {
 		return nil, fmt.Errorf("iface %s is a loopback interface: the shield would limit its own API there (nothing was attached)", cfg.Iface)
 	}
-	// The listener first: an address that cannot be served must not leave
-	// a program attached with no API to manage it.
-	ln, err := listen(cfg.API)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (nothing was attached): %w", cfg.API.Listen, err)
+	s := &Service{cfg: cfg, log: log, done: make(chan struct{}), stop: make(chan struct{}),
+		quit: make(chan struct{}), errc: make(chan error, 1)}
+	// The admin socket first: its directory is the service's own, and a
+	// failure there is a configuration's (another serve on this port).
+	if cfg.API.AdminDir != "" {
+		adm, path, err := listenAdmin(cfg.API.AdminDir, cfg.API.Listen)
+		switch {
+		case errors.Is(err, errNoAdminDir):
+			log.Error("no admin socket: the CLI cannot reach this service locally", keyErr, err)
+		case err != nil:
+			return nil, fmt.Errorf("%w (nothing was attached)", err)
+		default:
+			s.adm = newGuard(adm, log)
+			log.Info("admin socket", keyListen, path)
+		}
 	}
 	// The namespace the service runs in: the watcher re-attaches there.
 	ns, err := netns.Get()
 	if err != nil {
-		ln.Close()
+		if s.adm != nil {
+			s.adm.Close()
+		}
 		return nil, fmt.Errorf("current network namespace: %w", err)
 	}
-	s := &Service{cfg: cfg, log: log, ln: ln, done: make(chan struct{}), stop: make(chan struct{})}
 	ok := false
 	defer func() {
 		if !ok {
-			ln.Close()
+			if s.adm != nil {
+				s.adm.Close()
+			}
 			ns.Close()
 			if s.att != nil {
 				s.att.Close()
@@ -216,9 +246,14 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 	go func() {
 		select {
 		case <-ctx.Done():
-			s.shutdown()
-		case <-s.done:
+		case <-s.quit:
+		case err := <-s.errc:
+			s.err = err
 		}
+		s.quitOnce.Do(func() { close(s.quit) })
+		s.shutdown()
+		s.wg.Wait()
+		close(s.done)
 	}()
 	return s, nil
 }
@@ -226,10 +261,11 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 func (s *Service) attach() error {
 	cfg := s.cfg
 	a, err := shield.Attach(shield.AttachOptions{
-		Iface:   cfg.Iface,
-		Mode:    cfg.Mode,
-		PinRoot: cfg.PinRoot,
-		Load:    shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits},
+		Iface:           cfg.Iface,
+		Mode:            cfg.Mode,
+		PinRoot:         cfg.PinRoot,
+		AdoptUnverified: cfg.AdoptUnverifiedPins,
+		Load:            shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits},
 	})
 	if err != nil {
 		if errors.Is(err, shield.ErrLocked) {
@@ -325,15 +361,27 @@ func (s *Service) serve() {
 	if topTimeout <= 0 {
 		topTimeout = api.DefaultTopTimeout
 	}
-	s.hs = httpServer(srv, topTimeout+WriteTimeout, s.log)
-	go func() {
-		err := s.hs.Serve(s.ln)
-		if !errors.Is(err, http.ErrServerClosed) {
-			s.err = fmt.Errorf("api server: %w", err)
-		}
-		close(s.done)
-	}()
-	addr := s.ln.Addr().String()
+	s.hs = httpServer(gate(srv, srv.Authenticated), topTimeout+WriteTimeout, s.log)
+	if s.adm != nil {
+		s.serveOn(s.adm)
+	}
+	addr := cfg.API.Listen
+	if ln, err := listen(cfg.API, s.log); err != nil {
+		s.log.Error("API DOWN: cannot listen on "+cfg.API.Listen+" (another process holds it?); the shield protects "+a.Iface+
+			" all the same; retrying every "+APIRetry.String(), keyListen, cfg.API.Listen, keyErr, err, keyAdmin, s.adminPath())
+		s.wg.Add(1)
+		go s.retryListen()
+	} else {
+		s.mu.Lock()
+		s.ln = ln
+		s.mu.Unlock()
+		s.serveOn(ln)
+		addr = ln.Addr().String()
+	}
+	if keys := readableSecrets(cfg); len(keys) > 0 {
+		s.log.Warn("the L7 policy's header values are readable by any local user through GET /v1/l7/policy (api.auth_reads is off): "+
+			"set api.auth_reads = true if they are secrets", keyWhat, keys)
+	}
 	if exposed(cfg.API) {
 		s.log.Error("DANGER: the API listens beyond loopback without a token on reads or without TLS (api.dangerously_expose)",
 			keyListen, addr, keyToken, cfg.API.Token != "", keyAuthReads, cfg.API.AuthReads, keyTLS, cfg.API.TLSCert != "")
@@ -351,8 +399,79 @@ func (s *Service) Shield() *shield.Shield { return s.att.Shield }
 // Attachment is what shield.Attach returned: interface, pins, link, mode.
 func (s *Service) Attachment() *shield.Attachment { return s.att }
 
-// Addr is the address the API listens on.
-func (s *Service) Addr() net.Addr { return s.ln.Addr() }
+// APIRetry is how often a service whose API address was taken tries it
+// again.
+const APIRetry = 5 * time.Second
+
+// serveOn serves the API on ln until the service stops.
+func (s *Service) serveOn(ln net.Listener) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			select {
+			case s.errc <- fmt.Errorf("api server: %w", err):
+			default:
+			}
+		}
+	}()
+}
+
+// retryListen binds the API's address once it is free, logging an ERROR
+// each minute it is not.
+func (s *Service) retryListen() {
+	defer s.wg.Done()
+	t := time.NewTicker(APIRetry)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+		}
+		ln, err := listen(s.cfg.API, s.log)
+		if err != nil {
+			if time.Since(last) >= time.Minute {
+				s.log.Error("API DOWN: still cannot listen on "+s.cfg.API.Listen, keyErr, err, keyAdmin, s.adminPath())
+				last = time.Now()
+			}
+			continue
+		}
+		s.mu.Lock()
+		s.ln = ln
+		s.mu.Unlock()
+		s.log.Info("API up: listening on "+ln.Addr().String(), keyListen, ln.Addr().String())
+		s.serveOn(ln)
+		return
+	}
+}
+
+func (s *Service) adminPath() string {
+	if s.adm == nil {
+		return "none"
+	}
+	return s.adm.Addr().String()
+}
+
+// Addr is the address the API listens on; nil while it could not be
+// bound.
+func (s *Service) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+// AdminAddr is the admin socket's address (nil without API.AdminDir).
+func (s *Service) AdminAddr() net.Addr {
+	if s.adm == nil {
+		return nil
+	}
+	return s.adm.Addr()
+}
 
 // Wait blocks until the service stops: nil after ctx was done or Close was
 // called, the API server's error when it failed.
@@ -376,7 +495,7 @@ func (s *Service) shutdown() {
 // state (Detach removes the link).
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
-		s.shutdown()
+		s.quitOnce.Do(func() { close(s.quit) })
 		<-s.done
 		if s.stopOwn != nil {
 			s.stopOwn()
@@ -408,4 +527,23 @@ func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Pr
 			keyOld, ch.Before, keyNew, len(ch.After))
 	}
 	return nil
+}
+
+// readableSecrets names the L7 policy's values a reader of the API sees
+// when reads need no token: set_header's value and the RBAC rules'
+// header values, which are often credentials (issue 23, finding 9).
+func readableSecrets(cfg Config) []string {
+	if cfg.API.AuthReads || !cfg.L7.Enabled() {
+		return nil
+	}
+	var keys []string
+	if cfg.L7.SetHeader.Value != "" {
+		keys = append(keys, "l7.set_header.value")
+	}
+	for i, r := range cfg.L7.RBAC {
+		if r.Value != "" {
+			keys = append(keys, fmt.Sprintf("l7.rbac[%d].value", i))
+		}
+	}
+	return keys
 }

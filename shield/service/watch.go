@@ -142,7 +142,9 @@ func (s *Service) reconcile(h *netlink.Handle, ns netns.NsHandle) {
 		s.setHealth(false, fmt.Sprintf("interface %s is gone; the program is attached again when it comes back", s.cfg.Iface))
 	case err != nil:
 		s.log.Warn("inspect interface", keyIface, s.cfg.Iface, keyErr, err)
-	case l.Attrs().Index != a.Ifindex:
+	// A new index, or the same one given to a new instance (`ip link add
+	// ... index N`): the link says its device is gone either way.
+	case l.Attrs().Index != a.Ifindex || a.LinkDefunct():
 		old := a.Ifindex
 		err := inNetns(ns, func() error { return a.Reattach(l.Attrs().Index) })
 		if err != nil {
