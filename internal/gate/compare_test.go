@@ -127,6 +127,10 @@ func TestCompareOtherHost(t *testing.T) {
 	f.Programs["shield"] = Program{Error: "refused"}
 	f.Behaviour["xdpshield/sim"] = Behaviour{Pass: 99, Fail: 1}
 	assert.Equal(t, []string{"host behaviour xdpshield/sim", "host complexity shield loads"}, failing(Compare(base, []Figures{f}, DefaultThresholds)))
+	// Timed against the base on this host, in this run: judged.
+	f = figures(Host, "6.12.9", 1000, 2.0, 0.02, 100)
+	f.Speed["ok"] = Path{Ratio: 2.0, VsBase: 1.2, NsPerPkt: 12, BaseNsPerPkt: 10}
+	assert.Equal(t, []string{"host speed ok vs base"}, failing(Compare(base, []Figures{f}, DefaultThresholds)))
 }
 
 // TestCompareHostFeature: the host may lack a feature the baseline's host
