@@ -26,6 +26,14 @@ var commands, hidden = map[string]command{}, map[string]command{}
 // cmd/shieldlab: shield names it rather than calling them unknown.
 var labCommands = map[string]bool{"storm": true, "study": true, "study-edge": true, "e2e-edge": true, "e2e-storm": true}
 
+// labHint says where a command that moved to cmd/shieldlab went.
+func labHint(name string) (string, bool) {
+	if !labCommands[name] {
+		return "", false
+	}
+	return fmt.Sprintf("shield: %s is a lab command: run `shieldlab %[1]s` (go run ./cmd/shieldlab %[1]s)", name), true
+}
+
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: shield <command> [flags]\n\ncommands:")
 	names := make([]string, 0, len(commands))
@@ -48,8 +56,8 @@ func main() {
 	if !ok {
 		cmd, ok = hidden[os.Args[1]]
 	}
-	if !ok && labCommands[os.Args[1]] {
-		fmt.Fprintf(os.Stderr, "shield: %s is a lab command: run `shieldlab %[1]s` (go run ./cmd/shieldlab %[1]s)\n", os.Args[1])
+	if hint, lab := labHint(os.Args[1]); !ok && lab {
+		fmt.Fprintln(os.Stderr, hint)
 		os.Exit(2)
 	}
 	if !ok {
