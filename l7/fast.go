@@ -143,7 +143,7 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 		kp.SetHeader = 1
 	}
 	if len(name) > len(kp.NameW)*8 || strings.ContainsAny(name, "^~") {
-		return kp, fmt.Sprintf("header %q: the kernel compares names of at most %d bytes, without '^' or '~'", name, len(kp.NameW)*8)
+		return bpf.L7Policy{}, fmt.Sprintf("header %q: the kernel compares names of at most %d bytes, without '^' or '~'", name, len(kp.NameW)*8)
 	}
 	kp.NameLen = uint32(len(name))
 	kp.NameW, kp.NameM = packName(name)
