@@ -19,8 +19,8 @@
  * MAX_BODY, bare LF, control bytes, obs-fold, hop-by-hop headers, duplicate
  * Host or Content-Length, data after the request in the same segment, a
  * request line not taken here while the headers are still incomplete, a
- * head the kernel would not forward whose body has not all come: the
- * proxy answers it at once) is sticky; a framed request is passed alone
+ * head the proxy answers itself (denied, no route, unparsed) whose body
+ * has not all come: the proxy answers it at once) is sticky; a framed request is passed alone
  * when its method, version, path, Host or named header is outside what is
  * parsed here (a path with '%', '\\', a tab, "//" or a dot-segment, which
  * the proxy normalises or refuses; a forwarding or proxy header, which it
@@ -849,15 +849,16 @@ int l7_parse(struct __sk_buff *skb)
 	decide(s, pol, c, cookie);
 	if (msg > len) {
 		/* The body has not all come. The proxy answers what it would
-		 * not forward (400, 403, 404, 505) once it has the head, and
-		 * forwards the rest at once: only a request taken here waits
-		 * for its body (issue 24: a head the proxy refuses at once
-		 * waited here for a body that never came). */
-		if (c->reason == R_FAST) {
-			c->target = 0;
-			return 0;
-		}
-		return go_sticky(c, len);
+		 * not forward (400, 403, 404, 505) once it has the head (issue
+		 * 24: such a head waited here for a body that never came): the
+		 * connection is the proxy's from here. A request it would
+		 * forward waits for its body, and is then taken or handed up
+		 * whole, so a pool miss does not cost the connection its
+		 * fast path. */
+		if (c->reason == R_DENY || c->reason == R_NOROUTE || c->reason == R_UNPARSED)
+			return go_sticky(c, len);
+		c->target = 0;
+		return 0;
 	}
 	c->msg_len = msg;
 	return msg;

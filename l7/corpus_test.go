@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -268,4 +269,36 @@ func (d *diffEnv) differ(t *testing.T, name string, chunks [][]byte, ref bool) r
 		return differs
 	}
 	return agrees
+}
+
+// TestL7MissBodyKeepsFastPath: a request the proxy forwards (a pool miss)
+// whose body comes in a later segment is handed up whole and the
+// connection keeps its fast path; only a head the proxy answers itself
+// makes the connection the proxy's before its body (finding 5's fix).
+func TestL7MissBodyKeepsFastPath(t *testing.T) {
+	needFast(t)
+	d := newDiffEnv(t)
+	c, err := d.e.dial(t.Context(), "tcp", d.fast)
+	require.NoError(t, err)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	before := d.counters(t)
+	_, err = io.WriteString(c, "POST /x HTTP/1.1\r\nHost: a.test\r\nX-User: bob\r\nContent-Length: 4\r\n\r\n")
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	_, err = io.WriteString(c, "body")
+	require.NoError(t, err)
+	r := readResponses(br, 1)
+	require.Len(t, r, 1)
+	require.Equal(t, 200, r[0].Status, "the miss: %v", r)
+	d.settle(t)
+	_, err = io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a.test\r\nX-User: bob\r\n\r\n")
+	require.NoError(t, err)
+	r = readResponses(br, 1)
+	require.Len(t, r, 1)
+	require.Equal(t, 200, r[0].Status, "the second request: %v", r)
+	after := d.counters(t)
+	assert.Equal(t, uint64(1), after.Reasons[ReasonFast]-before.Reasons[ReasonFast], "requests the kernel took: the second, after the miss filled the pool (reasons %v -> %v)", before.Reasons, after.Reasons)
+	assert.Zero(t, after.Reasons[ReasonSticky]-before.Reasons[ReasonSticky], "connections made the proxy's")
 }
