@@ -382,7 +382,7 @@ _Static_assert(sizeof(cls) == 256, "cls covers every byte");
 enum { K_OTHER = 0, K_HOST, K_CL, K_VAL };
 
 /* frame: one pass over the bytes: line ends, the end of the headers, and
- * each header line's name (by length and hash) and value (Host, Content-
+ * each header line's name (by its bytes: NW) and value (Host, Content-
  * Length, the named header). Sets bad (unframable: sticky) or unparsed
  * (framed, but not for the fast path). */
 static __always_inline void frame(struct scratch *s, struct policy *pol)
