@@ -18,9 +18,13 @@
  * parser cannot frame (chunked, headers beyond MAX_HDR, a body beyond
  * MAX_BODY, bare LF, control bytes, obs-fold, hop-by-hop headers, duplicate
  * Host or Content-Length, data after the request in the same segment, a
- * request line not taken here while the headers are still incomplete) is
- * sticky; a framed request is passed alone when its method, version,
- * path, Host or named header is outside what is parsed here, when the
+ * request line not taken here while the headers are still incomplete, a
+ * head the proxy answers itself (denied, no route, unparsed) whose body
+ * has not all come: the proxy answers it at once) is sticky; a framed request is passed alone
+ * when its method, version, path, Host or named header is outside what is
+ * parsed here (a path with '%', '\\', a tab, "//" or a dot-segment, which
+ * the proxy normalises or refuses; a forwarding or proxy header, which it
+ * strips; a Content-Length with a leading zero, which it rewrites), when the
  * policy denies it (the proxy answers 403) or routes it nowhere (404), when
  * the policy holds what the kernel does not implement (set_header), when no
  * pooled socket exists (a miss: the proxy forwards it and fills the pool),
@@ -95,8 +99,9 @@ struct policy {
 	__u32 n_rules;
 	__u32 hash;      /* 1: the named header picks the backend */
 	__u32 set_header; /* 1: requests need a header set: passed (not implemented here) */
-	__u32 name_len;  /* 0: no named header */
-	__u64 name_hash; /* FNV-1a 64 of the named header, lowercase */
+	__u32 name_len;  /* 0: no named header; at most 32 */
+	__u64 name_w[4]; /* the named header's name, lowercase, packed (W), each byte | 0x20 */
+	__u64 name_m[4]; /* masks of its bytes in name_w (all ones, then its tail, then 0) */
 	struct route routes[MAX_ROUTES];
 	struct rule rules[MAX_RULES];
 };
@@ -131,6 +136,7 @@ struct scratch {
 	__u8 host[MAX_HOST];
 	__u8 val[MAX_VAL];
 	__u16 ends[MAX_LINES];
+	__u16 nlens[MAX_LINES]; /* name length of each header line */
 	__u32 n;
 	__u32 nl;
 	__u32 hdr_end;
@@ -146,7 +152,6 @@ struct scratch {
 	__u32 method;
 	/* frame()'s per-line state, kept in memory so the verifier's states
 	 * at the loop head differ only in the loop counter */
-	__u64 nh;       /* FNV-1a 64 of the lowercase name so far */
 	__u32 line_start;
 	__u32 in_name;
 	__u32 nlen;
@@ -297,19 +302,28 @@ static __always_inline void count(__u32 r)
 
 #define B(s, i) ((s)->buf[(i) & (MAX_HDR - 1)])
 
-/* FNV-1a 64 of the lowercase header names the parser acts on: a name is
- * recognised by its length and hash, computed in the one loop that scans it
- * (a string compare per name costs the verifier a loop each). */
-#define H_HOST 0x4077f8cc7eaf4d6fULL /* fnv1a64("host") */
-#define H_CONTENT_LENGTH 0x2d69a1e6ee916e7dULL /* fnv1a64("content-length") */
-#define H_TRANSFER_ENCODING 0x8640bd735e9d802cULL /* fnv1a64("transfer-encoding") */
-#define H_CONNECTION 0xc7f597ea639b1b59ULL /* fnv1a64("connection") */
-#define H_UPGRADE 0x7f7d77d7c2a03db7ULL /* fnv1a64("upgrade") */
-#define H_EXPECT 0x208ad7977190aad8ULL /* fnv1a64("expect") */
-#define H_TE 0x08c83307b56ab672ULL /* fnv1a64("te") */
-#define H_TRAILER 0xdac5827ce61e8e00ULL /* fnv1a64("trailer") */
-#define H_KEEP_ALIVE 0x9b912fcf8da69be0ULL /* fnv1a64("keep-alive") */
-#define H_PROXY_CONNECTION 0x5bc2b1fc8570c386ULL /* fnv1a64("proxy-connection") */
+/* Header names are recognised by their bytes (issue 24: before, by their
+ * length and an FNV-1a hash, and a name of the same length and hash passed
+ * for Content-Length). A name's bytes are read from the buffer eight at a
+ * time (NW: word j of the name starting at st), lowercased by setting bit
+ * 0x20 of every byte and masked to the name's length; the words compare
+ * with names packed the same way (W, byte i at bits 8*(i%8)). Setting 0x20
+ * maps two token characters to one only for '^' and '~' and letters to
+ * their lowercase, so for names of letters, digits and '-' (every name
+ * here; l7/fast.go refuses a named header with '^' or '~') equal words
+ * are equal names, case aside, as HTTP compares them. The words are read,
+ * not built byte by byte in frame()'s loop: each instruction there is
+ * verified once per byte of MAX_HDR. */
+#define W(a, b, c, d, e, f, g, h)                                                                           \
+	((__u64)(a) | (__u64)(b) << 8 | (__u64)(c) << 16 | (__u64)(d) << 24 | (__u64)(e) << 32 |              \
+	 (__u64)(f) << 40 | (__u64)(g) << 48 | (__u64)(h) << 56)
+#define LOWER 0x2020202020202020ULL
+/* word j of the name at st, lowercase, unmasked: the load may run past
+ * buf into the rest of the scratch (read only, masked off by callers) */
+#define NW(s, st, j) ((*(__u64 *)&(s)->buf[((st) + 8 * (j)) & (MAX_HDR - 1)]) | LOWER)
+/* mask of the first n bytes of a word, 0 < n < 8 */
+#define M(n) ((1ULL << (8 * (n))) - 1)
+
 /* Sticky: the rest of this connection goes to the proxy. */
 static __always_inline int go_sticky(struct conn *c, __u32 len)
 {
@@ -368,7 +382,7 @@ _Static_assert(sizeof(cls) == 256, "cls covers every byte");
 enum { K_OTHER = 0, K_HOST, K_CL, K_VAL };
 
 /* frame: one pass over the bytes: line ends, the end of the headers, and
- * each header line's name (by length and hash) and value (Host, Content-
+ * each header line's name (by its bytes: NW) and value (Host, Content-
  * Length, the named header). Sets bad (unframable: sticky) or unparsed
  * (framed, but not for the fast path). */
 static __always_inline void frame(struct scratch *s, struct policy *pol)
@@ -382,6 +396,7 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 	v->have_val = 0;
 	v->have_cl = 0;
 	v->cl = 0;
+	v->ndig = 0; /* digits of the one Content-Length (a second is bad) */
 	v->host_len = 0;
 	v->val_len = 0;
 	for (__u32 i = 0; i < MAX_HDR; i++) {
@@ -431,12 +446,10 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 			v->line_start = i + 1;
 			v->in_name = 1;
 			v->nlen = 0;
-			v->nh = 0xcbf29ce484222325ULL;
 			v->kind = K_OTHER;
 			v->vlen = 0;
 			v->vstarted = 0;
 			v->trail = 0;
-			v->ndig = 0;
 			continue;
 		}
 		if (c == '\r') {
@@ -455,34 +468,34 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 			continue; /* the request line: request_line() reads it */
 		if (v->in_name) {
 			if (c == ':') {
-				__u32 nlen = v->nlen;
-				__u64 nh = v->nh;
 				v->in_name = 0;
-				if (nlen == 0) {
+				if (v->nlen == 0) {
 					v->bad = 1;
 					break;
 				}
-				if (nlen == 4 && nh == H_HOST) {
+				__u32 st = v->line_start;
+				__u32 nlen = v->nlen;
+				s->nlens[v->nl & (MAX_LINES - 1)] = nlen;
+				if (nlen == 4 && (NW(s, st, 0) & M(4)) == W('h', 'o', 's', 't', 0, 0, 0, 0)) {
 					if (v->have_host) {
 						v->bad = 1; /* duplicate Host: the proxy answers 400 */
 						break;
 					}
 					v->have_host = 1;
 					v->kind = K_HOST;
-				} else if (nlen == 14 && nh == H_CONTENT_LENGTH) {
+				} else if (nlen == 14 && NW(s, st, 0) == W('c', 'o', 'n', 't', 'e', 'n', 't', '-') &&
+					   (NW(s, st, 1) & M(6)) == W('l', 'e', 'n', 'g', 't', 'h', 0, 0)) {
 					if (v->have_cl) {
 						v->bad = 1;
 						break;
 					}
 					v->have_cl = 1;
 					v->kind = K_CL;
-				} else if ((nlen == 17 && nh == H_TRANSFER_ENCODING) || (nlen == 10 && nh == H_CONNECTION) ||
-					   (nlen == 7 && nh == H_UPGRADE) || (nlen == 6 && nh == H_EXPECT) ||
-					   (nlen == 2 && nh == H_TE) || (nlen == 7 && nh == H_TRAILER) ||
-					   (nlen == 10 && nh == H_KEEP_ALIVE) || (nlen == 16 && nh == H_PROXY_CONNECTION)) {
-					v->bad = 1; /* framing or hop-by-hop: the proxy's, for good */
-					break;
-				} else if (pol->name_len && nlen == pol->name_len && nh == pol->name_hash) {
+				} else if (pol->name_len && nlen == pol->name_len &&
+					   (NW(s, st, 0) & pol->name_m[0]) == pol->name_w[0] &&
+					   (NW(s, st, 1) & pol->name_m[1]) == pol->name_w[1] &&
+					   (NW(s, st, 2) & pol->name_m[2]) == pol->name_w[2] &&
+					   (NW(s, st, 3) & pol->name_m[3]) == pol->name_w[3]) {
 					if (v->have_val)
 						v->unparsed = 1; /* duplicate */
 					v->have_val = 1;
@@ -495,9 +508,6 @@ static __always_inline void frame(struct scratch *s, struct policy *pol)
 				break;
 			}
 			v->nlen = v->nlen + 1;
-#ifndef NONH
-			v->nh = (v->nh ^ (c | ((k & C_UPPER) ? 0x20 : 0))) * 0x100000001b3ULL;
-#endif
 			continue;
 		}
 		/* the value */
@@ -542,6 +552,56 @@ out:
 	return;
 }
 
+/* names: the header lines' names the fast path does not forward as they
+ * are, read once the head is whole (in a loop of MAX_LINES, not in
+ * frame()'s of MAX_HDR): framing and hop-by-hop headers make the
+ * connection the proxy's (bad); forwarding headers, which the proxy
+ * strips, hand the request up (unparsed). */
+static __always_inline void names(struct scratch *s)
+{
+	volatile struct scratch *v = s;
+	for (__u32 l = 1; l < MAX_LINES; l++) {
+		if (l >= v->nl)
+			break;
+		__u32 st = s->ends[(l - 1) & (MAX_LINES - 1)] + 1;
+		__u32 n = s->nlens[l & (MAX_LINES - 1)];
+		__u64 w0 = NW(s, st, 0);
+		__u64 w1 = NW(s, st, 1);
+		__u64 w2 = NW(s, st, 2);
+		if ((n == 17 && w0 == W('t', 'r', 'a', 'n', 's', 'f', 'e', 'r') &&
+		     w1 == W('-', 'e', 'n', 'c', 'o', 'd', 'i', 'n') && (w2 & M(1)) == W('g', 0, 0, 0, 0, 0, 0, 0)) ||
+		    (n == 10 && w0 == W('c', 'o', 'n', 'n', 'e', 'c', 't', 'i') &&
+		     (w1 & M(2)) == W('o', 'n', 0, 0, 0, 0, 0, 0)) ||
+		    (n == 7 && (w0 & M(7)) == W('u', 'p', 'g', 'r', 'a', 'd', 'e', 0)) ||
+		    (n == 6 && (w0 & M(6)) == W('e', 'x', 'p', 'e', 'c', 't', 0, 0)) ||
+		    (n == 2 && (w0 & M(2)) == W('t', 'e', 0, 0, 0, 0, 0, 0)) ||
+		    (n == 7 && (w0 & M(7)) == W('t', 'r', 'a', 'i', 'l', 'e', 'r', 0)) ||
+		    (n == 10 && w0 == W('k', 'e', 'e', 'p', '-', 'a', 'l', 'i') &&
+		     (w1 & M(2)) == W('v', 'e', 0, 0, 0, 0, 0, 0)) ||
+		    (n == 16 && w0 == W('p', 'r', 'o', 'x', 'y', '-', 'c', 'o') &&
+		     w1 == W('n', 'n', 'e', 'c', 't', 'i', 'o', 'n'))) {
+			v->bad = 1; /* framing or hop-by-hop: the proxy's, for good */
+			return;
+		}
+		if ((n == 9 && w0 == W('f', 'o', 'r', 'w', 'a', 'r', 'd', 'e') &&
+		     (w1 & M(1)) == W('d', 0, 0, 0, 0, 0, 0, 0)) ||
+		    (w0 == W('x', '-', 'f', 'o', 'r', 'w', 'a', 'r') &&
+		     ((n == 15 && (w1 & M(7)) == W('d', 'e', 'd', '-', 'f', 'o', 'r', 0)) ||
+		      (n == 16 && w1 == W('d', 'e', 'd', '-', 'h', 'o', 's', 't')) ||
+		      (n == 17 && w1 == W('d', 'e', 'd', '-', 'p', 'r', 'o', 't') &&
+		       (w2 & M(1)) == W('o', 0, 0, 0, 0, 0, 0, 0)))) ||
+		    (w0 == W('p', 'r', 'o', 'x', 'y', '-', 'a', 'u') &&
+		     ((n == 19 && w1 == W('t', 'h', 'o', 'r', 'i', 'z', 'a', 't') &&
+		       (w2 & M(3)) == W('i', 'o', 'n', 0, 0, 0, 0, 0)) ||
+		      (n == 18 && w1 == W('t', 'h', 'e', 'n', 't', 'i', 'c', 'a') &&
+		       (w2 & M(2)) == W('t', 'e', 0, 0, 0, 0, 0, 0))))) {
+			/* The proxy strips or rewrites these (forwarding and
+			 * proxy headers, issue 24): it forwards the request. */
+			v->unparsed = 1;
+		}
+	}
+}
+
 /* request_line: method, path, version of line 0. */
 static __always_inline void request_line(struct scratch *s)
 {
@@ -576,12 +636,19 @@ static __always_inline void request_line(struct scratch *s)
 		__u8 c = B(s, p + k);
 		if (c == ' ')
 			break;
-		if (c == '#' || c == '%') {
+		/* What the proxy would refuse or rewrite (l7/path.go) is its
+		 * to judge: a tab (400), '%', '\\', and before the query "//"
+		 * and a segment starting with '.' (a dot-segment, issue 24). */
+		if (c == '#' || c == '%' || c == '\t' || c == '\\') {
 			v->unparsed = 1;
 			return;
 		}
 		if (c == '?')
 			q = 1;
+		if (!q && B(s, p + k - 1) == '/' && (c == '/' || c == '.')) {
+			v->unparsed = 1;
+			return;
+		}
 		if (!q) {
 			s->path[k & (MAX_PATH - 1)] = c;
 			v->path_len = k + 1;
@@ -747,19 +814,27 @@ int l7_parse(struct __sk_buff *skb)
 	frame(s, pol);
 	if (s->bad)
 		return go_sticky(c, len);
+	/* One call (each call inlined is verified again: two cost 222k of
+	 * the 1M instructions processed). */
+	if (s->nl >= 1)
+		request_line(s);
 	if (!s->hdr_end) {
 		/* The proxy answers a bad request line (or header) before the
 		 * headers end: what it would answer early must not wait here. */
-		if (s->nl >= 1) {
-			request_line(s);
-			if (s->unparsed)
-				return go_sticky(c, len);
-		}
+		if (s->nl >= 1 && s->unparsed)
+			return go_sticky(c, len);
 		if (len >= MAX_HDR)
 			return go_sticky(c, len); /* headers beyond the bound */
 		return 0;                         /* wait for more */
 	}
-	request_line(s);
+	names(s);
+	if (s->bad)
+		return go_sticky(c, len);
+	/* A Content-Length with a leading zero: the proxy forwards the
+	 * number, not the digits (issue 24's differential suite). */
+	if ((s->ndig > 1 && s->cl < 10) || (s->ndig > 2 && s->cl < 100) || (s->ndig > 3 && s->cl < 1000) ||
+	    (s->ndig > 4 && s->cl < 10000) || (s->ndig > 5 && s->cl < 100000))
+		s->unparsed = 1;
 	if (s->cl > MAX_BODY)
 		return go_sticky(c, len);
 	__u32 msg = s->hdr_end + s->cl;
@@ -769,11 +844,22 @@ int l7_parse(struct __sk_buff *skb)
 	 * only when it ends where the data seen ends; data beyond it (a
 	 * pipelined request in the same segment) makes the rest of the
 	 * connection the proxy's, passed whole. */
-	if (msg > len)
-		return 0; /* wait for the body */
 	if (msg < len)
 		return go_sticky(c, len);
 	decide(s, pol, c, cookie);
+	if (msg > len) {
+		/* The body has not all come. The proxy answers what it would
+		 * not forward (400, 403, 404, 505) once it has the head (issue
+		 * 24: such a head waited here for a body that never came): the
+		 * connection is the proxy's from here. A request it would
+		 * forward waits for its body, and is then taken or handed up
+		 * whole, so a pool miss does not cost the connection its
+		 * fast path. */
+		if (c->reason == R_DENY || c->reason == R_NOROUTE || c->reason == R_UNPARSED)
+			return go_sticky(c, len);
+		c->target = 0;
+		return 0;
+	}
 	c->msg_len = msg;
 	return msg;
 }

@@ -39,7 +39,8 @@ type L7Policy struct {
 	Hash      uint32
 	SetHeader uint32
 	NameLen   uint32
-	NameHash  uint64
+	NameW     [4]uint64
+	NameM     [4]uint64
 	Routes    [8]L7Route
 	Rules     [8]L7Rule
 }
@@ -78,6 +79,7 @@ type L7Scratch struct {
 	Host      [32]uint8
 	Val       [32]uint8
 	Ends      [32]uint16
+	Nlens     [32]uint16
 	N         uint32
 	Nl        uint32
 	HdrEnd    uint32
@@ -91,8 +93,6 @@ type L7Scratch struct {
 	HaveCl    uint32
 	Cl        uint32
 	Method    uint32
-	_         [4]byte
-	Nh        uint64
 	LineStart uint32
 	InName    uint32
 	Nlen      uint32

@@ -125,7 +125,10 @@ func validPrefix(s string) bool {
 			return false
 		}
 	}
-	return true
+	// Requests are judged by their normal path (path.go): a prefix in
+	// another form would match none of them.
+	n, err := normalPath(s)
+	return err == nil && n == s
 }
 
 // Validate checks the configuration whole and returns every problem, each
@@ -153,7 +156,7 @@ func (c *Config) Validate() error {
 			bad("%s.host: %q is not a lowercase host[:port] of at most %d bytes", at, r.Host, MaxHostLen)
 		}
 		if !validPrefix(r.PathPrefix) {
-			bad("%s.path_prefix: %q must start with / and hold at most %d visible bytes (no ? or #)", at, r.PathPrefix, MaxPrefixLen)
+			bad("%s.path_prefix: %q must start with / and hold at most %d visible bytes (no ? or #), in normal form (no dot-segment, //, or escape of an unreserved character)", at, r.PathPrefix, MaxPrefixLen)
 		}
 		if k := r.Host + " " + r.PathPrefix; keys[k] {
 			bad("%s: host %q and path_prefix %q already routed", at, r.Host, r.PathPrefix)
@@ -198,7 +201,7 @@ func (c *Config) Validate() error {
 			}
 		}
 		if r.PathPrefix != "" && !validPrefix(r.PathPrefix) {
-			bad("%s.path_prefix: %q must start with / and hold at most %d visible bytes (no ? or #)", at, r.PathPrefix, MaxPrefixLen)
+			bad("%s.path_prefix: %q must start with / and hold at most %d visible bytes (no ? or #), in normal form (no dot-segment, //, or escape of an unreserved character)", at, r.PathPrefix, MaxPrefixLen)
 		}
 		if r.Source != "" {
 			if _, err := netip.ParsePrefix(r.Source); err != nil {

@@ -142,8 +142,11 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 	if c.SetHeader.Name != "" {
 		kp.SetHeader = 1
 	}
+	if len(name) > len(kp.NameW)*8 || strings.ContainsAny(name, "^~") {
+		return bpf.L7Policy{}, fmt.Sprintf("header %q: the kernel compares names of at most %d bytes, without '^' or '~'", name, len(kp.NameW)*8)
+	}
 	kp.NameLen = uint32(len(name))
-	kp.NameHash = fnv64(name)
+	kp.NameW, kp.NameM = packName(name)
 	for i, rt := range p.routes {
 		k := &kp.Routes[i]
 		k.HostLen = uint32(len(rt.Host))
@@ -542,14 +545,15 @@ func b2u(b bool) uint32 {
 	return 0
 }
 
-// fnv64 is FNV-1a, 64 bits: the data plane recognises header names by it.
-func fnv64(s string) uint64 {
-	h := uint64(0xcbf29ce484222325)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 0x100000001b3
+// packName packs a header name as the data plane compares names (bpf/l7.c,
+// NW): byte i, with bit 0x20 set, at bits 8*(i%8) of word i/8, and the
+// masks of the name's bytes in each word.
+func packName(s string) (w, m [4]uint64) {
+	for i := 0; i < len(s) && i < 32; i++ {
+		w[i/8] |= uint64(s[i]|0x20) << (8 * (i % 8))
+		m[i/8] |= 0xff << (8 * (i % 8))
 	}
-	return h
+	return w, m
 }
 
 // settled reports whether every client connection is back with the kernel:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,10 +28,14 @@ type nsEnv struct {
 	closed bool
 }
 
-func newNS(t testing.TB) *nsEnv {
+func newNS(t testing.TB) *nsEnv { return newNSRole(t, "l7") }
+
+// newNSRole is newNS naming the namespace by role: tests running several
+// at once give each its own.
+func newNSRole(t testing.TB, role string) *nsEnv {
 	t.Helper()
 	testutil.Root(t)
-	ns, err := topo.New("l7")
+	ns, err := topo.New(role)
 	if err != nil {
 		t.Fatalf("topo.New: %v", err)
 	}
@@ -77,6 +82,39 @@ type nsBackend struct {
 	name string
 	addr string
 	hits atomic.Int64
+
+	inflight atomic.Int64 // requests being served
+	mu       sync.Mutex
+	got      []string // what it received, one line a request (receipt)
+}
+
+// quiet waits up to d until b serves no request (a receipt is written
+// once its body is read, when the body ends or its connection closes).
+func (b *nsBackend) quiet(d time.Duration) {
+	for deadline := time.Now().Add(d); b.inflight.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// received returns what b received since the n-th request.
+func (b *nsBackend) received(n int) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.got[min(n, len(b.got)):]...)
+}
+
+// incomplete starts the receipt of a request whose body never came whole.
+const incomplete = "(incomplete) "
+
+// receipt is what a backend received of r: method, request-target,
+// every header but those of the connection's transport, and the body.
+func receipt(r *http.Request, body []byte) string {
+	var hs []string
+	for k, v := range r.Header {
+		hs = append(hs, k+": "+strings.Join(v, ","))
+	}
+	sort.Strings(hs)
+	return fmt.Sprintf("%s %s host=%q %s body=%q", r.Method, r.RequestURI, r.Host, strings.Join(hs, "; "), body)
 }
 
 func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
@@ -86,7 +124,16 @@ func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
 	b.addr = l.Addr().String()
 	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.hits.Add(1)
-		body, _ := io.ReadAll(r.Body)
+		b.inflight.Add(1)
+		defer b.inflight.Add(-1)
+		body, err := io.ReadAll(r.Body)
+		rc := receipt(r, body)
+		if err != nil {
+			rc = incomplete + rc
+		}
+		b.mu.Lock()
+		b.got = append(b.got, rc)
+		b.mu.Unlock()
 		w.Header().Set("X-Backend", name)
 		fmt.Fprintf(w, "%s %s %s user=%q set=%q body=%q", name, r.Method, r.RequestURI, r.Header.Get("X-User"), r.Header.Get("X-Set"), body)
 	})}

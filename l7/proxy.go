@@ -84,6 +84,13 @@ func NewProxy(p *Policy, dial Dialer) *Proxy {
 			j := pr.In.Context().Value(verdictKey{}).(judged)
 			pr.SetURL(&url.URL{Scheme: "http", Host: j.st.p.Backend(j.v.Backend).String()})
 			pr.Out.Host = pr.In.Host
+			if strings.HasPrefix(j.path, "/") {
+				// The path judged, byte for byte: Opaque is sent as it
+				// is (URL.RequestURI), the query after it unchanged.
+				pr.Out.URL.Opaque = j.path
+				pr.Out.URL.RawPath = ""
+				pr.Out.URL.Path, _ = url.PathUnescape(j.path)
+			}
 			if h := j.st.p.cfg.SetHeader; h.Name != "" {
 				pr.Out.Header.Set(h.Name, h.Value)
 			}
@@ -140,28 +147,36 @@ func (px *Proxy) Policy() *Policy { return px.cur.Load().p }
 
 // judged is a request's verdict and the state that gave it.
 type judged struct {
-	v  Verdict
-	st *proxyState
+	v    Verdict
+	st   *proxyState
+	path string // the path judged: the backend receives it
 }
 
 type verdictKey struct{}
 
-// RequestOf is what Decide reads of r: the path as sent (before '?').
-func RequestOf(r *http.Request) Request {
-	path, _, _ := strings.Cut(r.RequestURI, "?")
+// RequestOf is what Decide reads of r: the path before '?' in its one
+// meaning (normalPath), or an error when it has more than one.
+func RequestOf(r *http.Request) (Request, error) {
+	raw, _, _ := strings.Cut(r.RequestURI, "?")
+	path, err := normalPath(raw)
 	src, _ := netip.ParseAddrPort(r.RemoteAddr)
 	return Request{Method: r.Method, Path: path, Host: strings.ToLower(r.Host),
-		Source: src.Addr(), Header: r.Header.Get}
+		Source: src.Addr(), Header: r.Header.Get}, err
 }
 
 // ServeHTTP enforces the policy on one request.
 func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := px.cur.Load()
-	v := st.p.Decide(RequestOf(r))
 	cc, _ := r.Context().Value(ctxKey{}).(*clientConn)
 	if cc != nil {
 		cc.handled.Add(1)
 	}
+	req, err := RequestOf(r)
+	if err != nil {
+		http.Error(w, "Bad Request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	v := st.p.Decide(req)
 	switch {
 	case v.Deny:
 		st.denied[v.Rule].Add(1)
@@ -180,7 +195,7 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			cc.want(b)
 		}
 	}
-	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, judged{v, st})))
+	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, judged{v, st, req.Path})))
 }
 
 // Counters returns the proxy's own counts, by route and rule of the policy

@@ -1,6 +1,7 @@
 package l7
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // backend is a test server that counts what reaches it and answers its
@@ -255,4 +258,64 @@ func TestValidateHidesValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// rawGet sends one request line's target as written and returns the
+// response's status and body.
+func rawGet(t *testing.T, addr, target string) (int, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a.test\r\n\r\n", target); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("GET %q: %v", target, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// TestProxyPathOneMeaning (issue 24, finding 1): a rule denying /admin
+// denies every spelling of it, and the backend receives the path the
+// policy judged. Red before: /%61dmin/secret, //admin/secret and
+// /./admin/secret reached the backend (200).
+func TestProxyPathOneMeaning(t *testing.T) {
+	web := newBackend(t, "web")
+	_, addr := startProxy(t, Config{
+		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{web.addr()}}},
+		RBAC:   []Rule{{Action: "deny", PathPrefix: "/admin"}},
+	})
+	for _, tc := range []struct {
+		target string
+		status int
+		uri    string // what the backend received, when forwarded
+	}{
+		{"/%61dmin/secret", 403, ""},
+		{"/api/%2e%2e/admin", 403, ""},
+		{"/%61pi/x", 200, "/api/x"},
+		{"//admin/secret", 403, ""},
+		{"/./admin/secret", 403, ""},
+		{"/x/../admin", 403, ""},
+		{"/x/..;/admin", 400, ""},
+		{"/%2Fadmin", 400, ""},
+		{"/adm%5cin", 400, ""},
+		{"/a\\dmin", 400, ""},
+		{"/a%zz", 400, ""},
+		{"/x//y/./z?q=//./", 200, "/x/y/z?q=//./"},
+		{"/a%3bb", 200, "/a%3Bb"},
+		{"/plain?x=%61", 200, "/plain?x=%61"},
+	} {
+		status, body := rawGet(t, addr, tc.target)
+		assert.Equal(t, tc.status, status, "GET %q: %s", tc.target, body)
+		if tc.uri != "" {
+			assert.Equal(t, "web GET "+tc.uri+` user="" set="" body=""`, body, "GET %q: what the backend received", tc.target)
+		}
+	}
+	assert.Equal(t, int64(4), web.hits.Load(), "requests reaching the backend: only the allowed ones")
 }

@@ -1,0 +1,304 @@
+package l7
+
+import (
+	"bufio"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var corpusMatch = flag.String("l7.corpus", "", "TestL7Corpus: only the cases whose source matches this regexp")
+
+// corpusCase is one request case of testdata/corpus: its source and bytes.
+type corpusCase struct {
+	src string
+	req []byte
+}
+
+// loadCorpus reads testdata/corpus/*.txt: "src" lines name a case's
+// source, the "req" line after it holds its bytes as a Go string literal.
+func loadCorpus(t testing.TB) []corpusCase {
+	t.Helper()
+	files, err := filepath.Glob("testdata/corpus/*.txt")
+	require.NoError(t, err)
+	require.NotEmpty(t, files, "testdata/corpus")
+	var out []corpusCase
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var src string
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for n := 1; sc.Scan(); n++ {
+			line := sc.Text()
+			switch {
+			case line == "" || strings.HasPrefix(line, "#"):
+			case strings.HasPrefix(line, "src "):
+				src = line[4:]
+			case strings.HasPrefix(line, "req "):
+				req, err := strconv.Unquote(line[4:])
+				require.NoError(t, err, "%s:%d", f, n)
+				require.NotEmpty(t, src, "%s:%d: a req without its src", f, n)
+				out = append(out, corpusCase{src: src, req: []byte(req)})
+				src = ""
+			default:
+				t.Fatalf("%s:%d: %q is neither src nor req", f, n, line)
+			}
+		}
+	}
+	return out
+}
+
+// variants of a case, as issue 24's survey sent them: as written; with the
+// test's Host added when the head has none (so more cases reach the
+// policy); moved under the denied /admin when its target is origin-form.
+func variants(req []byte) map[string][]byte {
+	out := map[string][]byte{"as written": req}
+	line, rest, ok := bytes.Cut(req, []byte("\r\n"))
+	if !ok {
+		return out
+	}
+	head, _, _ := bytes.Cut(rest, []byte("\r\n\r\n"))
+	if !bytes.Contains(bytes.ToLower(append([]byte("\r\n"), head...)), []byte("\r\nhost:")) {
+		req = append(append(append([]byte{}, line...), "\r\nHost: a.test\r\n"...), rest...)
+		out["host added"] = req
+		line, rest, _ = bytes.Cut(req, []byte("\r\n"))
+	}
+	if m, target, ok := bytes.Cut(line, []byte(" /")); ok {
+		out["under /admin"] = append(append(append(append([]byte{}, m...), " /admin/"...), target...), append([]byte("\r\n"), rest...)...)
+	}
+	return out
+}
+
+// mixed reports whether, between two readings of the fast path's counters
+// around one exchange, the kernel took a request and handed another up
+// (the exchange's warm-up is one miss, handed up).
+func mixed(before, after FastCounters) bool {
+	var up uint64
+	for r := range after.Reasons {
+		switch Reason(r) {
+		case ReasonFast, ReasonResponse:
+		default:
+			up += after.Reasons[r] - before.Reasons[r]
+		}
+	}
+	return after.Reasons[ReasonFast] > before.Reasons[ReasonFast] && up > 1
+}
+
+// complete drops the receipts of requests whose body never came whole.
+func complete(rs []string) []string {
+	var out []string
+	for _, r := range rs {
+		if !strings.Contains(r, incomplete) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// denied reports whether a receipt (what a backend received) is one the
+// policy of newDiffEnv denies: a path under /admin in any spelling, or
+// DELETE from mallory.
+func denied(receipt string) bool {
+	method, rest, _ := strings.Cut(receipt, " ")
+	target, _, _ := strings.Cut(rest, " ")
+	path, _, _ := strings.Cut(target, "?")
+	if i := strings.Index(path, "://"); i >= 0 { // absolute-form
+		path = path[i+3:]
+		if j := strings.IndexByte(path, '/'); j >= 0 {
+			path = path[j:]
+		}
+	}
+	n, err := normalPath(path)
+	return err != nil || strings.HasPrefix(n, "/admin") ||
+		method == "DELETE" && strings.Contains(receipt, "X-User: mallory")
+}
+
+// TestL7Corpus is issue 24's differential suite: every request case of
+// testdata/corpus (public parser suites and smuggling research), in each
+// variant, sent whole and one byte per write, through the proxy alone and
+// through the fast path: the answers and what the backends received must
+// be equal, no denied request may reach a backend, and a request Go's
+// net/http alone (a backend, nothing in front) refuses is refused alike.
+// With -short, llhttp's cases are left out (the VM matrix).
+func TestL7Corpus(t *testing.T) {
+	corpus := loadCorpus(t)
+	corpusRE, err := regexp.Compile(*corpusMatch)
+	require.NoError(t, err, "-l7.corpus")
+	type job struct {
+		name string
+		req  []byte
+	}
+	var jobs []job
+	seen := map[string]bool{}
+	for i, c := range corpus {
+		if !corpusRE.MatchString(c.src) {
+			continue
+		}
+		// -short (the VM matrix, under emulation): the research
+		// cases, not llhttp's 140, to stay within its time.
+		if testing.Short() && strings.HasPrefix(c.src, "llhttp ") {
+			continue
+		}
+		for v, req := range variants(c.req) {
+			if seen[string(req)] {
+				continue
+			}
+			seen[string(req)] = true
+			jobs = append(jobs, job{fmt.Sprintf("%03d %s (%s)", i, c.src, v), req})
+		}
+	}
+	t.Logf("%d cases, %d requests", len(corpus), len(jobs))
+	const shards = 6
+	var mu sync.Mutex
+	ran, disagree, order := 0, 0, 0
+	t.Run("shards", func(t *testing.T) {
+		for s := range shards {
+			t.Run(fmt.Sprint(s), func(t *testing.T) {
+				t.Parallel()
+				d := newDiffEnvRole(t, fmt.Sprintf("l7c%d", s))
+				d.pause = time.Millisecond
+				for k := s; k < len(jobs); k += shards {
+					j := jobs[k]
+					for _, mode := range []string{"whole", "bytes"} {
+						chunks := [][]byte{j.req}
+						if mode == "bytes" {
+							chunks = split(string(j.req), 1)
+						}
+						res := d.differ(t, j.name+" "+mode, chunks, mode == "whole")
+						mu.Lock()
+						ran++
+						switch res {
+						case differs:
+							disagree++
+						case differsInOrder:
+							order++
+						}
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	})
+	t.Logf("%d exchanges, %d disagreements, %d more in the order of answers (finding 2, open)", ran, disagree, order)
+	require.NotZero(t, ran, "no cases ran")
+}
+
+// result is how one exchange went.
+type result int
+
+const (
+	agrees         result = iota
+	differs               // a disagreement (the test fails)
+	differsInOrder        // answers out of order (finding 2, open: logged)
+)
+
+// differ sends chunks through the proxy alone and the fast path (and, with
+// ref, to a backend alone) and checks issue 24's equalities.
+func (d *diffEnv) differ(t *testing.T, name string, chunks [][]byte, ref bool) result {
+	t.Helper()
+	const idle = 200 * time.Millisecond
+	mark := func() []int {
+		var n []int
+		for _, b := range d.backends {
+			n = append(n, len(b.received(0)))
+		}
+		return n
+	}
+	since := func(m []int) []string {
+		var out []string
+		for i, b := range d.backends {
+			b.quiet(2 * time.Second)
+			for _, r := range b.received(m[i]) {
+				if !strings.HasPrefix(r, "GET /warm ") {
+					out = append(out, b.name+" "+r)
+				}
+			}
+		}
+		return out
+	}
+	ok := true
+	m := mark()
+	a := d.exchange(t, d.alone, chunks, -1, idle)
+	ra := since(m)
+	m = mark()
+	before := d.counters(t)
+	// As many answers as the proxy gave (each awaited up to 10 s: a
+	// loaded machine must not pass for a disagreement), then no more.
+	f := d.exchange(t, d.fast, chunks, len(a), idle)
+	after := d.counters(t)
+	rf := since(m)
+	// A request whose body never came whole is no request to compare
+	// (the proxy forwards its head at once, the kernel waits for its
+	// body), but if denied it must not have reached a backend at all.
+	same := fmt.Sprint(a) == fmt.Sprint(f) && fmt.Sprint(complete(ra)) == fmt.Sprint(complete(rf))
+	if !same && mixed(before, after) {
+		// Issue 24 finding 2, open: a request taken by the kernel and a
+		// later one handed up on the same connection are answered in
+		// the order they finish, and the proxy closing the connection
+		// after its answer loses the kernel's. Logged, counted by the
+		// caller; every other disagreement fails.
+		t.Logf("%s: ORDER (finding 2): proxy alone %v, fast path %v; received %q, %q", name, a, f, ra, rf)
+		return differsInOrder
+	}
+	ok = assert.Equal(t, fmt.Sprint(a), fmt.Sprint(f), "%s: answers, proxy alone then fast path", name) && ok
+	ok = assert.Equal(t, complete(ra), complete(rf), "%s: what the backends received, proxy alone then fast path", name) && ok
+	for _, r := range append(ra, rf...) {
+		_, rc, _ := strings.Cut(strings.TrimPrefix(r, incomplete), " ")
+		ok = assert.False(t, denied(strings.TrimPrefix(rc, incomplete)), "%s: a denied request reached a backend: %s", name, r) && ok
+	}
+	if ref {
+		n := d.exchange(t, d.ref.addr, chunks, -1, idle)
+		if len(n) > 0 && n[0].Status >= 400 && n[0].Status != 404 {
+			ok = assert.True(t, len(a) > 0 && a[0].Status == n[0].Status,
+				"%s: net/http alone refuses it (%d), the proxy answered %v", name, n[0].Status, a) && ok
+		}
+	}
+	if !ok {
+		return differs
+	}
+	return agrees
+}
+
+// TestL7MissBodyKeepsFastPath: a request the proxy forwards (a pool miss)
+// whose body comes in a later segment is handed up whole and the
+// connection keeps its fast path; only a head the proxy answers itself
+// makes the connection the proxy's before its body (finding 5's fix).
+func TestL7MissBodyKeepsFastPath(t *testing.T) {
+	needFast(t)
+	d := newDiffEnv(t)
+	c, err := d.e.dial(t.Context(), "tcp", d.fast)
+	require.NoError(t, err)
+	defer c.Close()
+	br := bufio.NewReader(c)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	before := d.counters(t)
+	_, err = io.WriteString(c, "POST /x HTTP/1.1\r\nHost: a.test\r\nX-User: bob\r\nContent-Length: 4\r\n\r\n")
+	require.NoError(t, err)
+	time.Sleep(20 * time.Millisecond)
+	_, err = io.WriteString(c, "body")
+	require.NoError(t, err)
+	r := readResponses(br, 1)
+	require.Len(t, r, 1)
+	require.Equal(t, 200, r[0].Status, "the miss: %v", r)
+	d.settle(t)
+	_, err = io.WriteString(c, "GET /x HTTP/1.1\r\nHost: a.test\r\nX-User: bob\r\n\r\n")
+	require.NoError(t, err)
+	r = readResponses(br, 1)
+	require.Len(t, r, 1)
+	require.Equal(t, 200, r[0].Status, "the second request: %v", r)
+	after := d.counters(t)
+	assert.Equal(t, uint64(1), after.Reasons[ReasonFast]-before.Reasons[ReasonFast], "requests the kernel took: the second, after the miss filled the pool (reasons %v -> %v)", before.Reasons, after.Reasons)
+	assert.Zero(t, after.Reasons[ReasonSticky]-before.Reasons[ReasonSticky], "connections made the proxy's")
+}
