@@ -76,6 +76,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	fs.Float64Var(&g.th.Complexity, "threshold", gate.DefaultThresholds.Complexity, "gate: largest accepted growth of instructions processed or program size")
 	fs.Float64Var(&g.th.SpreadFactor, "spread-factor", gate.DefaultThresholds.SpreadFactor, "gate: accepted speed-ratio growth, in multiples of the larger measured run-to-run spread")
 	fs.Float64Var(&g.th.MinSpeed, "min-speed-tolerance", gate.DefaultThresholds.MinSpeed, "gate: the speed tolerance never goes under this")
+	fs.Float64Var(&g.th.VsBase, "speed-threshold", gate.DefaultThresholds.VsBase, "gate: largest accepted slow-down of a host path against the base revision's program timed in the same rounds")
 	if err := fs.Parse(args[1:]); err != nil {
 		return vmtest.ExitHarnessError, err
 	}
