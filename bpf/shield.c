@@ -541,10 +541,14 @@ static __always_inline int own(const struct packet *pkt, const struct config *cf
 static __always_inline int named(const struct packet *pkt, const struct config *cfg, __u32 flags)
 {
 	__u32 port = bpf_ntohs(pkt->dport);
-	__u32 word = (port >> 6) & (PORT_WORDS - 1);
+	__u32 word = port >> 6;
 	__u64 bit = 1ULL << (port & 63);
 	int tcp = pkt->proto == PROTO_TCP;
 
+	/* The mask is a no-op the compiler would drop (port < 65536); 5.10's
+	 * verifier may not know that bound of the copy it indexes with. */
+	asm volatile("" : "+r"(word));
+	word &= PORT_WORDS - 1;
 	if ((tcp ? cfg->tcp_ports[word] : cfg->udp_ports[word]) & bit)
 		return 1;
 	if (!(flags & CONFIG_PROTECT_ADDR))

@@ -203,7 +203,7 @@ static __always_inline void parse_l4(void *l4, void *data_end, __u8 ipproto, int
 static __always_inline __u64 is_ext(__u64 n)
 {
 	/* n >> 6 is 0 only below 64: (+ 3) >> 2 makes it 0 or 1. */
-	__u64 high = ((n >> 6) + 3) >> 2;
+	__u64 high = (((n >> 6) + 3) >> 2) & 1;
 
 	opaque(high);
 	return (EXT_MASK >> (n & 63)) & 1 & (high ^ 1);
@@ -225,8 +225,8 @@ static __always_inline __u64 is_ext(__u64 n)
  * runs, a step at the upper layer moving nothing, and a header's length,
  * (hdrlen + 1) * 8 for options and routing, (hdrlen + 2) * 4 for
  * authentication, 8 for a fragment, is computed without a branch, as
- * 8 + 4 * h * m with h = hdrlen (0 for a fragment) and m = 2 (1 for
- * authentication). With a branch per kind the verifier would follow a
+ * 8 + 4h + 4h (8 + 4h for authentication) with h = hdrlen (0 for a
+ * fragment). With a branch per kind the verifier would follow a
  * path per combination of kinds, 3^IPV6_MAX_EXT of them, and the upper
  * layer's parse once per chain length.
  */
@@ -250,9 +250,10 @@ static __always_inline void parse_v6_upper(void *cur, void *data_end, __u8 nh, s
 			goto upper; /* an upper-layer header shorter than 8 */
 		}
 		/* n ^ X is 0 for n == X and, for a header stepped over
-		 * (below 64), below 64: + 63 >> 6 is 0 for X, else 1. */
-		__u64 not_auth = ((n ^ NEXTHDR_AUTH) + 63) >> 6;
-		__u64 not_frag = ((n ^ NEXTHDR_FRAGMENT) + 63) >> 6;
+		 * (below 64), below 64: + 63 >> 6 is 0 for X, else 1. The
+		 * & 1 bounds it for verifiers that track no XOR (5.10). */
+		__u64 not_auth = (((n ^ NEXTHDR_AUTH) + 63) >> 6) & 1;
+		__u64 not_frag = (((n ^ NEXTHDR_FRAGMENT) + 63) >> 6) & 1;
 		__u64 hl = h[1];
 		/* Fragment offset (bytes 2-3, top 13 bits), of a fragment. */
 		__u64 off = ((__u64)h[2] << 8 | h[3]) & 0xfff8;
@@ -268,7 +269,9 @@ static __always_inline void parse_v6_upper(void *cur, void *data_end, __u8 nh, s
 			return;
 		}
 		n = (h[0] & all) | (n & ~all);
-		cur = h + ((8 + ((hl * (1 + not_auth)) << 2)) & all);
+		/* 8 + 4h, + 4h again unless AH. */
+		hl <<= 2;
+		cur = h + ((8 + hl + (hl & (0 - not_auth))) & all);
 	}
 	opaque(n);
 	if (is_ext(n) || cur > data_end)
