@@ -124,7 +124,12 @@ struct config {
 	__u32 own4_n;   /* own IPv4 addresses in own4 (0 to OWN_INLINE) */
 	__u32 own6_n;   /* own IPv6 addresses in own6 (0 to OWN_INLINE) */
 	__u32 filter;   /* the presence filter that answers (0 or 1): see presence */
-	__u32 _pad0;
+	/* The edge's ephemeral ports (its net.ipv4.ip_local_port_range,
+	 * which IPv6 shares), host order: return traffic comes back to
+	 * them. 0, 0 (a configuration written before they were): none, so
+	 * nothing is return traffic. */
+	__u16 eph_lo;
+	__u16 eph_hi;
 	__u64 filter_seed; /* keys the presence filter's hash (random, kept across restarts) */
 	__u32 own4[OWN_INLINE];    /* network order, as read from the header */
 	__u64 own6[OWN_INLINE][2]; /* the address as two words, as read */
@@ -531,40 +536,60 @@ static __always_inline int own(const struct packet *pkt, const struct config *cf
 	return 0;
 }
 
-/* class_of says which limits hold the packet: CLASS_PROTECTED when the
- * configuration names no destination (everything is protected) or names
- * this one, CLASS_UNPROTECTED otherwise. A TCP or UDP packet whose port
- * cannot be read (a non-first fragment, a truncated header) is judged as
- * protected: when in doubt, the strict class. */
+/* named says whether a TCP or UDP packet's destination is one the
+ * configuration protects by name (on every address or on its own). */
+static __always_inline int named(const struct packet *pkt, const struct config *cfg, __u32 flags)
+{
+	__u32 port = bpf_ntohs(pkt->dport);
+	__u32 word = port >> 6;
+	__u64 bit = 1ULL << (port & 63);
+	int tcp = pkt->proto == PROTO_TCP;
+
+	/* The mask is a no-op the compiler would drop (port < 65536); 5.10's
+	 * verifier may not know that bound of the copy it indexes with. */
+	asm volatile("" : "+r"(word));
+	word &= PORT_WORDS - 1;
+	if ((tcp ? cfg->tcp_ports[word] : cfg->udp_ports[word]) & bit)
+		return 1;
+	if (!(flags & CONFIG_PROTECT_ADDR))
+		return 0;
+	if (!((tcp ? cfg->tcp_addr_ports[word] : cfg->udp_addr_ports[word]) & bit))
+		return 0;
+
+	struct dst_key k = {.proto = pkt->proto, .port = pkt->dport};
+
+	__builtin_memcpy(k.addr, pkt->dst, 16);
+	return bpf_map_lookup_elem(&protected_dsts, &k) != 0;
+}
+
+/*
+ * class_of says which limits hold the packet. CLASS_PROTECTED when the
+ * configuration names no destination (everything is protected). Else the
+ * unprotected class is return traffic to connections the edge opened, and
+ * nothing more: a return candidate (parse_l4: UDP, TCP without SYN or
+ * with SYN+ACK, an ICMP error quoting TCP or UDP) whose port is one of
+ * the edge's ephemeral ports (config.eph_lo..eph_hi), and is no protected
+ * destination (a named TCP/UDP port, or ICMP when "icmp" is named). A
+ * bare SYN, ICMP echo, another protocol, a non-first fragment, a header
+ * cut short, an IPv6 extension chain not walked: all protected. When in
+ * doubt, the strict class.
+ */
 static __always_inline int class_of(const struct packet *pkt, const struct config *cfg)
 {
 	__u32 flags = cfg->flags;
 
 	if (!(flags & CONFIG_PROTECT))
 		return CLASS_PROTECTED;
-	if (pkt->proto == PROTO_ICMP)
-		return flags & CONFIG_PROTECT_ICMP ? CLASS_PROTECTED : CLASS_UNPROTECTED;
-	if (pkt->proto != PROTO_TCP && pkt->proto != PROTO_UDP)
-		return CLASS_UNPROTECTED;
-	if (!pkt->has_port)
+	if (!pkt->ret)
 		return CLASS_PROTECTED;
 
 	__u32 port = bpf_ntohs(pkt->dport);
-	__u32 word = (port >> 6) & (PORT_WORDS - 1);
-	__u64 bit = 1ULL << (port & 63);
-	int tcp = pkt->proto == PROTO_TCP;
 
-	if ((tcp ? cfg->tcp_ports[word] : cfg->udp_ports[word]) & bit)
+	if (port < cfg->eph_lo || port > cfg->eph_hi || port == 0)
 		return CLASS_PROTECTED;
-	if (!(flags & CONFIG_PROTECT_ADDR))
-		return CLASS_UNPROTECTED;
-	if (!((tcp ? cfg->tcp_addr_ports[word] : cfg->udp_addr_ports[word]) & bit))
-		return CLASS_UNPROTECTED;
-
-	struct dst_key k = {.proto = pkt->proto, .port = pkt->dport};
-
-	__builtin_memcpy(k.addr, pkt->dst, 16);
-	return bpf_map_lookup_elem(&protected_dsts, &k) ? CLASS_PROTECTED : CLASS_UNPROTECTED;
+	if (pkt->proto == PROTO_ICMP)
+		return flags & CONFIG_PROTECT_ICMP ? CLASS_PROTECTED : CLASS_UNPROTECTED;
+	return named(pkt, cfg, flags) ? CLASS_PROTECTED : CLASS_UNPROTECTED;
 }
 
 /* source_key is the key of the packet's source: an IPv4 address or an IPv6

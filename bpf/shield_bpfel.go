@@ -39,7 +39,8 @@ type ShieldConfig struct {
 	Own4N                uint32
 	Own6N                uint32
 	Filter               uint32
-	Pad0                 uint32
+	EphLo                uint16
+	EphHi                uint16
 	FilterSeed           uint64
 	Own4                 [8]uint32
 	Own6                 [8][2]uint64

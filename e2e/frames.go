@@ -14,9 +14,21 @@ const (
 	UDP    Proto = iota // to the edge's datagram service, DatagramPort
 	TCPSYN              // SYN to the edge's HTTPS port: the flood a listener fears
 	ICMP                // echo request (ICMP or ICMPv6)
+	// TCPSYNOther is a SYN to a port no protected destination names
+	// (OtherPort): before issue 23, the unprotected class's.
+	TCPSYNOther
+	// TCPSYNExt is TCPSYN behind an 8-byte IPv6 Destination Options
+	// header (IPv6 only): before issue 23, "other" and unprotected.
+	TCPSYNExt
 )
 
-func (p Proto) String() string { return [...]string{"udp", "tcp-syn", "icmp"}[p] }
+func (p Proto) String() string {
+	return [...]string{"udp", "tcp-syn", "icmp", "tcp-syn-other-port", "tcp-syn-dstopts"}[p]
+}
+
+// OtherPort is the port TCPSYNOther floods: SSH's, which no storm limit
+// names.
+const OtherPort = 22
 
 // Ports and sizes of the generated frames.
 const (
@@ -71,6 +83,9 @@ func (f Flow) Last() netip.Addr { return f.Source(f.Count - 1) }
 func (f Flow) Validate() error {
 	if f.Count == 0 {
 		return fmt.Errorf("flow %s: no sources", f)
+	}
+	if f.Proto == TCPSYNExt && f.First.Is4() {
+		return fmt.Errorf("flow %s: extension headers are IPv6's", f)
 	}
 	a := f.First.As16()
 	if uint64(binary.BigEndian.Uint32(a[f.wordOff():]))+uint64(f.Count) > 1<<32 {
@@ -133,11 +148,14 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		binary.BigEndian.PutUint16(l4[2:], DatagramPort)
 		binary.BigEndian.PutUint16(l4[4:], uint16(len(l4)))
 		copy(l4[8:], "xdpshield storm   ")
-	case TCPSYN:
+	case TCPSYN, TCPSYNOther, TCPSYNExt:
 		ipProto = 6
 		l4 = make([]byte, 20)
 		binary.BigEndian.PutUint16(l4[0:], stormPort)
 		binary.BigEndian.PutUint16(l4[2:], EdgePort)
+		if f.Proto == TCPSYNOther {
+			binary.BigEndian.PutUint16(l4[2:], OtherPort)
+		}
 		binary.BigEndian.PutUint32(l4[4:], 0x5eed5eed) // sequence number
 		l4[12] = 5 << 4                                // data offset
 		l4[13] = 0x02                                  // SYN
@@ -156,7 +174,13 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 	default:
 		return Template{}, fmt.Errorf("unknown protocol %d", f.Proto)
 	}
-	l4CsumAt := map[Proto]int{UDP: 6, TCPSYN: 16, ICMP: 2}[f.Proto]
+	l4CsumAt := map[Proto]int{UDP: 6, TCPSYN: 16, TCPSYNOther: 16, TCPSYNExt: 16, ICMP: 2}[f.Proto]
+	// Extension headers between the IPv6 header and l4 (RFC 8200 4.6):
+	// Destination Options, 8 bytes, a PadN option over the rest.
+	var ext []byte
+	if f.Proto == TCPSYNExt {
+		ext = []byte{ipProto, 0, 1, 4, 0, 0, 0, 0}
+	}
 
 	t := Template{Count: f.Count}
 	src := f.First.As16()
@@ -195,8 +219,11 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		binary.BigEndian.PutUint16(eth[12:], 0x86dd)
 		ip = make([]byte, 40)
 		ip[0] = 0x60
-		binary.BigEndian.PutUint16(ip[4:], uint16(len(l4)))
+		binary.BigEndian.PutUint16(ip[4:], uint16(len(ext)+len(l4)))
 		ip[6] = ipProto
+		if ext != nil {
+			ip[6] = 60 // Destination Options
+		}
 		ip[7] = 64
 		copy(ip[8:24], src[:]) // the fixed part of the source
 		d := dst.As16()
@@ -207,10 +234,10 @@ func BuildTemplate(f Flow, srcMAC, dstMAC net.HardwareAddr, dst netip.Addr) (Tem
 		copy(pseudo[16:], d[:])
 		binary.BigEndian.PutUint32(pseudo[32:], uint32(len(l4)))
 		pseudo[39] = ipProto
-		t.L4CsumOff = 14 + 40 + l4CsumAt
+		t.L4CsumOff = 14 + 40 + len(ext) + l4CsumAt
 		t.L4CsumBase = sum16(pseudo) + sum16(l4)
 	}
-	t.Frame = append(append(eth, ip...), l4...)
+	t.Frame = append(append(append(eth, ip...), ext...), l4...)
 	// The frame as sent for the first source, so a template is a valid
 	// packet on its own.
 	t.Rewrite(t.Frame, 0)

@@ -53,8 +53,12 @@ func checkFrame(t *testing.T, frame []byte) netip.Addr {
 	case 0x86dd:
 		ip := frame[14:54]
 		l4 := frame[54:]
-		pseudo := append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, ip[6])
-		assert.True(t, verify(append(pseudo, l4...)), "IPv6 L4 (next header %d) checksum wrong", ip[6])
+		nh := ip[6]
+		if nh == 60 { // Destination Options: the L4 header follows it
+			nh, l4 = l4[0], l4[(int(l4[1])+1)*8:]
+		}
+		pseudo := append(append([]byte{}, ip[8:40]...), 0, 0, byte(len(l4)>>8), byte(len(l4)), 0, 0, 0, nh)
+		assert.True(t, verify(append(pseudo, l4...)), "IPv6 L4 (next header %d) checksum wrong", nh)
 		return netip.AddrFrom16([16]byte(ip[8:24]))
 	}
 	require.FailNowf(t, "unknown EtherType", "% x", frame[:14])
@@ -72,6 +76,8 @@ var templateCases = []struct {
 	{"ipv6 udp", Flow{UDP, Many6, 1 << 22}, Edge6},
 	{"ipv6 tcp syn", Flow{TCPSYN, Few6, 3}, Edge6},
 	{"ipv6 icmp", Flow{ICMP, Many6, 1 << 30}, Edge6},
+	{"ipv4 tcp syn to another port", Flow{TCPSYNOther, Few4, 5}, Edge4},
+	{"ipv6 tcp syn behind destination options", Flow{TCPSYNExt, Many6, 1 << 20}, Edge6},
 }
 
 func TestTemplateChecksums(t *testing.T) {

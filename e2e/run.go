@@ -248,11 +248,19 @@ func (r *run) buildStorms() error {
 	many4 := min(r.cfg.ManySources, MaxMany4)
 	many6 := r.cfg.ManySources
 	// Half the storm asks the datagram service, where an unfiltered flood
-	// does its harm; a quarter is SYNs to the HTTPS port, a quarter pings.
-	share := map[Proto]float64{UDP: 0.5, TCPSYN: 0.25, ICMP: 0.25}
-	for _, p := range []Proto{UDP, TCPSYN, ICMP} {
+	// does its harm; a quarter is SYNs, a quarter pings. Of the SYNs, 3/5
+	// go to the HTTPS port, 1/5 to a port no limit names (OtherPort), 1/5
+	// to the HTTPS port behind a Destination Options header (IPv6; IPv4
+	// sends the plain SYN there): the two escapes of issue 23, which the
+	// shield must limit as the plain SYN.
+	share := map[Proto]float64{UDP: 0.5, TCPSYN: 0.15, TCPSYNOther: 0.05, TCPSYNExt: 0.05, ICMP: 0.25}
+	for _, p := range []Proto{UDP, TCPSYN, TCPSYNOther, TCPSYNExt, ICMP} {
+		p4 := p
+		if p == TCPSYNExt {
+			p4 = TCPSYN
+		}
 		// Few: every source of both families at the same rate.
-		if err := add(stormFew, Flow{p, Few4, r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
+		if err := add(stormFew, Flow{p4, Few4, r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
 			return err
 		}
 		if err := add(stormFew, Flow{p, Few6, r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
@@ -262,7 +270,7 @@ func (r *run) buildStorms() error {
 		// address recurs at the same (low) rate, as with a forger drawing
 		// from the whole address space.
 		tot := float64(many4) + float64(many6)
-		if err := add(stormMany, Flow{p, Many4, many4}, share[p]*float64(many4)/tot, "storm"); err != nil {
+		if err := add(stormMany, Flow{p4, Many4, many4}, share[p]*float64(many4)/tot, "storm"); err != nil {
 			return err
 		}
 		if err := add(stormMany, Flow{p, Many6, many6}, share[p]*float64(many6)/tot, "storm"); err != nil {

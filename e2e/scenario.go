@@ -147,10 +147,11 @@ func DefaultConfig() Config {
 	}
 }
 
-// StormLimits returns l with every destination the storm floods protected
-// (TCP EdgePort, UDP DatagramPort, ICMP), so the flood is held to l's client
-// limits while anything else (the edge's return traffic) gets the generous
-// unprotected class. Sources keep the default keys (IPv4 /32, IPv6 /64):
+// StormLimits returns l with the edge's services protected (TCP EdgePort,
+// UDP DatagramPort, ICMP), so the flood is held to l's client limits while
+// the edge's return traffic gets the generous unprotected class; the
+// storm's SYNs to OtherPort, named by no limit, are no return traffic and
+// are held to the client limits too (issue 23). Sources keep the default keys (IPv4 /32, IPv6 /64):
 // the IPv6 storm sources each lie in a /64 of their own.
 func StormLimits(l shield.Limits) shield.Limits {
 	l.Protected = []shield.Destination{

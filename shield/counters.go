@@ -34,7 +34,7 @@ const (
 	ReasonNotIP       = Reason(bpf.ShieldReasonREASON_NOT_IP)
 	ReasonMalformed   = Reason(bpf.ShieldReasonREASON_MALFORMED)
 	ReasonSpoofed     = Reason(bpf.ShieldReasonREASON_SPOOFED)     // a source no frame from the wire carries: an own address, IPv4-mapped IPv6
-	ReasonUnprotected = Reason(bpf.ShieldReasonREASON_UNPROTECTED) // to a destination not protected: judged by the unprotected limits
+	ReasonUnprotected = Reason(bpf.ShieldReasonREASON_UNPROTECTED) // return traffic of the edge's own connections: judged by the unprotected limits
 	numReasons        = Reason(bpf.ShieldReasonREASON_MAX)
 )
 

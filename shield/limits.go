@@ -53,13 +53,16 @@ type Limits struct {
 	AdmissionBurst uint64 `json:"admission_burst" toml:"admission_burst"` // new sources admitted at once
 	DryRun         bool   `json:"dry_run" toml:"dry_run"`                 // count would-be limit/admission drops, pass them
 	// Protected names the destinations held to the limits above (what the
-	// edge serves). Traffic to anything else (the return traffic of the
-	// edge's own connections above all) is judged by Unprotected. Empty:
-	// every destination is protected.
+	// edge serves). When it names any, return traffic of the edge's own
+	// connections is judged by Unprotected: UDP, TCP without SYN (or with
+	// SYN+ACK) and ICMP errors quoting TCP or UDP, to the edge's
+	// ephemeral ports (Options.Ephemeral) and not to a destination named
+	// here. Everything else (a SYN to any port, ICMP echo, other
+	// protocols) is held to the limits above. Empty: every packet is.
 	Protected []Destination `json:"protected" toml:"protected"`
-	// Unprotected are the limits of traffic to destinations not in
-	// Protected, per source and for strangers, counted as `unprotected`.
-	// Zero: DefaultUnprotected.
+	// Unprotected are the limits of return traffic (see Protected), per
+	// source and for strangers, counted as `unprotected`. Zero:
+	// DefaultUnprotected.
 	Unprotected ClassLimits `json:"unprotected" toml:"unprotected"`
 	// KeyPrefix4 and KeyPrefix6 are the prefix lengths a source is keyed
 	// by: every address of one prefix shares one bucket. Zero: the
@@ -78,8 +81,8 @@ type ClassLimits struct {
 
 // DefaultLimits are generous for a human-driven client and tight for a flood:
 // 1000 packets/s per source with a burst of 2000, and 10,000 new sources/s,
-// on the edge's listeners (TCP 80 and 443, UDP 443 for QUIC); everything
-// else gets DefaultUnprotected.
+// on the edge's listeners (TCP 80 and 443, UDP 443 for QUIC) and on
+// everything else but return traffic, which gets DefaultUnprotected.
 func DefaultLimits() Limits {
 	return Limits{Rate: 1000, Burst: 2000, AdmissionRate: 10000, AdmissionBurst: 10000,
 		Protected: []Destination{
@@ -92,7 +95,7 @@ func DefaultLimits() Limits {
 	}
 }
 
-// DefaultUnprotected bounds traffic to unprotected destinations generously:
+// DefaultUnprotected bounds return traffic generously:
 // 250,000 packets/s per source (3 Gbit/s of 1500-byte frames, an origin's
 // download) with as large a burst, and 10,000 new sources/s.
 func DefaultUnprotected() ClassLimits {

@@ -75,6 +75,12 @@ type Options struct {
 	// (a fresh load); adopted pinned state keeps its own. Zero means
 	// DefaultLimits.
 	Limits Limits
+	// Ephemeral is the edge's ephemeral port range (LocalPortRange of its
+	// namespace): traffic to it that opens no connection is return
+	// traffic, judged by Limits.Unprotected. Zero: DefaultEphemeral. It
+	// is a fact of the namespace, not configuration: adopted state takes
+	// this one.
+	Ephemeral PortRange
 	// Compat loads shield_compat (no cmpxchg refills) whatever the kernel,
 	// as the loader does by itself before 5.12: the regression gate runs the
 	// compat program's scenarios on every kernel.
@@ -112,6 +118,7 @@ type Shield struct {
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
+	eph    PortRange                         // the edge's ephemeral ports (config.eph_lo, eph_hi)
 	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
 	// prev is the inner config map the last swap replaced, kept open until
 	// the next one: before Linux 6.7 an inner map removed from an array of
@@ -156,6 +163,11 @@ func (o Options) validate() error {
 	if !o.Limits.IsZero() {
 		if err := o.Limits.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("limits: %w", err))
+		}
+	}
+	if o.Ephemeral != (PortRange{}) {
+		if err := o.Ephemeral.validate(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if !o.Clock.valid() {
@@ -257,8 +269,12 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 
+	eph := opts.Ephemeral
+	if eph == (PortRange{}) {
+		eph = DefaultEphemeral
+	}
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
-		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize)}
+		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize), eph: eph}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError
@@ -326,7 +342,9 @@ func Load(opts Options) (*Shield, error) {
 		}
 		// A rollback may have refilled a trie whose flag was cleared, and
 		// the region bitmaps follow the verdict tries (republish).
-		if s.recovered != nil || s.verdictsMoved {
+		// The ephemeral ports are this namespace's, whatever the pins say
+		// (pins written before they were hold 0, 0: none).
+		if s.recovered != nil || s.verdictsMoved || cfg.EphLo != s.eph.Lo || cfg.EphHi != s.eph.Hi {
 			if err := s.publish(s.limits); err != nil {
 				s.Close()
 				return nil, err
@@ -547,6 +565,7 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	}
 	inline, looked := ownSplit(own)
 	cfg := l.config(flags, s.clock, inline)
+	cfg.EphLo, cfg.EphHi = s.eph.Lo, s.eph.Hi
 	// The lists as their snapshots hold them: in a removal, still with
 	// the prefixes being removed (republish drops them after).
 	var listed []netip.Prefix

@@ -57,8 +57,14 @@ func runNft(ctx context.Context, args []string) error {
 	if cfg.TableSize > math.MaxUint32 {
 		return errors.New("nft: table_size too large")
 	}
+	// Return traffic comes back to this namespace's ephemeral ports, as
+	// for serve.
+	eph, err := shield.LocalPortRange()
+	if err != nil {
+		return err
+	}
 	nc := nft.Config{Table: *table, Ifaces: []string{cfg.Iface}, TableSize: uint32(cfg.TableSize),
-		Allow: set.allow, Deny: set.deny, Timeout: *timeout}.WithLimits(set.limits)
+		Allow: set.allow, Deny: set.deny, Timeout: *timeout, Ephemeral: eph}.WithLimits(set.limits)
 	if cfg.Lists.OwnAddressesSpoofed {
 		own, err := shield.OwnAddresses(nil)
 		if err != nil {

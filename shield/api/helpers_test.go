@@ -151,7 +151,7 @@ func udp4(src string) []byte {
 	b.Write([]byte{198, 18, 0, 1})
 	udp := make([]byte, 8)
 	binary.BigEndian.PutUint16(udp[0:], 40000)
-	binary.BigEndian.PutUint16(udp[2:], 9)
+	binary.BigEndian.PutUint16(udp[2:], 40009) // an ephemeral port: return traffic
 	binary.BigEndian.PutUint16(udp[4:], 12)
 	b.Write(udp)
 	b.Write([]byte("ping"))

@@ -29,9 +29,9 @@ var (
 	descCapacity = prometheus.NewDesc("shield_sources_capacity",
 		"Capacity of the per-source table.", nil, nil)
 	descRate = prometheus.NewDesc("shield_limit_rate_packets_per_second",
-		"Configured refill rate of a bucket: per source, or for admitting new sources; of protected destinations (source, admission) or the rest (unprotected, unprotected_admission).", []string{"bucket"}, nil)
+		"Configured refill rate of a bucket: per source, or for admitting new sources; of protected traffic (source, admission) or of return traffic (unprotected, unprotected_admission).", []string{"bucket"}, nil)
 	descBurst = prometheus.NewDesc("shield_limit_burst_packets",
-		"Configured burst of a bucket: per source, or for admitting new sources; of protected destinations (source, admission) or the rest (unprotected, unprotected_admission).", []string{"bucket"}, nil)
+		"Configured burst of a bucket: per source, or for admitting new sources; of protected traffic (source, admission) or of return traffic (unprotected, unprotected_admission).", []string{"bucket"}, nil)
 	descProtected = prometheus.NewDesc("shield_protected_destinations",
 		"Destinations held to the client limits (0: every destination is).", nil, nil)
 	descOwn = prometheus.NewDesc("shield_own_addresses",

@@ -314,7 +314,7 @@ func TestMetricsPromtool(t *testing.T) {
 	}
 	for _, want := range []string{
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
-		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP port 9: not an edge listener
+		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP to an ephemeral port: return traffic
 		`shield_sources_tracked 1`,
 		`shield_sources_capacity 1.048576e+06`,
 		`shield_limit_rate_packets_per_second{bucket="source"} 1000`,

@@ -140,7 +140,7 @@ var (
 			l := shield.DefaultLimits()
 			l.Unprotected.Rate, l.Unprotected.Burst = 1e9, 1e9
 			setLimits(tb, s, l)
-			f := sim.Frame{Src: netip.MustParseAddr(benchSrc), Dst: netip.MustParseAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000}.Bytes()
+			f := sim.Frame{Src: netip.MustParseAddr(benchSrc), Dst: netip.MustParseAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000, Seg: sim.ACK}.Bytes() // return traffic
 			mustRun(tb, s, f, sim.Pass)
 			return f, sim.Pass, shield.ReasonUnprotected
 		}},

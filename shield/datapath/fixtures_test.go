@@ -123,6 +123,36 @@ var fixtureDefs = []struct {
 		},
 	},
 	{
+		// Issue 23: per source, three SYNs to tcp/443 (burst 2: the
+		// third is limited) plain, behind Destination Options, as an
+		// atomic fragment, to tcp/22 and ICMPv6 echo; then return
+		// traffic (an ACK and a port unreachable to ephemeral ports),
+		// three each, all passed as unprotected.
+		name: "ipv6-extensions-and-return",
+		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
+			Protected: shield.DefaultLimits().Protected}},
+		frames: func() []sim.Packet {
+			var out []sim.Packet
+			dst := netip.MustParseAddr("2001:db8:ffff::fffe")
+			for i, f := range []sim.Frame{
+				{L4: sim.TCP, DstPort: 443},
+				{L4: sim.TCP, DstPort: 443, Ext: []sim.Ext{destOpts8}},
+				{L4: sim.TCP, DstPort: 443, Ext: []sim.Ext{atomic}},
+				{L4: sim.TCP, DstPort: 443, Ext: rfc8200Order},
+				{L4: sim.TCP, DstPort: 22},
+				{L4: sim.ICMP},
+				{L4: sim.TCP, DstPort: 40000, Seg: sim.ACK, SrcPort: 443},
+				{L4: sim.Unreachable, DstPort: 40000, SrcPort: 53},
+			} {
+				f.Src, f.Dst = netip.MustParseAddr(fmt.Sprintf("2001:db8:23:%x::1", i+1)), dst
+				for range 3 {
+					out = append(out, sim.Packet{At: time.Second, Data: f.Bytes()})
+				}
+			}
+			return out
+		},
+	},
+	{
 		name:   "dry-run",
 		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}, Deny: []string{"198.18.9.0/24"}},
 		frames: func() []sim.Packet {

@@ -16,7 +16,8 @@ import (
 // IP: Ethernet, at most two 802.1Q/802.1ad tags, then an IPv4 header
 // (version 4, IHL >= 5, whole header present) or an IPv6 fixed header
 // (version 6). It returns the reason the shield must give a frame it does
-// not recognise (not_ip or malformed), or ok with the L4 protocol number.
+// not recognise (not_ip or malformed), or ok with the L4 protocol number
+// (for IPv6 after the extension headers, v6Upper).
 func parsesAsIP(b []byte) (shield.Reason, byte) {
 	if len(b) < 14 {
 		return shield.ReasonMalformed, 0
@@ -42,9 +43,46 @@ func parsesAsIP(b []byte) (shield.Reason, byte) {
 		if len(b) < off+40 || b[off]>>4 != 6 {
 			return shield.ReasonMalformed, 0
 		}
-		return shield.ReasonOK, b[off+6]
+		return shield.ReasonOK, v6Upper(b, off)
 	}
 	return shield.ReasonNotIP, 0
+}
+
+// other is a protocol number no class names: the class "other".
+const other = 255
+
+// v6Upper models the shield's walk of IPv6 extension headers (RFC 8200
+// 4: hop-by-hop 0, routing 43, fragment 44, destination options 60; RFC
+// 4302: AH 51) from the fixed header at off: the upper-layer protocol
+// number, the fragment's next header for a non-first fragment, or other
+// when more than maxExt headers come first or the chain runs past the
+// frame's end (a header of the chain, not the upper layer's, cut short).
+func v6Upper(b []byte, off int) byte {
+	nh, cur := b[off+6], off+40
+	for i := 0; ; i++ {
+		switch nh {
+		case 0, 43, 44, 51, 60:
+		default:
+			if cur > len(b) {
+				return other
+			}
+			return nh
+		}
+		if i == maxExt || len(b) < cur+8 {
+			return other
+		}
+		l := (int(b[cur+1]) + 1) * 8
+		switch nh {
+		case 44:
+			if binary.BigEndian.Uint16(b[cur+2:])&0xfff8 != 0 {
+				return b[cur]
+			}
+			l = 8
+		case 51:
+			l = (int(b[cur+1]) + 2) * 4
+		}
+		nh, cur = b[cur], cur+l
+	}
 }
 
 func protoClass(p byte) shield.Proto {
@@ -98,6 +136,12 @@ func FuzzShield(f *testing.F) {
 		if i%5 == 0 {
 			f.Add(b.frame)
 		}
+	}
+	// IPv6 extension chains: within the walk's bound, past it, cut short.
+	for _, c := range [][]sim.Ext{{destOpts8}, {atomic}, {laterFrag}, rfc8200Order, append(append([]sim.Ext{}, rfc8200Order...), destOpts8)} {
+		b := sim.Frame{Src: netipAddr("2001:db8:5::1"), Dst: netipAddr("2001:db8:ffff::fffe"), L4: sim.TCP, Ext: c}.Bytes()
+		f.Add(b)
+		f.Add(b[:62])
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) < sim.MinFrame || len(frame) > sim.MaxFrame {

@@ -112,7 +112,7 @@ func TestReturnTrafficNotThrottled(t *testing.T) {
 	s := load(t, 4096, shield.DefaultLimits())
 	def := shield.DefaultLimits()
 	tcp := shield.ProtoTCP
-	download := sim.Frame{Src: netipAddr("198.18.5.5"), Dst: netipAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000}.Bytes()
+	download := sim.Frame{Src: netipAddr("198.18.5.5"), Dst: netipAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000, Seg: sim.ACK}.Bytes()
 	n := int(3 * def.Burst)
 	client := sim.Frame{Src: netipAddr("198.18.5.6"), Dst: netipAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 40000, DstPort: 443}.Bytes()
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
@@ -149,7 +149,8 @@ func TestIPv6KeyedByPrefix(t *testing.T) {
 }
 
 // TestProtectedDestinations: what Limits.Protected names is held to the
-// client limits, the rest to the unprotected class, each with its own
+// client limits, return traffic (here: ACKs and UDP to ephemeral ports)
+// that it does not name to the unprotected class, each with its own
 // bucket per source and its own admission bucket.
 func TestProtectedDestinations(t *testing.T) {
 	dst := func(s string) shield.Destination {
@@ -160,13 +161,17 @@ func TestProtectedDestinations(t *testing.T) {
 		return d
 	}
 	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 3,
-		Protected:   []shield.Destination{dst("tcp/443"), dst("udp/198.18.255.254:53"), dst("udp/[2001:db8:ffff::fffe]:53"), dst("icmp")},
+		Protected:   []shield.Destination{dst("tcp/443"), dst("udp/198.18.255.254:40053"), dst("udp/[2001:db8:ffff::fffe]:40053"), dst("icmp")},
 		Unprotected: shield.ClassLimits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 1}}
 	s := load(t, 4096, l)
 	assert.Equal(t, sortedDsts(l.Protected), sortedDsts(s.Limits().Protected), "Limits().Protected")
 	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
 	to := func(src, dst string, l4 sim.L4, port uint16) []byte {
 		return sim.Frame{Src: netipAddr(src), Dst: netipAddr(dst), L4: l4, SrcPort: 40000, DstPort: port}.Bytes()
+	}
+	// An ACK: return traffic when its port is ephemeral and not named.
+	ack := func(src, dst string, port uint16) []byte {
+		return sim.Frame{Src: netipAddr(src), Dst: netipAddr(dst), L4: sim.TCP, SrcPort: 443, DstPort: port, Seg: sim.ACK}.Bytes()
 	}
 	const edge, other = "198.18.255.254", "198.18.255.253"
 	fragment := to("198.18.7.1", edge, sim.UDP, 9)
@@ -176,15 +181,15 @@ func TestProtectedDestinations(t *testing.T) {
 		{Name: "client of tcp/443: limited", At: sec, Frame: to("198.18.7.1", edge, sim.TCP, 443), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, tcp)},
 		{Name: "icmp is protected: same bucket", At: sec, Frame: sim.Frame{Src: netipAddr("198.18.7.1"), Dst: netipAddr(edge), L4: sim.ICMP}.Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, icmp)},
 		{Name: "a non-first fragment: the strict class", At: sec, Frame: fragment, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "same source, unprotected port: its own bucket", At: sec, Frame: to("198.18.7.1", edge, sim.TCP, 40001), Times: 5, Want: sim.Pass, Delta: N(5, pass, shield.ReasonUnprotected, tcp)},
-		{Name: "unprotected bucket empty", At: sec, Frame: to("198.18.7.1", edge, sim.TCP, 40001), Want: sim.Drop, Delta: One(drop, shield.ReasonUnprotected, tcp)},
-		{Name: "udp/53 on the protected address", At: sec, Frame: to("198.18.7.2", edge, sim.UDP, 53), Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "udp/53 on the protected address: limited", At: sec, Frame: to("198.18.7.2", edge, sim.UDP, 53), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "udp/53 on another address: unprotected", At: sec, Frame: to("198.18.7.2", other, sim.UDP, 53), Want: sim.Pass, Delta: One(pass, shield.ReasonUnprotected, udp)},
-		{Name: "IPv6 udp/53 on the protected address", At: sec, Frame: to("2001:db8:7::1", "2001:db8:ffff::fffe", sim.UDP, 53), Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
+		{Name: "same source, unprotected port: its own bucket", At: sec, Frame: ack("198.18.7.1", edge, 40001), Times: 5, Want: sim.Pass, Delta: N(5, pass, shield.ReasonUnprotected, tcp)},
+		{Name: "unprotected bucket empty", At: sec, Frame: ack("198.18.7.1", edge, 40001), Want: sim.Drop, Delta: One(drop, shield.ReasonUnprotected, tcp)},
+		{Name: "udp/40053 on the protected address", At: sec, Frame: to("198.18.7.2", edge, sim.UDP, 40053), Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
+		{Name: "udp/40053 on the protected address: limited", At: sec, Frame: to("198.18.7.2", edge, sim.UDP, 40053), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "udp/40053 on another address: unprotected", At: sec, Frame: to("198.18.7.2", other, sim.UDP, 40053), Want: sim.Pass, Delta: One(pass, shield.ReasonUnprotected, udp)},
+		{Name: "IPv6 udp/40053 on the protected address", At: sec, Frame: to("2001:db8:7::1", "2001:db8:ffff::fffe", sim.UDP, 40053), Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
 		{Name: "protected admission spent", At: sec, Frame: to("198.18.7.3", edge, sim.TCP, 443), Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, tcp)},
-		{Name: "unprotected admission has its own token", At: sec, Frame: to("198.18.7.4", edge, sim.TCP, 40002), Want: sim.Pass, Delta: One(pass, shield.ReasonUnprotected, tcp)},
-		{Name: "and then none", At: sec, Frame: to("198.18.7.5", edge, sim.TCP, 40002), Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, tcp)},
+		{Name: "unprotected admission has its own token", At: sec, Frame: ack("198.18.7.4", edge, 40002), Want: sim.Pass, Delta: One(pass, shield.ReasonUnprotected, tcp)},
+		{Name: "and then none", At: sec, Frame: ack("198.18.7.5", edge, 40002), Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, tcp)},
 		{Name: "the stranger admitted unprotected starts with a full protected bucket", At: sec, Frame: to("198.18.7.4", edge, sim.TCP, 443), Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, tcp)},
 	}}.Run(t)
 
@@ -192,7 +197,7 @@ func TestProtectedDestinations(t *testing.T) {
 	l.Protected = nil
 	require.NoError(t, s.SetLimits(l))
 	sim.Scenario{Name: t.Name() + "/nothing named", Target: Target(s), Steps: []sim.Step{
-		{Name: "an unnamed port is held to the client limits", At: sec, Frame: to("198.18.7.1", edge, sim.TCP, 40001), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, tcp)},
+		{Name: "return traffic is held to the client limits", At: sec, Frame: ack("198.18.7.1", edge, 40001), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, tcp)},
 	}}.Run(t)
 }
 

@@ -60,11 +60,16 @@ type Config struct {
 	Limits    shield.Limits
 	Allow     []netip.Prefix
 	Deny      []netip.Prefix
-	// Protected names the destinations held to Limits; traffic to any
-	// other is held to Unprotected. Empty: every destination is protected
-	// (and Unprotected is unused).
+	// Protected names the destinations held to Limits; return traffic
+	// (UDP, TCP without SYN or with SYN+ACK, to an Ephemeral port; ICMP
+	// and ICMPv6 errors unless "icmp" is named) that none names is held
+	// to Unprotected, everything else to Limits, as in the shield. Empty:
+	// every packet is held to Limits (and Unprotected is unused).
 	Protected   []Destination
 	Unprotected Class
+	// Ephemeral is the edge's ephemeral port range
+	// (shield.LocalPortRange); zero: shield.DefaultEphemeral.
+	Ephemeral shield.PortRange
 	// KeyPrefix4 and KeyPrefix6 key a source by its prefix: every address
 	// of one shares a bucket. 0: 32 and 128 (one address).
 	KeyPrefix4, KeyPrefix6 uint8
@@ -127,6 +132,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("unprotected limits %+v: every one must be set when destinations are protected", u))
 		}
 	}
+	if e := c.Ephemeral; e != (shield.PortRange{}) && (e.Lo == 0 || e.Lo > e.Hi) {
+		errs = append(errs, fmt.Errorf("ephemeral port range %s: want 1 <= low <= high", e))
+	}
 	if c.Timeout < 0 {
 		errs = append(errs, fmt.Errorf("timeout %v is negative", c.Timeout))
 	}
@@ -154,8 +162,10 @@ func validName(s string) bool {
 //   - allow4/allow6 and deny4/deny6, interval sets of the lists' prefixes;
 //     allow is matched first, so it wins over deny as in the shield;
 //   - the class: protected destinations (a set of proto . port, and of
-//     address . proto . port, plus ICMP) jump to chain protected, the rest
-//     to chain unprotected; with none named, everything is protected;
+//     address . proto . port, plus ICMP) jump to chain sources; then
+//     return traffic (UDP, and TCP without SYN or with SYN+ACK, to an
+//     ephemeral port; ICMP and ICMPv6 errors) to chain unprotected; the
+//     rest to chain sources; with none named, everything goes to sources;
 //   - in each class, admission: a source key (the address masked to the key
 //     prefix) in neither class's set is a stranger; strangers of the class
 //     share one named `limit rate over` (its admission rate and burst), and
@@ -169,9 +179,10 @@ func validName(s string) bool {
 //   - named counters per reason, read back by ReadCounters.
 //
 // With Limits.DryRun the admission and limit rules count and do not drop;
-// spoofed and deny still drop, as in the shield. Where the twin differs: a
-// TCP or UDP packet without a readable port (a later fragment) is
-// unprotected here and protected in the shield.
+// spoofed and deny still drop, as in the shield. Where the twin differs:
+// an ICMP or ICMPv6 error is return traffic here whatever it quotes; the
+// shield also wants the quoted flow to be TCP or UDP from an ephemeral
+// port.
 func Render(c Config) (string, error) {
 	if err := c.Validate(); err != nil {
 		return "", fmt.Errorf("nft config: %w", err)
@@ -297,7 +308,19 @@ func Render(c Config) (string, error) {
 		if icmp {
 			rule("meta l4proto { icmp, ipv6-icmp } jump sources")
 		}
-		rule("meta protocol { ip, ip6 } jump unprotected")
+		// Return traffic (bpf/shield.c, class_of); nftables' transport
+		// header lies past IPv6 extension headers, as the shield's walk.
+		eph := c.Ephemeral
+		if eph == (shield.PortRange{}) {
+			eph = shield.DefaultEphemeral
+		}
+		rule(fmt.Sprintf("udp dport %d-%d jump unprotected", eph.Lo, eph.Hi))
+		rule(fmt.Sprintf("tcp flags & (syn | ack) != syn tcp dport %d-%d jump unprotected", eph.Lo, eph.Hi))
+		if !icmp {
+			rule("icmp type { destination-unreachable, time-exceeded, parameter-problem } jump unprotected")
+			rule("icmpv6 type { destination-unreachable, packet-too-big, time-exceeded, parameter-problem } jump unprotected")
+		}
+		rule("meta protocol { ip, ip6 } jump sources")
 	}
 	b.WriteString("\t}\n")
 

@@ -40,6 +40,7 @@ const (
 	keyNew       = "new"
 	keyErr       = "err"
 	keyVersion   = "version"
+	keyPorts     = "ports"
 	keyToken     = "token"
 	keyAuthReads = "auth_reads"
 	keyIndex     = "ifindex"
@@ -260,12 +261,19 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 
 func (s *Service) attach() error {
 	cfg := s.cfg
+	// Return traffic comes back to the ports the edge's connections are
+	// opened from: this namespace's, the interface's (the service runs in
+	// it).
+	eph, err := shield.LocalPortRange()
+	if err != nil {
+		return fmt.Errorf("%w (nothing was attached)", err)
+	}
 	a, err := shield.Attach(shield.AttachOptions{
 		Iface:           cfg.Iface,
 		Mode:            cfg.Mode,
 		PinRoot:         cfg.PinRoot,
 		AdoptUnverified: cfg.AdoptUnverifiedPins,
-		Load:            shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits},
+		Load:            shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits, Ephemeral: eph},
 	})
 	if err != nil {
 		if errors.Is(err, shield.ErrLocked) {
@@ -290,6 +298,7 @@ func (s *Service) attach() error {
 		s.log.Info("attached", keyIface, a.Iface, keyMode, a.Mode.String(), keyPinDir, a.PinDir,
 			keyLinkID, a.LinkID, keyProg, a.Program, keyTable, sh.TableSize(), keyLimits, sh.Limits(), keyVersion, cfg.Build.Version)
 	}
+	s.log.Info("return traffic: to these ephemeral ports, opening no connection", keyIface, a.Iface, keyPorts, sh.Ephemeral().String())
 	return nil
 }
 
