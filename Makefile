@@ -71,7 +71,7 @@ ACTIONLINT_VERSION ?= v1.7.12
 lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go mod tidy in both modules, actionlint
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting" >&2; exit 1; }
 	$(GO) vet ./...
-	$(GO) vet -tags teeth ./internal/gate
+	$(GO) vet -tags teeth ./vmtest/gate
 	$(GO) tool staticcheck ./...
 	@$(GO) mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy and commit" >&2; exit 1; }
 	$(GO) -C e2e/container vet ./...
@@ -96,7 +96,7 @@ study-quick: ## the study in short (CI, about 2 min): fails if a configuration p
 # test binary (-test.short shortens the storms).
 # (./e2e, not ./e2e/...: the container lane needs a Docker engine, which the
 # VMs' initramfs has not.)
-VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./lb/... ./internal/... ./probe/... ./l7
+VMTEST_PKGS ?= ./sim/... ./e2e ./shield/... ./api ./service ./nft ./lb/... ./internal/... ./probe/... ./l7
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=10m
 VM_CPUS ?= 2
 # Kernels booted at once: under TCG a VM keeps one host thread busy.
@@ -117,11 +117,11 @@ soak: ## the short storm $(SOAK_RUNS) times per kernel of $(KERNELS) in qemu ($(
 kernels-repin: ## re-resolve fixtures/kernels.lock: each suite's current cloud-amd64 kernel
 	$(GO) run ./vmtest/cmd/vmtest repin -kernels "$(KERNELS)"
 
-# The regression gate (internal/gate): behaviour (GATE_PKGS, in the VMs and
+# The regression gate (vmtest/gate): behaviour (GATE_PKGS, in the VMs and
 # on the host, and the shield's data-plane tests again with shield_compat),
 # verifier complexity and speed on the host and on every kernel of
 # $(KERNELS), against fixtures/gate/baseline.json. GATE_PKGS is
-# internal/gate.Packages (TestPackagesAgree).
+# vmtest/gate.Packages (TestPackagesAgree).
 GATE_PKGS ?= ./sim ./shield ./shield/datapath
 GATE_FLAGS ?=
 
@@ -135,9 +135,9 @@ gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same K
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
 	out/bin/vmtest gate -update -kernels "$(KERNELS)" -vms $(VMS) -timeout 20m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
 
-gate-teeth: ## slow (~2 min a seed): every bug of internal/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
+gate-teeth: ## slow (~2 min a seed): every bug of vmtest/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh
-	$(GO) test -tags teeth -count=1 -timeout 120m -v -run 'TestTeeth/$(SEED)' ./internal/gate
+	$(GO) test -tags teeth -count=1 -timeout 120m -v -run 'TestTeeth/$(SEED)' ./vmtest/gate
 
 gate-speed-clean: ## slow (~1 min a run): the shield timed against itself as the gate times a change, 20 runs; every path within the limit in each (root)
-	$(GO) test -tags teeth -count=1 -timeout 60m -v -run '^TestSpeedClean$$' ./internal/gate
+	$(GO) test -tags teeth -count=1 -timeout 60m -v -run '^TestSpeedClean$$' ./vmtest/gate

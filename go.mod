@@ -1,4 +1,4 @@
-module xdpshield
+module github.com/xdpshield/xdpshield
 
 go 1.26.8
 

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestLoadVariables: Load sets the switches on a copy (the caller's spec

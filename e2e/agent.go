@@ -20,7 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // The agents run a storm's parts in another process (a container) and

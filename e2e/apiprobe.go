@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 
-	"xdpshield/internal/topo"
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // newAPIProber probes the service's HTTP API (bound in the edge namespace at

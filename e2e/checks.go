@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // Kind is how the legitimate client reaches the edge.

@@ -6,8 +6,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"xdpshield/shield"
-	"xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/service"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // ContainerShieldConfig is the service's configuration file for cfg: the storm's

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // DatagramPort is the edge's UDP request/response service (a resolver, a

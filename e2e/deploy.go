@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
-	"xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/service"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Deployment runs a storm's parts: the two namespaces, the shield service

@@ -17,7 +17,7 @@
 // from another process, which is how e2e/container runs the same phases and
 // assertions with every part in a container.
 //
-// Locally the shield runs through `shield serve`'s own wiring (shield/service,
+// Locally the shield runs through `shield serve`'s own wiring (service,
 // service.go here): edge0 under the service with a temporary pin root on
 // bpffs (xdpshield-storm-PID, removed at the end, or by the next run when
 // the process died), the lock, the lists and limits of the Config, and the

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
-	"xdpshield/internal/features"
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/internal/features"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // shieldedPair is a topology with the shield attached at the edge.

@@ -10,9 +10,9 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/features"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/features"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // Generator puts frames on the storm-side veth.

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"xdpshield/internal/flock"
+	"github.com/xdpshield/xdpshield/internal/flock"
 )
 
 // stormLock is the file whose flock serialises storms (and the study's

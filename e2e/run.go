@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"xdpshield/internal/kernel"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/internal/kernel"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // run holds what a Run needs across phases.

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Log attribute keys.

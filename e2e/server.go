@@ -17,7 +17,7 @@ import (
 	"net/netip"
 	"time"
 
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // NewCertificate makes a self-signed ECDSA P-256 certificate for addrs,

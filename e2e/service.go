@@ -14,10 +14,10 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/topo"
 
-	"xdpshield/shield"
-	"xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/service"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // stormPinPrefix starts the name of every storm's temporary pin root
@@ -89,7 +89,7 @@ func (r *run) startService() error {
 	return nil
 }
 
-// StartShield runs `shield serve`'s own wiring (shield/service) for edge0
+// StartShield runs `shield serve`'s own wiring (service) for edge0
 // inside the edge namespace, with a temporary pin root on bpffs.
 func (Local) StartShield(top *Topology, cfg service.Config) (ShieldSide, error) {
 	log := slog.Default()

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // response is what a client sees of one response: status, headers but the

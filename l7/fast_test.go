@@ -15,8 +15,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // nsEnv is a throwaway namespace with dial and listen inside it.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // connState is what the kernel and the proxy say of each client

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 var (

@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestFastPathCloseEndsRelays: a kept-alive connection read through its

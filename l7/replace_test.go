@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // trackedBackend is an HTTP backend in the namespace that counts its

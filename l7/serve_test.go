@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 func TestSectionEnabled(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // A policy change in the kernel. The data plane reads its policy from an

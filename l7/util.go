@@ -8,7 +8,7 @@ import (
 	"net/netip"
 	"syscall"
 
-	"xdpshield/internal/kernel"
+	"github.com/xdpshield/xdpshield/internal/kernel"
 )
 
 type syscall_RawConn = syscall.RawConn

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // commit makes next the configuration: ids for what is new, then the maps,

@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 var (

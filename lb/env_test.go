@@ -16,8 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // The test topology: a client namespace (the balanced process's sockets)

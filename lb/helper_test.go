@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // helperEnv, when set in the environment as "NETNS ADDR:PORT", makes the

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 func family(v6 bool) string {

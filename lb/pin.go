@@ -13,8 +13,8 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/pinfs"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 )
 
 // Pin directory names, under the service's pin directory (one per network

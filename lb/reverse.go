@@ -7,7 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // Reverse returns the VIP (address and port) a socket, named by its cookie

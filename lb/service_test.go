@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/e2e"
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/probe"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/probe"
 )
 
 func TestSlots(t *testing.T) {

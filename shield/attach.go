@@ -16,8 +16,8 @@ import (
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/pinfs"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 )
 
 // DefaultPinRoot is where the service pins, one directory per interface.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // Verdict, Reason and Proto index the counters. Their values are the C

@@ -9,8 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestDetachRemovesOnlyOwnedPins (issue 10, finding 2): Detach removes the

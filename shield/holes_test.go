@@ -16,8 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // The tests of this file are named after the findings of issue 9 that live

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"testing"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestRollbackAfterCrash (issue 10, finding 4): a change interrupted after

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // token is the credit one packet costs: TOKEN in bpf/shield.c. It stays

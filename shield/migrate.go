@@ -10,7 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // oldSourcesPin is where Load moves a pinned sources table it cannot use

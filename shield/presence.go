@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // The presence filter (presence in bpf/shield.c): two bitmaps of

@@ -7,9 +7,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // TestPresenceFilter: no known source is ever refused as a stranger, while

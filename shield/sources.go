@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // Source is one tracked source as the table holds it: an IPv4 address or

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // TestHashCannotBeAimed: whoever knows a source's key but not the seed

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // tableSize makes a table whose mapping (64 bytes a source) has a size no

@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // TopOrder says what top talkers are ranked by.

@@ -15,9 +15,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/features"
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/features"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // BenchmarkTop ranks a full table of 1,000,000 sources, next to the bare

@@ -8,9 +8,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // TestTopFromProgram builds a population through the program itself

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // dropProgram loads sim's XDP_DROP reference, closed when tb ends.

@@ -1,6 +1,6 @@
 // Package study is the honest half of xdpshield: it measures, side by side
 // in one run and repeated, what the hook costs legitimate traffic and where
-// it pays, against nftables (the twin of shield/nft) and against nothing.
+// it pays, against nftables (the twin of nft) and against nothing.
 //
 // In throwaway namespaces (e2e's topology, generators, client and edge
 // server, reused, not copied; the edge server runs in a process of its own

@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"xdpshield/e2e"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // edgeProc is the edge server running in a process of its own inside the

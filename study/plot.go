@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"xdpshield/probe"
+	"github.com/xdpshield/xdpshield/probe"
 )
 
 // Plot draws the PNG plots into dir with gnuplot (Debian's gnuplot-nox,

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"xdpshield/e2e"
-	"xdpshield/probe"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/probe"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Write writes results.json, the plots and report.md into dir.

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"xdpshield/e2e"
-	"xdpshield/internal/kernel"
-	"xdpshield/probe"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/kernel"
+	"github.com/xdpshield/xdpshield/probe"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Results are a whole study, as written to results.json.

@@ -16,11 +16,11 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"xdpshield/e2e"
-	"xdpshield/probe"
-	"xdpshield/shield"
-	"xdpshield/shield/nft"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/nft"
+	"github.com/xdpshield/xdpshield/probe"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // Log attribute keys.

@@ -7,8 +7,8 @@
 //	make vmtest KERNELS="5.10 6.1 6.12 7.2"   # the matrix; out/vmtest/matrix.{txt,json}
 //	make vmtest KERNELS=5.10 VMTEST_PKGS=./sim/...
 //	make kernels-repin                         # rewrite the lock from the archive
-//	make gate                                  # the regression gate (xdpshield/internal/gate): Matrix.Extra runs
-//	CGO_ENABLED=0 go test -exec 'go run xdpshield/vmtest/cmd/vmexec -kernel 6.1' ./sim/...
+//	make gate                                  # the regression gate (github.com/xdpshield/xdpshield/vmtest/gate): Matrix.Extra runs
+//	CGO_ENABLED=0 go test -exec 'go run github.com/xdpshield/xdpshield/vmtest/cmd/vmexec -kernel 6.1' ./sim/...
 //	go run ./vmtest/cmd/vmtest fetch -kernels 7.2   # download and verify only
 //
 // In -exec mode go test runs the command in each package's directory, so

@@ -71,7 +71,7 @@ func BinaryName(path string) string { return strings.ReplaceAll(path, "/", "_") 
 
 // ExtraRun is one more run of a package's test binary.
 type ExtraRun struct {
-	Name    string   // the cell's name, e.g. "xdpshield/shield/datapath -datapath.compat"
+	Name    string   // the cell's name, e.g. "github.com/xdpshield/xdpshield/shield/datapath -datapath.compat"
 	Package string   // a package pattern naming one package, e.g. ./sim
 	Args    []string // after the matrix's TestFlags
 }

@@ -82,7 +82,7 @@ FAIL
 
 func sampleReport() *Report {
 	r := &Report{Accel: "tcg", Seconds: 312, ExitCode: 1, Verdict: "test failure",
-		Packages: []string{"xdpshield/sim", "xdpshield/e2e"},
+		Packages: []string{"github.com/xdpshield/xdpshield/sim", "github.com/xdpshield/xdpshield/e2e"},
 		Kernels: []KernelReport{
 			{Name: "5.10", Release: "5.10.0-32-cloud-amd64", Verdict: "test failure", Code: 1, BootToInitSeconds: 2.1, BootToFirstTestSeconds: 2.4, Seconds: 80},
 			{Name: "7.2", Release: "7.2.13+deb14-cloud-amd64", Verdict: "pass", BootToInitSeconds: 2.8, BootToFirstTestSeconds: 3.1, Seconds: 75},
@@ -91,13 +91,13 @@ func sampleReport() *Report {
 	live := TestResult{Name: "TestStorm/live", Status: "pass", Seconds: 3}
 	skipped := TestResult{Name: "TestStorm/live", Status: "skip", Reason: "BPF_F_TEST_XDP_LIVE_FRAMES needs kernel 5.18+"}
 	r.Cells = []Cell{
-		{Kernel: "5.10", Package: "xdpshield/sim", Status: "fail", Pass: 30, Fail: 1, Seconds: 38.2},
-		{Kernel: "5.10", Package: "xdpshield/e2e", Status: "pass", Pass: 4, Skip: 1, Seconds: 12.5, Tests: []TestResult{skipped}},
-		{Kernel: "7.2", Package: "xdpshield/sim", Status: "pass", Pass: 31, Seconds: 26.4},
-		{Kernel: "7.2", Package: "xdpshield/e2e", Status: "pass", Pass: 5, Seconds: 14, Tests: []TestResult{live}},
+		{Kernel: "5.10", Package: "github.com/xdpshield/xdpshield/sim", Status: "fail", Pass: 30, Fail: 1, Seconds: 38.2},
+		{Kernel: "5.10", Package: "github.com/xdpshield/xdpshield/e2e", Status: "pass", Pass: 4, Skip: 1, Seconds: 12.5, Tests: []TestResult{skipped}},
+		{Kernel: "7.2", Package: "github.com/xdpshield/xdpshield/sim", Status: "pass", Pass: 31, Seconds: 26.4},
+		{Kernel: "7.2", Package: "github.com/xdpshield/xdpshield/e2e", Status: "pass", Pass: 5, Seconds: 14, Tests: []TestResult{live}},
 	}
 	r.SkipDiffs = skipDiffs(r.Cells)
-	r.Failures = []Failure{{Kernel: "5.10", Package: "xdpshield/sim", Test: "TestCoarseClock",
+	r.Failures = []Failure{{Kernel: "5.10", Package: "github.com/xdpshield/xdpshield/sim", Test: "TestCoarseClock",
 		Output: []string{"sim_test.go:12: load: invalid argument:", "0: (85) call unknown#160", "invalid func unknown#160"}}}
 	return r
 }
@@ -124,7 +124,7 @@ func TestRender(t *testing.T) {
 
 func TestSkipDiffs(t *testing.T) {
 	got := sampleReport().SkipDiffs
-	want := []SkipDiff{{Package: "xdpshield/e2e", Test: "TestStorm/live",
+	want := []SkipDiff{{Package: "github.com/xdpshield/xdpshield/e2e", Test: "TestStorm/live",
 		SkippedOn: map[string]string{"5.10": "BPF_F_TEST_XDP_LIVE_FRAMES needs kernel 5.18+"}, PassedOn: []string{"7.2"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("skipDiffs() = %+v, want %+v", got, want)

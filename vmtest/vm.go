@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"xdpshield/internal/flock"
+	"github.com/xdpshield/xdpshield/internal/flock"
 )
 
 // ExitCode is what the harness's commands exit with.

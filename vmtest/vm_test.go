@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 func TestCPIO(t *testing.T) {
@@ -72,7 +72,7 @@ func TestModuleName(t *testing.T) {
 func TestInitScript(t *testing.T) {
 	vm := &VM{
 		Kernel: &Kernel{Pin: &Pin{Name: "6.1", Release: "6.1.0-50-cloud-amd64"}},
-		Runs:   []Run{{Name: "xdpshield/sim", Dir: "/work/main/sim", Args: []string{"-test.run=^TestA$", "-test.v"}}},
+		Runs:   []Run{{Name: "github.com/xdpshield/xdpshield/sim", Dir: "/work/main/sim", Args: []string{"-test.run=^TestA$", "-test.v"}}},
 		Env:    []string{"SHIELD_X=a b"},
 		accel:  "tcg",
 	}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // needVM skips VM tests in -short mode, and skips (or fails, with
@@ -53,8 +53,8 @@ func TestBrokenProgramOn510(t *testing.T) {
 		t.Fatalf("Matrix.Run() code = %v, want %v\n%s", code, ExitTestFailure, live.String())
 	}
 	for _, want := range []string{
-		"xdpshield/vmtest/testdata/broken  0/1/0",
-		"[5.10] xdpshield/vmtest/testdata/broken TestCoarseClockWithoutProbe",
+		"github.com/xdpshield/xdpshield/vmtest/testdata/broken  0/1/0",
+		"[5.10] github.com/xdpshield/xdpshield/vmtest/testdata/broken TestCoarseClockWithoutProbe",
 		"call unknown#160",
 		"invalid func unknown#160",
 	} {
@@ -141,7 +141,7 @@ func TestGoTestExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	vmexec := filepath.Join(t.TempDir(), "vmexec")
-	if out, err := exec.Command("go", "build", "-o", vmexec, "xdpshield/vmtest/cmd/vmexec").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", vmexec, "github.com/xdpshield/xdpshield/vmtest/cmd/vmexec").CombinedOutput(); err != nil {
 		t.Fatalf("build vmexec: %v\n%s", err, out)
 	}
 	cmd := exec.Command("go", "test", "-count=1", "-v", "-exec", vmexec+" -kernel 6.1", "./internal/topo")

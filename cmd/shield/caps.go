@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Capability numbers (linux/capability.h).

@@ -16,10 +16,10 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/shield"
-	"xdpshield/shield/api"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // TestCLI runs every API command (status, top, limits get|set, allow and

@@ -18,8 +18,8 @@ import (
 	"strings"
 	"time"
 
-	"xdpshield/shield/api"
-	svc "xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/api"
+	svc "github.com/xdpshield/xdpshield/service"
 )
 
 // Environment the API commands read when their flags are not given.

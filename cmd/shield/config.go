@@ -13,11 +13,11 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"xdpshield/l7"
-	"xdpshield/lb"
-	"xdpshield/shield"
-	"xdpshield/shield/api"
-	svc "xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/lb"
+	svc "github.com/xdpshield/xdpshield/service"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // config is the service's configuration file (TOML; docs/shield.example.toml

@@ -11,8 +11,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"xdpshield/e2e"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // The documented example must stay a valid, complete configuration: every

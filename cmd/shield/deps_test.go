@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // labDeps are the import paths the product binary must not link: the test
@@ -21,14 +21,14 @@ var labDeps = []string{
 	"github.com/google/gopacket",
 	"github.com/stretchr/testify",
 	"github.com/testcontainers/testcontainers-go",
-	"xdpshield/sim",
-	"xdpshield/e2e",
-	"xdpshield/study",
-	"xdpshield/vmtest",
-	"xdpshield/internal/gate",
-	"xdpshield/internal/testutil",
-	"xdpshield/internal/topo",
-	"xdpshield/cmd/shieldlab",
+	"github.com/xdpshield/xdpshield/sim",
+	"github.com/xdpshield/xdpshield/e2e",
+	"github.com/xdpshield/xdpshield/study",
+	"github.com/xdpshield/xdpshield/vmtest",
+	"github.com/xdpshield/xdpshield/vmtest/gate",
+	"github.com/xdpshield/xdpshield/internal/testutil",
+	"github.com/xdpshield/xdpshield/internal/topo",
+	"github.com/xdpshield/xdpshield/cmd/shieldlab",
 }
 
 // labLinked returns the packages of deps that labDeps names.
@@ -46,8 +46,8 @@ func labLinked(deps []string) []string {
 }
 
 func TestLabLinked(t *testing.T) {
-	deps := []string{"fmt", "testing/iotest", "xdpshield/simple", "xdpshield/sim", "github.com/google/gopacket/layers", "xdpshield/shield"}
-	require.Equal(t, []string{"testing/iotest", "xdpshield/sim", "github.com/google/gopacket/layers"}, labLinked(deps))
+	deps := []string{"fmt", "testing/iotest", "github.com/xdpshield/xdpshield/simple", "github.com/xdpshield/xdpshield/sim", "github.com/google/gopacket/layers", "github.com/xdpshield/xdpshield/shield"}
+	require.Equal(t, []string{"testing/iotest", "github.com/xdpshield/xdpshield/sim", "github.com/google/gopacket/layers"}, labLinked(deps))
 }
 
 // TestProductLinksNoLab: `go list -deps ./cmd/shield` names no test
@@ -69,6 +69,6 @@ func TestProductLinksNoLab(t *testing.T) {
 	require.False(t, errors.As(err, &ee), "the go command is needed: %v", err)
 	require.NoError(t, err, "go list -deps ./cmd/shield:\n%s", stderr.String())
 	deps := strings.Fields(string(out))
-	require.Contains(t, deps, "xdpshield/shield", "go list -deps printed no product package")
+	require.Contains(t, deps, "github.com/xdpshield/xdpshield/shield", "go list -deps printed no product package")
 	require.Empty(t, labLinked(deps), "the shield binary links test or lab packages (move them to cmd/shieldlab)")
 }

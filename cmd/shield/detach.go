@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"os"
 
-	"xdpshield/lb"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func init() {

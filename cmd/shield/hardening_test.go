@@ -27,11 +27,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Tests named after the findings of issue 10 ("the service under attack and

@@ -17,9 +17,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Tests named after issue 23's findings 5, 6 and 9, each reproducing the

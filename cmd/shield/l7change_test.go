@@ -13,8 +13,8 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"xdpshield/l7"
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/l7"
 )
 
 // TestServeL7Change changes the [l7] policy of a running serve with `shield

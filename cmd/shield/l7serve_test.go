@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7"
 )
 
 // l7Backend is an HTTP server in the edge namespace that records every

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
 )
 
 func init() {

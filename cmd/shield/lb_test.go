@@ -13,10 +13,10 @@ import (
 	"strings"
 	"testing"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/lb"
-	"xdpshield/shield"
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // TestLBCLI runs `shield lb list|add|drain|remove` against an in-process

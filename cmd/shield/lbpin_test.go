@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/lb"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb"
 )
 
 // envLBClient makes the test binary a TCP client (see init): "NETNS

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb"
 )
 
 // TestServeLB runs `shield serve` with an [[lb.service]]: a process in the

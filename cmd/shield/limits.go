@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"strings"
 
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func init() {

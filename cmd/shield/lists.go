@@ -8,7 +8,7 @@ import (
 	"os"
 	"strings"
 
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func init() {

@@ -8,8 +8,8 @@ import (
 	"math"
 	"time"
 
-	"xdpshield/shield"
-	"xdpshield/shield/nft"
+	"github.com/xdpshield/xdpshield/nft"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func init() {

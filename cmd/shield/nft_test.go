@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestNftFromConfig renders the twin of a serve configuration file: its

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"xdpshield/probe"
+	"github.com/xdpshield/xdpshield/probe"
 )
 
 func init() {

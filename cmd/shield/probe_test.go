@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/probe"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/probe"
 )
 
 func TestProbeFlags(t *testing.T) {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/bpf"
-	"xdpshield/internal/testutil"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 const millionSources = 1_000_000

@@ -8,13 +8,13 @@ import (
 	"log/slog"
 	"os"
 
-	"xdpshield/shield"
-	"xdpshield/shield/api"
-	svc "xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/api"
+	svc "github.com/xdpshield/xdpshield/service"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Log attribute keys of the command's own logs (the service logs its
-// lifecycle itself: shield/service).
+// lifecycle itself: service).
 const (
 	keyIface  = "iface"
 	keyPinDir = "pin_dir"
@@ -127,7 +127,7 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, o))
 }
 
-// serve runs the service (shield/service) until ctx is done.
+// serve runs the service (service) until ctx is done.
 func serve(ctx context.Context, log *slog.Logger, sc svc.Config) error {
 	s, err := svc.Start(ctx, sc, log)
 	if err != nil {

@@ -21,10 +21,10 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // envAsMain makes the test binary run main() instead of the tests: the

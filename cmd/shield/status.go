@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"xdpshield/shield"
-	"xdpshield/shield/api"
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func init() {

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 func init() {

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"os"
 
-	"xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e"
 )
 
 // The container lane's agents (e2e/agent.go): the edge image runs

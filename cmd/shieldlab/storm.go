@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e"
 )
 
 func init() {

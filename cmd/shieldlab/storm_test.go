@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // stormCmd is this test binary run as `shieldlab storm args...` (see TestMain),

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/study"
+	"github.com/xdpshield/xdpshield/study"
 )
 
 func init() {

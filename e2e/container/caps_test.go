@@ -14,10 +14,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/e2e"
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // ModernCaps is the set for engines and kernels that know CAP_BPF (5.8+,

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
 // DaemonArgs are the flags that keep the daemon from changing the host's

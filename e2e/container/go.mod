@@ -1,4 +1,4 @@
-module xdpshield/e2e/container
+module github.com/xdpshield/xdpshield/e2e/container
 
 go 1.26.8
 
@@ -9,7 +9,7 @@ require (
 	github.com/stretchr/testify v1.12.1
 	github.com/testcontainers/testcontainers-go v0.45.0
 	github.com/vishvananda/netlink v1.3.1
-	xdpshield v0.0.0
+	github.com/xdpshield/xdpshield v0.0.0
 )
 
 require (
@@ -71,4 +71,4 @@ require (
 
 // The container lane tests the root module's packages and binaries from
 // this checkout.
-replace xdpshield => ../..
+replace github.com/xdpshield/xdpshield => ../..

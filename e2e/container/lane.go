@@ -16,10 +16,10 @@ import (
 	tc "github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"xdpshield/e2e"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
-	"xdpshield/shield/service"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/service"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // Image targets of the Dockerfile.

@@ -19,10 +19,10 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 	"github.com/vishvananda/netlink"
 
-	"xdpshield/e2e"
-	"xdpshield/internal/testutil"
-	"xdpshield/internal/topo"
-	"xdpshield/shield"
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield"
 )
 
 // TestContainerLane starts its own Docker daemon, builds the three images

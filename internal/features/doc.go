@@ -6,7 +6,7 @@
 // what the lab does with it, and a test that needs a missing one skips
 // naming the feature and the errno (internal/testutil.Feature). The gate
 // records, per kernel, which features were present, so a feature that
-// disappears from a pinned kernel fails it there (internal/gate).
+// disappears from a pinned kernel fails it there (vmtest/gate).
 //
 // What the product itself needs (XDP, BPF_PROG_TEST_RUN, the shield's maps,
 // cgroup and sockmap programs) is not probed here: its absence is a failure,
@@ -16,7 +16,7 @@
 // probes fail as the refusing kernel does, with EPERM, so that the skip path
 // is exercised on a kernel that has the feature.
 //
-// It loads programs through xdpshield/bpf and closes them; it attaches
+// It loads programs through github.com/xdpshield/xdpshield/bpf and closes them; it attaches
 // nothing that outlives a probe and touches no network namespace but its
 // own loopback (a live-frames test run of one dropped frame).
 package features

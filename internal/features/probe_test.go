@@ -6,9 +6,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/features"
-	"xdpshield/internal/kernel"
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/features"
+	"github.com/xdpshield/xdpshield/internal/kernel"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestProbesOnNewKernels: on a kernel past every feature's release each

@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
-	"xdpshield/internal/features"
-	"xdpshield/internal/kernel"
+	"github.com/xdpshield/xdpshield/internal/features"
+	"github.com/xdpshield/xdpshield/internal/kernel"
 )
 
 // RequirePriv is set (SHIELD_REQUIRE_PRIV=1, as CI and the VMs do) when a
@@ -46,7 +46,7 @@ func Kernel(t testing.TB, major, minor int, feature string) {
 // benchmarks need, naming the feature and the errno ("kernel feature
 // map_elem_iter unavailable (EPERM): ..."). It skips under
 // SHIELD_REQUIRE_PRIV too: kernel builds differ, and the gate fails a pinned
-// kernel that loses a feature it had (internal/gate).
+// kernel that loses a feature it had (vmtest/gate).
 func Feature(t testing.TB, f *features.Feature) {
 	t.Helper()
 	if err := f.Check(); err != nil {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 
-	"xdpshield/internal/features"
+	"github.com/xdpshield/xdpshield/internal/features"
 )
 
 // TestFeatureSkips: a test needing a feature the kernel refuses skips, even

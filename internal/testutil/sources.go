@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // FillSources writes distinct sources (2001:db8::/96 plus a counter)

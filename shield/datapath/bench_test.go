@@ -8,9 +8,9 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/internal/testutil"
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // dropProgram loads sim's XDP_DROP reference, closed when tb ends.

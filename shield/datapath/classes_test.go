@@ -6,8 +6,8 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // Extension headers of the issue-23 attacks and of chains around the

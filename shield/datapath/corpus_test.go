@@ -5,8 +5,8 @@ import (
 
 	"github.com/google/gopacket/layers"
 
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // bad is a frame the shield must pass untouched, and the reason it must give.

@@ -3,8 +3,8 @@ package datapath
 import (
 	"fmt"
 
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // Key names one shield counter as scenarios and goldens write it:

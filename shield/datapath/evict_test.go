@@ -10,8 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // TestFloodEvictsBySet measures what a forged flood, every forged source

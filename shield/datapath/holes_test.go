@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // The tests of this file are named after the findings of issue 9, each of

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"xdpshield/shield"
-	"xdpshield/sim"
+	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // TestListsNested: allow beats deny at any prefix length, in both nestings,

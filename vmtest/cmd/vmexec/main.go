@@ -1,7 +1,7 @@
 // Command vmexec runs one test binary inside a pinned kernel under qemu, for
 // `go test -exec`:
 //
-//	CGO_ENABLED=0 go test -exec 'go run xdpshield/vmtest/cmd/vmexec -kernel 6.1' ./sim/...
+//	CGO_ENABLED=0 go test -exec 'go run github.com/xdpshield/xdpshield/vmtest/cmd/vmexec -kernel 6.1' ./sim/...
 //
 // (go test runs the exec command in the package's directory, so name the
 // command by import path, not ./vmtest/...). The binary runs as root in the
@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"time"
 
-	"xdpshield/vmtest"
+	"github.com/xdpshield/xdpshield/vmtest"
 )
 
 func main() {

@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/netip"
+
+	"github.com/xdpshield/xdpshield/lb"
+)
+
+// Log attribute keys of the balancer's changes.
+const (
+	keyService  = "service"
+	keyBackends = "backends"
+)
+
+// LBService is a balanced service in GET /v1/lb and change answers.
+type LBService struct {
+	Service  string      `json:"service"` // PROTO/VIP:PORT, the key the changes take
+	Mode     string      `json:"mode"`
+	Backends []LBBackend `json:"backends"`
+	// Calls are connect()/sendmsg() calls to the service, by outcome.
+	Translated uint64 `json:"translated"`
+	NoBackend  uint64 `json:"no_backend"`
+}
+
+// LBBackend is one backend and its state (active or draining).
+type LBBackend struct {
+	Addr  string `json:"addr"`
+	State string `json:"state"`
+}
+
+// LBResponse is GET /v1/lb.
+type LBResponse struct {
+	Services        []LBService `json:"services"`
+	NotService      uint64      `json:"not_service"` // calls in the cgroup to no service
+	ReverseEntries  int         `json:"reverse_entries"`
+	ReverseCapacity uint32      `json:"reverse_capacity"`
+}
+
+// LBChangeRequest is the body of POST /v1/lb/backends (add), POST
+// /v1/lb/drain and DELETE /v1/lb/backends (remove).
+type LBChangeRequest struct {
+	Service  string   `json:"service"`  // PROTO/VIP:PORT
+	Backends []string `json:"backends"` // ADDR:PORT
+}
+
+// registerLB serves the balancer's endpoints and metrics.
+func (s *Server) registerLB(l *lb.LB, allowed map[string]string) {
+	s.mux.HandleFunc("GET /v1/lb", s.read(func(w http.ResponseWriter, r *http.Request) { s.getLB(w, l) }))
+	s.mux.HandleFunc("POST /v1/lb/backends", s.change(func(w http.ResponseWriter, r *http.Request) {
+		s.changeLB(w, r, l, "add", l.AddBackends)
+	}))
+	s.mux.HandleFunc("DELETE /v1/lb/backends", s.change(func(w http.ResponseWriter, r *http.Request) {
+		s.changeLB(w, r, l, "remove", l.RemoveBackends)
+	}))
+	s.mux.HandleFunc("POST /v1/lb/drain", s.change(func(w http.ResponseWriter, r *http.Request) {
+		s.changeLB(w, r, l, "drain", l.DrainBackends)
+	}))
+	allowed["/v1/lb"] = "GET"
+	allowed["/v1/lb/backends"] = "POST, DELETE"
+	allowed["/v1/lb/drain"] = "POST"
+	s.reg.MustRegister(l.Collector())
+}
+
+func lbService(s lb.Service, c [lb.NumOutcomes]uint64) LBService {
+	out := LBService{Service: s.ServiceKey.String(), Mode: string(s.Mode), Backends: []LBBackend{},
+		Translated: c[lb.Translated], NoBackend: c[lb.NoBackend]}
+	for _, b := range s.Backends {
+		st := "active"
+		if b.Draining {
+			st = "draining"
+		}
+		out.Backends = append(out.Backends, LBBackend{Addr: b.Addr.String(), State: st})
+	}
+	return out
+}
+
+func (s *Server) getLB(w http.ResponseWriter, l *lb.LB) {
+	cnt, err := l.Counters()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	n, err := l.ReverseEntries()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	resp := LBResponse{Services: []LBService{}, NotService: cnt.NotService, ReverseEntries: n, ReverseCapacity: l.ReverseSize()}
+	for _, sv := range l.Services() {
+		resp.Services = append(resp.Services, lbService(sv, cnt.Services[sv.ServiceKey]))
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, op func(lb.ServiceKey, []netip.AddrPort) error) {
+	var req LBChangeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		s.fail(w, err)
+		return
+	}
+	k, err := lb.ParseServiceKey(req.Service)
+	if err != nil {
+		s.fail(w, badRequest{err})
+		return
+	}
+	addrs, err := lb.ParseBackends(req.Backends)
+	if err != nil {
+		s.fail(w, badRequest{err})
+		return
+	}
+	// Every refusal of the balancer is the request's fault (unknown
+	// service, duplicate, zero backends...): it changed nothing.
+	if err := op(k, addrs); err != nil {
+		s.log.Warn("lb change refused", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
+			keyService, k.String(), keyBackends, req.Backends, keyErr, err)
+		s.fail(w, badRequest{err})
+		return
+	}
+	sv, _ := l.Service(k)
+	s.log.Info("lb changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
+		keyService, k.String(), keyBackends, req.Backends)
+	cnt, _ := l.Counters()
+	writeJSON(w, http.StatusOK, lbService(sv, cnt.Services[k]))
+}
+
+// LB reads GET /v1/lb.
+func (c *Client) LB(ctx context.Context) (LBResponse, error) {
+	var r LBResponse
+	return r, c.do(ctx, http.MethodGet, "/v1/lb", nil, &r)
+}
+
+// LBChange adds ("add"), drains ("drain") or removes ("remove") backends of
+// a service.
+func (c *Client) LBChange(ctx context.Context, what, service string, backends []string) (LBService, error) {
+	var method, path string
+	switch what {
+	case "add":
+		method, path = http.MethodPost, "/v1/lb/backends"
+	case "drain":
+		method, path = http.MethodPost, "/v1/lb/drain"
+	case "remove":
+		method, path = http.MethodDelete, "/v1/lb/backends"
+	default:
+		return LBService{}, fmt.Errorf("unknown lb change %q (want add, drain or remove)", what)
+	}
+	var r LBService
+	return r, c.do(ctx, method, path, LBChangeRequest{Service: service, Backends: backends}, &r)
+}

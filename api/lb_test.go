@@ -1,0 +1,149 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb"
+)
+
+// newLBEnv is newEnv with a loaded (unattached) balancer holding one
+// service, tcp/198.18.1.1:80 with two backends.
+func newLBEnv(t *testing.T) (*env, *lb.LB) {
+	t.Helper()
+	testutil.Root(t)
+	l, err := lb.Load(lb.Options{ReverseSize: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	e := newEnv(t, api.Options{LB: l})
+	err = l.AddService(lb.Service{
+		ServiceKey: lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP},
+		Mode:       lb.Maglev,
+		Backends:   []lb.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}, {Addr: netip.MustParseAddrPort("198.18.2.2:8080")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, l
+}
+
+// TestLBAPI: list, add, drain and remove through the API; changes need the
+// token; bad input is a 400 naming the problem and changes nothing.
+func TestLBAPI(t *testing.T) {
+	e, l := newLBEnv(t)
+	c := e.client()
+	ctx := context.Background()
+	const svc = "tcp/198.18.1.1:80"
+
+	r, err := c.LB(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []api.LBService{{Service: svc, Mode: "maglev", Backends: []api.LBBackend{{"198.18.2.1:8080", "active"}, {"198.18.2.2:8080", "active"}}}}
+	if !reflect.DeepEqual(r.Services, want) || r.ReverseCapacity != 1024 {
+		t.Errorf("GET /v1/lb = %+v, want services %+v and reverse capacity 1024", r, want)
+	}
+
+	if code, _ := e.do(t, "POST", "/v1/lb/backends", "", `{"service":"`+svc+`","backends":["198.18.2.3:8080"]}`); code != http.StatusUnauthorized {
+		t.Errorf("POST /v1/lb/backends without token = %d, want 401", code)
+	}
+	for _, tc := range []struct {
+		method, path, body, want string
+	}{
+		{"POST", "/v1/lb/backends", `{"service":"tcp/198.18.1.9:80","backends":["198.18.2.3:8080"]}`, "unknown service tcp/198.18.1.9:80"},
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.1:8080"]}`, "duplicate backend 198.18.2.1:8080"},
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.3:8080","198.18.1.1:8080"]}`, "VIP 198.18.1.1 is a backend address"},
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.3:0"]}`, "port 0 is not a port"},
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.300:80"]}`, `backend "198.18.2.300:80"`},
+		{"POST", "/v1/lb/backends", `{"service":"tcp/198.18.1.1","backends":["198.18.2.3:80"]}`, `service "tcp/198.18.1.1"`},
+		{"DELETE", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.1:8080","198.18.2.2:8080"]}`, "zero backends"},
+		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.9:8080"]}`, "no backend 198.18.2.9:8080"},
+		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.1:8080"],"extra":1}`, `unknown field "extra"`},
+	} {
+		before := l.Services()
+		code, body := e.do(t, tc.method, tc.path, bearer, tc.body)
+		var er api.ErrorResponse
+		json.Unmarshal([]byte(body), &er)
+		if code != http.StatusBadRequest || !strings.Contains(er.Error, tc.want) {
+			t.Errorf("%s %s %s = %d %s, want 400 naming %q", tc.method, tc.path, tc.body, code, body, tc.want)
+		}
+		if after := l.Services(); !reflect.DeepEqual(after, before) {
+			t.Errorf("%s %s %s changed the services: %+v, want %+v", tc.method, tc.path, tc.body, after, before)
+		}
+	}
+
+	s, err := c.LBChange(ctx, "add", svc, []string{"198.18.2.3:8080"})
+	if err != nil || len(s.Backends) != 3 {
+		t.Fatalf("add: %+v, %v; want three backends", s, err)
+	}
+	s, err = c.LBChange(ctx, "drain", svc, []string{"198.18.2.1:8080"})
+	if err != nil || s.Backends[0] != (api.LBBackend{"198.18.2.1:8080", "draining"}) {
+		t.Fatalf("drain: %+v, %v; want 198.18.2.1:8080 draining", s, err)
+	}
+	s, err = c.LBChange(ctx, "remove", svc, []string{"198.18.2.1:8080"})
+	if err != nil || len(s.Backends) != 2 {
+		t.Fatalf("remove: %+v, %v; want two backends", s, err)
+	}
+	got, _ := l.Service(lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP})
+	if len(got.Backends) != 2 || got.Backends[0].Addr.String() != "198.18.2.2:8080" {
+		t.Errorf("balancer holds %+v after the changes, want 198.18.2.2:8080 and 198.18.2.3:8080", got.Backends)
+	}
+	if !strings.Contains(e.log.String(), `msg="lb changed"`) || !strings.Contains(e.log.String(), `msg="lb change refused"`) {
+		t.Errorf("log lacks the change and refusal lines:\n%s", e.log.String())
+	}
+}
+
+// TestLBMetrics: the shield_lb_* series are on /metrics and promtool
+// accepts them.
+func TestLBMetrics(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("promtool not found (Debian package prometheus; ci/deps.sh installs it): %v", err)
+	}
+	e, _ := newLBEnv(t)
+	resp, err := http.Get(e.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	text := string(b)
+	for _, want := range []string{
+		`shield_lb_calls_total{outcome="translated",service="tcp/198.18.1.1:80"} 0`,
+		`shield_lb_calls_total{outcome="no_backend",service="tcp/198.18.1.1:80"} 0`,
+		`shield_lb_backends{service="tcp/198.18.1.1:80",state="active"} 2`,
+		`shield_lb_backends{service="tcp/198.18.1.1:80",state="draining"} 0`,
+		"shield_lb_services 1",
+		"shield_lb_reverse_capacity 1024",
+		"shield_lb_reverse_entries 0",
+		"shield_lb_not_service_calls_total 0",
+	} {
+		if !strings.Contains(text, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	f := filepath.Join(t.TempDir(), "metrics")
+	os.WriteFile(f, b, 0o600)
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin, _ = os.Open(f)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+	var r api.LBResponse
+	if code, body := e.do(t, "GET", "/v1/lb", "", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &r) != nil {
+		t.Errorf("GET /v1/lb = %d %s", code, body)
+	}
+}

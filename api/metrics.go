@@ -1,0 +1,162 @@
+package api
+
+import (
+	"context"
+	"runtime"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/xdpshield/xdpshield/shield"
+)
+
+// BuildInfo labels shield_build_info.
+type BuildInfo struct {
+	Version  string
+	Revision string
+}
+
+// scrapeTimeout bounds the table walk a scrape does to count sources.
+const scrapeTimeout = 5 * time.Second
+
+var (
+	descPackets = prometheus.NewDesc("shield_packets_total",
+		"Packets seen by the XDP program, by verdict, reason and protocol (summed over CPUs).",
+		[]string{"verdict", "reason", "proto"}, nil)
+	descTracked = prometheus.NewDesc("shield_sources_tracked",
+		"Sources in the per-source table.", nil, nil)
+	descCapacity = prometheus.NewDesc("shield_sources_capacity",
+		"Capacity of the per-source table.", nil, nil)
+	descRate = prometheus.NewDesc("shield_limit_rate_packets_per_second",
+		"Configured refill rate of a bucket: per source, or for admitting new sources; of protected traffic (source, admission) or of return traffic (unprotected, unprotected_admission).", []string{"bucket"}, nil)
+	descBurst = prometheus.NewDesc("shield_limit_burst_packets",
+		"Configured burst of a bucket: per source, or for admitting new sources; of protected traffic (source, admission) or of return traffic (unprotected, unprotected_admission).", []string{"bucket"}, nil)
+	descProtected = prometheus.NewDesc("shield_protected_destinations",
+		"Destinations held to the client limits (0: every destination is).", nil, nil)
+	descOwn = prometheus.NewDesc("shield_own_addresses",
+		"The machine's own addresses: a frame from the wire claiming one as its source is dropped as spoofed.", []string{"family"}, nil)
+	descKeyPrefix = prometheus.NewDesc("shield_key_prefix_length",
+		"Prefix length a source is keyed by: its addresses share one bucket.", []string{"family"}, nil)
+	descDryRun = prometheus.NewDesc("shield_dry_run",
+		"1 when the shield counts would-be drops and passes them.", nil, nil)
+	descList = prometheus.NewDesc("shield_list_prefixes",
+		"Prefixes on the allow and deny lists.", []string{"list", "family"}, nil)
+	descBuild = prometheus.NewDesc("shield_build_info",
+		"Build of the running shield service; the value is always 1.",
+		[]string{"version", "revision", "goversion"}, nil)
+)
+
+// collector reads the program's maps at scrape time.
+type collector struct {
+	s     *Server
+	build BuildInfo
+}
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descBuild} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	sh := c.s.sh
+	if cnt, err := sh.Counters(); err != nil {
+		ch <- prometheus.NewInvalidMetric(descPackets, err)
+	} else {
+		for _, v := range shield.Verdicts() {
+			for _, r := range shield.Reasons() {
+				for _, p := range shield.Protos() {
+					ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue,
+						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
+				}
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	if n, err := c.s.sourceCount(ctx); err != nil {
+		ch <- prometheus.NewInvalidMetric(descTracked, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(descTracked, prometheus.GaugeValue, float64(n))
+	}
+	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(sh.TableSize()))
+
+	l := sh.Limits()
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Rate), "source")
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.AdmissionRate), "admission")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Burst), "source")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.AdmissionBurst), "admission")
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Unprotected.Rate), "unprotected")
+	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Unprotected.AdmissionRate), "unprotected_admission")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Unprotected.Burst), "unprotected")
+	ch <- prometheus.MustNewConstMetric(descBurst, prometheus.GaugeValue, float64(l.Unprotected.AdmissionBurst), "unprotected_admission")
+	ch <- prometheus.MustNewConstMetric(descProtected, prometheus.GaugeValue, float64(len(l.Protected)))
+	ch <- prometheus.MustNewConstMetric(descKeyPrefix, prometheus.GaugeValue, float64(l.KeyPrefix4), "ipv4")
+	ch <- prometheus.MustNewConstMetric(descKeyPrefix, prometheus.GaugeValue, float64(l.KeyPrefix6), "ipv6")
+	if own, err := sh.Own(); err == nil {
+		n4 := 0
+		for _, a := range own {
+			if a.Is4() {
+				n4++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descOwn, prometheus.GaugeValue, float64(n4), "ipv4")
+		ch <- prometheus.MustNewConstMetric(descOwn, prometheus.GaugeValue, float64(len(own)-n4), "ipv6")
+	}
+	dry := 0.0
+	if l.DryRun {
+		dry = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descDryRun, prometheus.GaugeValue, dry)
+
+	for _, list := range []shield.List{shield.AllowList, shield.DenyList} {
+		ps, err := sh.List(list)
+		if err != nil {
+			ch <- prometheus.NewInvalidMetric(descList, err)
+			continue
+		}
+		n4, n6 := 0, 0
+		for _, p := range ps {
+			if p.Addr().Is4() {
+				n4++
+			} else {
+				n6++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descList, prometheus.GaugeValue, float64(n4), list.String(), "ipv4")
+		ch <- prometheus.MustNewConstMetric(descList, prometheus.GaugeValue, float64(n6), list.String(), "ipv6")
+	}
+	ch <- prometheus.MustNewConstMetric(descBuild, prometheus.GaugeValue, 1,
+		c.build.Version, c.build.Revision, runtime.Version())
+}
+
+func newRegistry(s *Server, opts Options) (*prometheus.Registry, *prometheus.CounterVec) {
+	reg := prometheus.NewRegistry()
+	build := opts.Build
+	if build.Version == "" {
+		build.Version = "dev"
+	}
+	if build.Revision == "" {
+		build.Revision = "unknown"
+	}
+	reg.MustRegister(collector{s: s, build: build})
+	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shield_api_requests_total",
+		Help: "API requests answered, by HTTP status code.",
+	}, []string{"code"})
+	reg.MustRegister(reqs)
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shield_attached",
+		Help: "1 while the program protects the interface, 0 while it cannot (interface gone, program detached).",
+	}, func() float64 {
+		if ok, _ := s.health(); ok {
+			return 1
+		}
+		return 0
+	}))
+	if !opts.NoProcessMetrics {
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
+	return reg, reqs
+}
