@@ -28,8 +28,10 @@
  * policy denies it (the proxy answers 403) or routes it nowhere (404), when
  * the policy holds what the kernel does not implement (set_header), when no
  * pooled socket exists (a miss: the proxy forwards it and fills the pool),
- * or while the proxy has not answered every request passed before (so
- * responses never overtake each other).
+ * or while the proxy has not answered every request passed before. That
+ * keeps the proxy's answers behind the ones it owes, not behind a response
+ * still coming from a backend the kernel forwarded to: a connection's
+ * responses can leave out of order (issue 24, finding 2, open).
  *
  * Loads and attaches on 5.10 and later: sockhash and SK_SKB parser/verdict
  * (4.18), bounded loops (5.3), sockhash lookup from programs (probed by the

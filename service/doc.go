@@ -10,8 +10,9 @@
 // `shield serve` (cmd/shield) and the storms (e2e) both run it, so a storm
 // exercises what operators run. Start works in the caller's network
 // namespace: the interface, the listener and the pins it finds there are
-// the service's. It validates its Config and binds the listener before it
-// touches the data path. It never detaches the program on its own: when it
+// the service's. It validates its Config, binds its admin socket, attaches,
+// and then binds the API's TCP listener, retrying while the port is taken
+// (an occupied port never leaves the interface unprotected). It never detaches the program on its own: when it
 // stops, the pinned link keeps the interface protected (shield detach, or
 // Service.Detach, removes it). It writes the maps only through package
 // shield and never sits on the packet path.
