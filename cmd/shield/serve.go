@@ -53,15 +53,21 @@ func runServe(ctx context.Context, args []string) error {
 	// Hidden: the container lane proves a capability is needed by the
 	// kernel's refusal, not only by this check.
 	noCapCheck := os.Getenv("SHIELD_NO_CAP_CHECK") == "1"
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+		return usagef("serve: unexpected arguments %q", fs.Args())
+	}
+	if *logFormat != "" {
+		errLogFormat = *logFormat
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
+	}
+	if *logFormat == "" {
+		errLogFormat = cfg.Log.Format
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runShield runs shield in-process with args: exit status, stdout, stderr.
+// In-process: the unprivileged pass runs the test binary as nobody, who
+// may not read the build directory to build or re-exec shield.
+func runShield(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errw bytes.Buffer
+	code := run(context.Background(), args, &out, &errw)
+	return code, out.String(), errw.String()
+}
+
+// TestCLIExitCodes: help exits 0 with the usage on stdout; a command line
+// shield cannot act on (unknown command, bad flag, missing or extra
+// argument) exits 2 with the complaint on stderr; a runtime error exits
+// 1 (issue 28, CLI conventions).
+func TestCLIExitCodes(t *testing.T) {
+	for _, k := range []string{envAPI, envToken, envTokenFile} {
+		t.Setenv(k, "")
+	}
+	missing := filepath.Join(t.TempDir(), "missing.toml")
+	const (
+		toOut = "stdout"
+		toErr = "stderr"
+	)
+	for _, tc := range []struct {
+		args  []string
+		code  int
+		where string // where the output goes; the other stream stays empty
+		want  string
+	}{
+		{nil, exitUsage, toErr, "usage: shield"},
+		{[]string{"help"}, exitOK, toOut, "usage: shield"},
+		{[]string{"-h"}, exitOK, toOut, "usage: shield"},
+		{[]string{"-help"}, exitOK, toOut, "usage: shield"},
+		{[]string{"--help"}, exitOK, toOut, "usage: shield"},
+		{[]string{"version"}, exitOK, toOut, "shield "},
+		{[]string{"--version"}, exitOK, toOut, "shield "},
+		{[]string{"-version"}, exitOK, toOut, "shield "},
+		{[]string{"version", "-json"}, exitOK, toOut, `"version"`},
+		{[]string{"version", "extra"}, exitUsage, toErr, "unexpected arguments"},
+		{[]string{"bogus"}, exitUsage, toErr, `unknown command "bogus"`},
+		{[]string{"storm"}, exitUsage, toErr, "shieldlab storm"},
+		{[]string{"serve", "-h"}, exitOK, toOut, "-log-format"},
+		{[]string{"serve", "-bogus"}, exitUsage, toErr, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "-table-size", "many"}, exitUsage, toErr, "invalid value"},
+		{[]string{"serve", "extra"}, exitUsage, toErr, "unexpected arguments"},
+		{[]string{"serve", "-iface", "lo", "-config", missing}, exitRuntime, toErr, "no such file"},
+		{[]string{"status", "-h"}, exitOK, toOut, "-api"},
+		{[]string{"status", "-bogus"}, exitUsage, toErr, "flag provided but not defined"},
+		{[]string{"top", "-h"}, exitOK, toOut, "-api"},
+		{[]string{"top", "extra"}, exitUsage, toErr, "unexpected arguments"},
+		{[]string{"detach", "-h"}, exitOK, toOut, "-iface"},
+		{[]string{"detach"}, exitUsage, toErr, "-iface is required"},
+		{[]string{"probe", "-h"}, exitOK, toOut, "-iface"},
+		{[]string{"probe"}, exitUsage, toErr, "-iface is required"},
+		{[]string{"nft", "-h"}, exitOK, toOut, "-config"},
+		{[]string{"nft", "extra"}, exitUsage, toErr, "unexpected arguments"},
+		{[]string{"l7", "-h"}, exitOK, toOut, "-api"},
+		{[]string{"l7", "extra"}, exitUsage, toErr, "unexpected arguments"},
+		{[]string{"l7", "set", "-h"}, exitOK, toOut, "-f"},
+		{[]string{"l7", "set"}, exitUsage, toErr, "want -f FILE"},
+		{[]string{"allow", "-h"}, exitOK, toOut, "allow add|del|list"},
+		{[]string{"allow"}, exitUsage, toErr, "allow add|del|list"},
+		{[]string{"allow", "add", "-h"}, exitOK, toOut, "-token-file"},
+		{[]string{"allow", "add"}, exitUsage, toErr, "give CIDRs"},
+		{[]string{"allow", "add", "198.18.0.1/32"}, exitRuntime, toErr, "operator token"},
+		{[]string{"deny", "list", "198.18.0.1/32"}, exitUsage, toErr, "takes no CIDRs"},
+		{[]string{"deny", "frob"}, exitUsage, toErr, "deny add|del|list"},
+		{[]string{"limits", "-h"}, exitOK, toOut, "limits get"},
+		{[]string{"limits"}, exitUsage, toErr, "limits get"},
+		{[]string{"limits", "set", "-h"}, exitOK, toOut, "-rate"},
+		{[]string{"limits", "set", "-rate", "x"}, exitUsage, toErr, "invalid value"},
+		{[]string{"limits", "get", "extra"}, exitUsage, toErr, "unexpected arguments"},
+		{[]string{"lb", "-h"}, exitOK, toOut, "lb list"},
+		{[]string{"lb"}, exitUsage, toErr, "lb list"},
+		{[]string{"lb", "list", "-h"}, exitOK, toOut, "-api"},
+		{[]string{"lb", "list", "extra"}, exitUsage, toErr, "takes no arguments"},
+		{[]string{"lb", "add", "tcp/198.18.0.100:80"}, exitUsage, toErr, "at least one ADDR:PORT"},
+	} {
+		name := "shield " + strings.Join(tc.args, " ")
+		code, out, errw := runShield(t, tc.args...)
+		assert.Equal(t, tc.code, code, "%s: exit status (stdout %q, stderr %q)", name, out, errw)
+		if tc.where == toOut {
+			assert.Contains(t, out, tc.want, "%s: stdout", name)
+			assert.Empty(t, errw, "%s: stderr", name)
+		} else {
+			assert.Contains(t, errw, tc.want, "%s: stderr", name)
+			assert.Empty(t, out, "%s: stdout", name)
+		}
+	}
+}
+
+// TestVersion: `shield version` prints the version and revision
+// shield_build_info carries (buildinfo.go) and the Go version; -json the
+// same as fields.
+func TestVersion(t *testing.T) {
+	code, out, _ := runShield(t, "version")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, version)
+	assert.Contains(t, out, strings.TrimSuffix(revision, "-dirty"))
+	assert.Contains(t, out, runtime.Version())
+
+	code, out, _ = runShield(t, "--version", "-json")
+	require.Equal(t, exitOK, code)
+	var v versionInfo
+	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
+	assert.Equal(t, version, v.Version)
+	assert.Equal(t, revision, v.Revision+map[bool]string{true: "-dirty"}[v.Dirty])
+	assert.Equal(t, runtime.Version(), v.Go)
+}
+
+// TestFatalErrorJSON: with -log-format json (or the file's [log] format
+// json), the error shield exits with is a JSON log line.
+func TestFatalErrorJSON(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "shield.toml")
+	writeFile(t, cfg, "iface = \"lo\"\ntable_size = 3\n[log]\nformat = \"json\"\n")
+	for _, args := range [][]string{
+		{"serve", "-log-format", "json", "-iface", "lo", "-config", filepath.Join(dir, "missing.toml")},
+		{"serve", "-config", cfg},
+	} {
+		code, out, errw := runShield(t, args...)
+		assert.Equal(t, exitRuntime, code, "%v", args)
+		assert.Empty(t, out, "%v", args)
+		var line map[string]any
+		require.NoError(t, json.Unmarshal([]byte(errw), &line), "%v: stderr %q", args, errw)
+		assert.Equal(t, "ERROR", line["level"], "%v", args)
+		assert.NotEmpty(t, line["err"], "%v", args)
+	}
+	code, _, errw := runShield(t, "serve", "-log-format", "text", "-config", cfg)
+	assert.Equal(t, exitRuntime, code)
+	assert.True(t, strings.HasPrefix(errw, "time="), "the flag overrides the file: %q", errw)
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+}
