@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -150,4 +151,59 @@ func TestFatalErrorJSON(t *testing.T) {
 func writeFile(t *testing.T, path, text string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+}
+
+// TestCheckSummary: `serve -check` prints what serve would run with, one
+// setting a line, not a Go struct dump.
+func TestCheckSummary(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "shield.toml")
+	writeFile(t, cfg, "iface = \"lo\"\n[limits]\nrate = 100\nburst = 200\nprotected = [\"tcp/443\"]\n[lists]\ndeny = [\"198.18.0.0/24\"]\n")
+	code, out, errw := runShield(t, "serve", "-check", "-config", cfg)
+	require.Equal(t, exitOK, code, errw)
+	assert.Empty(t, errw)
+	assert.NotContains(t, out, "{", "a struct dump")
+	assert.Contains(t, out, "configuration OK ("+cfg+")\n")
+	for _, want := range []string{
+		"  iface            lo\n",
+		"  limits           rate 100/s burst 200,",
+		"  protected        tcp/443\n",
+		"  keyed by         IPv4 /32, IPv6 /64\n",
+		"  deny list        1 prefixes\n",
+	} {
+		assert.Contains(t, out, want)
+	}
+}
+
+// TestCheckNamesLine: an invalid configuration file is reported with the
+// line (and column, where the TOML parser gives it) of the offending
+// key; a key a flag set names no line.
+func TestCheckNamesLine(t *testing.T) {
+	dir := t.TempDir()
+	for i, tc := range []struct {
+		file  string
+		flags []string
+		want  string
+	}{
+		// Syntax: the parser's own position.
+		{"iface = \"lo\"\n[limits]\nrate = \n", nil, ":3:8: expected value"},
+		// Semantic: validate's "key: message", placed on the key's line.
+		{"iface = \"lo\"\n\n[log]\n  format = \"yaml\"\n", nil, ":4:3: log.format: unknown format"},
+		{"iface = \"lo\"\ntable_size = 3000\n", nil, ":2:1: table_size:"},
+		{"iface = \"lo\"\n[api]\nlisten = \"198.18.0.1:9470\"\n", nil, ":3:1: "},
+		{"iface = \"lo\"\n[api]\nbogus = 1\n", nil, "unknown keys: api.bogus (line 3, column 1)"},
+		{"iface = \"lo\"\n[limits]\nburst = -1\n", nil, "limits.burst = -1 (line 3, column 1)"},
+	} {
+		cfg := filepath.Join(dir, fmt.Sprintf("c%d.toml", i))
+		writeFile(t, cfg, tc.file)
+		code, _, errw := runShield(t, append([]string{"serve", "-check", "-config", cfg}, tc.flags...)...)
+		assert.Equal(t, exitRuntime, code, "%q", tc.file)
+		assert.Contains(t, errw, tc.want, "%q", tc.file)
+		assert.Contains(t, errw, cfg, "%q", tc.file)
+	}
+	// The flag's value is refused, not the file's line.
+	cfg := filepath.Join(dir, "flag.toml")
+	writeFile(t, cfg, "iface = \"lo\"\ntable_size = 3000\n")
+	_, _, errw := runShield(t, "serve", "-check", "-config", cfg, "-table-size", "5")
+	assert.Contains(t, errw, `table_size: 5 out of range`)
+	assert.NotContains(t, errw, cfg+":2:")
 }
