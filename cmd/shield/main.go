@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"syscall"
 )
@@ -137,6 +138,10 @@ func run(ctx context.Context, args []string, out, errw io.Writer) int {
 		return exitUsage
 	}
 	name := args[0]
+	if name == "help" && len(args) > 1 {
+		// `shield help CMD [SUB]` is `shield CMD [SUB] -h`.
+		name, args = args[1], append(slices.Clone(args[1:]), "-h")
+	}
 	switch name {
 	case "-h", "-help", "--help", "help":
 		usage(out)
