@@ -36,25 +36,39 @@ func keyLines(path string) map[string]keyPos {
 	}
 	defer f.Close()
 	pos := map[string]keyPos{}
-	table := ""
+	add := func(k string, p keyPos) {
+		if _, ok := pos[k]; !ok {
+			pos[k] = p
+		}
+	}
+	// table is the current table; elem, in an array of tables, is the
+	// element ("lb.service[1]", as the validation names it).
+	table, elem := "", ""
+	count := map[string]int{}
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
 		if m := tomlHeader.FindStringSubmatchIndex(line); m != nil {
-			table = unquoteKey(line[m[2]:m[3]])
-			if _, ok := pos[table]; !ok {
-				pos[table] = keyPos{n, m[2] + 1}
+			table, elem = unquoteKey(line[m[2]:m[3]]), ""
+			p := keyPos{n, m[2] + 1}
+			add(table, p)
+			if strings.HasPrefix(strings.TrimSpace(line), "[[") {
+				elem = fmt.Sprintf("%s[%d]", table, count[table])
+				count[table]++
+				add(elem, p)
 			}
 			continue
 		}
 		if m := tomlKey.FindStringSubmatchIndex(line); m != nil {
 			k := unquoteKey(line[m[4]:m[5]])
+			p := keyPos{n, m[4] + 1}
+			if elem != "" {
+				add(elem+"."+k, p)
+			}
 			if table != "" {
 				k = table + "." + k
 			}
-			if _, ok := pos[k]; !ok {
-				pos[k] = keyPos{n, m[4] + 1}
-			}
+			add(k, p)
 		}
 	}
 	return pos
@@ -121,16 +135,19 @@ func placeErrors(path string, err error, fromFlag map[string]bool) error {
 		errs = j.Unwrap()
 	}
 	for _, e := range errs {
-		msg := e.Error()
-		// The key opens the message: "key: ..." or "key VALUE ...".
-		key := msg
-		if i := strings.IndexAny(msg, ": \n"); i >= 0 {
-			key = msg[:i]
+		// One problem a line (the sections join theirs); the key opens
+		// it: "key: ..." or "key VALUE ...".
+		lines := strings.Split(e.Error(), "\n")
+		for i, msg := range lines {
+			key := msg
+			if j := strings.IndexAny(msg, ": "); j >= 0 {
+				key = msg[:j]
+			}
+			if !fromFlag[key] {
+				lines[i] = at(pos, path, key, msg)
+			}
 		}
-		if !fromFlag[key] {
-			msg = at(pos, path, key, msg)
-		}
-		out = append(out, errors.New(msg))
+		out = append(out, errors.New(strings.Join(lines, "\n")))
 	}
 	return errors.Join(out...)
 }

@@ -194,6 +194,8 @@ func TestCheckNamesLine(t *testing.T) {
 		{"iface = \"lo\"\ntable_size = 3000\n", nil, ":2:1: table_size:"},
 		{"iface = \"lo\"\n[api]\nlisten = \"198.18.0.1:9470\"\n", nil, ":3:1: "},
 		{"iface = \"lo\"\n[api]\nbogus = 1\n", nil, "unknown keys: api.bogus (line 3, column 1)"},
+		// An element of an array of tables, as the validation names it.
+		{"iface = \"lo\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80\nbackends = [\"198.18.0.13:8080\"]\n\n[[lb.service]]\nvip = \"bogus\"\n", nil, ":7:3: lb.service[1]:"},
 		{"iface = \"lo\"\n[limits]\nburst = -1\n", nil, "limits.burst = -1 (line 3, column 1)"},
 	} {
 		cfg := filepath.Join(dir, fmt.Sprintf("c%d.toml", i))
