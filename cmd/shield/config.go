@@ -110,20 +110,25 @@ func loadConfig(path string) (config, error) {
 	}
 	md, err := toml.DecodeFile(path, &c)
 	if err != nil {
-		return c, fmt.Errorf("config %s: %w", path, err)
+		return c, configError(path, err)
 	}
+	pos := keyLines(path)
 	// Unsigned fields would take -1 as 2^64-1 and report that: name the
 	// negative values as written instead.
 	var raw map[string]any
 	if _, err := toml.DecodeFile(path, &raw); err == nil {
 		if neg := negatives("", raw); len(neg) > 0 {
+			for i, n := range neg {
+				k, _, _ := strings.Cut(n, " = ")
+				neg[i] = n + lineOf(pos, k)
+			}
 			return c, fmt.Errorf("config %s: negative values: %s", path, strings.Join(neg, ", "))
 		}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		keys := make([]string, len(und))
 		for i, k := range und {
-			keys[i] = k.String()
+			keys[i] = k.String() + lineOf(pos, k.String())
 		}
 		return c, fmt.Errorf("config %s: unknown keys: %s", path, strings.Join(keys, ", "))
 	}

@@ -24,11 +24,11 @@ func runDetach(ctx context.Context, args []string) error {
 	iface := fs.String("iface", "", "interface to unprotect")
 	pinRoot := fs.String("pin-root", shield.DefaultPinRoot, "bpffs directory of the pins")
 	lbOnly := fs.Bool("lb-only", false, "remove only the socket balancer's pins (lb/), keeping the shield attached")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if *iface == "" {
-		return errors.New("detach: -iface is required")
+		return usagef("detach: -iface is required")
 	}
 	detach, what := shield.Detach, "detached; program and pins removed"
 	if *lbOnly {

@@ -28,11 +28,11 @@ func runL7(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("l7", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("l7: unexpected arguments %q", fs.Args())
+		return usagef("l7: unexpected arguments %q", fs.Args())
 	}
 	cl, err := cf.client(false)
 	if err != nil {
@@ -154,14 +154,14 @@ func runL7Policy(ctx context.Context, sub string, args []string) error {
 	var cf clientFlags
 	cf.register(fs)
 	file := fs.String("f", "", "policy file: an [l7] section ([[l7.route]], [[l7.rbac]], hash_header, [l7.set_header]) (set)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("l7 %s: unexpected arguments %q", sub, fs.Args())
+		return usagef("l7 %s: unexpected arguments %q", sub, fs.Args())
 	}
 	if sub == "set" && *file == "" {
-		return errors.New("l7 set: want -f FILE")
+		return usagef("l7 set: want -f FILE")
 	}
 	if sub == "get" && *file != "" {
 		return errors.New("l7 get: -f is for l7 set")

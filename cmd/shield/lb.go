@@ -16,15 +16,21 @@ func init() {
 
 // runLB: `shield lb list`, `shield lb add tcp/198.18.0.100:80 198.18.0.13:8080`.
 func runLB(ctx context.Context, args []string) error {
+	if subHelp(args, "lb: want `lb list` or `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`"+" (`shield lb SUB -h` shows its flags)") {
+		return nil
+	}
 	if len(args) == 0 || !map[string]bool{"list": true, "add": true, "drain": true, "remove": true}[args[0]] {
-		return fmt.Errorf("lb: want `lb list` or `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`")
+		return usagef("lb: want `lb list` or `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`")
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("lb "+sub, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return helpOK(err)
+	}
+	if sub != "list" && fs.NArg() < 2 {
+		return usagef("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
 	}
 	cl, err := cf.client(sub != "list")
 	if err != nil {
@@ -32,7 +38,7 @@ func runLB(ctx context.Context, args []string) error {
 	}
 	if sub == "list" {
 		if fs.NArg() > 0 {
-			return fmt.Errorf("lb list takes no arguments")
+			return usagef("lb list takes no arguments")
 		}
 		r, err := cl.LB(ctx)
 		if err != nil {
@@ -43,9 +49,6 @@ func runLB(ctx context.Context, args []string) error {
 		}
 		printLB(r)
 		return nil
-	}
-	if fs.NArg() < 2 {
-		return fmt.Errorf("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
 	}
 	s, err := cl.LBChange(ctx, sub, fs.Arg(0), fs.Args()[1:])
 	if err != nil {

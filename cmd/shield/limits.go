@@ -15,8 +15,11 @@ func init() {
 }
 
 func runLimits(ctx context.Context, args []string) error {
+	if subHelp(args, "limits: want `limits get` or `limits set -rate N ...`"+" (`shield limits SUB -h` shows its flags)") {
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
-		return fmt.Errorf("limits: want `limits get` or `limits set -rate N ...`")
+		return usagef("limits: want `limits get` or `limits set -rate N ...`")
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("limits "+sub, flag.ContinueOnError)
@@ -34,11 +37,11 @@ func runLimits(ctx context.Context, args []string) error {
 	uaburst := fs.Uint64("unprotected-admission-burst", 0, "new sources of return traffic admitted at once")
 	kp4 := fs.Uint("key-prefix4", 0, "prefix length an IPv4 source is keyed by (1-32)")
 	kp6 := fs.Uint("key-prefix6", 0, "prefix length an IPv6 source is keyed by (1-128)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("limits %s: unexpected arguments %q", sub, fs.Args())
+		return usagef("limits %s: unexpected arguments %q", sub, fs.Args())
 	}
 	cl, err := cf.client(sub == "set")
 	if err != nil {

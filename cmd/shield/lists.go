@@ -21,15 +21,18 @@ func init() {
 }
 
 func runList(ctx context.Context, l shield.List, args []string) error {
+	if subHelp(args, fmt.Sprintf("%s: want `%s add|del|list` (`shield %s SUB -h` shows its flags)", l, l, l)) {
+		return nil
+	}
 	if len(args) == 0 || (args[0] != "add" && args[0] != "del" && args[0] != "list") {
-		return fmt.Errorf("%s: want `%s add|del|list`", l, l)
+		return usagef("%s: want `%s add|del|list`", l, l)
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet(l.String()+" "+sub, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	file := fs.String("f", "", "read CIDRs from FILE too, one per line (# comments; - is stdin)")
-	if err := fs.Parse(args[1:]); err != nil {
+	if err := parseFlags(fs, args[1:]); err != nil {
 		return helpOK(err)
 	}
 	cidrs := fs.Args()
@@ -40,6 +43,12 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 		}
 		cidrs = append(cidrs, more...)
 	}
+	if sub == "list" && len(cidrs) > 0 {
+		return usagef("%s list takes no CIDRs", l)
+	}
+	if sub != "list" && len(cidrs) == 0 {
+		return usagef("%s %s: give CIDRs as arguments or with -f", l, sub)
+	}
 	cl, err := cf.client(sub != "list")
 	if err != nil {
 		return err
@@ -47,9 +56,6 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 	var prefixes []string
 	switch sub {
 	case "list":
-		if len(cidrs) > 0 {
-			return fmt.Errorf("%s list takes no CIDRs", l)
-		}
 		r, err := cl.List(ctx, l)
 		if err != nil {
 			return err
@@ -59,9 +65,6 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 		}
 		prefixes = r.Prefixes
 	case "add", "del":
-		if len(cidrs) == 0 {
-			return fmt.Errorf("%s %s: give CIDRs as arguments or with -f", l, sub)
-		}
 		call := cl.Add
 		if sub == "del" {
 			call = cl.Remove

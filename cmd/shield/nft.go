@@ -29,11 +29,11 @@ func runNft(ctx context.Context, args []string) error {
 	del := fs.Bool("delete", false, "remove the table from this network namespace and exit")
 	table := fs.String("table", nft.DefaultTable, "name of the netdev table")
 	timeout := fs.Duration("timeout", time.Minute, "how long an idle source stays in its set")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("nft: unexpected arguments %q", fs.Args())
+		return usagef("nft: unexpected arguments %q", fs.Args())
 	}
 	if *del {
 		return nft.Delete(ctx, nil, *table)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -30,14 +29,14 @@ func runProbe(ctx context.Context, args []string) error {
 	nflows := fs.Int("flows", 10, "flows to show, busiest first")
 	asJSON := fs.Bool("json", false, "print one JSON object per interval instead of the live view")
 	clsact := fs.Bool("clsact", false, "attach with a clsact qdisc even where TCX is available")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("probe: unexpected arguments %q", fs.Args())
+		return usagef("probe: unexpected arguments %q", fs.Args())
 	}
 	if *iface == "" {
-		return errors.New("probe: -iface is required")
+		return usagef("probe: -iface is required")
 	}
 	if *port > 65535 {
 		return fmt.Errorf("probe: -port %d out of range", *port)

@@ -53,17 +53,26 @@ func runServe(ctx context.Context, args []string) error {
 	// Hidden: the container lane proves a capability is needed by the
 	// kernel's refusal, not only by this check.
 	noCapCheck := os.Getenv("SHIELD_NO_CAP_CHECK") == "1"
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+		return usagef("serve: unexpected arguments %q", fs.Args())
+	}
+	if *logFormat != "" {
+		errLogFormat = *logFormat
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
 	}
+	if *logFormat == "" {
+		errLogFormat = cfg.Log.Format
+	}
+	// fromFlag: the keys a flag set, whose errors name no line.
+	fromFlag := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
+		fromFlag[flagKeys[f.Name]] = true
 		switch f.Name {
 		case "iface":
 			cfg.Iface = *iface
@@ -91,12 +100,10 @@ func runServe(ctx context.Context, args []string) error {
 	})
 	set, err := cfg.validate()
 	if err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", err)
+		return fmt.Errorf("invalid configuration:\n%w", placeErrors(*cfgPath, err, fromFlag))
 	}
 	if *check {
-		fmt.Fprintf(stdout, "configuration OK: iface %s, mode %s, table %d, api %s (tls %v, reads need the token %v), token %s, limits %+v, allow %d, own addresses spoofed %v, deny %d, lb services %d, l7 routes %d rules %d\n",
-			cfg.Iface, set.mode, cfg.TableSize, cfg.API.Listen, cfg.API.TLSCert != "", cfg.API.AuthReads, tokenState(cfg.API.TokenFile), set.limits,
-			len(set.allow), cfg.Lists.OwnAddressesSpoofed, len(set.deny), len(cfg.LB.Service), len(cfg.L7.Routes), len(cfg.L7.RBAC))
+		printCheck(stdout, *cfgPath, cfg, set)
 		return nil
 	}
 	if !noCapCheck {
@@ -109,6 +116,11 @@ func runServe(ctx context.Context, args []string) error {
 	sc.AdoptUnverifiedPins = *adoptPins
 	return serve(ctx, log, sc)
 }
+
+// flagKeys are the configuration keys serve's flags set.
+var flagKeys = map[string]string{"iface": "iface", "mode": "mode", "listen": "api.listen", "token-file": "api.token_file",
+	"pin-root": "pin_root", "table-size": "table_size", "log-format": "log.format", "tls-cert": "api.tls_cert",
+	"tls-key": "api.tls_key", "admin-dir": "api.admin_dir", "dangerously-expose-api": "api.dangerously_expose"}
 
 func tokenState(path string) string {
 	if path == "" {

@@ -28,11 +28,11 @@ func runStatus(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("status: unexpected arguments %q", fs.Args())
+		return usagef("status: unexpected arguments %q", fs.Args())
 	}
 	cl, err := cf.client(false)
 	if err != nil {

@@ -19,11 +19,11 @@ func runTop(ctx context.Context, args []string) error {
 	cf.register(fs)
 	n := fs.Int("n", 10, fmt.Sprintf("how many sources (1-%d)", shield.MaxTop))
 	byName := fs.String("by", "dropped", "rank by dropped or passed")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("top: unexpected arguments %q", fs.Args())
+		return usagef("top: unexpected arguments %q", fs.Args())
 	}
 	by, err := shield.ParseTopOrder(*byName)
 	if err != nil {
