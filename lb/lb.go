@@ -30,6 +30,15 @@ const (
 	MaxServices = 255
 	// MaxBackends is how many backends fit, over all services.
 	MaxBackends = 1 << 16
+	// TableSlots is the size of every service's choice table (MAX_TABLE
+	// in bpf/lb.c), a prime as Maglev's population wants.
+	TableSlots = 16381
+	// MaxServiceBackends is how many backends one service may have: the
+	// Maglev paper (Eisenbud et al., NSDI 2016, section 3.4) advises a
+	// table of at least 100 slots per backend, so that every backend's
+	// share is even to about 1%; past it shares drift (2x at 10,000) and
+	// past TableSlots some backends are never chosen.
+	MaxServiceBackends = TableSlots / 100
 )
 
 // Options configure Load.
