@@ -68,6 +68,9 @@ type LB struct {
 	// commit rewrites every table rather than trust what it read.
 	stale bool
 
+	// writeFault fails map writes of a change, for tests (see fault).
+	writeFault func(what string) error
+
 	linkMu sync.Mutex
 	links  []link.Link
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -122,9 +123,18 @@ func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what
 		s.fail(w, badRequest{err})
 		return
 	}
-	// Every refusal of the balancer is the request's fault (unknown
-	// service, duplicate, zero backends...): it changed nothing.
+	// A refusal of the balancer is the request's fault (unknown service,
+	// duplicate, zero backends...): it changed nothing. A valid change the
+	// kernel would not take (lb.ApplyError) is the service's: a 500, the
+	// previous configuration written back.
 	if err := op(k, addrs); err != nil {
+		var ae *lb.ApplyError
+		if errors.As(err, &ae) {
+			s.log.Error("lb change failed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
+				keyService, k.String(), keyBackends, req.Backends, keyErr, err)
+			s.fail(w, err)
+			return
+		}
 		s.log.Warn("lb change refused", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
 			keyService, k.String(), keyBackends, req.Backends, keyErr, err)
 		s.fail(w, badRequest{err})
