@@ -95,9 +95,7 @@ func Load(opts Options) (*LB, error) {
 	}
 	mode := opts.state
 	if mode == "" {
-		if mode, err = probeStateMode(); err != nil {
-			return nil, err
-		}
+		mode = probeStateMode()
 	}
 	spec.Maps[bpf.LbMapReverse].MaxEntries = opts.ReverseSize
 	if mode == StateSocket {
@@ -177,18 +175,16 @@ const (
 
 // probeStateMode asks the kernel whether cgroup sock_addr programs (the
 // translation) and cgroup/sock programs (sock_release, which counts the
-// state gone) may call bpf_sk_storage_get.
-func probeStateMode() (StateMode, error) {
+// state gone) may call bpf_sk_storage_get. Any answer but yes, a failed
+// probe included, is the fallback: it works on every kernel the programs
+// load on.
+func probeStateMode() StateMode {
 	for _, pt := range []ebpf.ProgramType{ebpf.CGroupSockAddr, ebpf.CGroupSock} {
-		err := features.HaveProgramHelper(pt, asm.FnSkStorageGet)
-		if errors.Is(err, ebpf.ErrNotSupported) {
-			return StateLRU, nil
-		}
-		if err != nil {
-			return "", fmt.Errorf("probe bpf_sk_storage_get in %s programs: %w", pt, err)
+		if features.HaveProgramHelper(pt, asm.FnSkStorageGet) != nil {
+			return StateLRU
 		}
 	}
-	return StateSocket, nil
+	return StateSocket
 }
 
 // StateMode says where per-socket state is kept on this kernel.
