@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -33,10 +34,19 @@ type LBBackend struct {
 
 // LBResponse is GET /v1/lb.
 type LBResponse struct {
-	Services        []LBService `json:"services"`
-	NotService      uint64      `json:"not_service"` // calls in the cgroup to no service
-	ReverseEntries  int         `json:"reverse_entries"`
-	ReverseCapacity uint32      `json:"reverse_capacity"`
+	Services   []LBService `json:"services"`
+	NotService uint64      `json:"not_service"` // calls in the cgroup to no service
+	// StateMode is where per-socket state lives: "sk_storage" (on the
+	// socket, no capacity) or "lru" (the fallback, ReverseCapacity sockets).
+	StateMode string `json:"state_mode"`
+	// ReverseEntries is how many sockets hold state (from counters).
+	ReverseEntries  int    `json:"reverse_entries"`
+	ReverseCapacity uint32 `json:"reverse_capacity"` // 0 with sk_storage
+	// StateEvicted counts translations overwritten because a socket used
+	// more services than its state holds; StateMissed, translations whose
+	// state could not be stored (their VIP is not reported back).
+	StateEvicted uint64 `json:"state_evicted"`
+	StateMissed  uint64 `json:"state_missed"`
 }
 
 // LBChangeRequest is the body of POST /v1/lb/backends (add), POST
@@ -83,12 +93,14 @@ func (s *Server) getLB(w http.ResponseWriter, l *lb.LB) {
 		s.fail(w, err)
 		return
 	}
-	n, err := l.ReverseEntries()
+	st, err := l.StateCounters()
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	resp := LBResponse{Services: []LBService{}, NotService: cnt.NotService, ReverseEntries: n, ReverseCapacity: l.ReverseSize()}
+	resp := LBResponse{Services: []LBService{}, NotService: cnt.NotService, StateMode: string(l.StateMode()),
+		ReverseEntries: int(st.Live(l.StateMode(), l.ReverseSize())), ReverseCapacity: l.ReverseSize(),
+		StateEvicted: st.Evicted, StateMissed: st.Missed}
 	for _, sv := range l.Services() {
 		resp.Services = append(resp.Services, lbService(sv, cnt.Services[sv.ServiceKey]))
 	}
@@ -111,9 +123,18 @@ func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what
 		s.fail(w, badRequest{err})
 		return
 	}
-	// Every refusal of the balancer is the request's fault (unknown
-	// service, duplicate, zero backends...): it changed nothing.
+	// A refusal of the balancer is the request's fault (unknown service,
+	// duplicate, zero backends...): it changed nothing. A valid change the
+	// kernel would not take (lb.ApplyError) is the service's: a 500, the
+	// previous configuration written back.
 	if err := op(k, addrs); err != nil {
+		var ae *lb.ApplyError
+		if errors.As(err, &ae) {
+			s.log.Error("lb change failed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
+				keyService, k.String(), keyBackends, req.Backends, keyErr, err)
+			s.fail(w, err)
+			return
+		}
 		s.log.Warn("lb change refused", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
 			keyService, k.String(), keyBackends, req.Backends, keyErr, err)
 		s.fail(w, badRequest{err})

@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
@@ -40,6 +41,15 @@ func newLBEnv(t *testing.T) (*env, *lb.LB) {
 	return e, l
 }
 
+// wantCapacity is reverse_capacity: the fallback LRU's 1024 (newLBEnv),
+// 0 when state lives on the sockets.
+func wantCapacity(l *lb.LB) uint32 {
+	if l.StateMode() == lb.StateSocket {
+		return 0
+	}
+	return 1024
+}
+
 // TestLBAPI: list, add, drain and remove through the API; changes need the
 // token; bad input is a 400 naming the problem and changes nothing.
 func TestLBAPI(t *testing.T) {
@@ -53,8 +63,8 @@ func TestLBAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []api.LBService{{Service: svc, Mode: "maglev", Backends: []api.LBBackend{{"198.18.2.1:8080", "active"}, {"198.18.2.2:8080", "active"}}}}
-	if !reflect.DeepEqual(r.Services, want) || r.ReverseCapacity != 1024 {
-		t.Errorf("GET /v1/lb = %+v, want services %+v and reverse capacity 1024", r, want)
+	if !reflect.DeepEqual(r.Services, want) || r.ReverseCapacity != wantCapacity(l) || r.StateMode != string(l.StateMode()) {
+		t.Errorf("GET /v1/lb = %+v, want services %+v, reverse capacity %d, state mode %s", r, want, wantCapacity(l), l.StateMode())
 	}
 
 	if code, _ := e.do(t, "POST", "/v1/lb/backends", "", `{"service":"`+svc+`","backends":["198.18.2.3:8080"]}`); code != http.StatusUnauthorized {
@@ -71,6 +81,9 @@ func TestLBAPI(t *testing.T) {
 		{"POST", "/v1/lb/backends", `{"service":"tcp/198.18.1.1","backends":["198.18.2.3:80"]}`, `service "tcp/198.18.1.1"`},
 		{"DELETE", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.1:8080","198.18.2.2:8080"]}`, "zero backends"},
 		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.9:8080"]}`, "no backend 198.18.2.9:8080"},
+		// Issue 25, finding 4: more backends than the table tells apart.
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["` + strings.Join(manyBackends(lb.MaxServiceBackends-1), `","`) + `"]}`,
+			"164 backends, more than the 163"},
 		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.1:8080"],"extra":1}`, `unknown field "extra"`},
 	} {
 		before := l.Services()
@@ -113,7 +126,7 @@ func TestLBMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatalf("promtool not found (Debian package prometheus; ci/deps.sh installs it): %v", err)
 	}
-	e, _ := newLBEnv(t)
+	e, l := newLBEnv(t)
 	resp, err := http.Get(e.srv.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +140,9 @@ func TestLBMetrics(t *testing.T) {
 		`shield_lb_backends{service="tcp/198.18.1.1:80",state="active"} 2`,
 		`shield_lb_backends{service="tcp/198.18.1.1:80",state="draining"} 0`,
 		"shield_lb_services 1",
-		"shield_lb_reverse_capacity 1024",
+		fmt.Sprintf("shield_lb_reverse_capacity %d", wantCapacity(l)),
+		fmt.Sprintf(`shield_lb_state_mode{mode="%s"} 1`, l.StateMode()),
+		`shield_lb_state_events_total{event="evicted"} 0`,
 		"shield_lb_reverse_entries 0",
 		"shield_lb_not_service_calls_total 0",
 	} {
@@ -146,4 +161,13 @@ func TestLBMetrics(t *testing.T) {
 	if code, body := e.do(t, "GET", "/v1/lb", "", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &r) != nil {
 		t.Errorf("GET /v1/lb = %d %s", code, body)
 	}
+}
+
+// manyBackends are n backend addresses 198.18.4.0:80 onwards.
+func manyBackends(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(4 + i/256), byte(i)}), 80).String())
+	}
+	return out
 }

@@ -88,21 +88,6 @@ struct backend {
 	__u8 _pad[2];
 };
 
-/* Reverse translation: which VIP a socket meant when it reached a backend. */
-struct rev_key {
-	__u64 cookie;        /* bpf_get_socket_cookie: unique per socket per boot */
-	struct addr backend; /* the address the socket really talks to */
-	__u16 port;          /* network byte order */
-	__u8 _pad[6];
-};
-
-struct rev {
-	struct addr vip;
-	__u16 port; /* network byte order */
-	__u8 _pad[2];
-	__u32 svc_id;
-};
-
 /* Services by (VIP, port, protocol). */
 #define MAX_SERVICES 256
 struct {
@@ -140,16 +125,69 @@ struct {
 	__array(values, struct table);
 } tables SEC(".maps");
 
-/* Reverse translations. An LRU: the loader sets max_entries; entries of
- * connected sockets are deleted on release, those of unconnected UDP sockets
- * (no single peer to name them by at close) age out. */
+/* One translation a socket made: the backend it talks to and the VIP it
+ * meant, so connect4/6 and sendmsg4/6 choose the same backend again for the
+ * same service (per socket, not per datagram), and recvmsg4/6 and
+ * getpeername4/6 report the VIP back. */
+struct xlat {
+	struct addr backend; /* the address the socket really talks to */
+	struct addr vip;     /* the address it asked for */
+	__u16 be_port;       /* network byte order */
+	__u16 vip_port;      /* network byte order */
+	__u32 svc_id;        /* 0: a free slot */
+	__u32 be_id;         /* the backends map's key: gone = choose again */
+	__u32 _pad;
+};
+
+/* What the balancer keeps per socket: a few translations (an unconnected UDP
+ * socket may talk to several services), overwritten oldest first when a
+ * socket uses more (counted: STATE_EVICTED). */
+#define SOCK_SLOTS 4
+struct sock_lb {
+	struct xlat x[SOCK_SLOTS];
+	__u32 next; /* the slot a full socket overwrites next */
+	__u32 _pad;
+};
+
+/* Load-time switch: bpf_sk_storage_get is allowed in cgroup sock_addr and
+ * cgroup/sock programs (probed by the loader): the state lives on the socket
+ * (sock_state) and goes with it, whatever happened to its destination. Else
+ * the fallback: an LRU keyed by socket cookie (reverse), deleted by cookie in
+ * sock_release; an LRU can evict a live socket's state when full. */
+const volatile __u8 have_sk_storage = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sock_lb);
+} sock_state SEC(".maps");
+
+/* The fallback's per-socket state. An LRU: the loader sets max_entries. */
 #define MAX_REVERSE 65536
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, MAX_REVERSE);
-	__type(key, struct rev_key);
-	__type(value, struct rev);
+	__type(key, __u64); /* socket cookie */
+	__type(value, struct sock_lb);
 } reverse SEC(".maps");
+
+/* Per-socket state events, global. The Go side mirrors the names
+ * (lb/counters.go); live states = created - released. */
+enum state_event {
+	STATE_CREATED = 0,  /* a socket got state (its first translation) */
+	STATE_RELEASED = 1, /* a socket with state was released */
+	STATE_EVICTED = 2,  /* a translation was overwritten: socket used > SOCK_SLOTS */
+	STATE_MISS = 3,     /* no state could be stored: no VIP reported back */
+	STATE_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, STATE_MAX);
+	__type(key, __u32);
+	__type(value, __u64); /* events */
+} state_counters SEC(".maps");
 
 /* Counters: index service id * OUTCOME_MAX + outcome (id 0: not a service). */
 #define MAX_COUNTERS (MAX_SERVICES * OUTCOME_MAX)
@@ -160,13 +198,24 @@ struct {
 	__type(value, __u64); /* connect()/sendmsg() calls */
 } counters SEC(".maps");
 
+/* Per-CPU, and yet atomic: since 5.7 cgroup programs run with migration
+ * disabled but may be preempted, so two tasks on one CPU can interleave a
+ * plain read-modify-write and lose a count. */
 static __always_inline void count(__u32 id, __u32 outcome)
 {
 	__u32 idx = id * OUTCOME_MAX + outcome;
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
 
 	if (c)
-		*c += 1; /* per-CPU: no atomics needed */
+		__sync_fetch_and_add(c, 1);
+}
+
+static __always_inline void count_state(__u32 ev)
+{
+	__u64 *c = bpf_map_lookup_elem(&state_counters, &ev);
+
+	if (c)
+		__sync_fetch_and_add(c, 1);
 }
 
 static __always_inline __u64 mix64(__u64 h)
@@ -196,6 +245,72 @@ static __always_inline __u64 flow_hash(struct bpf_sock_addr *ctx, int v6, __u32 
 		h = mix64(h ^ sk->src_ip4);
 	}
 	return mix64(h ^ sk->src_port);
+}
+
+static __always_inline int same_addr(const struct addr *a, const struct addr *b)
+{
+	return a->w[0] == b->w[0] && a->w[1] == b->w[1] && a->w[2] == b->w[2] && a->w[3] == b->w[3];
+}
+
+/* The socket's state, if it has some; with create, made when missing
+ * (counted). NULL: none (or none could be made). */
+static __always_inline struct sock_lb *state_of(struct bpf_sock_addr *ctx, int create)
+{
+	struct sock_lb *st;
+
+	if (have_sk_storage) {
+		struct bpf_sock *sk = ctx->sk;
+
+		if (!sk)
+			return NULL;
+		st = bpf_sk_storage_get(&sock_state, sk, 0, 0);
+		if (st || !create)
+			return st;
+		st = bpf_sk_storage_get(&sock_state, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	} else {
+		__u64 cookie = bpf_get_socket_cookie(ctx);
+
+		st = bpf_map_lookup_elem(&reverse, &cookie);
+		if (st || !create)
+			return st;
+		struct sock_lb zero = {};
+		/* A full LRU evicts another socket's state to make room: the
+		 * fallback's weakness (sk_storage has none). */
+		if (bpf_map_update_elem(&reverse, &cookie, &zero, BPF_NOEXIST) == 0)
+			st = bpf_map_lookup_elem(&reverse, &cookie);
+	}
+	if (st)
+		count_state(STATE_CREATED);
+	else
+		count_state(STATE_MISS);
+	return st;
+}
+
+/* The slot of service id (at VIP key) in st, or -1. */
+static __always_inline int slot_of(struct sock_lb *st, __u32 id, const struct svc_key *key)
+{
+#pragma unroll
+	for (int i = 0; i < SOCK_SLOTS; i++) {
+		struct xlat *x = &st->x[i];
+
+		if (x->svc_id == id && x->vip_port == key->port && same_addr(&x->vip, &key->addr))
+			return i;
+	}
+	return -1;
+}
+
+/* Where a new translation goes: a free slot, else the oldest (evicted). */
+static __always_inline int free_slot(struct sock_lb *st)
+{
+#pragma unroll
+	for (int i = 0; i < SOCK_SLOTS; i++) {
+		if (st->x[i].svc_id == 0)
+			return i;
+	}
+	count_state(STATE_EVICTED);
+	int i = st->next & (SOCK_SLOTS - 1);
+	st->next = i + 1;
+	return i;
 }
 
 static __always_inline int refuse(void)
@@ -235,14 +350,23 @@ static __always_inline void write_dst(struct bpf_sock_addr *ctx, int v6, const s
 	ctx->user_port = port;
 }
 
-/* connect4/6 and sendmsg4/6: translate a VIP to a backend. */
+/* connect4/6 and sendmsg4/6: translate a VIP to a backend. The choice is
+ * per socket: a socket that chose a backend of this service before (at
+ * connect, or an earlier datagram) gets it again while the backend exists
+ * (draining included: the socket is already talking to it). A new choice is
+ * Maglev's (bound source, else cookie), or random's: bpf_get_prandom_u32 for
+ * TCP (one choice per connect anyway), the socket cookie for UDP so that a
+ * socket whose state could not be stored still stays on one backend (as
+ * Cilium's sock_select_slot does). */
 static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 {
 	struct svc_key key = {};
 	struct svc *svc;
-	struct backend *be;
+	struct backend *be = 0;
+	struct sock_lb *st;
 	void *table;
-	__u32 slot, *bid;
+	__u32 slot, *bid, be_id = 0;
+	int i = -1;
 
 	if (ctx->protocol != IPPROTO_TCP && ctx->protocol != IPPROTO_UDP)
 		return SYS_PROCEED;
@@ -258,25 +382,53 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 	if (id >= MAX_SERVICES)
 		return SYS_PROCEED;
 
+	st = state_of(ctx, 0);
+	if (st) {
+		i = slot_of(st, id, &key);
+		if (i >= 0) {
+			struct xlat *x = &st->x[i & (SOCK_SLOTS - 1)];
+
+			be_id = x->be_id;
+			be = bpf_map_lookup_elem(&backends, &be_id);
+			if (be && (be->port != x->be_port || !same_addr(&be->addr, &x->backend)))
+				be = 0;
+			if (be)
+				goto chosen;
+		}
+	}
+
 	table = bpf_map_lookup_elem(&tables, &id);
 	if (!table)
 		goto none;
 	if (svc->mode == MODE_MAGLEV)
 		slot = flow_hash(ctx, v6, id) % MAX_TABLE;
+	else if (ctx->protocol == IPPROTO_UDP)
+		slot = mix64(mix64(id) ^ bpf_get_socket_cookie(ctx)) % MAX_TABLE;
 	else
 		slot = bpf_get_prandom_u32() % MAX_TABLE;
 	bid = bpf_map_lookup_elem(table, &slot);
 	if (!bid)
 		goto none;
-	be = bpf_map_lookup_elem(&backends, bid);
+	be_id = *bid;
+	be = bpf_map_lookup_elem(&backends, &be_id);
 	if (!be)
 		goto none;
 
-	struct rev_key rk = {.cookie = bpf_get_socket_cookie(ctx), .backend = be->addr, .port = be->port};
-	struct rev rv = {.vip = key.addr, .port = key.port, .svc_id = id};
-	/* Best effort: a full LRU evicts, it does not fail; a failure here only
-	 * costs the VIP in getpeername/recvfrom. */
-	bpf_map_update_elem(&reverse, &rk, &rv, BPF_ANY);
+	if (!st)
+		st = state_of(ctx, 1);
+	if (st) {
+		if (i < 0)
+			i = free_slot(st);
+		struct xlat *x = &st->x[i & (SOCK_SLOTS - 1)];
+
+		x->backend = be->addr;
+		x->be_port = be->port;
+		x->vip = key.addr;
+		x->vip_port = key.port;
+		x->be_id = be_id;
+		x->svc_id = id;
+	}
+chosen:
 	write_dst(ctx, v6, &be->addr, be->port);
 	count(id, OUTCOME_TRANSLATED);
 	return SYS_PROCEED;
@@ -288,13 +440,22 @@ none:
 /* recvmsg4/6 and getpeername4/6: report the VIP for a translated peer. */
 static __always_inline int reverse_translate(struct bpf_sock_addr *ctx, int v6)
 {
-	struct rev_key rk = {.cookie = bpf_get_socket_cookie(ctx), .port = (__u16)ctx->user_port};
-	struct rev *rv;
+	struct sock_lb *st = state_of(ctx, 0);
+	struct addr peer;
+	__u16 port = (__u16)ctx->user_port;
 
-	read_dst(ctx, v6, &rk.backend);
-	rv = bpf_map_lookup_elem(&reverse, &rk);
-	if (rv)
-		write_dst(ctx, v6, &rv->vip, rv->port);
+	if (!st)
+		return SYS_PROCEED;
+	read_dst(ctx, v6, &peer);
+#pragma unroll
+	for (int i = 0; i < SOCK_SLOTS; i++) {
+		struct xlat *x = &st->x[i];
+
+		if (x->svc_id != 0 && x->be_port == port && same_addr(&x->backend, &peer)) {
+			write_dst(ctx, v6, &x->vip, x->vip_port);
+			break;
+		}
+	}
 	return SYS_PROCEED;
 }
 
@@ -322,32 +483,20 @@ int lb_getpeername4(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 0
 SEC("cgroup/getpeername6")
 int lb_getpeername6(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 1); }
 
-/* sock_release: a connected socket's entry is named by its peer, the
- * backend; delete it. Every field is read before branching on the family:
- * clang would otherwise merge the two branches' last address load into one
- * load through a computed context offset, which the verifier refuses.
- * dst_port holds the port in network byte order in its low 16 bits. */
+/* sock_release: the socket is going. Its sk_storage goes with it (counted
+ * here); the fallback's LRU entry is deleted by cookie, whatever the socket's
+ * destination became (refused, unreachable, disconnected, never connected). */
 SEC("cgroup/sock_release")
 int lb_sock_release(struct bpf_sock *sk)
 {
-	struct rev_key rk = {.cookie = bpf_get_socket_cookie(sk)};
-	__u32 family = sk->family;
-	__u32 ip4 = sk->dst_ip4;
-	__u32 ip6_0 = sk->dst_ip6[0], ip6_1 = sk->dst_ip6[1];
-	__u32 ip6_2 = sk->dst_ip6[2], ip6_3 = sk->dst_ip6[3];
-
-	rk.port = (__u16)sk->dst_port;
-	if (family == AF_INET6) {
-		rk.backend.w[0] = ip6_0;
-		rk.backend.w[1] = ip6_1;
-		rk.backend.w[2] = ip6_2;
-		rk.backend.w[3] = ip6_3;
-	} else if (family == AF_INET) {
-		rk.backend.w[2] = bpf_htonl(0xffff);
-		rk.backend.w[3] = ip4;
-	} else {
+	if (have_sk_storage) {
+		if (bpf_sk_storage_get(&sock_state, sk, 0, 0))
+			count_state(STATE_RELEASED);
 		return SYS_PROCEED;
 	}
-	bpf_map_delete_elem(&reverse, &rk);
+	__u64 cookie = bpf_get_socket_cookie(sk);
+
+	if (bpf_map_delete_elem(&reverse, &cookie) == 0)
+		count_state(STATE_RELEASED);
 	return SYS_PROCEED;
 }

@@ -25,20 +25,11 @@ type LbBackend struct {
 	Pad  [2]uint8
 }
 
-type LbRev struct {
-	_     structs.HostLayout
-	Vip   LbAddr
-	Port  uint16
-	Pad   [2]uint8
-	SvcId uint32
-}
-
-type LbRevKey struct {
-	_       structs.HostLayout
-	Cookie  uint64
-	Backend LbAddr
-	Port    uint16
-	Pad     [6]uint8
+type LbSockLb struct {
+	_    structs.HostLayout
+	X    [4]LbXlat
+	Next uint32
+	Pad  uint32
 }
 
 type LbSvc struct {
@@ -56,6 +47,17 @@ type LbSvcKey struct {
 	Pad   uint8
 }
 
+type LbXlat struct {
+	_       structs.HostLayout
+	Backend LbAddr
+	Vip     LbAddr
+	BePort  uint16
+	VipPort uint16
+	SvcId   uint32
+	BeId    uint32
+	Pad     uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -64,6 +66,8 @@ const (
 	LbMapCounters        = "counters"
 	LbMapReverse         = "reverse"
 	LbMapServices        = "services"
+	LbMapSockState       = "sock_state"
+	LbMapStateCounters   = "state_counters"
 	LbMapTables          = "tables"
 	LbProgLbConnect4     = "lb_connect4"
 	LbProgLbConnect6     = "lb_connect6"
@@ -75,6 +79,7 @@ const (
 	LbProgLbSendmsg6     = "lb_sendmsg6"
 	LbProgLbSockRelease  = "lb_sock_release"
 	LbVarHaveSetRetval   = "have_set_retval"
+	LbVarHaveSkStorage   = "have_sk_storage"
 )
 
 // LoadLb returns the embedded CollectionSpec for Lb.
@@ -134,11 +139,13 @@ type LbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LbMapSpecs struct {
-	Backends *ebpf.MapSpec `ebpf:"backends"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Reverse  *ebpf.MapSpec `ebpf:"reverse"`
-	Services *ebpf.MapSpec `ebpf:"services"`
-	Tables   *ebpf.MapSpec `ebpf:"tables"`
+	Backends      *ebpf.MapSpec `ebpf:"backends"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Reverse       *ebpf.MapSpec `ebpf:"reverse"`
+	Services      *ebpf.MapSpec `ebpf:"services"`
+	SockState     *ebpf.MapSpec `ebpf:"sock_state"`
+	StateCounters *ebpf.MapSpec `ebpf:"state_counters"`
+	Tables        *ebpf.MapSpec `ebpf:"tables"`
 }
 
 // LbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -146,6 +153,7 @@ type LbMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type LbVariableSpecs struct {
 	HaveSetRetval *ebpf.VariableSpec `ebpf:"have_set_retval"`
+	HaveSkStorage *ebpf.VariableSpec `ebpf:"have_sk_storage"`
 }
 
 // LbObjects contains all objects after they have been loaded into the kernel.
@@ -168,11 +176,13 @@ func (o *LbObjects) Close() error {
 //
 // It can be passed to LoadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LbMaps struct {
-	Backends *ebpf.Map `ebpf:"backends"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	Reverse  *ebpf.Map `ebpf:"reverse"`
-	Services *ebpf.Map `ebpf:"services"`
-	Tables   *ebpf.Map `ebpf:"tables"`
+	Backends      *ebpf.Map `ebpf:"backends"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Reverse       *ebpf.Map `ebpf:"reverse"`
+	Services      *ebpf.Map `ebpf:"services"`
+	SockState     *ebpf.Map `ebpf:"sock_state"`
+	StateCounters *ebpf.Map `ebpf:"state_counters"`
+	Tables        *ebpf.Map `ebpf:"tables"`
 }
 
 func (m *LbMaps) Close() error {
@@ -181,6 +191,8 @@ func (m *LbMaps) Close() error {
 		m.Counters,
 		m.Reverse,
 		m.Services,
+		m.SockState,
+		m.StateCounters,
 		m.Tables,
 	)
 }
@@ -190,6 +202,7 @@ func (m *LbMaps) Close() error {
 // It can be passed to LoadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LbVariables struct {
 	HaveSetRetval *ebpf.Variable `ebpf:"have_set_retval"`
+	HaveSkStorage *ebpf.Variable `ebpf:"have_sk_storage"`
 }
 
 // LbPrograms contains all programs after they have been loaded into the kernel.

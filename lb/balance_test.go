@@ -114,20 +114,16 @@ func TestMaglev(t *testing.T) {
 	}
 	vip := netip.AddrPortFrom(k.VIP, k.Port)
 	which := func(fd int) (netip.AddrPort, error) {
-		cookie, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_COOKIE)
-		if err != nil {
-			return netip.AddrPort{}, err
-		}
 		var found []netip.AddrPort
 		for _, b := range bes {
-			if got, ok, err := e.lb.Reverse(cookie, b); err != nil {
+			if got, ok, err := e.lb.Reverse(fd, b); err != nil {
 				return netip.AddrPort{}, err
 			} else if ok && got == vip {
 				found = append(found, b)
 			}
 		}
 		if len(found) != 1 {
-			return netip.AddrPort{}, fmt.Errorf("socket %d has reverse entries for %v, want exactly one backend", cookie, found)
+			return netip.AddrPort{}, fmt.Errorf("socket %d has translations to %v, want exactly one backend", fd, found)
 		}
 		return found[0], nil
 	}

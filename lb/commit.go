@@ -11,13 +11,86 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 )
 
-// commit makes next the configuration: ids for what is new, then the maps,
+// ApplyError is a change that was valid but could not be written to the
+// maps (the kernel refused a write: memory, a map gone). The balancer then
+// wrote its previous configuration back; Restored says whether that worked
+// (if not, the next change rewrites every table). Not the request's fault.
+type ApplyError struct {
+	Err      error
+	Restored bool
+}
+
+func (e *ApplyError) Error() string {
+	if e.Restored {
+		return fmt.Sprintf("apply the change: %v (the previous configuration was restored)", e.Err)
+	}
+	return fmt.Sprintf("apply the change: %v (and restoring the previous configuration failed: the maps may be half-changed until the next change)", e.Err)
+}
+
+func (e *ApplyError) Unwrap() error { return e.Err }
+
+// commit makes next the configuration (write); when a map write fails, the
+// maps may be half-changed: it writes the previous configuration back
+// whole (every table, key and backend) and drops what the failed write
+// added, and returns an *ApplyError. Callers hold l.mu.
+func (l *LB) commit(next map[ServiceKey]*service) error {
+	firstNew := l.nextBE
+	err := l.write(next)
+	if err == nil {
+		return nil
+	}
+	// Backends the failed write created: no table of the old
+	// configuration names them; a restart must not read them back.
+	var errs []error
+	for id := firstNew; id < l.nextBE; id++ {
+		if derr := l.objs.Backends.Delete(id); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+			errs = append(errs, derr)
+		}
+	}
+	// Services the failed write added: key, then table.
+	for k, s := range next {
+		if _, ok := l.services[k]; ok || s.id == 0 {
+			continue
+		}
+		if derr := l.objs.Services.Delete(svcKey(k)); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+			errs = append(errs, derr)
+		}
+		if derr := l.objs.Tables.Delete(s.id); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+			errs = append(errs, derr)
+		}
+	}
+	l.stale = true
+	if rerr := l.write(l.services); rerr != nil {
+		errs = append(errs, rerr)
+	}
+	for i := range l.ids {
+		l.ids[i] = false
+	}
+	for _, s := range l.services {
+		l.ids[s.id] = true
+	}
+	if rerr := errors.Join(errs...); rerr != nil {
+		return &ApplyError{Err: errors.Join(err, fmt.Errorf("restore: %w", rerr))}
+	}
+	return &ApplyError{Err: err, Restored: true}
+}
+
+// writeFault, when set (tests), is asked before each map write of a change
+// and fails it with what it returns.
+func (l *LB) fault(what string) error {
+	if l.writeFault == nil {
+		return nil
+	}
+	return l.writeFault(what)
+}
+
+// write makes next the configuration: ids for what is new, then the maps,
 // in an order where a connect() racing the change sees the old state or the
 // new one per service: backends before the tables naming them, a new
 // service's table before its key, a removed service's key before its table,
-// backends after the last table naming them is gone. next was validated;
-// callers hold l.mu.
-func (l *LB) commit(next map[ServiceKey]*service) error {
+// backends after the last table naming them is gone. next was validated.
+// With l.stale every backend, table and key is written.
+func (l *LB) write(next map[ServiceKey]*service) error {
 	var newIDs []uint32
 	for _, k := range sortedKeys(next) {
 		s := next[k]
@@ -44,8 +117,11 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 	for _, k := range sortedKeys(next) {
 		s := next[k]
 		for _, b := range s.backends {
-			if old, ok := l.backendByID(b.id); ok && old.draining == b.draining {
+			if old, ok := l.backendByID(b.id); ok && old.draining == b.draining && !l.stale {
 				continue
+			}
+			if err := l.fault("backend"); err != nil {
+				return fmt.Errorf("write backend %s: %w", b.addr, err)
 			}
 			if err := l.objs.Backends.Put(b.id, backendValue(b, s.id)); err != nil {
 				return fmt.Errorf("write backend %s: %w", b.addr, err)
@@ -68,6 +144,9 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 		if err := l.writeTable(s); err != nil {
 			return fmt.Errorf("service %s: %w", k, err)
 		}
+		if err := l.fault("service"); err != nil {
+			return fmt.Errorf("write service %s: %w", k, err)
+		}
 		if err := l.objs.Services.Put(svcKey(k), bpf.LbSvc{Id: s.id, Mode: modeValue(s.mode)}); err != nil {
 			return fmt.Errorf("write service %s: %w", k, err)
 		}
@@ -78,6 +157,9 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 			continue
 		}
 		id := l.services[k].id
+		if err := l.fault("delete service"); err != nil {
+			return fmt.Errorf("delete service %s: %w", k, err)
+		}
 		if err := l.objs.Services.Delete(svcKey(k)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete service %s: %w", k, err)
 		}
@@ -166,6 +248,9 @@ func (l *LB) writeTable(s *service) error {
 				return fmt.Errorf("fill table: %w", err)
 			}
 		}
+	}
+	if err := l.fault("table"); err != nil {
+		return fmt.Errorf("swap table: %w", err)
 	}
 	if err := l.objs.Tables.Put(s.id, inner); err != nil {
 		return fmt.Errorf("swap table: %w", err)

@@ -26,7 +26,7 @@ var (
 	compareConnects = flag.Int("lb.connects", 3000, "TestCompare: new connections per method")
 	compareRequests = flag.Int("lb.requests", 20000, "TestCompare: keep-alive requests per method (over -lb.conns connections)")
 	compareConns    = flag.Int("lb.conns", 4, "TestCompare: concurrent keep-alive connections")
-	compareRounds   = flag.Int("lb.rounds", 10, "TestCompare: interleaved rounds the work is split into")
+	compareRounds   = flag.Int("lb.rounds", 20, "TestCompare: interleaved rounds the work is split into")
 )
 
 // The comparison's addresses: each method gets its own front address, so

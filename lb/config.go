@@ -6,6 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Config is the [lb] section of the service's configuration file.
@@ -45,8 +48,10 @@ func (c Config) Services() ([]Service, error) {
 	if c.ReverseSize == 0 || c.ReverseSize > MaxReverseSize {
 		errs = append(errs, fmt.Errorf("lb.reverse_size: %d out of range [1, %d]", c.ReverseSize, MaxReverseSize))
 	}
-	if c.Enabled() && c.Cgroup == "" {
-		errs = append(errs, errors.New("lb.cgroup: empty (the cgroup v2 directory to balance)"))
+	if c.Enabled() {
+		if err := checkCgroup(c.Cgroup); err != nil {
+			errs = append(errs, fmt.Errorf("lb.cgroup: %w", err))
+		}
 	}
 	var out []Service
 	for i, sc := range c.Service {
@@ -118,11 +123,63 @@ func toBackends(as []netip.AddrPort) []Backend {
 	return out
 }
 
+// checkCgroup refuses a cgroup that would balance what it should not: the
+// hierarchy's root (every process on the host), a path climbing out of it,
+// or an absolute path not on a cgroup v2 hierarchy. What it can tell
+// without creating anything, so `-check` says it too.
+func checkCgroup(cg string) error {
+	if cg == "" {
+		return errors.New("empty (the cgroup v2 directory to balance)")
+	}
+	clean := filepath.Clean(cg)
+	if !filepath.IsAbs(cg) {
+		switch {
+		case clean == ".":
+			return fmt.Errorf("%q is the cgroup2 root: every process on the host would be balanced; name a directory below it", cg)
+		case clean == ".." || strings.HasPrefix(clean, "../"):
+			return fmt.Errorf("%q climbs out of the cgroup2 hierarchy", cg)
+		}
+		return nil
+	}
+	// The nearest existing directory tells the filesystem.
+	p := clean
+	for {
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(p, &st); err != nil {
+		return fmt.Errorf("%q: %w", cg, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("%q is not on a cgroup v2 hierarchy", cg)
+	}
+	if p == clean && isMountRoot(clean) {
+		return fmt.Errorf("%q is a cgroup2 root: every process on the host would be balanced; name a directory below it", cg)
+	}
+	return nil
+}
+
+// isMountRoot reports whether dir is the root of a mounted filesystem (its
+// parent is on another device, or it is /).
+func isMountRoot(dir string) bool {
+	var a, b unix.Stat_t
+	if unix.Stat(dir, &a) != nil || unix.Stat(filepath.Dir(dir), &b) != nil {
+		return false
+	}
+	return a.Dev != b.Dev || dir == "/"
+}
+
 // CgroupDir resolves c.Cgroup to a cgroup v2 directory, mounting a private
 // cgroup2 hierarchy on DefaultCgroup2Mount when the host has none, and
 // creating the directory when missing; mounted reports that this call
 // mounted the hierarchy.
 func (c Config) CgroupDir() (dir string, mounted bool, err error) {
+	if err := checkCgroup(c.Cgroup); err != nil {
+		return "", false, fmt.Errorf("lb.cgroup: %w", err)
+	}
 	dir = c.Cgroup
 	if !filepath.IsAbs(dir) {
 		root, m, err := Cgroup2Root(DefaultCgroup2Mount)

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"golang.org/x/sys/unix"
+
+	"xdpshield/internal/testutil"
 )
 
 func TestConfig(t *testing.T) {
@@ -69,5 +72,43 @@ backends = ["198.18.2.1:80"]`, `unknown mode "rr"`},
 				t.Errorf("Services() error = %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestConfigCgroup (issue 25, finding 6): a cgroup that would balance the
+// whole host, or is no cgroup v2 directory, fails -check (Services).
+// Before, ".", the cgroup2 root and /tmp passed.
+func TestConfigCgroup(t *testing.T) {
+	testutil.Root(t)
+	mnt := t.TempDir()
+	if err := MountCgroup2(mnt); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	for _, tc := range []struct {
+		cgroup, want string // want "": accepted
+	}{
+		{".", "is the cgroup2 root"},
+		{"./", "is the cgroup2 root"},
+		{"..", "climbs out"},
+		{"a/../../b", "climbs out"},
+		{"/tmp", "not on a cgroup v2 hierarchy"},
+		{"/tmp/xdpshield-nothing/here", "not on a cgroup v2 hierarchy"},
+		{mnt, "is a cgroup2 root"},
+		{mnt + "/", "is a cgroup2 root"},
+		{"edge", ""},
+		{"edge/inner", ""},
+		{mnt + "/edge", ""},
+	} {
+		c := DefaultConfig()
+		c.Cgroup = tc.cgroup
+		c.Service = []ServiceConfig{{VIP: "198.18.1.1", Port: 80, Backends: []string{"198.18.2.1:80"}}}
+		_, err := c.Services()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("cgroup %q: Services() = %v, want accepted", tc.cgroup, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("cgroup %q: Services() = %v, want an error containing %q", tc.cgroup, err, tc.want)
+		}
 	}
 }

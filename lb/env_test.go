@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,6 +56,12 @@ type env struct {
 // throwaway cgroup, moves the test process into it, loads and attaches the
 // balancer. Everything is undone at cleanup, in reverse.
 func newEnv(t *testing.T, nBackends int) *env {
+	t.Helper()
+	return newEnvOpts(t, nBackends, Options{ReverseSize: DefaultReverseSize})
+}
+
+// newEnvOpts is newEnv with load options of its own.
+func newEnvOpts(t *testing.T, nBackends int, opts Options) *env {
 	t.Helper()
 	testutil.Root(t)
 	if _, err := topo.CleanupStale(); err != nil {
@@ -136,7 +141,7 @@ func newEnv(t *testing.T, nBackends int) *env {
 		}
 	})
 
-	e.lb, err = Load(Options{ReverseSize: DefaultReverseSize})
+	e.lb, err = Load(opts)
 	must(err)
 	t.Cleanup(func() { e.lb.Close() })
 	must(e.lb.Attach(e.cgroup))
@@ -283,20 +288,6 @@ func (c *conn) peer() (netip.AddrPort, error) {
 		return netip.AddrPort{}, serr
 	}
 	return sockaddrAddr(sa), nil
-}
-
-// cookie is the socket's SO_COOKIE.
-func cookieOf(c syscall.Conn) (uint64, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var v uint64
-	var serr error
-	if err := rc.Control(func(fd uintptr) { v, serr = unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE) }); err != nil {
-		return 0, err
-	}
-	return v, serr
 }
 
 func sockaddrAddr(sa unix.Sockaddr) netip.AddrPort {

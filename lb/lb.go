@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
@@ -17,9 +19,9 @@ import (
 )
 
 const (
-	// DefaultReverseSize is the default capacity of the reverse-translation
-	// LRU: one entry per open translated socket (and per backend an
-	// unconnected UDP socket has sent to, until evicted).
+	// DefaultReverseSize is the default capacity of the per-socket state
+	// LRU of the fallback (StateLRU): one entry per open translated socket.
+	// With StateSocket the state lives on the sockets and has no capacity.
 	DefaultReverseSize = 1 << 16
 	// MaxReverseSize bounds it: about 100 bytes of kernel memory per entry.
 	MaxReverseSize = 1 << 24
@@ -28,6 +30,15 @@ const (
 	MaxServices = 255
 	// MaxBackends is how many backends fit, over all services.
 	MaxBackends = 1 << 16
+	// TableSlots is the size of every service's choice table (MAX_TABLE
+	// in bpf/lb.c), a prime as Maglev's population wants.
+	TableSlots = 16381
+	// MaxServiceBackends is how many backends one service may have: the
+	// Maglev paper (Eisenbud et al., NSDI 2016, section 3.4) advises a
+	// table of at least 100 slots per backend, so that every backend's
+	// share is even to about 1%; past it shares drift (2x at 10,000) and
+	// past TableSlots some backends are never chosen.
+	MaxServiceBackends = TableSlots / 100
 )
 
 // Options configure Load.
@@ -40,6 +51,9 @@ type Options struct {
 	// are pinned by name (pinned ones found there are reused, state and
 	// all) and where Attach pins the links: see StartPinned.
 	PinPath string
+	// state, when set, is used instead of what the kernel offers (tests
+	// run the fallback on kernels that have sk_storage).
+	state StateMode
 }
 
 // LB is the loaded balancer: its programs, maps, and the services it holds.
@@ -48,10 +62,14 @@ type LB struct {
 	tableSpec *ebpf.MapSpec
 	tableSize uint32
 	refusal   syscall.Errno
+	stateMode StateMode
 	pinPath   string
 	// stale says the services were read back from pinned maps: the next
 	// commit rewrites every table rather than trust what it read.
 	stale bool
+
+	// writeFault fails map writes of a change, for tests (see fault).
+	writeFault func(what string) error
 
 	linkMu sync.Mutex
 	links  []link.Link
@@ -75,7 +93,18 @@ func Load(opts Options) (*LB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
+	mode := opts.state
+	if mode == "" {
+		mode = probeStateMode()
+	}
 	spec.Maps[bpf.LbMapReverse].MaxEntries = opts.ReverseSize
+	if mode == StateSocket {
+		// The fallback's LRU is not used: one entry, not megabytes.
+		spec.Maps[bpf.LbMapReverse].MaxEntries = 1
+	}
+	if err := spec.Variables[bpf.LbVarHaveSkStorage].Set(mode == StateSocket); err != nil {
+		return nil, fmt.Errorf("set have_sk_storage: %w", err)
+	}
 	if opts.PinPath != "" {
 		for _, n := range pinnedMaps {
 			spec.Maps[n].Pinning = ebpf.PinByName
@@ -87,6 +116,7 @@ func Load(opts Options) (*LB, error) {
 		services:  map[ServiceKey]*service{},
 		nextBE:    1,
 		pinPath:   opts.PinPath,
+		stateMode: mode,
 	}
 	l.tableSize = l.tableSpec.MaxEntries
 
@@ -125,6 +155,40 @@ func (l *LB) load(spec *ebpf.CollectionSpec, retval bool) error {
 // Refusal is the errno a connect() or sendmsg() to a service with no usable
 // backend fails with: ECONNREFUSED on 5.18+, EPERM before.
 func (l *LB) Refusal() syscall.Errno { return l.refusal }
+
+// StateMode is where the balancer keeps what it knows of a socket: the
+// backend it chose per service and the VIP to report back.
+type StateMode string
+
+const (
+	// StateSocket: on the socket (BPF_MAP_TYPE_SK_STORAGE, where the kernel
+	// lets cgroup sock_addr and cgroup/sock programs call
+	// bpf_sk_storage_get): it goes when the socket goes, and no socket's
+	// state evicts another's.
+	StateSocket StateMode = "sk_storage"
+	// StateLRU, the fallback: an LRU hash keyed by socket cookie, deleted
+	// by cookie when the socket is released. When more sockets hold state
+	// than it has room for, the least recently used one's is evicted: that
+	// socket's getpeername and recvfrom then report its backend.
+	StateLRU StateMode = "lru"
+)
+
+// probeStateMode asks the kernel whether cgroup sock_addr programs (the
+// translation) and cgroup/sock programs (sock_release, which counts the
+// state gone) may call bpf_sk_storage_get. Any answer but yes, a failed
+// probe included, is the fallback: it works on every kernel the programs
+// load on.
+func probeStateMode() StateMode {
+	for _, pt := range []ebpf.ProgramType{ebpf.CGroupSockAddr, ebpf.CGroupSock} {
+		if features.HaveProgramHelper(pt, asm.FnSkStorageGet) != nil {
+			return StateLRU
+		}
+	}
+	return StateSocket
+}
+
+// StateMode says where per-socket state is kept on this kernel.
+func (l *LB) StateMode() StateMode { return l.stateMode }
 
 type attachPoint struct {
 	prog *ebpf.Program
@@ -204,8 +268,14 @@ func (l *LB) Close() error {
 	return errors.Join(l.Detach(), l.objs.Close())
 }
 
-// ReverseSize is the capacity of the reverse-translation LRU.
-func (l *LB) ReverseSize() uint32 { return l.objs.Reverse.MaxEntries() }
+// ReverseSize is the capacity of the per-socket state LRU (StateLRU); 0
+// with StateSocket, where each socket carries its own.
+func (l *LB) ReverseSize() uint32 {
+	if l.stateMode == StateSocket {
+		return 0
+	}
+	return l.objs.Reverse.MaxEntries()
+}
 
 // TableSize is the number of slots in each service's choice table.
 func (l *LB) TableSize() uint32 { return l.tableSize }

@@ -15,9 +15,14 @@ var (
 	descServices = prometheus.NewDesc("shield_lb_services",
 		"Services configured.", nil, nil)
 	descReverse = prometheus.NewDesc("shield_lb_reverse_entries",
-		"Entries of the reverse-translation LRU.", nil, nil)
+		"Sockets holding balancer state (translations to report back), from counters: created less released.", nil, nil)
 	descReverseCap = prometheus.NewDesc("shield_lb_reverse_capacity",
-		"Capacity of the reverse-translation LRU.", nil, nil)
+		"Capacity of the fallback's per-socket state LRU (state mode lru); 0 when state lives on the sockets (sk_storage).", nil, nil)
+	descStateEvents = prometheus.NewDesc("shield_lb_state_events_total",
+		"Per-socket state events: created, released, evicted (a socket used more services than its state holds), missed (state could not be stored).",
+		[]string{"event"}, nil)
+	descStateMode = prometheus.NewDesc("shield_lb_state_mode",
+		"Where per-socket state lives (1 for the mode in use): sk_storage, or the lru fallback.", []string{"mode"}, nil)
 )
 
 // Collector returns a Prometheus collector that reads the balancer's maps
@@ -27,7 +32,7 @@ func (l *LB) Collector() prometheus.Collector { return collector{l} }
 type collector struct{ l *LB }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalls, descNotService, descBackends, descServices, descReverse, descReverseCap} {
+	for _, d := range []*prometheus.Desc{descCalls, descNotService, descBackends, descServices, descReverse, descReverseCap, descStateEvents, descStateMode} {
 		ch <- d
 	}
 }
@@ -58,10 +63,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descBackends, prometheus.GaugeValue, float64(draining), s.ServiceKey.String(), "draining")
 	}
 	ch <- prometheus.MustNewConstMetric(descServices, prometheus.GaugeValue, float64(len(svcs)))
-	if n, err := c.l.ReverseEntries(); err != nil {
+	if st, err := c.l.StateCounters(); err != nil {
 		ch <- prometheus.NewInvalidMetric(descReverse, err)
 	} else {
-		ch <- prometheus.MustNewConstMetric(descReverse, prometheus.GaugeValue, float64(n))
+		ch <- prometheus.MustNewConstMetric(descReverse, prometheus.GaugeValue, float64(st.Live(c.l.StateMode(), c.l.ReverseSize())))
+		for _, ev := range []struct {
+			name string
+			v    uint64
+		}{{"created", st.Created}, {"released", st.Released}, {"evicted", st.Evicted}, {"missed", st.Missed}} {
+			ch <- prometheus.MustNewConstMetric(descStateEvents, prometheus.CounterValue, float64(ev.v), ev.name)
+		}
 	}
+	ch <- prometheus.MustNewConstMetric(descStateMode, prometheus.GaugeValue, 1, string(c.l.StateMode()))
 	ch <- prometheus.MustNewConstMetric(descReverseCap, prometheus.GaugeValue, float64(c.l.ReverseSize()))
 }

@@ -29,7 +29,7 @@ const (
 
 // pinnedMaps are the maps pinned by name: every map of the programs but
 // the loader's constants.
-var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters}
+var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters}
 
 // linkPins are the names of the pinned links, one per program.
 func linkPins() []string {

@@ -141,6 +141,10 @@ func validateService(k ServiceKey, mode Mode, backends []netip.AddrPort) error {
 	if len(backends) == 0 {
 		errs = append(errs, fmt.Errorf("service %s: zero backends", k))
 	}
+	if len(backends) > MaxServiceBackends {
+		errs = append(errs, fmt.Errorf("service %s: %d backends, more than the %d a choice table of %d slots tells apart evenly (100 slots per backend)",
+			k, len(backends), MaxServiceBackends, TableSlots))
+	}
 	seen := map[netip.AddrPort]bool{}
 	for _, b := range backends {
 		a := b.Addr()

@@ -54,6 +54,15 @@ func readState(t *testing.T, l *LB) mapState {
 
 // TestValidation: every bad change is refused with an error naming the
 // problem, and changes nothing: neither the service list nor the maps.
+// manyBackends are n backend addresses 198.18.4.0:80 onwards.
+func manyBackends(n int) []netip.AddrPort {
+	var out []netip.AddrPort
+	for i := range n {
+		out = append(out, netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 18, byte(4 + i/256), byte(i)}), 80))
+	}
+	return out
+}
+
 func TestValidation(t *testing.T) {
 	testutil.Root(t)
 	l, err := Load(Options{ReverseSize: 1024})
@@ -61,6 +70,9 @@ func TestValidation(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	if l.TableSize() != TableSlots {
+		t.Fatalf("TableSize() = %d, want TableSlots %d (MAX_TABLE in bpf/lb.c)", l.TableSize(), TableSlots)
+	}
 	web := ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: TCP}
 	dns6 := ServiceKey{VIP: netip.MustParseAddr("2001:db8:1::1"), Port: 53, Proto: UDP}
 	if err := l.AddServices([]Service{
@@ -104,6 +116,13 @@ func TestValidation(t *testing.T) {
 			return l.AddService(Service{ServiceKey: web, Mode: Random, Backends: backends(aps("198.18.2.9:80")...)})
 		}, "already exists"},
 		{"drain an unknown backend", func() error { return l.DrainBackends(web, aps("198.18.2.1:8080", "198.18.2.7:8080")) }, "no backend 198.18.2.7:8080"},
+		// Issue 25, finding 4: before, 20,003 backends were accepted and
+		// only 16,381 could ever be chosen.
+		{"more backends than the table tells apart", func() error {
+			return l.AddService(Service{ServiceKey: unknown, Mode: Maglev, Backends: backends(manyBackends(MaxServiceBackends + 1)...)})
+		}, "164 backends, more than the 163 a choice table of 16381 slots tells apart"},
+		{"added past the table", func() error { return l.AddBackends(web, manyBackends(MaxServiceBackends-1)) },
+			"164 backends, more than the 163"},
 		{"one good service, one bad", func() error {
 			return l.AddServices([]Service{
 				{ServiceKey: unknown, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)},
@@ -124,6 +143,14 @@ func TestValidation(t *testing.T) {
 				t.Errorf("maps changed by a refused change")
 			}
 		})
+	}
+
+	// As many backends as fit: accepted.
+	if err := l.AddService(Service{ServiceKey: unknown, Mode: Maglev, Backends: backends(manyBackends(MaxServiceBackends)...)}); err != nil {
+		t.Fatalf("%d backends: %v, want accepted", MaxServiceBackends, err)
+	}
+	if err := l.RemoveService(unknown); err != nil {
+		t.Fatal(err)
 	}
 
 	// And the good changes do what they say, in the maps too.

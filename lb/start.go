@@ -123,7 +123,8 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 	}
 	size := cfg.ReverseSize
 	if m, err := ebpf.LoadPinnedMap(filepath.Join(s.PinDir, bpf.LbMapReverse), nil); err == nil {
-		if pinned := m.MaxEntries(); pinned != size {
+		// One entry: a StateSocket balancer, whose LRU is unused.
+		if pinned := m.MaxEntries(); pinned != size && pinned != 1 {
 			s.Notes = append(s.Notes, fmt.Sprintf("keeping the pinned reverse_size %d (configured %d): `shield detach -lb-only` first to change it", pinned, size))
 			size = pinned
 		}

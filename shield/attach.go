@@ -674,7 +674,13 @@ func EnsureBPFFS(dir string) error {
 		// A bpffs mounted in a private mount namespace (`ip netns exec`
 		// makes one) dies with it, and the pinned link with it: the
 		// program would be detached when the service stops.
-		if privateMountNS() {
+		private, err := privateMountNS(mountNS)
+		if err != nil {
+			return fmt.Errorf("no bpffs on %s, and no telling whether this mount namespace is private (ip netns exec?), "+
+				"where a bpffs mounted now would vanish with the service, detaching the program: %w; "+
+				"mount a bpffs on %s first or give a pin root on one", bpffsMount, err, bpffsMount)
+		}
+		if private {
 			return fmt.Errorf("no bpffs on %s in this private mount namespace (ip netns exec?): pins made here would vanish, "+
 				"detaching the program, when the service exits; enter only the network namespace "+
 				"(nsenter --net=/run/netns/NAME keeps the host's mounts) or give a pin root on a bpffs that outlives the service", bpffsMount)
@@ -691,23 +697,40 @@ func EnsureBPFFS(dir string) error {
 
 // privateMountNS reports whether this process runs in a mount namespace
 // other than init's or its parent's: one made for it, that dies with it.
-func privateMountNS() bool {
-	self := mountNS("self")
-	for _, other := range []string{"1", strconv.Itoa(os.Getppid())} {
-		if ns := mountNS(other); self != "" && ns != "" && ns != self {
-			return true
+// Init's is the reference: when it (or this process's own) cannot be read
+// the answer is an error, never "not private" (a detached service under
+// `ip netns exec` whose reference could not be read mounted bpffs in the
+// throwaway namespace and lost its pins). A parent gone is no answer.
+func privateMountNS(read func(pid string) (string, error)) (bool, error) {
+	self, err := read("self")
+	if err != nil {
+		return false, fmt.Errorf("read this process's mount namespace: %w", err)
+	}
+	ref, err := read("1")
+	if err != nil {
+		return false, fmt.Errorf("read init's mount namespace, the reference: %w", err)
+	}
+	if ref != self {
+		return true, nil
+	}
+	if ppid := os.Getppid(); ppid > 1 {
+		if ns, err := read(strconv.Itoa(ppid)); err == nil && ns != self {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
-// mountNS names the mount namespace of pid ("self" or a number), or "".
-func mountNS(pid string) string {
+// mountNS names the mount namespace of pid ("self" or a number).
+func mountNS(pid string) (string, error) {
 	s, err := os.Readlink("/proc/" + pid + "/ns/mnt")
 	if err != nil {
-		return ""
+		return "", err
 	}
-	return s
+	if s == "" {
+		return "", fmt.Errorf("/proc/%s/ns/mnt: empty link", pid)
+	}
+	return s, nil
 }
 
 // lockDir takes an exclusive, non-blocking flock on directory dir. bpffs

@@ -76,7 +76,12 @@ func printLB(r api.LBResponse) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Service, s.Mode, strings.Join(bs, ", "), s.Translated, s.NoBackend)
 	}
 	tw.Flush()
-	if r.ReverseCapacity > 0 {
-		fmt.Fprintf(stdout, "(%d calls to no service; reverse translations %d of %d)\n", r.NotService, r.ReverseEntries, r.ReverseCapacity)
+	switch {
+	case r.StateMode == "sk_storage":
+		fmt.Fprintf(stdout, "(%d calls to no service; %d sockets hold state, on the sockets; %d evicted, %d missed)\n",
+			r.NotService, r.ReverseEntries, r.StateEvicted, r.StateMissed)
+	case r.ReverseCapacity > 0:
+		fmt.Fprintf(stdout, "(%d calls to no service; %d sockets hold state, of %d in the lru; %d evicted, %d missed)\n",
+			r.NotService, r.ReverseEntries, r.ReverseCapacity, r.StateEvicted, r.StateMissed)
 	}
 }

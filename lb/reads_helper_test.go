@@ -1,0 +1,32 @@
+package lb
+
+import (
+	"testing"
+
+	"xdpshield/bpf"
+)
+
+// lruLB loads a balancer (not attached) whose state is in the fallback's
+// LRU of size entries.
+func lruLB(t *testing.T, size uint32) *LB {
+	t.Helper()
+	l, err := Load(Options{ReverseSize: size, state: StateLRU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// fillReverse puts n entries (cookies 1..n, empty state) in the LRU.
+func fillReverse(t *testing.T, l *LB, n int) {
+	t.Helper()
+	keys := make([]uint64, n)
+	vals := make([]bpf.LbSockLb, n)
+	for i := range keys {
+		keys[i] = uint64(i + 1)
+	}
+	if _, err := l.objs.Reverse.BatchUpdate(keys, vals, nil); err != nil {
+		t.Fatal(err)
+	}
+}

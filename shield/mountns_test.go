@@ -1,0 +1,53 @@
+package shield
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestPrivateMountNS (issue 25, finding 5): the `ip netns exec` guard
+// fails closed. Started detached under `ip netns exec`, serve could not
+// read the reference mount namespace (init's), took that for "not
+// private", mounted bpffs in the throwaway namespace and lost its pins
+// on exit.
+func TestPrivateMountNS(t *testing.T) {
+	ppid := strconv.Itoa(os.Getppid())
+	denied := errors.New("permission denied")
+	for _, tc := range []struct {
+		name    string
+		ns      map[string]string // pid -> namespace; absent: unreadable
+		private bool
+		wantErr bool
+	}{
+		{"init's unreadable", map[string]string{"self": "mnt:[2]", ppid: "mnt:[2]"}, false, true},
+		{"own unreadable", map[string]string{"1": "mnt:[1]", ppid: "mnt:[1]"}, false, true},
+		{"init's differs", map[string]string{"self": "mnt:[2]", "1": "mnt:[1]", ppid: "mnt:[2]"}, true, false},
+		{"parent's differs", map[string]string{"self": "mnt:[2]", "1": "mnt:[2]", ppid: "mnt:[3]"}, true, false},
+		{"parent gone", map[string]string{"self": "mnt:[1]", "1": "mnt:[1]"}, false, false},
+		{"the host's", map[string]string{"self": "mnt:[1]", "1": "mnt:[1]", ppid: "mnt:[1]"}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read := func(pid string) (string, error) {
+				if s, ok := tc.ns[pid]; ok {
+					return s, nil
+				}
+				return "", denied
+			}
+			got, err := privateMountNS(read)
+			if got != tc.private || (err != nil) != tc.wantErr {
+				t.Errorf("privateMountNS = %v, %v; want %v, error %v", got, err, tc.private, tc.wantErr)
+			}
+		})
+	}
+	// And this process's own answer, from /proc: where init's namespace
+	// cannot be read (this sandbox: pid 1 is not ptrace-readable), an
+	// error; else none.
+	_, refErr := mountNS("1")
+	if _, err := privateMountNS(mountNS); (err != nil) != (refErr != nil) {
+		t.Errorf("privateMountNS(mountNS) here = %v, with init's namespace read as %v: want an error exactly when it cannot be read", err, refErr)
+	} else {
+		t.Logf("here: init's mount namespace read: %v; privateMountNS error: %v", refErr, err)
+	}
+}
