@@ -9,7 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // tableContents is every service's choice table, by service id.

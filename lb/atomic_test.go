@@ -5,7 +5,7 @@ import (
 
 	"github.com/cilium/ebpf/asm"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // TestCountersAtomic (issue 25, finding 6): the programs that count add to

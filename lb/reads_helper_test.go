@@ -3,7 +3,7 @@ package lb
 import (
 	"testing"
 
-	"xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // lruLB loads a balancer (not attached) whose state is in the fallback's

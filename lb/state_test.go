@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // disconnect dissolves a datagram socket's association: connect(2) with
