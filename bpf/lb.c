@@ -7,19 +7,22 @@
  * to a service's virtual address (VIP, port, protocol); connect4/6 and
  * sendmsg4/6 pick a backend and rewrite the destination before a packet
  * exists, so the kernel builds packets for the backend and no per-packet NAT
- * or conntrack is involved. The translation is remembered in an LRU keyed by
- * (socket cookie, backend), so recvmsg4/6 and getpeername4/6 can report the
- * VIP back to the application; sock_release deletes a connected socket's
- * entry when it closes.
+ * or conntrack is involved. A socket keeps what it chose (backend, VIP,
+ * service; up to four services a socket) in state of its own: socket
+ * storage (SK_STORAGE) where the kernel lets these programs use it, else an
+ * LRU keyed by socket cookie that sock_release empties. connect4/6 and
+ * sendmsg4/6 give a socket the backend it chose before, so an unconnected
+ * UDP socket's datagrams stay on one backend; recvmsg4/6 and
+ * getpeername4/6 report the VIP back to the application.
  *
  * Backends are chosen through a per-service table of MAX_TABLE backend ids
  * that user space computes and swaps in whole (array of maps): random mode
- * indexes it with bpf_get_prandom_u32(); Maglev mode with a hash of the
- * socket's bound source (address, port), or of its cookie when unbound. A
- * draining backend is simply absent from the table: connected sockets keep
- * their backend (their destination is already the backend's address), new
- * ones cannot pick it. A service without a table has no usable backend: the
- * connect()/sendmsg() fails (ECONNREFUSED on 5.18+, through bpf_set_retval;
+ * indexes it with bpf_get_prandom_u32() for TCP and a hash of the socket
+ * cookie for UDP (as Cilium's sock_select_slot); Maglev mode with a hash of
+ * the socket's bound source (address, port), or of its cookie when unbound.
+ * A draining backend is simply absent from the table: sockets that chose it
+ * keep it (their state names it), new ones cannot pick it. A service
+ * without a table has no usable backend: the connect()/sendmsg() fails (ECONNREFUSED on 5.18+, through bpf_set_retval;
  * EPERM, the hook's only refusal, before).
  *
  * Loads on 5.10 and later: connect4/6 (4.17), sendmsg4/6 (4.18), recvmsg4/6
