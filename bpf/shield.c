@@ -752,7 +752,10 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct packet pkt;
+	/* Zeroed: parse leaves fields unset on some paths, and clang then reads
+	 * a spill slot no path wrote, which 6.1's verifier refuses for shield
+	 * ("invalid read from stack R10 off=-168"; 6.18 accepts it). */
+	struct packet pkt = {};
 	__u32 zero = 0;
 	int reason;
 

@@ -674,7 +674,7 @@ func EnsureBPFFS(dir string) error {
 		// A bpffs mounted in a private mount namespace (`ip netns exec`
 		// makes one) dies with it, and the pinned link with it: the
 		// program would be detached when the service stops.
-		private, err := privateMountNS(mountNS)
+		private, err := privateMountNS(mountNS, os.Getppid())
 		if err != nil {
 			return fmt.Errorf("no bpffs on %s, and no telling whether this mount namespace is private (ip netns exec?), "+
 				"where a bpffs mounted now would vanish with the service, detaching the program: %w; "+
@@ -701,7 +701,7 @@ func EnsureBPFFS(dir string) error {
 // the answer is an error, never "not private" (a detached service under
 // `ip netns exec` whose reference could not be read mounted bpffs in the
 // throwaway namespace and lost its pins). A parent gone is no answer.
-func privateMountNS(read func(pid string) (string, error)) (bool, error) {
+func privateMountNS(read func(pid string) (string, error), ppid int) (bool, error) {
 	self, err := read("self")
 	if err != nil {
 		return false, fmt.Errorf("read this process's mount namespace: %w", err)
@@ -713,7 +713,7 @@ func privateMountNS(read func(pid string) (string, error)) (bool, error) {
 	if ref != self {
 		return true, nil
 	}
-	if ppid := os.Getppid(); ppid > 1 {
+	if ppid > 1 {
 		if ns, err := read(strconv.Itoa(ppid)); err == nil && ns != self {
 			return true, nil
 		}

@@ -13,7 +13,10 @@ import (
 // private", mounted bpffs in the throwaway namespace and lost its pins
 // on exit.
 func TestPrivateMountNS(t *testing.T) {
-	ppid := strconv.Itoa(os.Getppid())
+	// A parent of its own: under the VMs' init the test's parent is pid
+	// 1, which would make the table's parent init.
+	const parent = 4242
+	ppid := strconv.Itoa(parent)
 	denied := errors.New("permission denied")
 	for _, tc := range []struct {
 		name    string
@@ -35,7 +38,7 @@ func TestPrivateMountNS(t *testing.T) {
 				}
 				return "", denied
 			}
-			got, err := privateMountNS(read)
+			got, err := privateMountNS(read, parent)
 			if got != tc.private || (err != nil) != tc.wantErr {
 				t.Errorf("privateMountNS = %v, %v; want %v, error %v", got, err, tc.private, tc.wantErr)
 			}
@@ -45,7 +48,7 @@ func TestPrivateMountNS(t *testing.T) {
 	// cannot be read (this sandbox: pid 1 is not ptrace-readable), an
 	// error; else none.
 	_, refErr := mountNS("1")
-	if _, err := privateMountNS(mountNS); (err != nil) != (refErr != nil) {
+	if _, err := privateMountNS(mountNS, os.Getppid()); (err != nil) != (refErr != nil) {
 		t.Errorf("privateMountNS(mountNS) here = %v, with init's namespace read as %v: want an error exactly when it cannot be read", err, refErr)
 	} else {
 		t.Logf("here: init's mount namespace read: %v; privateMountNS error: %v", refErr, err)
