@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 var corpusMatch = flag.String("l7.corpus", "", "TestL7Corpus: only the cases whose source matches this regexp")
@@ -133,6 +135,7 @@ func denied(receipt string) bool {
 // net/http alone (a backend, nothing in front) refuses is refused alike.
 // With -short, llhttp's cases are left out (the VM matrix).
 func TestL7Corpus(t *testing.T) {
+	testutil.Root(t) // namespaces, the fast path's programs
 	corpus := loadCorpus(t)
 	corpusRE, err := regexp.Compile(*corpusMatch)
 	require.NoError(t, err, "-l7.corpus")
