@@ -165,6 +165,11 @@ func probeForEach() error {
 
 // probeLiveFrames runs an XDP_DROP program once in live-frames mode on the
 // loopback of the caller's namespace: the frame is dropped, nothing is sent.
+// The run names a batch size, which only live mode takes (5.18+): a kernel
+// before it ignores the live flag of an XDP test run (5.10 runs the program
+// once and sends nothing) but refuses the attribute it does not know
+// (E2BIG), and a kernel that knows the attribute refuses a batch size
+// without live mode (EINVAL).
 func probeLiveFrames() error {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
 		Name: "live_probe", Type: ebpf.XDP, License: "GPL",
@@ -176,7 +181,7 @@ func probeLiveFrames() error {
 	defer prog.Close()
 	frame := make([]byte, 64)
 	frame[12], frame[13] = 0x88, 0xb5 // IEEE local experimental EtherType
-	_, err = prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1, Flags: unix.BPF_F_TEST_XDP_LIVE_FRAMES})
+	_, err = prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1, Flags: unix.BPF_F_TEST_XDP_LIVE_FRAMES, BatchSize: 1})
 	if err != nil {
 		return fmt.Errorf("test run with BPF_F_TEST_XDP_LIVE_FRAMES: %w", err)
 	}
