@@ -16,7 +16,7 @@
 // probes fail as the refusing kernel does, with EPERM, so that the skip path
 // is exercised on a kernel that has the feature.
 //
-// It loads programs through github.com/xdpshield/xdpshield/bpf and closes them; it attaches
+// It loads programs through package bpf and closes them; it attaches
 // nothing that outlives a probe and touches no network namespace but its
 // own loopback (a live-frames test run of one dropped frame).
 package features

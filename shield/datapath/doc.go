@@ -23,7 +23,7 @@
 // (the regression gate's second behaviour run). Test data: fixtures/sim
 // (XDPSHIELD_FIXTURES=<dir> points elsewhere).
 //
-// It loads the program only through github.com/xdpshield/xdpshield/shield and configures it
+// It loads the program only through package shield and configures it
 // only through it (BenchmarkForgedFlood alone fills the sources table
 // directly, testutil.FillSources through shield.Table, to measure a full
 // table); it attaches nothing and touches no network namespace.

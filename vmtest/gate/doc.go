@@ -17,7 +17,7 @@
 //     matrix (the `vmtest gate` command), and Seeds, the bugs `make
 //     gate-teeth` proves it catches.
 //
-// It loads programs through github.com/xdpshield/xdpshield/bpf and github.com/xdpshield/xdpshield/shield, attaches
+// It loads programs through package bpf and package shield, attaches
 // nothing and touches no network namespace; it writes only under its output
 // directory and, on update, the baseline file.
 package gate

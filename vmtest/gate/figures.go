@@ -11,9 +11,9 @@ type Figures struct {
 	Programs map[string]Program `json:"programs"`
 	// Speed is per path of the shield, by path name.
 	Speed map[string]Path `json:"speed"`
-	// Behaviour is per test run: "github.com/xdpshield/xdpshield/shield/datapath" (shield, the
-	// loader's choice), "github.com/xdpshield/xdpshield/shield/datapath -datapath.compat"
-	// (shield_compat everywhere), "github.com/xdpshield/xdpshield/sim", ...
+	// Behaviour is per test run: "package shield/datapath" (shield, the
+	// loader's choice), "package shield/datapath -datapath.compat"
+	// (shield_compat everywhere), "package sim", ...
 	Behaviour map[string]Behaviour `json:"behaviour"`
 	// Features are the lab's probed kernel features (internal/features):
 	// name to "" when present, else the errno the probe met.

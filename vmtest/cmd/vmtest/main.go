@@ -5,10 +5,10 @@
 //	vmtest fetch  [-kernels ...]
 //	vmtest gate   [-kernels ...] [-vms 2] [-baseline FILE] [-update] [-out out/gate] [packages]
 //
-// gate is the regression gate (package github.com/xdpshield/xdpshield/vmtest/gate): it exits 0
+// gate is the regression gate (package vmtest/gate): it exits 0
 // when every figure holds, 1 when one regressed, 2 when it could not run.
 //
-// See package github.com/xdpshield/xdpshield/vmtest for the exit codes.
+// See package vmtest for the exit codes.
 package main
 
 import (
