@@ -111,7 +111,7 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	// once it said it serves (serving: it is then stopped) or failed.
 	run := func(caps []string, env map[string]string) (code int, serving bool, logs string) {
 		t.Helper()
-		w := wait.ForLog(`msg=serving|ERROR shield serve`).AsRegexp().WithStartupTimeout(time.Minute)
+		w := wait.ForLog(`msg=serving|ERROR shield serve|msg="shield serve"`).AsRegexp().WithStartupTimeout(time.Minute)
 		c, err := Start(ctx, p, ShieldRequest(edge.GetContainerID(), pinRoot, conf, caps, env, w))
 		if c != nil {
 			defer c.Terminate(ctx)
