@@ -234,6 +234,18 @@ func (d *diffEnv) differ(t *testing.T, name string, chunks [][]byte, ref bool) r
 	ok := true
 	m := mark()
 	a := d.exchange(t, d.alone, chunks, -1, idle)
+	if len(a) == 0 && testutil.Emulated() {
+		// Under TCG the proxy alone may answer a request sent a byte at
+		// a time later than the idle window (seen on 6.12: no answer to
+		// a GET the fast path then answered 200): the reference waits
+		// once more, longer, before it counts as no answer; what the
+		// backends received is counted from the second sending.
+		for _, b := range d.backends {
+			b.quiet(2 * time.Second)
+		}
+		m = mark()
+		a = d.exchange(t, d.alone, chunks, -1, 10*idle)
+	}
 	ra := since(m)
 	m = mark()
 	before := d.counters(t)
