@@ -16,11 +16,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 const bearer = "Bearer " + testToken
@@ -304,7 +303,7 @@ func TestMetricsPromtool(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, src := range []string{"198.18.5.5", "198.18.5.6", "198.18.6.1"} {
-		if _, err := e.sh.Program().Run(&ebpf.RunOptions{Data: udp4(src), Repeat: 1}); err != nil {
+		if _, err := sim.Run(e.sh.Program(), udp4(src)); err != nil {
 			t.Fatalf("run program: %v", err)
 		}
 	}

@@ -7,12 +7,12 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/sim"
 )
 
 // These tests sit inside the package to read the maps back through the
@@ -74,9 +74,9 @@ func frame4(src string) []byte {
 
 func run(t *testing.T, s *Shield, frame []byte) uint32 {
 	t.Helper()
-	ret, err := s.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 1})
+	ret, err := sim.Run(s.Program(), frame)
 	require.NoError(t, err, "Run()")
-	return ret
+	return uint32(ret)
 }
 
 const (

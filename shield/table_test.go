@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestHashCannotBeAimed: whoever knows a source's key but not the seed
@@ -109,6 +110,7 @@ func TestHashMirror(t *testing.T) {
 // more sets than random keys would: about 1.7 (and 0.9) expected, at most
 // 12 (and 7) allowed. Red without the mix (2,844 and 34 for some seeds).
 func TestHashSpreadsProgressions(t *testing.T) {
+	testutil.HostOnly(t, "the hash's spread is pure Go")
 	for _, tc := range []struct {
 		net     string
 		size    uint32

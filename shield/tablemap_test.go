@@ -50,7 +50,13 @@ func tableMappings(t *testing.T) int {
 func TestTableMappedOnceConcurrently(t *testing.T) {
 	testutil.Root(t)
 	before := tableMappings(t)
-	for range 20 {
+	// The race is between Go goroutines; the host's run repeats it 20
+	// times, a VM (each Load verified under TCG, 2 s on 5.10) 4.
+	loads := 20
+	if testutil.InVM() {
+		loads = 4
+	}
+	for range loads {
 		sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: tableSize})
 		if err != nil {
 			t.Fatalf("Load: %v", err)

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
@@ -37,7 +35,7 @@ func TestTopFromProgram(t *testing.T) {
 	for i := range sources {
 		frame := sim.From(addr(i), sim.UDP).Bytes()
 		for range burst + drops(i) {
-			if _, err := sh.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 1}); err != nil {
+			if _, err := sim.Run(sh.Program(), frame); err != nil {
 				t.Fatalf("run: %v", err)
 			}
 		}
@@ -122,7 +120,7 @@ func TestTopOrders(t *testing.T) {
 		t.Helper()
 		frame := sim.From(addr, sim.UDP).Bytes()
 		for range n {
-			if _, err := sh.Program().Run(&ebpf.RunOptions{Data: frame, Repeat: 1}); err != nil {
+			if _, err := sim.Run(sh.Program(), frame); err != nil {
 				t.Fatalf("run: %v", err)
 			}
 		}

@@ -68,6 +68,7 @@ func Run(prog *ebpf.Program, frame []byte) (Action, error) {
 	if len(frame) < MinFrame || len(frame) > MaxFrame {
 		return 0, fmt.Errorf("run %d-byte frame: %w", len(frame), ErrFrameSize)
 	}
+	Hold(prog)
 	ret, err := prog.Run(&ebpf.RunOptions{Data: frame, Repeat: 1})
 	if err != nil {
 		return 0, fmt.Errorf("test run of %d-byte frame: %w", len(frame), err)

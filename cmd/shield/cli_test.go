@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
@@ -127,7 +125,7 @@ func TestCLI(t *testing.T) {
 	for i, src := range []string{"198.18.0.7", "198.18.0.9"} {
 		f := sim.From(src, sim.UDP).Bytes()
 		for range 12 - 10*i {
-			if _, err := sh.Program().Run(&ebpf.RunOptions{Data: f, Repeat: 1}); err != nil {
+			if _, err := sim.Run(sh.Program(), f); err != nil {
 				t.Fatal(err)
 			}
 		}

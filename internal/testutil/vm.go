@@ -18,6 +18,18 @@ import (
 // or a toolchain.
 func InVM() bool { return os.Getenv("VMTEST") == "1" }
 
+// HostOnly skips t in the VM matrix: for a test whose subject does not
+// depend on the kernel (pure Go, or Go logic over maps whose kernel side
+// other tests prove on every kernel), the host's run proves it for all of
+// them, and under TCG it costs the matrix seconds per kernel. why names
+// what the host proves.
+func HostOnly(t testing.TB, why string) {
+	t.Helper()
+	if InVM() {
+		t.Skipf("host only (%s): the host's run proves it for every kernel", why)
+	}
+}
+
 // RepoFile returns the path of rel under root, the repository's top
 // directory seen from the test's package. A test that reads the sources
 // skips in the VM matrix, where they are not (the host's run checks), and

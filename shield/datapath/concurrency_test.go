@@ -21,6 +21,7 @@ import (
 // released together.
 func hammer(t *testing.T, prog *ebpf.Program, frame []byte, cpus []int, repeat uint32) {
 	t.Helper()
+	sim.Hold(prog)
 	var ready, done sync.WaitGroup
 	start := make(chan struct{})
 	errs := make([]error, len(cpus))
