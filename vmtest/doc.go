@@ -19,16 +19,8 @@
 //
 // # What a boot is
 //
-// The lock pins, per kernel, the Debian suite, the packages (with the sha256
-// of each .deb) and the kernel image inside them (with its sha256). Fetch
-// downloads what the cache lacks with `apt-get download` through a private
-// apt configuration (APT_CONFIG pointing at its own sources list, state and
-// cache under the cache directory; /etc/apt and /var/lib/apt are neither
-// read for sources nor written), verifies every hash, and extracts the image
-// and modules. When the machine's archive keyring cannot verify a suite, a
-// newer debian-archive-keyring package is fetched through the stable suites
-// into the cache (nothing is installed). A pin the archive no longer serves
-// fails naming the package and `make kernels-repin`.
+// The kernels themselves (the lock, fetching through a private apt
+// configuration, the hashes, the modules) are vmtest/kernels'.
 //
 // The initramfs (newc cpio, written here) holds busybox-static, the modules
 // of DefaultModules with their dependencies (depends= of each module's

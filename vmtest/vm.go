@@ -1,10 +1,11 @@
 package vmtest
 
 import (
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
+
 	"bufio"
 	"bytes"
 	"context"
-	"debug/elf"
 	"errors"
 	"fmt"
 	"io"
@@ -61,7 +62,7 @@ type Run struct {
 
 // VM configures one boot.
 type VM struct {
-	Kernel  *Kernel
+	Kernel  *kernels.Kernel
 	Modules []string // DefaultModules when nil
 	Runs    []Run
 	// Data are host directories mirrored at the same path in the guest
@@ -204,296 +205,15 @@ func LockSlot(ctx context.Context, dir string, slots int, log *slog.Logger) (fun
 	}
 	_, unlock, err := flock.Take(ctx, paths, 0o644, func() {
 		if len(paths) == 1 {
-			log.Info("waiting for another VM to finish", LogLock, paths[0])
+			log.Info("waiting for another VM to finish", kernels.LogLock, paths[0])
 		} else {
-			log.Info("waiting for a VM slot", LogLock, paths[0], LogSlots, slots)
+			log.Info("waiting for a VM slot", kernels.LogLock, paths[0], kernels.LogSlots, slots)
 		}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("vm lock: %w", err)
 	}
 	return unlock, nil
-}
-
-// shellQuote quotes s for the guest's busybox sh.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=./,:+") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func (vm *VM) initScript(mods []Module) string {
-	var b strings.Builder
-	b.WriteString(`#!/bin/sh
-# Written by xdpshield's vmtest: mount, load modules, check the kernel, run
-# the test binaries, report on ttyS1, reboot (qemu -no-reboot exits).
-export PATH=/usr/sbin:/usr/bin:/bin:/sbin HOME=/tmp TMPDIR=/tmp
-out=/dev/ttyS1
-say() { echo "` + marker + `$*" >$out; }
-mount -t proc proc /proc
-# The guest's uptime at each step of the boot (the matrix's boot phases);
-# /init's own start is said once /dev/ttyS1 exists.
-read up0 _ </proc/uptime
-phase() { read u _ </proc/uptime; say PHASE $1 $u; }
-mount -t sysfs sysfs /sys
-mount -t devtmpfs devtmpfs /dev
-say PHASE ` + phaseInit + ` $up0
-mkdir -p /dev/pts /dev/shm /run /tmp
-# No tmpfs on /tmp: the package mirrors live at the host's paths, and a
-# clone under /tmp would vanish under it (the rootfs is writable anyway).
-mount -t tmpfs tmpfs /run
-mkdir -p /run/netns
-mount -t bpf bpffs /sys/fs/bpf
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
-mount -t debugfs debugfs /sys/kernel/debug
-mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
-phase ` + phaseMounts + `
-say BOOTED "$(uname -r)"
-fail() { say "HARNESS $*"; say EXIT 2; sync; reboot -f; sleep 10; }
-`)
-	fmt.Fprintf(&b, "[ \"$(uname -r)\" = %s ] || fail \"uname -r is $(uname -r), the pin says %s\"\n", shellQuote(vm.Kernel.Pin.Release), vm.Kernel.Pin.Release)
-	for _, m := range mods {
-		fmt.Fprintf(&b, "insmod /lib/modules/%s.ko >$out 2>&1 || fail \"insmod %s failed\"\n", m.Name, m.Name)
-	}
-	b.WriteString("phase " + phaseModules + "\nip link set lo up\n")
-	b.WriteString("export SHIELD_REQUIRE_PRIV=1\n")
-	// Tests may widen timing budgets under emulation (TCG is ~10x slower).
-	fmt.Fprintf(&b, "export VMTEST=1 VMTEST_KERNEL=%s VMTEST_ACCEL=%s\n", shellQuote(vm.Kernel.Pin.Name), vm.accel)
-	for _, e := range vm.Env {
-		k, v, _ := strings.Cut(e, "=")
-		fmt.Fprintf(&b, "export %s=%s\n", k, shellQuote(v))
-	}
-	b.WriteString("rc=0\nphase " + phaseTests + "\n")
-	for i, r := range vm.Runs {
-		dir := r.Dir
-		if dir == "" {
-			dir = "/"
-		}
-		args := []string{fmt.Sprintf("/tests/%d.test", i)}
-		for _, a := range r.Args {
-			args = append(args, shellQuote(a))
-		}
-		fmt.Fprintf(&b, "say BEGIN %d\n(cd %s && exec %s) >$out 2>&1 </dev/null; r=$?\necho >$out\nsay END %d $r\n[ $r -eq 0 ] || rc=1\n",
-			i, shellQuote(dir), strings.Join(args, " "), i)
-	}
-	b.WriteString("say EXIT $rc\nsync\nreboot -f\nsleep 10\n")
-	return b.String()
-}
-
-func (vm *VM) buildInitramfs(path string, log *slog.Logger) error {
-	want := vm.Modules
-	if want == nil {
-		want = DefaultModules
-	}
-	mods, missing, err := ResolveModules(vm.Kernel.Modules, want)
-	if err != nil {
-		return err
-	}
-	if len(missing) > 0 {
-		log.Debug("modules not shipped as modules (built in or absent)", LogKernel, vm.Kernel.Pin.Name, LogModules, strings.Join(missing, " "))
-	}
-	bb, err := exec.LookPath("busybox")
-	if err != nil {
-		return fmt.Errorf("busybox (busybox-static) not found: %w", err)
-	}
-	if err := requireStatic(bb); err != nil {
-		return err
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	w := bufio.NewWriterSize(f, 1<<20)
-	c := newCPIO(w)
-	for _, d := range []string{"dev", "proc", "sys", "tmp", "run", "etc", "root", "sbin", "usr/bin", "usr/sbin"} {
-		c.Dir(d)
-	}
-	c.CharDev("dev/console", 5, 1)
-	c.CharDev("dev/null", 1, 3)
-	c.HostFile("bin/busybox", bb, 0o755)
-	for _, app := range busyboxApplets(bb) {
-		if app != "busybox" {
-			c.Symlink("bin/"+app, "busybox")
-		}
-	}
-	c.Symlink("var/run", "/run")
-	tools := vm.Tools
-	if tools == nil {
-		tools = DefaultTools
-	}
-	// A tool goes in only when some test binary names it (they find tools
-	// with exec.LookPath("name")): promtool alone is 48 MB, and every
-	// megabyte is unpacked at boot.
-	var bins [][]byte
-	for _, r := range vm.Runs {
-		b, err := os.ReadFile(r.Binary)
-		if err != nil {
-			return err
-		}
-		bins = append(bins, b)
-	}
-	libs := map[string]bool{}
-	for _, t := range tools {
-		named := false
-		for _, b := range bins {
-			if bytes.Contains(b, []byte(t)) {
-				named = true
-				break
-			}
-		}
-		if !named {
-			log.Debug("no test binary names the tool; left out of the guest", LogTool, t)
-			continue
-		}
-		p, err := exec.LookPath(t)
-		if err != nil {
-			log.Debug("tool not on the host; left out of the guest", LogTool, t)
-			continue
-		}
-		c.HostFile("usr/sbin/"+t, p, 0o755)
-		dyn, err := sharedLibs(p)
-		if err != nil {
-			return err
-		}
-		for _, l := range dyn {
-			libs[l] = true
-		}
-	}
-	if _, err := os.Stat("/etc/iproute2"); err == nil {
-		c.HostTree("/etc/iproute2", "/etc/iproute2", nil)
-	}
-	// tcpdump drops privileges to its own user; nobody for the rest.
-	c.File("etc/passwd", 0o644, []byte("root:x:0:0:root:/tmp:/bin/sh\ntcpdump:x:100:101::/nonexistent:/bin/false\nnobody:x:65534:65534::/nonexistent:/bin/false\n"))
-	c.File("etc/group", 0o644, []byte("root:x:0:\ntcpdump:x:101:\nnogroup:x:65534:\n"))
-	c.File("etc/hosts", 0o644, []byte("127.0.0.1 localhost\n::1 localhost\n"))
-	for _, m := range mods {
-		c.File("lib/modules/"+m.Name+".ko", 0o644, m.ELF)
-	}
-	for i, r := range vm.Runs {
-		c.HostFile(fmt.Sprintf("tests/%d.test", i), r.Binary, 0o755)
-		if r.Dir != "" {
-			c.Dir(r.Dir)
-		}
-		dyn, err := sharedLibs(r.Binary)
-		if err != nil {
-			return err
-		}
-		for _, l := range dyn {
-			libs[l] = true
-		}
-	}
-	for l := range libs {
-		c.HostFile(l, l, 0o755)
-	}
-	for _, d := range vm.Data {
-		if st, err := os.Stat(d); err == nil && st.IsDir() {
-			c.HostTree(d, d, func(rel string) bool { return filepath.Base(rel) == ".git" })
-		}
-	}
-	c.File("init", 0o755, []byte(vm.initScript(mods)))
-	if err := c.Close(); err != nil {
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	return f.Close()
-}
-
-func busyboxApplets(bb string) []string {
-	out, err := exec.Command(bb, "--list").Output()
-	if err != nil {
-		return []string{"sh"}
-	}
-	return strings.Fields(string(out))
-}
-
-func requireStatic(path string) error {
-	libs, err := sharedLibs(path)
-	if err != nil {
-		return err
-	}
-	if len(libs) > 0 {
-		return fmt.Errorf("%s is dynamically linked; install busybox-static", path)
-	}
-	return nil
-}
-
-// sharedLibs lists the shared objects (and loader) a dynamic binary needs,
-// through ldd; nil for a static binary. Test binaries built with
-// CGO_ENABLED=0 are static; a cgo build still runs, with its libraries
-// copied in.
-func sharedLibs(bin string) ([]string, error) {
-	f, err := elf.Open(bin)
-	if err != nil {
-		var fe *elf.FormatError
-		if errors.As(err, &fe) {
-			return nil, nil // a script
-		}
-		return nil, fmt.Errorf("%s: %w", bin, err)
-	}
-	defer f.Close()
-	dynamic := false
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			dynamic = true
-		}
-	}
-	if !dynamic {
-		return nil, nil
-	}
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w (build it with CGO_ENABLED=0)", bin, err)
-	}
-	var libs []string
-	for _, line := range strings.Split(string(out), "\n") {
-		for _, f := range strings.Fields(line) {
-			if strings.HasPrefix(f, "/") {
-				libs = append(libs, f)
-				if real, err := filepath.EvalSymlinks(f); err == nil && real != f {
-					libs = append(libs, real)
-				}
-			}
-		}
-	}
-	return libs, nil
-}
-
-// kvmUsable reports whether KVM works here: a guest runs under it to its
-// end, and no slower than under TCG. /dev/kvm may create a VM, and qemu may
-// set up a KVM vCPU, on a machine where guests crawl or never run (seen
-// here, nested: every kernel boot under KVM hung until its timeout, while
-// TCG booted). VMTEST_ACCEL=tcg|kvm
-// overrides. The probe runs once per process.
-func kvmUsable() bool {
-	switch os.Getenv("VMTEST_ACCEL") {
-	case "tcg":
-		return false
-	case "kvm":
-		return true
-	}
-	kvmOnce.Do(func() { kvmOK = kvmFaster() })
-	return kvmOK
-}
-
-// kvmFaster boots the probe's guest under TCG and under KVM and says
-// whether KVM ran it to its end no slower than TCG did. Seen here: a nested
-// KVM that ran the boot sector in 3.6-3.8 s where TCG took 0.3 s (and
-// sometimes not within 15 s), and never booted a kernel within 90 s.
-func kvmFaster() bool {
-	start := time.Now()
-	if err := guestRuns("tcg", 30*time.Second); err != nil {
-		return false // qemu does not run here at all: the matrix says so
-	}
-	tcg := time.Since(start)
-	start = time.Now()
-	if err := guestRuns("kvm", 10*time.Second); err != nil {
-		return false
-	}
-	return time.Since(start) <= tcg
 }
 
 var (
@@ -515,38 +235,6 @@ var bootSector = func() []byte {
 	b[510], b[511] = 0x55, 0xaa
 	return b
 }()
-
-// guestRuns boots bootSector under accel and waits for its exit.
-func guestRuns(accel string, timeout time.Duration) error {
-	dir, err := os.MkdirTemp("", "vmtest-accel-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	img := filepath.Join(dir, "boot.img")
-	if err := os.WriteFile(img, bootSector, 0o600); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cpu := "max"
-	if accel == "kvm" {
-		cpu = "host"
-	}
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
-		"-machine", "q35", "-accel", accel, "-cpu", cpu, "-m", "64",
-		"-device", "isa-debug-exit,iobase=0xf4,iosize=0x04",
-		"-drive", "file="+img+",format=raw,if=floppy", "-boot", "a")
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 0x31<<1|1 {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("a guest under %s did not finish within %s", accel, timeout)
-	}
-	return fmt.Errorf("a guest under %s: %v: %s", accel, err, strings.TrimSpace(string(out)))
-}
 
 var panicRE = regexp.MustCompile(`Kernel panic - not syncing|end Kernel panic`)
 
@@ -581,12 +269,12 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-machine", machine(), "-accel", accelOpts(res.Accel), "-cpu", cpu,
 		"-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
-		"-kernel", vm.Kernel.bootImage(), "-initrd", initrd,
+		"-kernel", vm.Kernel.BootImage(), "-initrd", initrd,
 		"-append", "console=ttyS0 panic=-1 rdinit=/init random.trust_cpu=on mitigations=off tsc=reliable no_timer_check " + cmdlineExtra(),
 		"-chardev", "file,id=con,path=" + consolePath, "-serial", "chardev:con",
 		"-chardev", "stdio,id=out,signal=off", "-serial", "chardev:out",
 	}
-	log.Info("boot", LogKernel, vm.Kernel.Pin.Name, LogRelease, vm.Kernel.Pin.Release, LogAccel, res.Accel, LogCpus, cpus, LogMemoryMib, mem)
+	log.Info("boot", kernels.LogKernel, vm.Kernel.Pin.Name, kernels.LogRelease, vm.Kernel.Pin.Release, kernels.LogAccel, res.Accel, kernels.LogCpus, cpus, kernels.LogMemoryMib, mem)
 	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -657,7 +345,7 @@ func (vm *VM) qemu(ctx context.Context, initrd, consolePath string, log *slog.Lo
 			}
 			bootTimer.Stop()
 			res.BootToInit = ev.at.Sub(start)
-			log.Debug("guest init running", LogKernel, vm.Kernel.Pin.Name, LogAfter, time.Since(start).Round(time.Millisecond))
+			log.Debug("guest init running", kernels.LogKernel, vm.Kernel.Pin.Name, kernels.LogAfter, time.Since(start).Round(time.Millisecond))
 		case "BEGIN":
 			n, _ := strconv.Atoi(f[1])
 			if n < 0 || n >= len(vm.Runs) {
@@ -754,40 +442,6 @@ loop:
 		dump()
 	}
 	return res, nil
-}
-
-// accelOpts sets TCG to one host thread for all vCPUs (thread=single), or
-// $VMTEST_TCG. With multi-threaded TCG, 6.12 oopsed on an int3 in
-// bpf_dispatcher_xdp_func (veth XDP while the dispatcher was being
-// re-patched) in 2 of 6 storm runs here and never in 5 single-threaded
-// ones: cross-vCPU code patching is where MTTCG differs from hardware, so
-// the matrix does not take it as the kernel's fault. The guest still has
-// 2 CPUs. VMTEST_TCG=thread=multi brings MTTCG back.
-func accelOpts(accel string) string {
-	if accel != "tcg" {
-		return accel
-	}
-	if o := os.Getenv("VMTEST_TCG"); o != "" {
-		return accel + "," + o
-	}
-	return accel + ",thread=single"
-}
-
-// machine is qemu's machine type: pc (boots faster than q35 under TCG), or $VMTEST_MACHINE.
-func machine() string {
-	if s := os.Getenv("VMTEST_MACHINE"); s != "" {
-		return s
-	}
-	return "pc"
-}
-
-// cmdlineExtra is "quiet loglevel=4", or $VMTEST_CMDLINE (e.g.
-// "printk.time=1 initcall_debug" to see where a boot spends its time).
-func cmdlineExtra() string {
-	if s := os.Getenv("VMTEST_CMDLINE"); s != "" {
-		return s
-	}
-	return "quiet loglevel=4"
 }
 
 // follow copies path to w as it grows, until stop is closed (then copies

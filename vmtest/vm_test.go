@@ -1,14 +1,14 @@
 package vmtest
 
 import (
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
+
 	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,27 +56,14 @@ func TestShellQuote(t *testing.T) {
 	}
 }
 
-func TestModuleName(t *testing.T) {
-	for in, want := range map[string]string{
-		"kernel/net/netfilter/nf_tables.ko.xz": "nf_tables",
-		"nf-tables":                            "nf_tables",
-		"veth.ko":                              "veth",
-		"sch_ingress.ko.zst":                   "sch_ingress",
-	} {
-		if got := moduleName(in); got != want {
-			t.Errorf("moduleName(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func TestInitScript(t *testing.T) {
 	vm := &VM{
-		Kernel: &Kernel{Pin: &Pin{Name: "6.1", Release: "6.1.0-50-cloud-amd64"}},
+		Kernel: &kernels.Kernel{Pin: &kernels.Pin{Name: "6.1", Release: "6.1.0-50-cloud-amd64"}},
 		Runs:   []Run{{Name: "github.com/xdpshield/xdpshield/sim", Dir: "/work/main/sim", Args: []string{"-test.run=^TestA$", "-test.v"}}},
 		Env:    []string{"SHIELD_X=a b"},
 		accel:  "tcg",
 	}
-	s := vm.initScript([]Module{{Name: "veth"}})
+	s := vm.initScript([]kernels.Module{{Name: "veth"}})
 	for _, want := range []string{
 		`[ "$(uname -r)" = 6.1.0-50-cloud-amd64 ]`,
 		"insmod /lib/modules/veth.ko",
@@ -93,20 +80,6 @@ func TestInitScript(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("init script lacks %q:\n%s", want, s)
 		}
-	}
-}
-
-func TestExtractVmlinuxRejects(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(dir, "vmlinuz")
-	if err := os.WriteFile(src, bytes.Repeat([]byte{0}, 4096), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := extractVmlinux(src, filepath.Join(dir, "vmlinux")); err == nil || !strings.Contains(err.Error(), "not a bzImage") {
-		t.Fatalf("extractVmlinux(zeros) = %v, want a not-a-bzImage error", err)
-	}
-	if hasPVHNote([]byte("not an elf")) {
-		t.Fatal("hasPVHNote(garbage) = true")
 	}
 }
 

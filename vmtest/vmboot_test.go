@@ -1,6 +1,8 @@
 package vmtest
 
 import (
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
+
 	"bytes"
 	"context"
 	"os"
@@ -15,7 +17,7 @@ import (
 
 // needVM skips VM tests in -short mode, and skips (or fails, with
 // SHIELD_REQUIRE_PRIV=1) when qemu or busybox-static are missing.
-func needVM(t *testing.T) *Cache {
+func needVM(t *testing.T) *kernels.Cache {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a VM; skipped with -short")
@@ -25,7 +27,7 @@ func needVM(t *testing.T) *Cache {
 			testutil.SkipOrFail(t, tool+" not installed (ci/deps.sh installs it)")
 		}
 	}
-	return &Cache{Dir: DefaultCacheDir()}
+	return &kernels.Cache{Dir: kernels.DefaultCacheDir()}
 }
 
 // TestBrokenProgramOn510 is the harness's proof that the matrix catches a
@@ -82,7 +84,7 @@ func writeScript(t *testing.T, body string) string {
 // only with VMTEST_ALL=1 (make test stays at one boot).
 func TestExitCodes(t *testing.T) {
 	c := needVM(t)
-	l, _, err := LoadLock(".")
+	l, _, err := kernels.LoadLock(".")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +138,7 @@ func TestGoTestExec(t *testing.T) {
 	if os.Getenv("VMTEST_ALL") != "1" {
 		t.Skip("one more boot; set VMTEST_ALL=1")
 	}
-	root, err := ModuleRoot(".")
+	root, err := kernels.ModuleRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}

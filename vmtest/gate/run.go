@@ -1,6 +1,8 @@
 package gate
 
 import (
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
+
 	"bytes"
 	"context"
 	"fmt"
@@ -34,13 +36,13 @@ var Packages = []string{"./sim", "./shield", "./shield/datapath"}
 
 // Config is one gate run.
 type Config struct {
-	Dir          string        // module root
-	Kernels      []string      // VM kernels, lock names; none: the host only
-	Host         bool          // measure the host too
-	Packages     []string      // behaviour packages run in the VMs (the matrix's)
-	HostPackages []string      // behaviour packages run on the host
-	TestFlags    []string      // for every test binary
-	Cache        *vmtest.Cache // kernels
+	Dir          string         // module root
+	Kernels      []string       // VM kernels, lock names; none: the host only
+	Host         bool           // measure the host too
+	Packages     []string       // behaviour packages run in the VMs (the matrix's)
+	HostPackages []string       // behaviour packages run on the host
+	TestFlags    []string       // for every test binary
+	Cache        *kernels.Cache // kernels
 	BootTimeout  time.Duration
 	Timeout      time.Duration // per kernel
 	MemoryMiB    int
@@ -376,7 +378,7 @@ func (c Config) host(ctx context.Context, bins map[string]vmtest.Binary) (Figure
 		if live != nil && buf.Len() > 0 && buf.Bytes()[buf.Len()-1] != '\n' {
 			live.Write([]byte{'\n'}) // the last line, unended
 		}
-		c.logger().Info("host run", vmtest.LogPackage, name, vmtest.LogTook, time.Since(start).Round(time.Millisecond))
+		c.logger().Info("host run", kernels.LogPackage, name, kernels.LogTook, time.Since(start).Round(time.Millisecond))
 		results = append(results, vmtest.RunResult{Name: name, Exit: exit, Output: strings.Split(buf.String(), "\n"), Duration: time.Since(start)})
 	}
 	f := figuresOf(Host, results)

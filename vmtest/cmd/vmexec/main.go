@@ -12,6 +12,8 @@
 package main
 
 import (
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
+
 	"context"
 	"errors"
 	"flag"
@@ -43,12 +45,12 @@ func main() {
 func run(ctx context.Context, args []string) (int, error) {
 	fs := flag.NewFlagSet("vmexec", flag.ContinueOnError)
 	kernel := fs.String("kernel", "6.1", "kernel to boot, by its name in fixtures/kernels.lock")
-	cache := fs.String("cache", vmtest.DefaultCacheDir(), "kernel cache directory")
+	cache := fs.String("cache", kernels.DefaultCacheDir(), "kernel cache directory")
 	bootTimeout := fs.Duration("boot-timeout", 60*time.Second, "budget from qemu start to the guest's init")
 	timeout := fs.Duration("timeout", 15*time.Minute, "budget of the whole VM")
 	mem := fs.Int("memory", 1024, "guest memory, MiB")
 	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "host programs copied into the guest")
-	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "kernel modules loaded in the guest (with their dependencies)")
+	modules := fs.String("modules", strings.Join(kernels.DefaultModules, ","), "kernel modules loaded in the guest (with their dependencies)")
 	console := fs.Bool("console", false, "stream the kernel console to stderr")
 	verbose := fs.Bool("v", false, "debug logs")
 	if err := fs.Parse(args); err != nil {
@@ -66,7 +68,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return int(vmtest.ExitHarnessError), err
 	}
-	lock, root, err := vmtest.LoadLock(wd)
+	lock, root, err := kernels.LoadLock(wd)
 	if err != nil {
 		return int(vmtest.ExitHarnessError), err
 	}
@@ -74,7 +76,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return int(vmtest.ExitHarnessError), err
 	}
-	c := &vmtest.Cache{Dir: *cache, Log: log}
+	c := &kernels.Cache{Dir: *cache, Log: log}
 	k, err := c.Fetch(ctx, pin)
 	if err != nil {
 		return int(vmtest.ExitHarnessError), err
@@ -98,7 +100,7 @@ func run(ctx context.Context, args []string) (int, error) {
 	if err != nil {
 		return int(vmtest.ExitHarnessError), err
 	}
-	log.Debug("vm done", vmtest.LogKernel, pin.Name, vmtest.LogAccel, res.Accel, vmtest.LogBootToInit, res.BootToInit, vmtest.LogBootToFirstTest, res.BootToFirstTest, vmtest.LogWall, res.Wall)
+	log.Debug("vm done", kernels.LogKernel, pin.Name, kernels.LogAccel, res.Accel, kernels.LogBootToInit, res.BootToInit, kernels.LogBootToFirstTest, res.BootToFirstTest, kernels.LogWall, res.Wall)
 	switch res.Code {
 	case vmtest.ExitPass:
 		return 0, nil

@@ -12,6 +12,8 @@
 package main
 
 import (
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
+
 	"context"
 	"errors"
 	"flag"
@@ -35,7 +37,7 @@ func main() {
 	code, err := run(ctx, os.Args[1:])
 	stop()
 	if err != nil {
-		slog.Error("vmtest", vmtest.LogErr, err)
+		slog.Error("vmtest", kernels.LogErr, err)
 		if code == vmtest.ExitPass {
 			code = vmtest.ExitHarnessError
 		}
@@ -52,8 +54,8 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 		return vmtest.ExitHarnessError, usage()
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	kernels := fs.String("kernels", "5.10 6.1 6.12 7.2", "kernels to use, by lock name")
-	cache := fs.String("cache", vmtest.DefaultCacheDir(), "kernel cache directory (outside the repository)")
+	kernelList := fs.String("kernels", "5.10 6.1 6.12 7.2", "kernels to use, by lock name")
+	cache := fs.String("cache", kernels.DefaultCacheDir(), "kernel cache directory (outside the repository)")
 	verbose := fs.Bool("v", false, "debug logs and the live kernel console")
 	out := fs.String("out", "out/vmtest", "matrix: directory for matrix.txt and matrix.json")
 	bootTimeout := fs.Duration("boot-timeout", 60*time.Second, "matrix: budget from qemu start to the guest's init")
@@ -64,7 +66,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	vms := fs.Int("vms", 1, "matrix, gate: kernels booted at once (a TCG VM keeps one host thread busy: 2 on a 2-core host)")
 	runs := fs.Int("runs", 1, "matrix: run the matrix this many times and report pass counts per kernel (a soak)")
 	tools := fs.String("tools", strings.Join(vmtest.DefaultTools, ","), "matrix: host programs copied into the guest")
-	modules := fs.String("modules", strings.Join(vmtest.DefaultModules, ","), "matrix: kernel modules loaded in the guest (with their dependencies)")
+	modules := fs.String("modules", strings.Join(kernels.DefaultModules, ","), "matrix: kernel modules loaded in the guest (with their dependencies)")
 	g := gateFlags{}
 	fs.StringVar(&g.baseline, "baseline", "fixtures/gate/baseline.json", "gate: the baseline to compare with")
 	fs.BoolVar(&g.update, "update", false, "gate: rewrite the baseline from this run (clean tree, everything passing)")
@@ -86,14 +88,14 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
-	c := &vmtest.Cache{Dir: *cache, Log: log}
-	names := strings.Fields(*kernels)
+	c := &kernels.Cache{Dir: *cache, Log: log}
+	names := strings.Fields(*kernelList)
 
 	switch args[0] {
 	case "repin":
 		return repin(ctx, c, names)
 	case "fetch":
-		l, _, err := vmtest.LoadLock(".")
+		l, _, err := kernels.LoadLock(".")
 		if err != nil {
 			return vmtest.ExitHarnessError, err
 		}
@@ -211,7 +213,7 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 		if err := b.Write(g.baseline); err != nil {
 			return vmtest.ExitHarnessError, err
 		}
-		slog.Info("baseline rewritten", vmtest.LogPath, g.baseline, vmtest.LogKernel, fmt.Sprint(ids))
+		slog.Info("baseline rewritten", kernels.LogPath, g.baseline, kernels.LogKernel, fmt.Sprint(ids))
 		return vmtest.ExitPass, nil
 	}
 	rep := &gate.Report{Started: start.UTC(), Revision: rev, Baseline: base.Revision, Thresholds: g.th, Kernels: ids, Figures: figs, Notes: notes}
@@ -287,21 +289,21 @@ func speedBase(ctx context.Context, dir, arg, baselineRev string) (string, func(
 		cleanup()
 		return "", nothing, err
 	}
-	slog.Info("speed base", vmtest.LogPath, f.Name(), "revision", rev)
+	slog.Info("speed base", kernels.LogPath, f.Name(), "revision", rev)
 	return f.Name(), cleanup, nil
 }
 
-func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCode, error) {
-	root, err := vmtest.ModuleRoot(".")
+func repin(ctx context.Context, c *kernels.Cache, names []string) (vmtest.ExitCode, error) {
+	root, err := kernels.ModuleRoot(".")
 	if err != nil {
 		return vmtest.ExitHarnessError, err
 	}
-	path := filepath.Join(root, vmtest.DefaultLockPath)
+	path := filepath.Join(root, kernels.DefaultLockPath)
 	suites := map[string]string{}
-	for k, v := range vmtest.DefaultSuites {
+	for k, v := range kernels.DefaultSuites {
 		suites[k] = v
 	}
-	if old, err := vmtest.ReadLock(path); err == nil {
+	if old, err := kernels.ReadLock(path); err == nil {
 		for _, k := range old.Kernels {
 			suites[k.Name] = k.Suite
 		}
@@ -324,7 +326,7 @@ func repin(ctx context.Context, c *vmtest.Cache, names []string) (vmtest.ExitCod
 	if err := os.Rename(path+".tmp", path); err != nil {
 		return vmtest.ExitHarnessError, err
 	}
-	slog.Info("lock rewritten", vmtest.LogPath, path)
+	slog.Info("lock rewritten", kernels.LogPath, path)
 	return vmtest.ExitPass, nil
 }
 

@@ -1,4 +1,4 @@
-package vmtest
+package kernels
 
 // Attribute keys of the harness's structured logs (log/slog).
 const (

@@ -1,4 +1,4 @@
-package vmtest
+package kernels
 
 import (
 	"bufio"
@@ -177,7 +177,7 @@ const lockHeader = `# Debian kernels the VM matrix boots (vmtest/). Written by `
 // Format writes l in the lock format, kernels in version order.
 func (l *Lock) Format(w io.Writer) error {
 	ks := append([]Pin(nil), l.Kernels...)
-	sort.SliceStable(ks, func(i, j int) bool { return versionLess(ks[i].Name, ks[j].Name) })
+	sort.SliceStable(ks, func(i, j int) bool { return VersionLess(ks[i].Name, ks[j].Name) })
 	var b strings.Builder
 	b.WriteString(lockHeader)
 	for _, k := range ks {
@@ -191,8 +191,8 @@ func (l *Lock) Format(w io.Writer) error {
 	return err
 }
 
-// versionLess orders "5.10" < "6.1" < "6.12" < "7.2".
-func versionLess(a, b string) bool {
+// VersionLess orders "5.10" < "6.1" < "6.12" < "7.2".
+func VersionLess(a, b string) bool {
 	pa, pb := strings.Split(a, "."), strings.Split(b, ".")
 	for i := 0; i < len(pa) && i < len(pb); i++ {
 		var x, y int

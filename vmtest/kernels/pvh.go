@@ -1,4 +1,4 @@
-package vmtest
+package kernels
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 // vmlinuz and cached beside it; without a PVH note the vmlinuz boots.
 
 // bootImage is the image qemu boots: the PVH vmlinux when there is one.
-func (k *Kernel) bootImage() string {
+func (k *Kernel) BootImage() string {
 	if k.Vmlinux != "" && os.Getenv("VMTEST_NO_PVH") == "" {
 		return k.Vmlinux
 	}
