@@ -19,12 +19,16 @@ import (
 )
 
 // stormCmd is this test binary run as `shieldlab storm args...` (see TestMain),
-// light enough for a busy 2-core box: 1 s phases of the few-sources storm
-// (2 sources a family, each past its limit) at 20,000 frames/s, no
-// contrast.
+// light enough for a busy 2-core box: the VM matrix's scaled-down storm
+// (-short: 3 s phases, 5,000 frames/s, limits of 50/s with a burst of 20)
+// of few sources (2 a family, each past its limit), no contrast. Under
+// the default limits (1,000/s, burst 200) a storm must send 10.4k frames
+// in a phase to count as strong enough, and a generator sharing the
+// machine with two other heavy jobs sent 9.8k: the run then failed its
+// strength check, which is not what these tests are about.
 func stormCmd(t *testing.T, args ...string) *exec.Cmd {
 	t.Helper()
-	base := []string{"storm", "-quiet", "-sources", "few", "-few", "2", "-duration", "1s", "-rate", "20000", "-contrast=false"}
+	base := []string{"storm", "-quiet", "-short", "-sources", "few", "-few", "2", "-contrast=false"}
 	cmd := exec.Command(os.Args[0], append(base, args...)...)
 	cmd.Env = append(os.Environ(), envAsMain+"=1")
 	return cmd
