@@ -16,7 +16,13 @@
 //     nftables (frames/s at the edge, drops per softirq CPU-second);
 //   - the simulator's ns/packet table (go test -bench ./shield/datapath);
 //   - the tc probe's own cost, alone, beside the shield and under storm, and
-//     its histogram against the client's own timings.
+//     its histogram against the client's own timings;
+//   - (section peers) the L7 fast path beside the Go proxy, HAProxy and
+//     nginx enforcing one policy (study/peers writes the peers' configs):
+//     latency, requests/s and CPU per request, closed loop and fixed rate,
+//     keep-alive and new connections, small and 64 KiB responses.
+//
+// Options.Only (shieldlab study -only) runs some sections alone.
 //
 // It writes report.md, results.json and PNG plots (drawn by gnuplot) to an
 // output directory. It must not touch anything outside the namespaces it
