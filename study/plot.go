@@ -38,6 +38,7 @@ func Plot(dir string, r *Results) ([]string, error) {
 		{"drop-capacity.png", SectionMain, plotDrop},
 		{"probe-vs-client.png", SectionMain, plotProbe},
 		{"l7-peers.png", SectionPeers, plotL7},
+		{"lists.png", SectionLists, plotLists},
 	} {
 		if !r.ran(p.section) {
 			continue

@@ -201,6 +201,9 @@ func Report(w io.Writer, r *Results, plots []string) {
 	if r.ran(SectionPeers) {
 		ReportL7(w, r)
 	}
+	if r.ran(SectionLists) {
+		ReportLists(w, r)
+	}
 	if len(plots) > 0 {
 		fmt.Fprintln(w, "\n## Plots")
 		for _, p := range plots {
@@ -384,7 +387,7 @@ func WriteDocs(docs, out string, r *Results) error {
 		return err
 	}
 	var links []string
-	for _, name := range []string{"results.json", "latency-cdf.png", "throughput.png", "drop-capacity.png", "probe-vs-client.png", "l7-peers.png"} {
+	for _, name := range []string{"results.json", "latency-cdf.png", "throughput.png", "drop-capacity.png", "probe-vs-client.png", "l7-peers.png", "lists.png"} {
 		b, err := os.ReadFile(filepath.Join(out, name))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) && strings.HasSuffix(name, ".png") {

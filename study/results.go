@@ -41,6 +41,7 @@ type Results struct {
 	Targets      []Target      `json:"targets"`
 	Sections     []string      `json:"sections,omitempty"` // the sections run (empty: every one, as before -only)
 	L7           *L7Results    `json:"l7_peers,omitempty"`
+	Lists        *ListResults  `json:"lists,omitempty"`
 	Notes        []string      `json:"notes"`
 	Error        string        `json:"error,omitempty"`
 }
@@ -342,6 +343,9 @@ func (r *Results) finish() {
 	if r.L7 != nil {
 		r.L7.finish()
 	}
+	if r.Lists != nil {
+		r.Lists.finish()
+	}
 }
 
 // ran reports whether section was run.
@@ -355,6 +359,9 @@ func (r *Results) Missing() []string {
 	var out []string
 	if r.ran(SectionPeers) {
 		out = append(out, r.L7.missing()...)
+	}
+	if r.ran(SectionLists) {
+		out = append(out, r.Lists.missing()...)
 	}
 	if !r.ran(SectionMain) {
 		return out

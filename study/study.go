@@ -51,10 +51,11 @@ type Options struct {
 const (
 	SectionMain  = "main"  // legitimate traffic and drop capacity against nftables, and the benchmarks
 	SectionPeers = "peers" // the L7 fast path beside the Go proxy, HAProxy and nginx
+	SectionLists = "lists" // large deny lists: the shield beside xdp-filter and the XDP_DROP floor
 )
 
 // Sections are every section, in the order of a run.
-var Sections = []string{SectionMain, SectionPeers}
+var Sections = []string{SectionMain, SectionPeers, SectionLists}
 
 func (o Options) sections() ([]string, error) {
 	if len(o.Only) == 0 {
@@ -193,16 +194,25 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if slices.Contains(secs, SectionPeers) {
 		steps += s.l7Plan().steps(opt.Runs)
 	}
+	lists := slices.Contains(secs, SectionLists)
+	if lists {
+		steps += s.listSteps()
+	}
 	s.bar = newBar(opt.Progress, opt.Lines, steps)
 	defer s.close()
-	if main {
+	if main || lists {
 		if err := s.setup(); err != nil {
 			return nil, err
 		}
+	}
+	if main {
 		err = s.all(ctx)
 	}
 	if err == nil && slices.Contains(secs, SectionPeers) {
 		err = s.l7Section(ctx)
+	}
+	if err == nil && lists {
+		err = s.listSection(ctx)
 	}
 	s.bar.done()
 	if err != nil {

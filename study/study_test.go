@@ -193,3 +193,23 @@ func TestL7SectionMissingAndReport(t *testing.T) {
 	assert.Contains(t, md, "HAProxy version 2.6", "the peers' versions")
 	assert.NotContains(t, md, "## Headline", "a peers-only report has no main section")
 }
+
+// TestListSectionMissing: a list a target refuses (beyond its capacity) is
+// a finding, not a gap; a cell that dropped nothing is named.
+func TestListSectionMissing(t *testing.T) {
+	r := &Results{Runs: 1, Sections: []string{SectionLists}, Lists: &ListResults{Sizes: []int{1000, 1 << 20}}}
+	for _, fam := range ListFamilies {
+		r.Lists.cell("floor", fam, 0).Samples = []DropSample{{DropPPS: 1e6, SeenPPS: 1e6}}
+		for _, tg := range ListTargets[1:] {
+			r.Lists.cell(tg, fam, 1000).Samples = []DropSample{{DropPPS: 5e5, SeenPPS: 5e5}}
+			r.Lists.cell(tg, fam, 1<<20).Refused = "too many"
+		}
+	}
+	r.finish()
+	require.Empty(t, r.Missing(), "Missing() of a complete lists-only study")
+	r.Lists.Cell("xdp-filter", "ipv6", 1000).DropPPS.Median = 0
+	assert.Equal(t, []string{"lists xdp-filter ipv6 1000: nothing dropped"}, r.Missing())
+	var b strings.Builder
+	Report(&b, r, nil)
+	assert.Contains(t, b.String(), "| ipv4 | 1048576 | xdp-filter (src list) | refused: too many |")
+}
