@@ -61,13 +61,13 @@ type ListCell struct {
 
 // ListResults are the list comparison.
 type ListResults struct {
-	XDPFilter string    `json:"xdp_filter_version"`
-	Sizes     []int     `json:"sizes"`
-	CLIAddrs  int       `json:"cli_addresses"`
-	CLISec    []float64 `json:"cli_seconds"` // `xdp-filter ip` run CLIAddrs times, each run
-	CLIPerMs  Stat      `json:"cli_ms_per_address"`
-	Cells     []*ListCell
-	Skipped   []string `json:"skipped,omitempty"`
+	XDPFilter string      `json:"xdp_filter_version"`
+	Sizes     []int       `json:"sizes"`
+	CLIAddrs  int         `json:"cli_addresses"`
+	CLISec    []float64   `json:"cli_seconds"` // `xdp-filter ip` run CLIAddrs times, each run
+	CLIPerMs  Stat        `json:"cli_ms_per_address"`
+	Cells     []*ListCell `json:"cells"`
+	Skipped   []string    `json:"skipped,omitempty"`
 }
 
 // Cell returns a cell, nil when not measured.
