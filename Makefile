@@ -82,7 +82,7 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go 
 bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
 
-study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
+study: ## the cost study, as root (about 18 min here with the peers and lists sections): out/study, and docs/study.md with its plots
 	@ci/deps.sh
 	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
 	out/bin/shieldlab study -out out/study -docs docs

@@ -13,6 +13,7 @@ pkgs=(
 	nftables                 # shield nft -apply, its test, the study's baseline, the balancer's DNAT comparison
 	gnuplot-nox              # the study's plots (shieldlab study)
 	shellcheck               # make lint: actionlint checks the workflow's scripts with it
+	haproxy nginx-light xdp-tools # the study's peers (issue 31): L7 proxies, xdp-filter
 )
 # Hosted CI installs each job's packages itself (.github/workflows/ci.yml).
 if [ "${SHIELD_SKIP_DEPS:-}" = 1 ]; then

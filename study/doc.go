@@ -16,7 +16,20 @@
 //     nftables (frames/s at the edge, drops per softirq CPU-second);
 //   - the simulator's ns/packet table (go test -bench ./shield/datapath);
 //   - the tc probe's own cost, alone, beside the shield and under storm, and
-//     its histogram against the client's own timings.
+//     its histogram against the client's own timings;
+//   - (section peers) the L7 fast path beside the Go proxy, HAProxy and
+//     nginx enforcing one policy (study/peers writes the peers' configs):
+//     latency, requests/s and CPU per request, closed loop and fixed rate,
+//     keep-alive and new connections, small and 64 KiB responses;
+//   - (section lists) large deny lists (1k, 64k, 1M host prefixes, IPv4
+//     and IPv6): drop capacity and load time of the shield and of
+//     xdp-tools' xdp-filter on the storm link, beside the XDP_DROP floor.
+//     xdp-filter runs in the edge namespace only (nsenter --net), on
+//     edge0, and is unloaded after each cell; its pins under
+//     /sys/fs/bpf/xdp-filter are global, so the section leaves a machine
+//     where they exist alone.
+//
+// Options.Only (shieldlab study -only) runs some sections alone.
 //
 // It writes report.md, results.json and PNG plots (drawn by gnuplot) to an
 // output directory. It must not touch anything outside the namespaces it

@@ -154,12 +154,20 @@ func (e *edgeProc) cpu() (cpuReading, error) {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	r.proc = (ut + st) / clkTck
-	b, err = os.ReadFile("/proc/stat")
+	m, err := e.machine()
+	r.softirq, r.busy = m.softirq, m.busy
+	return r, err
+}
+
+// machine reads every CPU's softirq and busy time (proc left zero).
+func (e *edgeProc) machine() (cpuReading, error) {
+	var r cpuReading
+	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
 		return r, fmt.Errorf("read /proc/stat: %w", err)
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
-	f = strings.Fields(line) // cpu user nice system idle iowait irq softirq steal
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal
 	if len(f) < 8 || f[0] != "cpu" {
 		return r, errors.New("unexpected /proc/stat")
 	}

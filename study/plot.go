@@ -29,14 +29,20 @@ func Plot(dir string, r *Results) ([]string, error) {
 	var made []string
 	var errs []error
 	for _, p := range []struct {
-		name string
-		fn   func(data string, r *Results) (string, error)
+		name    string
+		section string
+		fn      func(data string, r *Results) (string, error)
 	}{
-		{"latency-cdf.png", plotCDF},
-		{"throughput.png", plotThroughput},
-		{"drop-capacity.png", plotDrop},
-		{"probe-vs-client.png", plotProbe},
+		{"latency-cdf.png", SectionMain, plotCDF},
+		{"throughput.png", SectionMain, plotThroughput},
+		{"drop-capacity.png", SectionMain, plotDrop},
+		{"probe-vs-client.png", SectionMain, plotProbe},
+		{"l7-peers.png", SectionPeers, plotL7},
+		{"lists.png", SectionLists, plotLists},
 	} {
+		if !r.ran(p.section) {
+			continue
+		}
 		script, err := p.fn(data, r)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))

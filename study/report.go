@@ -96,105 +96,113 @@ func Report(w io.Writer, r *Results, plots []string) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "\n**INCOMPLETE**: %s\n", r.Error)
 	}
-	fmt.Fprintln(w, "\n## Headline")
-	fmt.Fprintln(w)
-	Headline(w, r)
+	if r.ran(SectionMain) {
+		fmt.Fprintln(w, "\n## Headline")
+		fmt.Fprintln(w)
+		Headline(w, r)
 
-	fmt.Fprintln(w, "\n## Targets")
-	fmt.Fprintln(w, "\n| target | wanted | got | |")
-	fmt.Fprintln(w, "|---|---|---|---|")
-	for _, t := range r.Targets {
-		mark := "missed"
-		switch {
-		case !t.Judged:
-			mark, t.Got = "not measured", "-"
-		case t.Met:
-			mark = "met"
-		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Name, t.Want, t.Got, mark)
-	}
-
-	fmt.Fprintln(w, "\n## Conclusion")
-	fmt.Fprintln(w)
-	for _, p := range Conclusion(r) {
-		fmt.Fprintf(w, "%s\n\n", p)
-	}
-
-	fmt.Fprintln(w, "## Legitimate traffic")
-	fmt.Fprintln(w, "\nThe e2e HTTPS client from its own addresses (one per family) to the edge's client link; the edge server is a process of its own. *fixed*: the storm demo's pace (25 new-connection, 100 keep-alive and 25 datagram requests/s per family; the datagram service answers at most 10,000/s, as in the demo, and the storm's UDP frames are aimed at it); *saturation*: keep-alive requests back to back, one connection per family. CPU per request: the edge server's process time plus every CPU's softirq time (where XDP, tc, nftables and the receive path run; a neighbour's softirq lands there too), over successful requests. Latencies in ms.")
-	for _, ph := range []string{PhaseFixed, PhaseSaturation} {
-		fmt.Fprintf(w, "\n### %s\n\n", ph)
-		fmt.Fprintln(w, "| configuration | req/s | success | keep-alive p50 | p99 | p99.9 | new conn p50 | p99 | datagram p50 | p99 | CPU µs/req | client pps (dropped) |")
-		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		for _, c := range Configs {
-			l := r.legit(c.Name, ph)
-			if l == nil {
-				continue
+		fmt.Fprintln(w, "\n## Targets")
+		fmt.Fprintln(w, "\n| target | wanted | got | |")
+		fmt.Fprintln(w, "|---|---|---|---|")
+		for _, t := range r.Targets {
+			mark := "missed"
+			switch {
+			case !t.Judged:
+				mark, t.Got = "not measured", "-"
+			case t.Met:
+				mark = "met"
 			}
-			cp := "-"
-			var pps, dropped []float64
-			for _, s := range l.Samples {
-				if s.ClientPPS > 0 {
-					pps = append(pps, s.ClientPPS)
-					dropped = append(dropped, float64(s.ClientDropped))
+			fmt.Fprintf(w, "| %s | %s | %s | %s |\n", t.Name, t.Want, t.Got, mark)
+		}
+
+		fmt.Fprintln(w, "\n## Conclusion")
+		fmt.Fprintln(w)
+		for _, p := range Conclusion(r) {
+			fmt.Fprintf(w, "%s\n\n", p)
+		}
+
+		fmt.Fprintln(w, "## Legitimate traffic")
+		fmt.Fprintln(w, "\nThe e2e HTTPS client from its own addresses (one per family) to the edge's client link; the edge server is a process of its own. *fixed*: the storm demo's pace (25 new-connection, 100 keep-alive and 25 datagram requests/s per family; the datagram service answers at most 10,000/s, as in the demo, and the storm's UDP frames are aimed at it); *saturation*: keep-alive requests back to back, one connection per family. CPU per request: the edge server's process time plus every CPU's softirq time (where XDP, tc, nftables and the receive path run; a neighbour's softirq lands there too), over successful requests. Latencies in ms.")
+		for _, ph := range []string{PhaseFixed, PhaseSaturation} {
+			fmt.Fprintf(w, "\n### %s\n\n", ph)
+			fmt.Fprintln(w, "| configuration | req/s | success | keep-alive p50 | p99 | p99.9 | new conn p50 | p99 | datagram p50 | p99 | CPU µs/req | client pps (dropped) |")
+			fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+			for _, c := range Configs {
+				l := r.legit(c.Name, ph)
+				if l == nil {
+					continue
 				}
+				cp := "-"
+				var pps, dropped []float64
+				for _, s := range l.Samples {
+					if s.ClientPPS > 0 {
+						pps = append(pps, s.ClientPPS)
+						dropped = append(dropped, float64(s.ClientDropped))
+					}
+				}
+				if len(pps) > 0 {
+					cp = fmt.Sprintf("%.0f (%.0f)", statOf(pps).Median, statOf(dropped).Median)
+				}
+				np50, np99 := spread(l.NewP50, "%.2f"), spread(l.NewP99, "%.2f")
+				up50, up99 := spread(l.UDPP50, "%.2f"), spread(l.UDPP99, "%.2f")
+				if ph == PhaseSaturation {
+					np50, np99, up50, up99 = "-", "-", "-", "-" // keep-alive only
+				}
+				fmt.Fprintf(w, "| %s | %s | %.2f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Name,
+					spread(l.RPS, "%.0f"), 100*l.Success.Median, spread(l.KAP50, "%.2f"), spread(l.KAP99, "%.2f"), spread(l.KAP999, "%.2f"),
+					np50, np99, up50, up99, spread(l.CPUReq, "%.0f"), cp)
 			}
-			if len(pps) > 0 {
-				cp = fmt.Sprintf("%.0f (%.0f)", statOf(pps).Median, statOf(dropped).Median)
-			}
-			np50, np99 := spread(l.NewP50, "%.2f"), spread(l.NewP99, "%.2f")
-			up50, up99 := spread(l.UDPP50, "%.2f"), spread(l.UDPP99, "%.2f")
-			if ph == PhaseSaturation {
-				np50, np99, up50, up99 = "-", "-", "-", "-" // keep-alive only
-			}
-			fmt.Fprintf(w, "| %s | %s | %.2f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Name,
-				spread(l.RPS, "%.0f"), 100*l.Success.Median, spread(l.KAP50, "%.2f"), spread(l.KAP99, "%.2f"), spread(l.KAP999, "%.2f"),
-				np50, np99, up50, up99, spread(l.CPUReq, "%.0f"), cp)
 		}
-	}
 
-	fmt.Fprintln(w, "\n## Drop capacity")
-	fmt.Fprintln(w, "\nThe live-frames generator at full speed on the storm link, no legitimate client. *few*: 16 sources per family; *many*: all of 198.19.0.0/16 and 4,194,304 of 2001:db8:1::/96, each recurring alike. Seen: frames the link handed to the edge (sent less what the veth refused). Per CPU-second: drops over every CPU's softirq time in the phase. The shield and the twin have the default table (1,048,576 sources; the twin: that many per family). The shield is loaded as `shield serve` loads it (shield.Load) and attached by the study to the storm link; the twin is `shield nft`'s ruleset for the same limits, applied with nft. The twin has the shield's admission bucket too (one named limit shared by every stranger), so a forged flood's new sources are admitted at the admission rate, not each with a burst of its own; what it tracked at the end is what its sets took in.")
-	fmt.Fprintln(w, "\n| target | sources | seen Mpps | dropped Mpps | passed | drops per softirq CPU-s | sources tracked at end |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
-	for _, src := range DropSources {
-		for _, t := range DropTargets {
-			d := r.drop(t, src)
-			if d == nil {
+		fmt.Fprintln(w, "\n## Drop capacity")
+		fmt.Fprintln(w, "\nThe live-frames generator at full speed on the storm link, no legitimate client. *few*: 16 sources per family; *many*: all of 198.19.0.0/16 and 4,194,304 of 2001:db8:1::/96, each recurring alike. Seen: frames the link handed to the edge (sent less what the veth refused). Per CPU-second: drops over every CPU's softirq time in the phase. The shield and the twin have the default table (1,048,576 sources; the twin: that many per family). The shield is loaded as `shield serve` loads it (shield.Load) and attached by the study to the storm link; the twin is `shield nft`'s ruleset for the same limits, applied with nft. The twin has the shield's admission bucket too (one named limit shared by every stranger), so a forged flood's new sources are admitted at the admission rate, not each with a burst of its own; what it tracked at the end is what its sets took in.")
+		fmt.Fprintln(w, "\n| target | sources | seen Mpps | dropped Mpps | passed | drops per softirq CPU-s | sources tracked at end |")
+		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|")
+		for _, src := range DropSources {
+			for _, t := range DropTargets {
+				d := r.drop(t, src)
+				if d == nil {
+					continue
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.0f |\n", dropName(t), src,
+					fmt.Sprintf("%s (%s–%s)", mpps(d.SeenPPS.Median), mpps(d.SeenPPS.Min), mpps(d.SeenPPS.Max)),
+					fmt.Sprintf("%s (%s–%s)", mpps(d.DropPPS.Median), mpps(d.DropPPS.Min), mpps(d.DropPPS.Max)),
+					e2e.Human(d.Passed.Median), e2e.Human(d.PerCPU.Median), d.Tracked.Median)
+			}
+		}
+
+		fmt.Fprintln(w, "\n## The probe")
+		fmt.Fprintln(w, "\nThe tc probe on the client link times each request from its first packet in to the edge's first answering packet out, per 5-tuple (TCP: data segments and SYN/SYN-ACK only). The client's keep-alive times also include the round trip, its own TLS and HTTP work and its wake-ups, so the probe reads less; its histogram slots are a quarter of their lower bound wide. Over every run of the fixed phase:")
+		fmt.Fprintln(w, "\n| configuration | requests timed, all flows | p50 ms | p99 ms | on keep-alive flows | p50 ms | p99 ms | client keep-alive requests | p50 ms | p99 ms |")
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+		for _, c := range Configs {
+			l := r.legit(c.Name, PhaseFixed)
+			if l == nil || !c.Probe {
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.0f |\n", dropName(t), src,
-				fmt.Sprintf("%s (%s–%s)", mpps(d.SeenPPS.Median), mpps(d.SeenPPS.Min), mpps(d.SeenPPS.Max)),
-				fmt.Sprintf("%s (%s–%s)", mpps(d.DropPPS.Median), mpps(d.DropPPS.Min), mpps(d.DropPPS.Max)),
-				e2e.Human(d.Passed.Median), e2e.Human(d.PerCPU.Median), d.Tracked.Median)
+			fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %d | %.2f | %.2f | %d | %.2f | %.2f |\n", c.Name, l.ProbeN, l.ProbeP50, l.ProbeP99,
+				l.ProbeKAN, l.ProbeKAP50, l.ProbeKAP99, len(l.pooled), msq(l.pooled, 0.5), msq(l.pooled, 0.99))
+		}
+		fmt.Fprintf(w, "\nKeep-alive flows are those with at least %d requests timed (a new connection makes 3 or 4: SYN, TLS, request). All flows include the new connections' SYN to SYN-ACK, answered by the kernel in microseconds.\n", keepAliveFlow)
+		fmt.Fprintln(w, "\nIts cost is the throughput and CPU rows *probe* against *none*, *shield+probe* against *shield*, and *shield+probe/storm* against *shield/storm* above.")
+
+		fmt.Fprintln(w, "\n## The simulator's ns/packet")
+		if len(r.Bench) == 0 {
+			fmt.Fprintln(w, "\nNot run.")
+		} else {
+			fmt.Fprintln(w, "\n`go test -run '^$' -bench . ./shield/datapath`, in the same run: BPF_PROG_TEST_RUN time per packet of each path, and as a multiple of a trivial XDP_DROP measured beside it.")
+			fmt.Fprintln(w, "\n| benchmark | ns/packet | x XDP_DROP |")
+			fmt.Fprintln(w, "|---|---:|---:|")
+			for _, b := range r.Bench {
+				fmt.Fprintf(w, "| %s | %.1f | %.2f |\n", b.Name, b.NsPkt, b.XRef)
+			}
 		}
 	}
-
-	fmt.Fprintln(w, "\n## The probe")
-	fmt.Fprintln(w, "\nThe tc probe on the client link times each request from its first packet in to the edge's first answering packet out, per 5-tuple (TCP: data segments and SYN/SYN-ACK only). The client's keep-alive times also include the round trip, its own TLS and HTTP work and its wake-ups, so the probe reads less; its histogram slots are a quarter of their lower bound wide. Over every run of the fixed phase:")
-	fmt.Fprintln(w, "\n| configuration | requests timed, all flows | p50 ms | p99 ms | on keep-alive flows | p50 ms | p99 ms | client keep-alive requests | p50 ms | p99 ms |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, c := range Configs {
-		l := r.legit(c.Name, PhaseFixed)
-		if l == nil || !c.Probe {
-			continue
-		}
-		fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %d | %.2f | %.2f | %d | %.2f | %.2f |\n", c.Name, l.ProbeN, l.ProbeP50, l.ProbeP99,
-			l.ProbeKAN, l.ProbeKAP50, l.ProbeKAP99, len(l.pooled), msq(l.pooled, 0.5), msq(l.pooled, 0.99))
+	if r.ran(SectionPeers) {
+		ReportL7(w, r)
 	}
-	fmt.Fprintf(w, "\nKeep-alive flows are those with at least %d requests timed (a new connection makes 3 or 4: SYN, TLS, request). All flows include the new connections' SYN to SYN-ACK, answered by the kernel in microseconds.\n", keepAliveFlow)
-	fmt.Fprintln(w, "\nIts cost is the throughput and CPU rows *probe* against *none*, *shield+probe* against *shield*, and *shield+probe/storm* against *shield/storm* above.")
-
-	fmt.Fprintln(w, "\n## The simulator's ns/packet")
-	if len(r.Bench) == 0 {
-		fmt.Fprintln(w, "\nNot run.")
-	} else {
-		fmt.Fprintln(w, "\n`go test -run '^$' -bench . ./shield/datapath`, in the same run: BPF_PROG_TEST_RUN time per packet of each path, and as a multiple of a trivial XDP_DROP measured beside it.")
-		fmt.Fprintln(w, "\n| benchmark | ns/packet | x XDP_DROP |")
-		fmt.Fprintln(w, "|---|---:|---:|")
-		for _, b := range r.Bench {
-			fmt.Fprintf(w, "| %s | %.1f | %.2f |\n", b.Name, b.NsPkt, b.XRef)
-		}
+	if r.ran(SectionLists) {
+		ReportLists(w, r)
 	}
 	if len(plots) > 0 {
 		fmt.Fprintln(w, "\n## Plots")
@@ -379,7 +387,7 @@ func WriteDocs(docs, out string, r *Results) error {
 		return err
 	}
 	var links []string
-	for _, name := range []string{"results.json", "latency-cdf.png", "throughput.png", "drop-capacity.png", "probe-vs-client.png"} {
+	for _, name := range []string{"results.json", "latency-cdf.png", "throughput.png", "drop-capacity.png", "probe-vs-client.png", "l7-peers.png", "lists.png"} {
 		b, err := os.ReadFile(filepath.Join(out, name))
 		if err != nil {
 			if errors.Is(err, os.ErrNotExist) && strings.HasSuffix(name, ".png") {

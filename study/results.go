@@ -39,6 +39,9 @@ type Results struct {
 	Bench        []BenchRow    `json:"sim_bench"`
 	BenchRaw     string        `json:"sim_bench_raw,omitempty"`
 	Targets      []Target      `json:"targets"`
+	Sections     []string      `json:"sections,omitempty"` // the sections run (empty: every one, as before -only)
+	L7           *L7Results    `json:"l7_peers,omitempty"`
+	Lists        *ListResults  `json:"lists,omitempty"`
 	Notes        []string      `json:"notes"`
 	Error        string        `json:"error,omitempty"`
 }
@@ -337,12 +340,32 @@ func (r *Results) finish() {
 		d.Tracked = col(func(s DropSample) float64 { return float64(s.Tracked) })
 	}
 	r.Targets = r.targets()
+	if r.L7 != nil {
+		r.L7.finish()
+	}
+	if r.Lists != nil {
+		r.Lists.finish()
+	}
+}
+
+// ran reports whether section was run.
+func (r *Results) ran(section string) bool {
+	return len(r.Sections) == 0 && section == SectionMain || slices.Contains(r.Sections, section)
 }
 
 // Missing lists the configurations, phases and drop points that produced
 // no numbers: what -quick checks.
 func (r *Results) Missing() []string {
 	var out []string
+	if r.ran(SectionPeers) {
+		out = append(out, r.L7.missing()...)
+	}
+	if r.ran(SectionLists) {
+		out = append(out, r.Lists.missing()...)
+	}
+	if !r.ran(SectionMain) {
+		return out
+	}
 	for _, c := range Configs {
 		for _, ph := range []string{PhaseFixed, PhaseSaturation} {
 			l := r.legit(c.Name, ph)

@@ -43,6 +43,30 @@ type Options struct {
 	Progress  io.Writer     // the progress bar; nil: none
 	Lines     bool          // Progress is no terminal: a line per step
 	Logger    *slog.Logger
+	// Only names the sections to run (Sections); empty: every one.
+	Only []string
+}
+
+// Sections of the study, selected with Options.Only (shieldlab study -only).
+const (
+	SectionMain  = "main"  // legitimate traffic and drop capacity against nftables, and the benchmarks
+	SectionPeers = "peers" // the L7 fast path beside the Go proxy, HAProxy and nginx
+	SectionLists = "lists" // large deny lists: the shield beside xdp-filter and the XDP_DROP floor
+)
+
+// Sections are every section, in the order of a run.
+var Sections = []string{SectionMain, SectionPeers, SectionLists}
+
+func (o Options) sections() ([]string, error) {
+	if len(o.Only) == 0 {
+		return Sections, nil
+	}
+	for _, x := range o.Only {
+		if !slices.Contains(Sections, x) {
+			return nil, fmt.Errorf("study: unknown section %q (sections: %v)", x, Sections)
+		}
+	}
+	return o.Only, nil
 }
 
 // DefaultOptions is `make study`: 5 runs of 4 s phases, 3 s drop
@@ -140,7 +164,12 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("study: %w", err)
 	}
+	secs, err := opt.sections()
+	if err != nil {
+		return nil, err
+	}
 	s := &study{opt: opt, log: opt.Logger, res: newResults(opt)}
+	s.res.Sections = secs
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -154,16 +183,37 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if n := runtime.NumCPU() + 1; runtime.GOMAXPROCS(0) < n {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
 	}
-	steps := opt.Runs*len(Configs)*2 + opt.Runs*len(DropTargets)*len(DropSources)
-	if opt.Bench {
-		steps++
+	main := slices.Contains(secs, SectionMain)
+	steps := 0
+	if main {
+		steps += opt.Runs*len(Configs)*2 + opt.Runs*len(DropTargets)*len(DropSources)
+		if opt.Bench {
+			steps++
+		}
+	}
+	if slices.Contains(secs, SectionPeers) {
+		steps += s.l7Plan().steps(opt.Runs)
+	}
+	lists := slices.Contains(secs, SectionLists)
+	if lists {
+		steps += s.listSteps()
 	}
 	s.bar = newBar(opt.Progress, opt.Lines, steps)
 	defer s.close()
-	if err := s.setup(); err != nil {
-		return nil, err
+	if main || lists {
+		if err := s.setup(); err != nil {
+			return nil, err
+		}
 	}
-	err = s.all(ctx)
+	if main {
+		err = s.all(ctx)
+	}
+	if err == nil && slices.Contains(secs, SectionPeers) {
+		err = s.l7Section(ctx)
+	}
+	if err == nil && lists {
+		err = s.listSection(ctx)
+	}
 	s.bar.done()
 	if err != nil {
 		s.res.Error = err.Error()

@@ -163,3 +163,53 @@ func TestDropOrderAlternates(t *testing.T) {
 
 	}
 }
+
+// TestL7SectionMissingAndReport: a peers-only study is judged on its own
+// cells (the main section's absence is no gap), a cell without answers is
+// named, and the report has a row per target and no main section.
+func TestL7SectionMissingAndReport(t *testing.T) {
+	r := &Results{Runs: 1, Sections: []string{SectionPeers}, L7: &L7Results{Versions: map[string]string{"haproxy": "HAProxy version 2.6", "nginx": "nginx/1.22"}}}
+	for _, tg := range L7Targets {
+		r.L7.cell(tg, L7Closed, "keep-alive", 2).Samples = []L7Sample{{RPS: 1000, P50: 0.1, P99: 0.2, CPUPerReq: 10}}
+	}
+	r.finish()
+	require.Empty(t, r.Missing(), "Missing() of a complete peers-only study")
+	r.L7.Cell("nginx", L7Closed, "keep-alive", 2).RPS.Median = 0
+	assert.Equal(t, []string{"l7 nginx closed keep-alive 2B: no request answered"}, r.Missing())
+	r.L7 = nil
+	assert.Equal(t, []string{"l7 peers: not measured"}, r.Missing())
+
+	r = &Results{Runs: 1, Sections: []string{SectionPeers}, L7: &L7Results{Versions: map[string]string{"haproxy": "HAProxy version 2.6", "nginx": "nginx/1.22"}}}
+	for _, tg := range L7Targets {
+		r.L7.cell(tg, L7Closed, "keep-alive", 2).Samples = []L7Sample{{RPS: 1000, P50: 0.1, P99: 0.2, CPUPerReq: 10}}
+	}
+	r.finish()
+	var b strings.Builder
+	Report(&b, r, nil)
+	md := b.String()
+	for _, tg := range L7Targets {
+		assert.Contains(t, md, "| "+tg+" |", "report lacks a row for %s", tg)
+	}
+	assert.Contains(t, md, "HAProxy version 2.6", "the peers' versions")
+	assert.NotContains(t, md, "## Headline", "a peers-only report has no main section")
+}
+
+// TestListSectionMissing: a list a target refuses (beyond its capacity) is
+// a finding, not a gap; a cell that dropped nothing is named.
+func TestListSectionMissing(t *testing.T) {
+	r := &Results{Runs: 1, Sections: []string{SectionLists}, Lists: &ListResults{Sizes: []int{1000, 1 << 20}}}
+	for _, fam := range ListFamilies {
+		r.Lists.cell("floor", fam, 0).Samples = []DropSample{{DropPPS: 1e6, SeenPPS: 1e6}}
+		for _, tg := range ListTargets[1:] {
+			r.Lists.cell(tg, fam, 1000).Samples = []DropSample{{DropPPS: 5e5, SeenPPS: 5e5}}
+			r.Lists.cell(tg, fam, 1<<20).Refused = "too many"
+		}
+	}
+	r.finish()
+	require.Empty(t, r.Missing(), "Missing() of a complete lists-only study")
+	r.Lists.Cell("xdp-filter", "ipv6", 1000).DropPPS.Median = 0
+	assert.Equal(t, []string{"lists xdp-filter ipv6 1000: nothing dropped"}, r.Missing())
+	var b strings.Builder
+	Report(&b, r, nil)
+	assert.Contains(t, b.String(), "| ipv4 | 1048576 | xdp-filter (src list) | refused: too many |")
+}

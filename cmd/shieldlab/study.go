@@ -19,6 +19,12 @@ func init() {
 		summary: "measure what the hook costs and where it pays, against nftables, in throwaway namespaces (root)",
 		run:     runStudy,
 	}
+	commands["study-l7"] = command{
+		summary: "(internal) the study's Go proxy, started by shieldlab study in its L7 namespace",
+		run: func(ctx context.Context, args []string) error {
+			return study.ServeL7(ctx, os.Stdin, os.Stdout)
+		},
+	}
 	commands["study-edge"] = command{
 		summary: "(internal) the study's edge server, started by shieldlab study in its namespace",
 		run: func(ctx context.Context, args []string) error {
@@ -38,6 +44,7 @@ func runStudy(ctx context.Context, args []string) error {
 	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./shield/datapath, from the source tree)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	docs := fs.String("docs", "", "also publish the report as DIR/study.md with its plots in DIR/study/ (make study: docs)")
+	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(study.Sections, ", ")+" (default: every one)")
 	render := fs.Bool("render", false, "measure nothing: draw the report and plots of the study in -out again (and -docs)")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
@@ -78,6 +85,9 @@ func runStudy(ctx context.Context, args []string) error {
 		opt.StormRate = *rate
 	}
 	opt.Bench = *bench
+	if *only != "" {
+		opt.Only = strings.Split(*only, ",")
+	}
 	opt.Out = *out
 	opt.Command = "shieldlab study " + strings.Join(args, " ")
 	if !*quiet {
