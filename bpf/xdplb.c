@@ -506,3 +506,49 @@ int xdplb(struct xdp_md *ctx)
 		return lb6(ctx, data, data_end);
 	return count(LB_NOT_IP, XDP_PASS);
 }
+
+/* xdplb_decap strips the outer IPIP / IP6IP6 header on a backend whose
+ * kernel has no ipip / ip6_tunnel module (Katran's decap_kern.c does the
+ * same): the inner packet, to the VIP held on lo, goes up the stack as if
+ * it had arrived bare. Everything else passes untouched. */
+SEC("xdp")
+int xdplb_decap(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ethhdr copy;
+	int outer;
+	__u16 proto;
+
+	if ((void *)(eth + 1) > data_end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > data_end || ip->protocol != IPPROTO_IPIP || ip->ihl != 5)
+			return XDP_PASS;
+		outer = sizeof(struct iphdr);
+		proto = bpf_htons(ETH_P_IP);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end || ip6->nexthdr != IPPROTO_IPV6)
+			return XDP_PASS;
+		outer = sizeof(struct ipv6hdr);
+		proto = bpf_htons(ETH_P_IPV6);
+	} else {
+		return XDP_PASS;
+	}
+	__builtin_memcpy(&copy, eth, sizeof(copy));
+	copy.h_proto = proto;
+	if (bpf_xdp_adjust_head(ctx, outer))
+		return XDP_PASS;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return XDP_DROP;
+	__builtin_memcpy(eth, &copy, sizeof(copy));
+	return XDP_PASS;
+}

@@ -116,6 +116,7 @@ const (
 	XdplbMapVipStats     = "vip_stats"
 	XdplbMapVips         = "vips"
 	XdplbProgXdplb       = "xdplb"
+	XdplbProgXdplbDecap  = "xdplb_decap"
 	XdplbVarContract     = "contract_"
 )
 
@@ -161,7 +162,8 @@ type XdplbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type XdplbProgramSpecs struct {
-	Xdplb *ebpf.ProgramSpec `ebpf:"xdplb"`
+	Xdplb      *ebpf.ProgramSpec `ebpf:"xdplb"`
+	XdplbDecap *ebpf.ProgramSpec `ebpf:"xdplb_decap"`
 }
 
 // XdplbMapSpecs contains maps before they are loaded into the kernel.
@@ -239,12 +241,14 @@ type XdplbVariables struct {
 //
 // It can be passed to LoadXdplbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type XdplbPrograms struct {
-	Xdplb *ebpf.Program `ebpf:"xdplb"`
+	Xdplb      *ebpf.Program `ebpf:"xdplb"`
+	XdplbDecap *ebpf.Program `ebpf:"xdplb_decap"`
 }
 
 func (p *XdplbPrograms) Close() error {
 	return _XdplbClose(
 		p.Xdplb,
+		p.XdplbDecap,
 	)
 }
 

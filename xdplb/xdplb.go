@@ -264,3 +264,21 @@ func putAll(m *ebpf.Map, keys, vals []uint32) error {
 	}
 	return nil
 }
+
+// LoadDecap loads xdplb_decap alone: the XDP program that strips the
+// balancer's outer header on a backend whose kernel has no ipip or
+// ip6_tunnel module, attached to the interface the balancer's frames
+// arrive on.
+func LoadDecap() (*ebpf.Program, error) {
+	spec, err := bpf.LoadXdplb()
+	if err != nil {
+		return nil, fmt.Errorf("load xdplb spec: %w", err)
+	}
+	var objs struct {
+		Decap *ebpf.Program `ebpf:"xdplb_decap"`
+	}
+	if err := bpf.Load(spec, nil, &objs, nil); err != nil {
+		return nil, fmt.Errorf("load xdplb_decap: %w", err)
+	}
+	return objs.Decap, nil
+}
