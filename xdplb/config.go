@@ -22,7 +22,7 @@ const (
 type Config struct {
 	// NextHop is the MAC address every encapsulated frame is sent to: the
 	// router towards the backends, on the interface the balancer sits on.
-	NextHop net.HardwareAddr `toml:"next_hop" json:"next_hop"`
+	NextHop MAC `toml:"next_hop" json:"next_hop"`
 	// Source4 and Source6 are the outer source addresses (the edge's own on
 	// the backends' side); each is needed once a VIP of its family exists.
 	Source4 netip.Addr `toml:"source4" json:"source4,omitempty"`
@@ -31,6 +31,29 @@ type Config struct {
 	// (counted as too_big). 0 means 1500.
 	MTU  int   `toml:"mtu" json:"mtu,omitempty"`
 	VIPs []VIP `toml:"vip" json:"vips"`
+}
+
+// MAC is a hardware address, as text ("02:00:00:00:00:03") in TOML and
+// JSON.
+type MAC net.HardwareAddr
+
+func (m MAC) String() string { return net.HardwareAddr(m).String() }
+
+// MarshalText writes the address as text.
+func (m MAC) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses the address (net.ParseMAC); empty is none.
+func (m *MAC) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*m = nil
+		return nil
+	}
+	hw, err := net.ParseMAC(string(b))
+	if err != nil {
+		return err
+	}
+	*m = MAC(hw)
+	return nil
 }
 
 // VIP is a virtual service and its backends.
@@ -85,7 +108,7 @@ func (c Config) mtu() int {
 func (c Config) Validate() error {
 	var errs []error
 	if len(c.VIPs) > 0 && len(c.NextHop) != 6 {
-		errs = append(errs, fmt.Errorf("next_hop %q: want a 6-byte MAC address", c.NextHop))
+		errs = append(errs, fmt.Errorf("next_hop %q: want a 6-byte MAC address", c.NextHop.String()))
 	}
 	if c.MTU != 0 && (c.MTU < 1280 || c.MTU > 9000) {
 		errs = append(errs, fmt.Errorf("mtu %d: want 1280..9000", c.MTU))

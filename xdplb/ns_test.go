@@ -288,7 +288,7 @@ func TestNamespacesDSR(t *testing.T) {
 	cfg := func(drain bool) xdplb.Config {
 		v4, v6 := append([]xdplb.Backend(nil), bcfg...), append([]xdplb.Backend(nil), bcfg6...)
 		v4[0].Drain, v6[0].Drain = drain, drain
-		return xdplb.Config{NextHop: next, MTU: 1500,
+		return xdplb.Config{NextHop: xdplb.MAC(next), MTU: 1500,
 			Source4: netip.MustParseAddr("198.18.20.2"), Source6: netip.MustParseAddr("2001:db8:20::2"),
 			VIPs: []xdplb.VIP{
 				{Addr: netip.MustParseAddr(nsVIP4), Port: tcpPort, Proto: "tcp", Backends: v4},

@@ -48,7 +48,7 @@ func backends(addrs ...netip.Addr) []xdplb.Backend {
 
 func config(v4 []xdplb.Backend) xdplb.Config {
 	return xdplb.Config{
-		NextHop: routerMAC, Source4: src4, Source6: src6, MTU: mtu,
+		NextHop: xdplb.MAC(routerMAC), Source4: src4, Source6: src6, MTU: mtu,
 		VIPs: []xdplb.VIP{
 			{Addr: vip4, Port: 80, Proto: "tcp", Backends: v4},
 			{Addr: vip6, Port: 53, Proto: "udp", Backends: backends(b6...)},

@@ -14,6 +14,10 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 )
 
+// ErrInvalid wraps Apply's refusal of a configuration Validate refuses:
+// nothing was written.
+var ErrInvalid = errors.New("invalid xdplb configuration")
+
 // Balancer owns one loaded xdplb program and its maps.
 type Balancer struct {
 	mu   sync.Mutex
@@ -138,7 +142,7 @@ func firstFree(used map[uint32]bool, max int) (uint32, bool) {
 // loses them to the table's choice.
 func (b *Balancer) Apply(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("xdplb config: %w", err)
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
