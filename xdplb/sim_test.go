@@ -80,7 +80,7 @@ func (p pkt) proto8() uint8 {
 	return 6
 }
 
-func serialize(t *testing.T, ls ...gopacket.SerializableLayer) []byte {
+func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
 	t.Helper()
 	buf := gopacket.NewSerializeBuffer()
 	require.NoError(t, gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...))
@@ -88,7 +88,7 @@ func serialize(t *testing.T, ls ...gopacket.SerializableLayer) []byte {
 }
 
 // ipLayers builds the IP header and L4 of p, for a frame or an ICMP quote.
-func ipLayers(t *testing.T, p pkt) []gopacket.SerializableLayer {
+func ipLayers(t testing.TB, p pkt) []gopacket.SerializableLayer {
 	t.Helper()
 	var ip gopacket.SerializableLayer
 	var nl gopacket.NetworkLayer
@@ -119,7 +119,7 @@ func ethType(a netip.Addr) layers.EthernetType {
 	return layers.EthernetTypeIPv6
 }
 
-func frame(t *testing.T, p pkt) []byte {
+func frame(t testing.TB, p pkt) []byte {
 	t.Helper()
 	eth := &layers.Ethernet{SrcMAC: clientMAC, DstMAC: edgeMAC, EthernetType: ethType(p.src)}
 	return serialize(t, append([]gopacket.SerializableLayer{eth}, ipLayers(t, p)...)...)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/lb"
@@ -36,6 +37,10 @@ type vipState struct {
 // Load loads the program and its maps, empty: every packet passes until
 // Apply gives it VIPs.
 func Load() (*Balancer, error) {
+	// Before 5.11 maps are charged to RLIMIT_MEMLOCK (after, to the cgroup).
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
 	spec, err := bpf.LoadXdplb()
 	if err != nil {
 		return nil, fmt.Errorf("load xdplb spec: %w", err)
@@ -274,6 +279,9 @@ func putAll(m *ebpf.Map, keys, vals []uint32) error {
 // ip6_tunnel module, attached to the interface the balancer's frames
 // arrive on.
 func LoadDecap() (*ebpf.Program, error) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("remove memlock limit: %w", err)
+	}
 	spec, err := bpf.LoadXdplb()
 	if err != nil {
 		return nil, fmt.Errorf("load xdplb spec: %w", err)
