@@ -47,7 +47,7 @@ const (
 	clientMT = 1400 // room for the outer header within the veths' 1500
 )
 
-func ns(t *testing.T, role string) *topo.NS {
+func ns(t testing.TB, role string) *topo.NS {
 	t.Helper()
 	n, err := topo.New(role)
 	require.NoError(t, err, "topo.New(%s)", role)
@@ -57,7 +57,7 @@ func ns(t *testing.T, role string) *topo.NS {
 
 // route adds a route to dst (a CIDR, or "default" with gw's family) via
 // gw in n, through netlink (an `ip` process costs a second under TCG).
-func route(t *testing.T, n *topo.NS, dst, gw string) {
+func route(t testing.TB, n *topo.NS, dst, gw string) {
 	t.Helper()
 	r := &netlink.Route{Gw: net.ParseIP(gw)}
 	if dst != "default" {
@@ -68,7 +68,7 @@ func route(t *testing.T, n *topo.NS, dst, gw string) {
 	require.NoError(t, n.Do(func() error { return netlink.RouteAdd(r) }), "route %s via %s in %s", dst, gw, n.Name)
 }
 
-func sysctl(t *testing.T, n *topo.NS, kv map[string]string) {
+func sysctl(t testing.TB, n *topo.NS, kv map[string]string) {
 	t.Helper()
 	require.NoError(t, n.Do(func() error {
 		for k, v := range kv {
@@ -85,7 +85,7 @@ func sysctl(t *testing.T, n *topo.NS, kv map[string]string) {
 // tx off, through SIOCETHTOOL): a veth otherwise hands on TCP and UDP
 // with the checksum left to complete (CHECKSUM_PARTIAL), which a frame
 // that goes through XDP_TX loses, and the backend drops the segment.
-func txChecksumOff(t *testing.T, n *topo.NS, dev string) {
+func txChecksumOff(t testing.TB, n *topo.NS, dev string) {
 	t.Helper()
 	require.NoError(t, n.Do(func() error {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
@@ -113,7 +113,7 @@ func txChecksumOff(t *testing.T, n *topo.NS, dev string) {
 
 // passProgram returns XDP_PASS: a veth receives XDP_TX frames from its
 // peer only with an XDP program of its own (before 5.13, or GRO).
-func passProgram(t *testing.T) *ebpf.Program {
+func passProgram(t testing.TB) *ebpf.Program {
 	t.Helper()
 	require.NoError(t, rlimit.RemoveMemlock(), "memlock (before 5.11)")
 	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.XDP, License: "GPL",
@@ -123,7 +123,7 @@ func passProgram(t *testing.T) *ebpf.Program {
 	return p
 }
 
-func attach(t *testing.T, n *topo.NS, dev string, p *ebpf.Program) {
+func attach(t testing.TB, n *topo.NS, dev string, p *ebpf.Program) {
 	t.Helper()
 	idx, err := n.LinkIndex(dev)
 	require.NoError(t, err)
@@ -136,34 +136,12 @@ func attach(t *testing.T, n *topo.NS, dev string, p *ebpf.Program) {
 }
 
 // serve answers every TCP line and UDP datagram to the VIPs with name.
-func serve(t *testing.T, n *topo.NS, name string) {
+func serve(t testing.TB, n *topo.NS, name string) {
 	t.Helper()
 	require.NoError(t, n.Do(func() error {
-		ln, err := net.Listen("tcp", fmt.Sprintf(":%d", tcpPort))
-		if err != nil {
+		if err := serveTCP(t, tcpPort, name); err != nil {
 			return err
 		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					r := bufio.NewReader(c)
-					for {
-						if _, err := r.ReadString('\n'); err != nil {
-							return
-						}
-						if _, err := c.Write([]byte(name + "\n")); err != nil {
-							return
-						}
-					}
-				}()
-			}
-		}()
 		// Bound to the VIP, so the answer leaves from it.
 		for _, vip := range []string{nsVIP4, nsVIP6} {
 			pc, err := net.ListenPacket("udp", net.JoinHostPort(vip, fmt.Sprint(udpPort)))
@@ -190,7 +168,7 @@ func serve(t *testing.T, n *topo.NS, name string) {
 // IPIP and IP6IP6 in (local: its address, remote: any), as the VM
 // matrix's kernels have; a kernel built without them (no ipip module)
 // gets xdplb_decap on b0 instead, and the test says so.
-func decapsulate(t *testing.T, n *topo.NS, a4, a6 string) {
+func decapsulate(t testing.TB, n *topo.NS, a4, a6 string) {
 	t.Helper()
 	err := n.Do(func() error {
 		t4 := &netlink.Iptun{LinkAttrs: netlink.LinkAttrs{Name: "xlb4"}, Local: net.ParseIP(a4)}
@@ -220,6 +198,37 @@ func decapsulate(t *testing.T, n *topo.NS, a4, a6 string) {
 	sysctl(t, n, map[string]string{"net.ipv4.conf.xlb4.rp_filter": "0"})
 }
 
+// serveTCP answers every line on port with name (in the caller's
+// namespace).
+func serveTCP(t testing.TB, port int, name string) error {
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", port))
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(name + "\n")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return nil
+}
+
 type flow struct {
 	name string
 	c    net.Conn
@@ -244,7 +253,7 @@ func (f flow) ask() (string, error) {
 	return strings.TrimSpace(s), err
 }
 
-func dial(t *testing.T, client *topo.NS, network, addr string) flow {
+func dial(t testing.TB, client *topo.NS, network, addr string) flow {
 	t.Helper()
 	var c net.Conn
 	require.NoError(t, client.Do(func() (err error) {
@@ -255,7 +264,17 @@ func dial(t *testing.T, client *topo.NS, network, addr string) flow {
 	return flow{name: network + " " + addr, c: c, udp: strings.HasPrefix(network, "udp")}
 }
 
-func TestNamespacesDSR(t *testing.T) {
+// lab is the topology above with the balancer loaded, not yet attached.
+type lab struct {
+	client, router, edge *topo.NS
+	backs                []*topo.NS
+	names                []string
+	b                    *xdplb.Balancer
+	cfg                  func(drain bool) xdplb.Config
+}
+
+func newLab(t testing.TB) *lab {
+	t.Helper()
 	testutil.Root(t)
 	client, router, edge := ns(t, "xc"), ns(t, "xr"), ns(t, "xe")
 	backs := []*topo.NS{ns(t, "xb1"), ns(t, "xb2")}
@@ -326,6 +345,13 @@ func TestNamespacesDSR(t *testing.T) {
 				{Addr: netip.MustParseAddr(nsVIP6), Port: udpPort, Proto: "udp", Backends: v6},
 			}}
 	}
+	return &lab{client: client, router: router, edge: edge, backs: backs, names: names, b: b, cfg: cfg}
+}
+
+func TestNamespacesDSR(t *testing.T) {
+	l := newLab(t)
+	client, b, cfg := l.client, l.b, l.cfg
+	edge := l.edge
 	require.NoError(t, b.Apply(cfg(false)), "Apply()")
 	attach(t, edge, "e0", b.Program())
 
