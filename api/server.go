@@ -25,6 +25,7 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/xdplb"
 )
 
 // Log attribute keys.
@@ -85,6 +86,9 @@ type Options struct {
 	Health func() (ok bool, problem string)
 	// LB, when set, is the socket balancer served under /v1/lb (lb.go).
 	LB *lb.LB
+	// XDPLB, when set, is the XDP balancer served under /v1/xdplb
+	// (xdplb.go).
+	XDPLB *xdplb.Balancer
 	// L7, when set, is the L7 proxy served under /v1/l7 (l7.go).
 	L7 *l7.Server
 }
@@ -199,6 +203,9 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	}
 	if opts.L7 != nil {
 		s.registerL7(opts.L7, allowed)
+	}
+	if opts.XDPLB != nil {
+		s.registerXDPLB(opts.XDPLB, allowed)
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if m, ok := allowed[r.URL.Path]; ok {

@@ -1,3 +1,4 @@
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type vip_key -type vip -type backend -type flow -type conn -type lb_config -type lb_count -type lb_reason -type lb_flag -type lb_limits Xdplb xdplb.c
 package bpf
 
 // The compiler is pinned: clang-14 and llvm-strip-14, Debian 12's (ci/deps.sh

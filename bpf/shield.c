@@ -855,11 +855,28 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	return account(VERDICT_PASS, ok, pkt.proto);
 }
 
+/* next holds the program a passed packet goes on to (the XDP balancer,
+ * xdplb.c) when the service configures one; left empty, the tail call
+ * falls through and the packet passes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} next SEC(".maps");
+
+static __always_inline int then(struct xdp_md *ctx, int action)
+{
+	if (action == XDP_PASS)
+		bpf_tail_call(ctx, &next, 0);
+	return action;
+}
+
 /* shield is the program to attach (kernel 5.12+: cmpxchg refills). */
 SEC("xdp")
 int shield(struct xdp_md *ctx)
 {
-	return run(ctx, 1);
+	return then(ctx, run(ctx, 1));
 }
 
 /* shield_compat is shield for kernels without BPF_CMPXCHG (5.10, 5.11):
@@ -867,7 +884,7 @@ int shield(struct xdp_md *ctx)
 SEC("xdp")
 int shield_compat(struct xdp_md *ctx)
 {
-	return run(ctx, 0);
+	return then(ctx, run(ctx, 0));
 }
 
 /* clock_probe records jiffies and ktime together so the loader can measure

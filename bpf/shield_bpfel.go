@@ -195,6 +195,7 @@ const (
 	ShieldMapDeny6          = "deny6"
 	ShieldMapLists4         = "lists4"
 	ShieldMapLists6         = "lists6"
+	ShieldMapNext           = "next"
 	ShieldMapOwn4Addrs      = "own4_addrs"
 	ShieldMapOwn6Addrs      = "own6_addrs"
 	ShieldMapPresence       = "presence"
@@ -275,6 +276,7 @@ type ShieldMapSpecs struct {
 	Deny6         *ebpf.MapSpec `ebpf:"deny6"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
 	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
+	Next          *ebpf.MapSpec `ebpf:"next"`
 	Own4Addrs     *ebpf.MapSpec `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
 	Presence      *ebpf.MapSpec `ebpf:"presence"`
@@ -327,6 +329,7 @@ type ShieldMaps struct {
 	Deny6         *ebpf.Map `ebpf:"deny6"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
 	Lists6        *ebpf.Map `ebpf:"lists6"`
+	Next          *ebpf.Map `ebpf:"next"`
 	Own4Addrs     *ebpf.Map `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
 	Presence      *ebpf.Map `ebpf:"presence"`
@@ -345,6 +348,7 @@ func (m *ShieldMaps) Close() error {
 		m.Deny6,
 		m.Lists4,
 		m.Lists6,
+		m.Next,
 		m.Own4Addrs,
 		m.Own6Addrs,
 		m.Presence,

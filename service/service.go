@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/xdplb"
 )
 
 // Log attribute keys of the service's lifecycle logs.
@@ -89,6 +90,9 @@ type Config struct {
 	LB lb.Config
 	// L7 is the L7 proxy and its fast path ([l7]; none when empty).
 	L7 l7.Section
+	// XDPLB is the XDP balancer behind the shield ([xdplb]; none without
+	// VIPs).
+	XDPLB xdplb.Config
 }
 
 // API configures the service's HTTP API.
@@ -125,8 +129,9 @@ type Service struct {
 	cfg      Config
 	log      *slog.Logger
 	att      *shield.Attachment
-	lb       *lb.Started // nil without [[lb.service]]
-	l7       *l7.Server  // nil without [l7]
+	lb       *lb.Started     // nil without [[lb.service]]
+	l7       *l7.Server      // nil without [l7]
+	xdplb    *xdplb.Balancer // nil without [xdplb] VIPs
 	mu       sync.Mutex
 	ln       net.Listener // the TCP listener; nil while its address is taken
 	adm      net.Listener // the admin socket, when API.AdminDir is set
@@ -219,6 +224,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 			}
 			s.lb.Close()
 			s.l7.Close()
+			s.closeXDPLB()
 		}
 	}()
 	// The L7 proxy's address too, before anything is attached.
@@ -235,6 +241,9 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		return nil, err
 	}
 	if err := s.startLB(); err != nil {
+		return nil, err
+	}
+	if err := s.startXDPLB(); err != nil {
 		return nil, err
 	}
 	s.startL7()
@@ -362,6 +371,7 @@ func (s *Service) serve() {
 		NoProcessMetrics: cfg.API.NoProcessMetrics,
 		Health:           s.Healthy,
 		LB:               s.LB(),
+		XDPLB:            s.xdplb,
 		L7:               s.l7,
 		Info: api.Info{Iface: a.Iface, Mode: a.Mode.String(), PinDir: a.PinDir, LinkID: uint32(a.LinkID),
 			ProgramID: uint32(a.Program), Adopted: a.Adopted, Version: cfg.Build.Version},
@@ -514,7 +524,7 @@ func (s *Service) Close() error {
 		if s.filterDone != nil {
 			<-s.filterDone
 		}
-		s.closeErr = errors.Join(s.l7.Close(), s.lb.Close(), s.att.Close())
+		s.closeErr = errors.Join(s.l7.Close(), s.lb.Close(), s.closeXDPLB(), s.att.Close())
 		s.log.Info("stopped; the program stays attached through the pinned link (shield detach removes it)",
 			keyIface, s.att.Iface, keyPinDir, s.att.PinDir)
 	})

@@ -449,6 +449,11 @@ func (s *Shield) Close() error {
 // Program is the XDP program, for attaching and test runs.
 func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
 
+// Next is the one-slot program array the shield tail-calls for every
+// packet it passes (the XDP balancer, xdplb.Balancer.Chain); empty, the
+// packet passes.
+func (s *Shield) Next() *ebpf.Map { return s.objs.Next }
+
 // TableSize is the capacity of the sources table: its sets times ways.
 func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * ways }
 

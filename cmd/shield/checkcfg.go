@@ -201,6 +201,7 @@ func printCheck(w io.Writer, path string, cfg config, set settings) {
 	row("deny list", "%d prefixes", len(set.deny))
 	row("own addresses", "spoofed from outside: %s", map[bool]string{true: "dropped", false: "not checked"}[cfg.Lists.OwnAddressesSpoofed])
 	row("lb services", "%d", len(cfg.LB.Service))
+	row("xdplb vips", "%d", len(cfg.XDPLB.VIPs))
 	if cfg.L7.Enabled() {
 		row("l7", "%s, %d routes, %d rbac rules", cfg.L7.Listen, len(cfg.L7.Routes), len(cfg.L7.RBAC))
 	} else {

@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/xdplb"
 )
 
 // config is the service's configuration file (TOML; docs/shield.example.toml
@@ -65,6 +66,11 @@ type config struct {
 	// L7 is the L7 proxy and its fast path ([l7], [[l7.route]],
 	// [[l7.rbac]], [l7.set_header]; l7.Section). None when absent.
 	L7 l7.Section `toml:"l7"`
+
+	// XDPLB is the XDP balancer behind the shield ([xdplb],
+	// [[xdplb.vip]], [[xdplb.vip.backend]]; xdplb.Config). None without
+	// VIPs.
+	XDPLB xdplb.Config `toml:"xdplb"`
 }
 
 // duration reads "5s"-style TOML strings.
@@ -230,6 +236,9 @@ func (c *config) validate() (settings, error) {
 	}
 	if err := c.L7.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if err := c.XDPLB.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("xdplb: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
 	if c.API.TokenFile != "" {
 		if s.token, err = readServiceTokenFile(c.API.TokenFile); err != nil {

@@ -78,6 +78,23 @@ name = "X-Edge"
 value = "shield"
 `
 
+// xdplbSection is a valid [xdplb] with one VIP: one backend drained, one
+// weighted.
+const xdplbSection = `[xdplb]
+next_hop = "02:00:00:00:00:01"
+source4 = "198.18.0.1"
+[[xdplb.vip]]
+addr = "198.18.0.100"
+port = 80
+proto = "tcp"
+[[xdplb.vip.backend]]
+addr = "198.18.0.10"
+drain = true
+[[xdplb.vip.backend]]
+addr = "198.18.0.11"
+weight = 2
+`
+
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	tok := filepath.Join(dir, "token")
@@ -128,6 +145,11 @@ func TestConfigErrors(t *testing.T) {
 		{"short token", "iface = \"eth0\"\n[api]\ntoken_file = \"" + short + "\"", "shorter than 16"},
 		{"missing token", "iface = \"eth0\"\n[api]\ntoken_file = \"" + dir + "/none\"", "open token file"},
 		{"syntax", "iface = ", "config"},
+		{"xdplb ok", "iface = \"eth0\"\n[api]\ntoken_file = \"" + tok + "\"\n" + xdplbSection, ""},
+		{"xdplb bad mac", "iface = \"eth0\"\n" + strings.Replace(xdplbSection, "02:00:00:00:00:01", "02:00", 1), "next_hop"},
+		{"xdplb family", "iface = \"eth0\"\n" + strings.Replace(xdplbSection, `addr = "198.18.0.11"`, `addr = "2001:db8::11"`, 1), "xdplb: vip 198.18.0.100:80/tcp: backend 2001:db8::11: not of the VIP's family"},
+		{"xdplb all drained", "iface = \"eth0\"\n" + strings.Replace(xdplbSection, "weight = 2", "drain = true", 1), "no backend takes new flows"},
+		{"xdplb unknown key", "iface = \"eth0\"\n" + xdplbSection + "colour = 1\n", "unknown keys: xdplb.vip.backend.colour"},
 		{"lb service", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80\nbackends = [\"198.18.0.10:8080\"]", ""},
 		{"lb zero backends", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nport = 80", "lb.service[0]: service tcp/198.18.0.100:80: zero backends"},
 		{"l7", "iface = \"eth0\"\n[api]\ntoken_file = \"" + tok + "\"\n" + l7Conf, ""},

@@ -34,6 +34,10 @@ func TestCLIExitCodes(t *testing.T) {
 		t.Setenv(k, "")
 	}
 	missing := filepath.Join(t.TempDir(), "missing.toml")
+	badXDPLB := filepath.Join(t.TempDir(), "xdplb.toml")
+	if err := os.WriteFile(badXDPLB, []byte("next_hop = \"02:00:00:00:00:01\"\nsource4 = \"198.18.0.1\"\n[[vip]]\naddr = \"198.18.0.100\"\nport = 80\nproto = \"sctp\"\n[[vip.backend]]\naddr = \"198.18.0.10\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const (
 		toOut = "stdout"
 		toErr = "stderr"
@@ -95,6 +99,12 @@ func TestCLIExitCodes(t *testing.T) {
 		{[]string{"lb", "list", "-h"}, exitOK, toOut, "-api"},
 		{[]string{"lb", "list", "extra"}, exitUsage, toErr, "takes no arguments"},
 		{[]string{"lb", "add", "tcp/198.18.0.100:80"}, exitUsage, toErr, "at least one ADDR:PORT"},
+		{[]string{"xdplb", "-h"}, exitOK, toOut, "xdplb apply FILE"},
+		{[]string{"xdplb", "bogus"}, exitUsage, toErr, "xdplb list"},
+		{[]string{"xdplb", "list", "extra"}, exitUsage, toErr, "takes no arguments"},
+		{[]string{"xdplb", "apply"}, exitUsage, toErr, "want one FILE"},
+		{[]string{"xdplb", "apply", missing}, exitRuntime, toErr, "no such file"},
+		{[]string{"xdplb", "apply", badXDPLB}, exitRuntime, toErr, "/sctp: proto"},
 	} {
 		name := "shield " + strings.Join(tc.args, " ")
 		code, out, errw := runShield(t, tc.args...)

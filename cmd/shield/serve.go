@@ -165,5 +165,6 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		Build:             api.BuildInfo{Version: version, Revision: revision},
 		LB:                cfg.LB,
 		L7:                cfg.L7,
+		XDPLB:             cfg.XDPLB,
 	}
 }

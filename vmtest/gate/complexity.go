@@ -44,6 +44,7 @@ var Objects = []struct {
 	{"lb/", bpf.LoadLb},
 	{"probe/", bpf.LoadProbe},
 	{"storm/", bpf.LoadStorm},
+	{"xdplb/", bpf.LoadXdplb},
 }
 
 // Complexity loads every program of every object in Objects on its own

@@ -19,6 +19,8 @@ var DefaultModules = []string{
 	"cls_bpf",     // the probe's filters on it
 	"inet_diag",   // the API's per-user connection bound on loopback (sock_diag)
 	"tcp_diag",    // its TCP half
+	"ipip",        // xdplb: the backends decapsulate IPIP
+	"ip6_tunnel",  // and IP6IP6
 }
 
 // moduleName normalises a module file or name: "nf_tables.ko.xz" and
