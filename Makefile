@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth gate-speed-clean commits
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-update-from gate-teeth gate-speed-clean commits
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -134,6 +134,10 @@ gate-update: ## rewrite fixtures/gate/baseline.json from this clean tree (same K
 	@ci/deps.sh
 	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
 	out/bin/vmtest gate -update -kernels "$(KERNELS)" -vms $(VMS) -timeout 20m -testflags "$(VMTEST_FLAGS)" -host-packages "$(GATE_PKGS)" $(GATE_FLAGS) $(GATE_PKGS)
+
+gate-update-from: ## rewrite the baseline from REPORT (default out/gate/gate.json): the figures of a gate run (CI's) of this same clean revision, no new run
+	$(GO) build -o out/bin/vmtest ./vmtest/cmd/vmtest
+	out/bin/vmtest gate -update -from $(or $(REPORT),out/gate/gate.json)
 
 gate-teeth: ## slow (~2 min a seed): every bug of vmtest/gate/seeds.go, seeded into a copy, must fail the gate (root, clang)
 	@ci/deps.sh

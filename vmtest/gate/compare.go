@@ -397,3 +397,33 @@ func (r *Report) Write(dir string, w io.Writer) error {
 	}
 	return vmtest.WriteReport(dir, "gate", txt.String(), r, w)
 }
+
+// ReportFigures reads the figures of a gate report (out/gate/gate.json)
+// that measured revision rev with a clean tree: a baseline can then be
+// written from a run already made (CI's, of the same commit) instead of
+// booting every kernel again. The speed figures timed against a base
+// program are dropped: they compare with another revision's program and
+// mean nothing in a baseline.
+func ReportFigures(path, rev string) ([]Figures, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read report: %w", err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("parse report %s: %w", path, err)
+	}
+	if rep.Revision != rev {
+		return nil, fmt.Errorf("%w: report %s measured %q, the tree is at %s", ErrBaseline, path, rep.Revision, rev)
+	}
+	if len(rep.Figures) == 0 {
+		return nil, fmt.Errorf("%w: report %s has no figures", ErrBaseline, path)
+	}
+	for i := range rep.Figures {
+		for name, p := range rep.Figures[i].Speed {
+			p.VsBase, p.BaseNsPerPkt, p.VsBaseSpread = 0, 0, 0
+			rep.Figures[i].Speed[name] = p
+		}
+	}
+	return rep.Figures, nil
+}

@@ -70,6 +70,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	g := gateFlags{}
 	fs.StringVar(&g.baseline, "baseline", "fixtures/gate/baseline.json", "gate: the baseline to compare with")
 	fs.BoolVar(&g.update, "update", false, "gate: rewrite the baseline from this run (clean tree, everything passing)")
+	fs.StringVar(&g.from, "from", "", "gate: with -update, take the figures from this report (a gate.json of the same clean revision) instead of running again")
 	fs.BoolVar(&g.host, "host", true, "gate: measure the host kernel too")
 	fs.StringVar(&g.hostPkgs, "host-packages", strings.Join(gate.Packages, " "), "gate: behaviour packages run on the host")
 	fs.StringVar(&g.speedBase, "speed-base", "", "gate: the revision (or a shield_bpfel.o) whose shield the host's paths are timed against, in the same rounds (default: the baseline's revision; a branch gives its merge base)")
@@ -151,6 +152,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 
 type gateFlags struct {
 	baseline, hostPkgs, matrixOut string
+	from                          string
 	speedBase                     string
 	update, host, subset          bool
 	th                            gate.Thresholds
@@ -182,6 +184,16 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 		defer cleanup()
 		cfg.SpeedBase = obj
 	}
+	if g.from != "" {
+		if !g.update {
+			return vmtest.ExitHarnessError, fmt.Errorf("-from takes the figures of a baseline: it needs -update")
+		}
+		figs, err := gate.ReportFigures(g.from, rev)
+		if err != nil {
+			return vmtest.ExitHarnessError, err
+		}
+		return writeBaseline(g, rev, dirty, figs)
+	}
 	figs, mrep, err := cfg.Collect(ctx)
 	if mrep != nil && g.matrixOut != "" {
 		if werr := mrep.Write(g.matrixOut, os.Stdout); werr != nil && err == nil {
@@ -191,31 +203,10 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 	if err != nil {
 		return vmtest.ExitHarnessError, err
 	}
-	var ids []gate.KernelID
-	for _, f := range figs {
-		ids = append(ids, gate.KernelID{Name: f.Kernel, Release: f.Release})
-	}
 	if g.update {
-		for _, f := range figs {
-			if len(f.Errors) > 0 {
-				return vmtest.ExitHarnessError, fmt.Errorf("%w: kernel %s: %s", gate.ErrBaseline, f.Kernel, strings.Join(f.Errors, "; "))
-			}
-			for name, b := range f.Behaviour {
-				if b.Fail > 0 || b.Exit != 0 {
-					return vmtest.ExitHarnessError, fmt.Errorf("%w: kernel %s: %s fails: %s", gate.ErrBaseline, f.Kernel, name, strings.Join(b.Failed, "; "))
-				}
-			}
-		}
-		b := &gate.Baseline{Revision: rev, Dirty: dirty, Created: time.Now().UTC(), Kernels: ids, Figures: figs}
-		if err := os.MkdirAll(filepath.Dir(g.baseline), 0o755); err != nil {
-			return vmtest.ExitHarnessError, err
-		}
-		if err := b.Write(g.baseline); err != nil {
-			return vmtest.ExitHarnessError, err
-		}
-		slog.Info("baseline rewritten", kernels.LogPath, g.baseline, kernels.LogKernel, fmt.Sprint(ids))
-		return vmtest.ExitPass, nil
+		return writeBaseline(g, rev, dirty, figs)
 	}
+	ids := kernelIDs(figs)
 	rep := &gate.Report{Started: start.UTC(), Revision: rev, Baseline: base.Revision, Thresholds: g.th, Kernels: ids, Figures: figs, Notes: notes}
 	for _, f := range figs {
 		for _, n := range f.Notes {
@@ -252,6 +243,39 @@ func runGate(ctx context.Context, cfg gate.Config, g gateFlags, out string) (vmt
 	if rep.Failed > 0 {
 		return vmtest.ExitTestFailure, nil
 	}
+	return vmtest.ExitPass, nil
+}
+
+func kernelIDs(figs []gate.Figures) []gate.KernelID {
+	var ids []gate.KernelID
+	for _, f := range figs {
+		ids = append(ids, gate.KernelID{Name: f.Kernel, Release: f.Release})
+	}
+	return ids
+}
+
+// writeBaseline writes figs as the baseline of revision rev, refusing
+// figures of a kernel that failed.
+func writeBaseline(g gateFlags, rev string, dirty bool, figs []gate.Figures) (vmtest.ExitCode, error) {
+	for _, f := range figs {
+		if len(f.Errors) > 0 {
+			return vmtest.ExitHarnessError, fmt.Errorf("%w: kernel %s: %s", gate.ErrBaseline, f.Kernel, strings.Join(f.Errors, "; "))
+		}
+		for name, b := range f.Behaviour {
+			if b.Fail > 0 || b.Exit != 0 {
+				return vmtest.ExitHarnessError, fmt.Errorf("%w: kernel %s: %s fails: %s", gate.ErrBaseline, f.Kernel, name, strings.Join(b.Failed, "; "))
+			}
+		}
+	}
+	ids := kernelIDs(figs)
+	b := &gate.Baseline{Revision: rev, Dirty: dirty, Created: time.Now().UTC(), Kernels: ids, Figures: figs}
+	if err := os.MkdirAll(filepath.Dir(g.baseline), 0o755); err != nil {
+		return vmtest.ExitHarnessError, err
+	}
+	if err := b.Write(g.baseline); err != nil {
+		return vmtest.ExitHarnessError, err
+	}
+	slog.Info("baseline rewritten", kernels.LogPath, g.baseline, kernels.LogKernel, fmt.Sprint(ids))
 	return vmtest.ExitPass, nil
 }
 
