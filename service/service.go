@@ -93,6 +93,11 @@ type Config struct {
 	// XDPLB is the XDP balancer behind the shield ([xdplb]; none without
 	// VIPs).
 	XDPLB xdplb.Config
+	// Chain is a pinned XDP program (its bpffs path) the shield passes
+	// frames on to: the shield judges first, and what it passes runs
+	// through Chain, whose verdict stands. It takes the shield's one
+	// `next` slot, so it excludes [xdplb] VIPs.
+	Chain string
 }
 
 // API configures the service's HTTP API.

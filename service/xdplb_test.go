@@ -13,12 +13,14 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -88,4 +90,67 @@ func TestXDPLBChained(t *testing.T) {
 	defer s2.Close()
 	assert.Nil(t, s2.XDPLB(), "no balancer without VIPs")
 	assert.Zero(t, chained(s2), "a start without VIPs unchains the balancer")
+}
+
+// TestChainPinnedProgram: a pinned XDP program named by Chain runs after
+// the shield on what the shield passes, and only on that: a denied source
+// is dropped by the shield before it; a start without Chain takes it out.
+func TestChainPinnedProgram(t *testing.T) {
+	testutil.Root(t)
+	a, err := topo.New("svc-a")
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	b, err := topo.New("svc-b")
+	require.NoError(t, err)
+	t.Cleanup(func() { b.Close() })
+	require.NoError(t, topo.Veth(a, "sca", b, "scb"))
+	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-chain-%d", os.Getpid()))
+	require.NoError(t, shield.EnsureBPFFS(root))
+	t.Cleanup(func() {
+		a.Do(func() error { return shield.Detach(root, "sca") })
+		os.RemoveAll(root)
+	})
+	// The other program: XDP_TX for every frame, a verdict the shield
+	// never gives, so a frame that went through it is told apart.
+	other, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "other", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, int32(sim.TX)), asm.Return()}})
+	require.NoError(t, err)
+	defer other.Close()
+	pin := filepath.Join(root, "other")
+	require.NoError(t, other.Pin(pin))
+
+	cfg := Config{
+		Iface: "sca", PinRoot: root, TableSize: 4096,
+		API:   API{Listen: "127.0.0.1:0", NoProcessMetrics: true},
+		Deny:  []netip.Prefix{netip.MustParsePrefix("198.18.9.0/24")},
+		Chain: pin,
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func() *Service {
+		t.Helper()
+		var s *Service
+		require.NoError(t, a.Do(func() (err error) {
+			s, err = Start(context.Background(), cfg, log)
+			return err
+		}), "Start")
+		return s
+	}
+	s := start()
+	prog := s.Attachment().Shield.Program()
+	for _, tc := range []struct {
+		src  string
+		want sim.Action
+	}{{"198.18.1.1", sim.TX}, {"198.18.9.1", sim.Drop}} {
+		got, err := sim.Run(prog, sim.From(tc.src, sim.UDP).Bytes())
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "a frame from %s with the other program chained", tc.src)
+	}
+	require.NoError(t, s.Close())
+
+	cfg.Chain = ""
+	s2 := start()
+	defer s2.Close()
+	got, err := sim.Run(s2.Attachment().Shield.Program(), sim.From("198.18.1.1", sim.UDP).Bytes())
+	require.NoError(t, err)
+	assert.Equal(t, sim.Pass, got, "a start without chain: the shield passes alone")
 }

@@ -202,6 +202,9 @@ func printCheck(w io.Writer, path string, cfg config, set settings) {
 	row("own addresses", "spoofed from outside: %s", map[bool]string{true: "dropped", false: "not checked"}[cfg.Lists.OwnAddressesSpoofed])
 	row("lb services", "%d", len(cfg.LB.Service))
 	row("xdplb vips", "%d", len(cfg.XDPLB.VIPs))
+	if cfg.Chain != "" {
+		row("chain", "passed frames go on to %s", cfg.Chain)
+	}
 	if cfg.L7.Enabled() {
 		row("l7", "%s, %d routes, %d rbac rules", cfg.L7.Listen, len(cfg.L7.Routes), len(cfg.L7.RBAC))
 	} else {

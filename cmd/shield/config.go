@@ -29,6 +29,9 @@ type config struct {
 	PinRoot   string `toml:"pin_root"`
 	TableSize uint64 `toml:"table_size"` // uint64, so a too large value is reported as written
 	Clock     string `toml:"clock"`
+	// Chain is a pinned XDP program the shield passes frames on to
+	// (service.Config.Chain).
+	Chain string `toml:"chain"`
 
 	API struct {
 		Listen       string   `toml:"listen"`
@@ -239,6 +242,13 @@ func (c *config) validate() (settings, error) {
 	}
 	if err := c.XDPLB.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("xdplb: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
+	}
+	switch {
+	case c.Chain == "":
+	case !filepath.IsAbs(c.Chain):
+		errs = append(errs, fmt.Errorf("chain: %q is not an absolute path (a program pinned in bpffs)", c.Chain))
+	case len(c.XDPLB.VIPs) > 0:
+		errs = append(errs, fmt.Errorf("chain: %s and [xdplb] VIPs both want the shield's one next program; use one", c.Chain))
 	}
 	if c.API.TokenFile != "" {
 		if s.token, err = readServiceTokenFile(c.API.TokenFile); err != nil {

@@ -166,5 +166,6 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		LB:                cfg.LB,
 		L7:                cfg.L7,
 		XDPLB:             cfg.XDPLB,
+		Chain:             cfg.Chain,
 	}
 }
