@@ -46,7 +46,7 @@ PASS`
 // full returns results in which every configuration and drop point has
 // numbers.
 func full() *Results {
-	r := &Results{Runs: 1, Limits: newResults(Options{}).Limits, StormRate: 500_000}
+	r := &Results{Runs: 1, Limits: newResults(Options{}).Limits, StormRate: 500_000, Generator: LiveFrames}
 	for _, c := range Configs {
 		for _, ph := range []string{PhaseFixed, PhaseSaturation} {
 			s := Sample{RPS: 100, Requests: 100, CPUPerReqUs: 50, KAP50: 1, KAP99: 2, ClientPPS: 300, ka: []time.Duration{time.Millisecond}}
@@ -59,7 +59,11 @@ func full() *Results {
 	}
 	for _, src := range DropSources {
 		for _, tg := range DropTargets {
-			r.addDrop(tg, src, DropSample{SeenPPS: 1e6, DropPPS: 9e5, DropsPerCPUSec: 1e6})
+			d := DropSample{SentPPS: 1e6, SeenPPS: 1e6, DropPPS: 9e5, DropsPerCPUSec: 1e6}
+			if tg == "generator" {
+				d = DropSample{SentPPS: 5e6}
+			}
+			r.addDrop(tg, src, d)
 		}
 	}
 	r.finish()
@@ -77,7 +81,7 @@ func TestMissing(t *testing.T) {
 	// Each gap must be reported.
 	r.legit("nft/storm", PhaseSaturation).RPS.Median = 0
 	r.drop("shield", "many").DropPPS.Median = 0
-	r.Drop = r.Drop[1:] // floor/few gone
+	r.Drop = slices.DeleteFunc(r.Drop, func(d *Drop) bool { return d.Target == "floor" && d.Sources == "few" })
 	r.legit("probe", PhaseFixed).ProbeN = 0
 	m := strings.Join(r.Missing(), "\n")
 	for _, want := range []string{"nft/storm saturation: no successful request", "drop capacity shield/many: nothing dropped", "drop capacity floor/few: not measured", "probe fixed: the probe timed nothing"} {
@@ -162,4 +166,77 @@ func TestDropOrderAlternates(t *testing.T) {
 		}
 
 	}
+}
+
+// TestGeneratorBound: a drop-capacity verdict needs a floor the receiver
+// sets. Where the generator alone is not well above the floor, or is not
+// the live-frames one, or was not measured, the target is neither met nor
+// missed but generator-bound, and the report says so beside the figures.
+func TestGeneratorBound(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		gen    string
+		genPPS float64 // the generator alone; the floor drops 1 Mpps
+		bound  string
+	}{
+		{"well above", LiveFrames, 5e6, ""},
+		{"at the margin", LiveFrames, 1.5e6, ""},
+		{"close to the floor", LiveFrames, 1.2e6, "only 1.20x the XDP_DROP floor"},
+		{"no live frames", "af_packet", 5e6, "not xdp-live-frames"},
+		{"not measured", LiveFrames, 0, "was not measured"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := full()
+			r.Generator = tc.gen
+			for _, src := range DropSources {
+				g, fl, sh, nf := r.drop("generator", src), r.drop("floor", src), r.drop("shield", src), r.drop("nft", src)
+				g.Samples = []DropSample{{SentPPS: tc.genPPS}}
+				if tc.genPPS == 0 {
+					g.Samples = nil
+				}
+				fl.Samples = []DropSample{{SentPPS: 1e6, SeenPPS: 1e6, DropPPS: 1e6}}
+				sh.Samples = []DropSample{{SentPPS: 0.9e6, SeenPPS: 0.9e6, DropPPS: 0.9e6}}
+				nf.Samples = []DropSample{{SentPPS: 0.2e6, SeenPPS: 0.2e6, DropPPS: 0.2e6}}
+			}
+			r.finish()
+			var b strings.Builder
+			Report(&b, r, nil)
+			md := b.String()
+			for _, tg := range r.Targets {
+				if !strings.HasPrefix(tg.Name, "drop capacity") {
+					continue
+				}
+				require.True(t, tg.Judged, "%s: judged", tg.Name)
+				if tc.bound == "" {
+					assert.Empty(t, tg.Bound, "%s", tg.Name)
+					assert.True(t, tg.Met, "%s: 0.9 of the floor, 4.5x nftables: met", tg.Name)
+					continue
+				}
+				assert.Contains(t, tg.Bound, "generator-bound: ", "%s", tg.Name)
+				assert.Contains(t, tg.Bound, tc.bound, "%s", tg.Name)
+				assert.False(t, tg.Met, "%s: a generator-bound target is not met", tg.Name)
+			}
+			if tc.bound == "" {
+				assert.NotContains(t, md, "**generator-bound**", "the targets table")
+				assert.NotContains(t, md, "GENERATOR-BOUND", "the conclusion")
+				g := mpps(tc.genPPS)
+				assert.Contains(t, md, "| the generator alone (the link refuses every frame) | few | "+g+" ("+g+"–"+g+") |", "the generator's own rate in the drop table")
+				return
+			}
+			assert.Contains(t, md, "| **generator-bound** |", "the targets table marks it")
+			assert.Contains(t, md, "GENERATOR-BOUND", "the conclusion says it")
+		})
+	}
+}
+
+// TestOverGenerator: the receiver's cost per frame is the pipeline's less
+// the generator's own, both measured in the same run.
+func TestOverGenerator(t *testing.T) {
+	r := full()
+	r.drop("generator", "few").Samples = []DropSample{{SentPPS: 40e6}} // 25 ns
+	r.drop("shield", "few").Samples = []DropSample{{SentPPS: 10e6}}    // 100 ns
+	r.finish()
+	ns, ok := r.OverGenerator(r.drop("shield", "few"))
+	require.True(t, ok)
+	assert.InDelta(t, 75, ns, 1e-9)
 }
