@@ -29,7 +29,9 @@ type Results struct {
 	DropSeconds  float64       `json:"drop_phase_seconds"`
 	StormRate    uint64        `json:"storm_rate_pps"`
 	Limits       shield.Limits `json:"limits"`
-	LoadStart    string        `json:"loadavg_start"` // /proc/loadavg: the machine's load when the study began
+	Defaults     Defaults      `json:"defaults"`          // what Limits were derived from (StudyDefaults)
+	Derived      *Defaults     `json:"derived,omitempty"` // derived again from this run's data
+	LoadStart    string        `json:"loadavg_start"`     // /proc/loadavg: the machine's load when the study began
 	LoadEnd      string        `json:"loadavg_end"`
 	Generator    string        `json:"generator"`
 	RPS          bool          `json:"rps"`
@@ -247,6 +249,7 @@ func newResults(opt Options) *Results {
 		DropSeconds:  opt.DropPhase.Seconds(),
 		StormRate:    opt.StormRate,
 		Limits:       Limits(),
+		Defaults:     StudyDefaults(),
 		LoadStart:    loadavg(),
 	}
 }
@@ -378,8 +381,37 @@ func (r *Results) finish() {
 		d.Passed = col(func(s DropSample) float64 { return float64(s.Passed) })
 		d.Tracked = col(func(s DropSample) float64 { return float64(s.Tracked) })
 	}
+	r.Derived = r.derive()
 	r.Targets = r.targets()
 }
+
+// derive derives the defaults again from this run: the paced client's
+// packets/s through the quiet shield, and its quiet datagram p99.
+func (r *Results) derive() *Defaults {
+	q := r.legit("shield", PhaseFixed)
+	if q == nil {
+		return nil
+	}
+	var pps []float64
+	for _, s := range q.Samples {
+		if s.ClientPPS > 0 {
+			pps = append(pps, s.ClientPPS)
+		}
+	}
+	if len(pps) == 0 {
+		return nil
+	}
+	capacity := r.Defaults.Capacity
+	if capacity == 0 {
+		capacity = UDPCapacity
+	}
+	d := Derive(statOf(pps).Median, capacity, datagramBudget(time.Duration(q.UDPP99.Median*1e6)))
+	return &d
+}
+
+// stormUDP is the UDP packets/s the study's few-source storm passes at a
+// per-source rate: 32 sources, a third of each one's frames UDP.
+func stormUDP(rate uint64) float64 { return 32 * float64(rate) / 3 }
 
 // Missing lists the configurations, phases and drop points that produced
 // no numbers: what -quick checks.
@@ -473,6 +505,13 @@ func (r *Results) targets() []Target {
 		b, c := ratio(noS.KAP99.Median, shQ.KAP99.Median), ratio(nfS.KAP99.Median, shQ.KAP99.Median)
 		t.Got = fmt.Sprintf("shield %.2fx, none %.2fx, nftables %.2fx", a, b, c)
 		t.Met, t.Judged = a <= 1.5 && b > 1.5 && c > 1.5, true
+	}
+	ts = append(ts, t)
+	t = Target{Name: "datagram service under storm", Want: "shield: datagram p99 within e2e's budget (5x its quiet p99, at least 25 ms, at most 100 ms), success >= 99.9%"}
+	if shS != nil && shQ != nil && shS.UDPP99.N > 0 && shQ.UDPP99.N > 0 {
+		limit := datagramBudget(time.Duration(shQ.UDPP99.Median * 1e6))
+		t.Got = fmt.Sprintf("p99 %.2f ms against %.0f ms (quiet %.2f ms), p50 %.2f ms, success %.2f%%", shS.UDPP99.Median, float64(limit)/1e6, shQ.UDPP99.Median, shS.UDPP50.Median, 100*shS.Success.Median)
+		t.Met, t.Judged = shS.UDPP99.Median <= float64(limit)/1e6 && shS.Success.Median >= 0.999, true
 	}
 	ts = append(ts, t)
 	pr, prSh := get("probe", PhaseSaturation), get("shield+probe", PhaseSaturation)

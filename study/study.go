@@ -58,9 +58,11 @@ func QuickOptions() Options {
 }
 
 // Limits are the limits of the shield and of its nftables twin in every
-// configuration: the service's defaults, with the destinations the storm
-// floods protected as in the storm demo (TCP 443, UDP 53, ICMP).
-func Limits() shield.Limits { return e2e.StormLimits(shield.DefaultLimits()) }
+// configuration: the service's defaults with the destinations the storm
+// floods protected as in the storm demo (TCP 443, UDP 53, ICMP), and the
+// per-source rate and burst and the datagram service's aggregate limit
+// the study derives for its service (StudyDefaults).
+func Limits() shield.Limits { return StudyDefaults().Apply(e2e.StormLimits(shield.DefaultLimits())) }
 
 // Config is one way the edge is set up for legitimate traffic.
 type Config struct {

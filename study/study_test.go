@@ -240,3 +240,26 @@ func TestOverGenerator(t *testing.T) {
 	require.True(t, ok)
 	assert.InDelta(t, 75, ns, 1e-9)
 }
+
+// TestDerive: the defaults follow from the client's pace, the service's
+// capacity and the budget; the study's own are derived from the published
+// client pace, and its storm at the derived rate stays under the
+// aggregate where the old default of 1,000/s did not.
+func TestDerive(t *testing.T) {
+	d := Derive(348, 10_000, 25*time.Millisecond)
+	assert.Equal(t, Defaults{ClientPPS: 348, Rate: 750, Burst: 1500, Capacity: 10_000, Budget: 25 * time.Millisecond, AggRate: 9000, AggBurst: 112}, d)
+	assert.Less(t, stormUDP(d.Rate), float64(d.AggRate), "the storm at the derived rate")
+	assert.Greater(t, stormUDP(1000), float64(UDPCapacity), "the storm at the old default")
+	l := Limits()
+	require.Len(t, l.Aggregates, 1)
+	assert.Equal(t, uint64(9000), l.Aggregates[0].Rate)
+	require.NoError(t, l.Validate(), "the study's limits")
+
+	r := full()
+	r.Defaults = StudyDefaults()
+	r.finish()
+	require.NotNil(t, r.Derived, "derived from the run")
+	assert.Equal(t, 300.0, r.Derived.ClientPPS)
+	got := strings.Join(Conclusion(r), "\n")
+	assert.Contains(t, got, "the data supports: **per source 750 packets/s, burst 1500; udp/53 aggregate 9000/s, burst 112**")
+}
