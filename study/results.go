@@ -53,11 +53,13 @@ type Stat struct {
 	N      int     `json:"n"`
 }
 
+// statOf is the median and range of xs; missing figures (NaN) are left
+// out, and N counts the rest.
 func statOf(xs []float64) Stat {
-	if len(xs) == 0 {
+	s := valid(xs)
+	if len(s) == 0 {
 		return Stat{}
 	}
-	s := slices.Clone(xs)
 	slices.Sort(s)
 	m := s[len(s)/2]
 	if len(s)%2 == 0 {
@@ -76,28 +78,33 @@ func (s Stat) Spread() float64 {
 
 // Sample is one phase of one run.
 type Sample struct {
-	Run           int     `json:"run"`
-	Seconds       float64 `json:"seconds"`
-	Requests      int     `json:"requests"`
-	Failures      int     `json:"failures"`
-	RPS           float64 `json:"requests_per_second"` // successful
-	KAP50         float64 `json:"keep_alive_p50_ms"`
-	KAP99         float64 `json:"keep_alive_p99_ms"`
-	KAP999        float64 `json:"keep_alive_p999_ms"`
-	NewP50        float64 `json:"new_conn_p50_ms"`
-	NewP99        float64 `json:"new_conn_p99_ms"`
-	NewP999       float64 `json:"new_conn_p999_ms"`
-	UDPP50        float64 `json:"datagram_p50_ms"`
-	UDPP99        float64 `json:"datagram_p99_ms"`
+	Run      int     `json:"run"`
+	Seconds  float64 `json:"seconds"`
+	Requests int     `json:"requests"`
+	Failures int     `json:"failures"`
+	RPS      float64 `json:"requests_per_second"` // successful
+	// Quantiles in ms, null (missing) where the run's sample is under
+	// MinSamples: p50 20, p99 1,000, p99.9 10,000 answers.
+	KAP50         Q       `json:"keep_alive_p50_ms"`
+	KAP99         Q       `json:"keep_alive_p99_ms"`
+	KAP999        Q       `json:"keep_alive_p999_ms"`
+	NewP50        Q       `json:"new_conn_p50_ms"`
+	NewP99        Q       `json:"new_conn_p99_ms"`
+	NewP999       Q       `json:"new_conn_p999_ms"`
+	UDPP50        Q       `json:"datagram_p50_ms"`
+	UDPP99        Q       `json:"datagram_p99_ms"`
+	KAN           int     `json:"keep_alive_answered"`
+	NewN          int     `json:"new_conn_answered"`
+	UDPN          int     `json:"datagram_answered"`
 	ServerCPU     float64 `json:"server_cpu_seconds"`
 	SoftirqCPU    float64 `json:"softirq_cpu_seconds"`
 	CPUPerReqUs   float64 `json:"cpu_per_request_us"` // (server + softirq) / successful requests
 	ClientPPS     float64 `json:"client4_pps,omitempty"`
 	ClientDropped uint64  `json:"client4_dropped,omitempty"`
 
-	ka      []time.Duration
-	Probe   *probe.Histogram `json:"-"` // every flow to the edge's port
-	ProbeKA *probe.Histogram `json:"-"` // the keep-alive connections' flows
+	ka, nc, dg []time.Duration
+	Probe      *probe.Histogram `json:"-"` // every flow to the edge's port
+	ProbeKA    *probe.Histogram `json:"-"` // the keep-alive connections' flows
 }
 
 func sampleOf(s *e2e.Samples) Sample {
@@ -115,17 +122,13 @@ func sampleOf(s *e2e.Samples) Sample {
 	if smp.Seconds > 0 {
 		smp.RPS = float64(ok) / smp.Seconds
 	}
-	ka, nc := s.Lat[e2e.KeepAlive], s.Lat[e2e.NewConn]
-	smp.KAP50, smp.KAP99, smp.KAP999 = msq(ka, 0.5), msq(ka, 0.99), msq(ka, 0.999)
-	smp.NewP50, smp.NewP99, smp.NewP999 = msq(nc, 0.5), msq(nc, 0.99), msq(nc, 0.999)
-	dg := s.Lat[e2e.Datagram]
-	smp.UDPP50, smp.UDPP99 = msq(dg, 0.5), msq(dg, 0.99)
-	smp.ka = slices.Clone(ka)
+	ka, nc, dg := s.Lat[e2e.KeepAlive], s.Lat[e2e.NewConn], s.Lat[e2e.Datagram]
+	smp.KAP50, smp.KAP99, smp.KAP999 = quantileMs(ka, 0.5), quantileMs(ka, 0.99), quantileMs(ka, 0.999)
+	smp.NewP50, smp.NewP99, smp.NewP999 = quantileMs(nc, 0.5), quantileMs(nc, 0.99), quantileMs(nc, 0.999)
+	smp.UDPP50, smp.UDPP99 = quantileMs(dg, 0.5), quantileMs(dg, 0.99)
+	smp.KAN, smp.NewN, smp.UDPN = len(ka), len(nc), len(dg)
+	smp.ka, smp.nc, smp.dg = slices.Clone(ka), slices.Clone(nc), slices.Clone(dg)
 	return smp
-}
-
-func msq(d []time.Duration, q float64) float64 {
-	return float64(e2e.Quantile(d, q)) / 1e6
 }
 
 // Legit is one configuration and phase over every run.
@@ -143,11 +146,21 @@ type Legit struct {
 	UDPP99  Stat     `json:"datagram_p99_ms"`
 	CPUReq  Stat     `json:"cpu_per_request_us"`
 	Success Stat     `json:"success"`
-	// Every run's keep-alive latencies together, and the probe's
-	// histograms summed: for the plots.
-	pooled  []time.Duration
-	probe   *probe.Histogram
-	probeKA *probe.Histogram
+	// The tail over every run's answers together (pooled), null where
+	// they are under MinSamples; n: how many.
+	PooledKAP99   Q   `json:"pooled_keep_alive_p99_ms"`
+	PooledKAP999  Q   `json:"pooled_keep_alive_p999_ms"`
+	PooledNewP99  Q   `json:"pooled_new_conn_p99_ms"`
+	PooledUDPP99  Q   `json:"pooled_datagram_p99_ms"`
+	PooledUDPP999 Q   `json:"pooled_datagram_p999_ms"`
+	PooledKAN     int `json:"pooled_keep_alive_answered"`
+	PooledNewN    int `json:"pooled_new_conn_answered"`
+	PooledUDPN    int `json:"pooled_datagram_answered"`
+	// Every run's latencies together, and the probe's histograms
+	// summed: for the plots and the pooled tails.
+	pooled, pooledNew, pooledUDP []time.Duration
+	probe                        *probe.Histogram
+	probeKA                      *probe.Histogram
 	// The probe's quantiles over every run, beside the client's.
 	ProbeP50   float64 `json:"probe_p50_ms,omitempty"`
 	ProbeP99   float64 `json:"probe_p99_ms,omitempty"`
@@ -199,6 +212,10 @@ type Target struct {
 	// receiver ("" when they do not): the target is then neither met
 	// nor missed.
 	Bound string `json:"generator_bound,omitempty"`
+	// Undecided: the runs do not separate from the target's thresholds,
+	// so they carry neither met nor missed. Test names the test.
+	Undecided bool   `json:"undecided,omitempty"`
+	Test      string `json:"test,omitempty"`
 }
 
 // LiveFrames is the name of the generator the drop capacity needs.
@@ -295,6 +312,8 @@ func (r *Results) addLegit(c Config, phase string, s Sample) {
 		r.Legit = append(r.Legit, l)
 	}
 	l.pooled = append(l.pooled, s.ka...)
+	l.pooledNew = append(l.pooledNew, s.nc...)
+	l.pooledUDP = append(l.pooledUDP, s.dg...)
 	if s.Probe != nil {
 		if l.probe == nil {
 			l.probe = new(probe.Histogram)
@@ -341,13 +360,13 @@ func (r *Results) finish() {
 			return statOf(xs)
 		}
 		l.RPS = col(func(s Sample) float64 { return s.RPS })
-		l.KAP50 = col(func(s Sample) float64 { return s.KAP50 })
-		l.KAP99 = col(func(s Sample) float64 { return s.KAP99 })
-		l.KAP999 = col(func(s Sample) float64 { return s.KAP999 })
-		l.NewP50 = col(func(s Sample) float64 { return s.NewP50 })
-		l.NewP99 = col(func(s Sample) float64 { return s.NewP99 })
-		l.UDPP50 = col(func(s Sample) float64 { return s.UDPP50 })
-		l.UDPP99 = col(func(s Sample) float64 { return s.UDPP99 })
+		l.KAP50 = col(func(s Sample) float64 { return float64(s.KAP50) })
+		l.KAP99 = col(func(s Sample) float64 { return float64(s.KAP99) })
+		l.KAP999 = col(func(s Sample) float64 { return float64(s.KAP999) })
+		l.NewP50 = col(func(s Sample) float64 { return float64(s.NewP50) })
+		l.NewP99 = col(func(s Sample) float64 { return float64(s.NewP99) })
+		l.UDPP50 = col(func(s Sample) float64 { return float64(s.UDPP50) })
+		l.UDPP99 = col(func(s Sample) float64 { return float64(s.UDPP99) })
 		l.CPUReq = col(func(s Sample) float64 { return s.CPUPerReqUs })
 		l.Success = col(func(s Sample) float64 {
 			if s.Requests == 0 {
@@ -355,6 +374,7 @@ func (r *Results) finish() {
 			}
 			return float64(s.Requests-s.Failures) / float64(s.Requests)
 		})
+		l.pool()
 		if l.probe != nil {
 			l.ProbeN = l.probe.Count()
 			l.ProbeP50 = float64(l.probe.Quantile(0.5)) / 1e6
@@ -405,13 +425,34 @@ func (r *Results) derive() *Defaults {
 	if capacity == 0 {
 		capacity = UDPCapacity
 	}
-	d := Derive(statOf(pps).Median, capacity, datagramBudget(time.Duration(q.UDPP99.Median*1e6)))
+	base := time.Duration(0)
+	if q.PooledUDPP99.OK() {
+		base = time.Duration(float64(q.PooledUDPP99) * 1e6)
+	}
+	d := Derive(statOf(pps).Median, capacity, datagramBudget(base))
 	return &d
 }
 
 // stormUDP is the UDP packets/s the study's few-source storm passes at a
 // per-source rate: 32 sources, a third of each one's frames UDP.
 func stormUDP(rate uint64) float64 { return 32 * float64(rate) / 3 }
+
+// pool computes the tails over every run's answers together.
+func (l *Legit) pool() {
+	l.PooledKAN, l.PooledNewN, l.PooledUDPN = len(l.pooled), len(l.pooledNew), len(l.pooledUDP)
+	l.PooledKAP99, l.PooledKAP999 = quantileMs(l.pooled, 0.99), quantileMs(l.pooled, 0.999)
+	l.PooledNewP99 = quantileMs(l.pooledNew, 0.99)
+	l.PooledUDPP99, l.PooledUDPP999 = quantileMs(l.pooledUDP, 0.99), quantileMs(l.pooledUDP, 0.999)
+}
+
+// column is the figure f of every run.
+func (l *Legit) column(f func(Sample) float64) []float64 {
+	var xs []float64
+	for _, s := range l.Samples {
+		xs = append(xs, f(s))
+	}
+	return xs
+}
 
 // Missing lists the configurations, phases and drop points that produced
 // no numbers: what -quick checks.
@@ -459,9 +500,55 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
+// check is one condition of a target over runs: a >= k x b (or <=, with
+// atMost), each run of a against the runs of b scaled by k.
+type check struct {
+	name   string
+	a, b   []float64
+	k      float64
+	atMost bool
+}
+
+// judge gives a target its verdict from its checks: met when every
+// check's medians are on the wanted side and its runs separate from the
+// threshold (Mann-Whitney U, p < Alpha); missed when a check's medians
+// are on the wrong side and its runs separate; otherwise the runs do not
+// carry a verdict (Undecided). Test names every check's test.
+func (t *Target) judge(cs ...check) {
+	allOK, allSep, missed := true, true, false
+	var tests []string
+	for _, c := range cs {
+		a, b := valid(c.a), valid(c.b)
+		if len(a) == 0 || len(b) == 0 {
+			t.Judged = false
+			return
+		}
+		kb := make([]float64, len(b))
+		for i, x := range b {
+			kb[i] = c.k * x
+		}
+		ma, mb := statOf(a).Median, statOf(kb).Median
+		ok := ma >= mb
+		if c.atMost {
+			ok = ma <= mb
+		}
+		sep, test := differ(a, kb)
+		tests = append(tests, c.name+": "+test)
+		allOK = allOK && ok
+		allSep = allSep && sep
+		missed = missed || (!ok && sep)
+	}
+	t.Judged = true
+	t.Met = allOK && allSep
+	t.Undecided = !t.Met && !missed
+	t.Test = strings.Join(tests, "; ")
+}
+
 func (r *Results) targets() []Target {
 	var ts []Target
 	get := func(name, ph string) *Legit { return r.legit(name, ph) }
+	rps := func(s Sample) float64 { return s.RPS }
+	kap50 := func(s Sample) float64 { return float64(s.KAP50) }
 	none, noneSat := get("none", PhaseFixed), get("none", PhaseSaturation)
 	for _, pass := range []string{"shield-dryrun", "shield-allowall"} {
 		l, sat := get(pass, PhaseFixed), get(pass, PhaseSaturation)
@@ -470,9 +557,17 @@ func (r *Results) targets() []Target {
 			tp := ratio(sat.RPS.Median, noneSat.RPS.Median)
 			p50 := ratio(l.KAP50.Median, none.KAP50.Median)
 			t.Got = fmt.Sprintf("throughput %.1f%%, p50 %.2fx", 100*tp, p50)
-			t.Met, t.Judged = tp >= 0.97 && p50 <= 1.05, true
+			t.judge(check{"throughput", sat.column(rps), noneSat.column(rps), 0.97, false},
+				check{"p50", l.column(kap50), none.column(kap50), 1.05, true})
 		}
 		ts = append(ts, t)
+	}
+	dropPPS := func(d *Drop) []float64 {
+		var xs []float64
+		for _, s := range d.Samples {
+			xs = append(xs, s.DropPPS)
+		}
+		return xs
 	}
 	for _, dt := range []struct {
 		sources, name string
@@ -489,9 +584,9 @@ func (r *Results) targets() []Target {
 			if np := r.drop("shield-nopass", dt.sources); np != nil {
 				t.Got += fmt.Sprintf(" (passing almost nothing: %.0f%% of the floor)", 100*ratio(np.DropPPS.Median, fl.DropPPS.Median))
 			}
-			t.Met, t.Judged = a >= dt.least && b >= 3, true
+			t.judge(check{"floor", dropPPS(sh), dropPPS(fl), dt.least, false}, check{"nftables", dropPPS(sh), dropPPS(nf), 3, false})
 			if t.Bound = r.GeneratorBound(dt.sources); t.Bound != "" {
-				t.Met = false
+				t.Met, t.Undecided = false, false
 			}
 		}
 		ts = append(ts, t)
@@ -501,17 +596,33 @@ func (r *Results) targets() []Target {
 	noS, nfS := get("none/storm", PhaseFixed), get("nft/storm", PhaseFixed)
 	t = Target{Name: "legitimate p99 under storm", Want: "shield <= 1.5x its no-storm p99 (keep-alive); no protection and nftables above it"}
 	if shQ != nil && shS != nil && noS != nil && nfS != nil {
-		a := ratio(shS.KAP99.Median, shQ.KAP99.Median)
-		b, c := ratio(noS.KAP99.Median, shQ.KAP99.Median), ratio(nfS.KAP99.Median, shQ.KAP99.Median)
-		t.Got = fmt.Sprintf("shield %.2fx, none %.2fx, nftables %.2fx", a, b, c)
-		t.Met, t.Judged = a <= 1.5 && b > 1.5 && c > 1.5, true
+		if !shQ.PooledKAP99.OK() || !shS.PooledKAP99.OK() || !noS.PooledKAP99.OK() || !nfS.PooledKAP99.OK() {
+			t.Got = fmt.Sprintf("p99 n/a: %d keep-alive answers over the runs of shield/storm, %d needed", shS.PooledKAN, MinSamples(0.99))
+		} else {
+			q := float64(shQ.PooledKAP99)
+			a := ratio(float64(shS.PooledKAP99), q)
+			b, c := ratio(float64(noS.PooledKAP99), q), ratio(float64(nfS.PooledKAP99), q)
+			t.Got = fmt.Sprintf("shield %.2fx, none %.2fx, nftables %.2fx", a, b, c)
+			t.Met, t.Judged = a <= 1.5 && b > 1.5 && c > 1.5, true
+			t.Test = fmt.Sprintf("p99 of every run's answers pooled (n = %d, %d, %d, %d), against the thresholds; per-run samples are too small for a p99 and a test across runs", shQ.PooledKAN, shS.PooledKAN, noS.PooledKAN, nfS.PooledKAN)
+		}
 	}
 	ts = append(ts, t)
 	t = Target{Name: "datagram service under storm", Want: "shield: datagram p99 within e2e's budget (5x its quiet p99, at least 25 ms, at most 100 ms), success >= 99.9%"}
-	if shS != nil && shQ != nil && shS.UDPP99.N > 0 && shQ.UDPP99.N > 0 {
-		limit := datagramBudget(time.Duration(shQ.UDPP99.Median * 1e6))
-		t.Got = fmt.Sprintf("p99 %.2f ms against %.0f ms (quiet %.2f ms), p50 %.2f ms, success %.2f%%", shS.UDPP99.Median, float64(limit)/1e6, shQ.UDPP99.Median, shS.UDPP50.Median, 100*shS.Success.Median)
-		t.Met, t.Judged = shS.UDPP99.Median <= float64(limit)/1e6 && shS.Success.Median >= 0.999, true
+	if shS != nil && shQ != nil {
+		if !shS.PooledUDPP99.OK() {
+			t.Got = fmt.Sprintf("p99 n/a: %d datagram answers over the runs, %d needed; p50 %s ms", shS.PooledUDPN, MinSamples(0.99), spread(shS.UDPP50, "%.2f"))
+		} else {
+			base := time.Duration(0)
+			if shQ.PooledUDPP99.OK() {
+				base = time.Duration(float64(shQ.PooledUDPP99) * 1e6)
+			}
+			limit := datagramBudget(base)
+			t.Got = fmt.Sprintf("p99 %.2f ms against %.0f ms (quiet %s ms), p50 %s ms, success %.2f%%", float64(shS.PooledUDPP99), float64(limit)/1e6,
+				fmtQ(shQ.PooledUDPP99, "%.2f", shQ.PooledUDPN), spread(shS.UDPP50, "%.2f"), 100*shS.Success.Median)
+			t.Met, t.Judged = float64(shS.PooledUDPP99) <= float64(limit)/1e6 && shS.Success.Median >= 0.999, true
+			t.Test = fmt.Sprintf("p99 of every run's datagram answers pooled (n = %d) against the budget", shS.PooledUDPN)
+		}
 	}
 	ts = append(ts, t)
 	pr, prSh := get("probe", PhaseSaturation), get("shield+probe", PhaseSaturation)
@@ -520,7 +631,7 @@ func (r *Results) targets() []Target {
 	if pr != nil && noneSat != nil && prSh != nil && shSat != nil {
 		a, b := ratio(pr.RPS.Median, noneSat.RPS.Median), ratio(prSh.RPS.Median, shSat.RPS.Median)
 		t.Got = fmt.Sprintf("alone %.1f%%, beside the shield %.1f%%", 100*a, 100*b)
-		t.Met, t.Judged = a >= 0.95 && b >= 0.95, true
+		t.judge(check{"alone", pr.column(rps), noneSat.column(rps), 0.95, false}, check{"beside the shield", prSh.column(rps), shSat.column(rps), 0.95, false})
 	}
 	ts = append(ts, t)
 	return ts

@@ -2,7 +2,9 @@ package study
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -128,12 +130,15 @@ func TestPassedFramesVerdict(t *testing.T) {
 		nopass []float64 // Mpps a run; the shield drops 3 in each
 		want   string
 	}{
-		{[]float64{3.5, 3.6, 2.9}, "with it in 2 of 3 runs, so the difference is the stack's work"},
-		{[]float64{3.5, 2.9, 2.9}, "with it in only 1 of 3 runs: here the passed frames cost nothing measurable"},
+		{[]float64{3.5, 3.6, 2.9}, "with it in 2 of 3 runs, which the runs do not carry (sign test, p = 1.000)"},
+		{[]float64{3.5, 2.9, 2.9}, "with it in only 1 of 3 runs (sign test, p = 1.000): here the passed frames cost nothing measurable"},
 		// The shield's drops leave out what it passed: the edge handled
 		// as many frames (3.03 Mpps seen each), so "dropped more" by the
 		// passed frames' count alone is no cost of the stack.
-		{[]float64{3.03, 3.03, 3.03}, "only 0 of 3 runs: here the passed frames cost nothing measurable"},
+		{[]float64{3.03, 3.03, 3.03}, "only 0 of 3 runs (sign test, p = 0.250): here the passed frames cost nothing measurable"},
+		// 4 of 5 is no finding (p = 0.375); 6 of 6 is (p = 0.031).
+		{[]float64{3.5, 3.5, 3.5, 3.5, 2.9}, "in 4 of 5 runs, which the runs do not carry (sign test, p = 0.375)"},
+		{[]float64{3.5, 3.5, 3.5, 3.5, 3.5, 3.5}, "in 6 of 6 runs (sign test, p = 0.031), so the difference is the stack's work"},
 	} {
 		r := full()
 		sh, np := r.drop("shield", "few"), r.drop("shield-nopass", "few")
@@ -194,9 +199,15 @@ func TestGeneratorBound(t *testing.T) {
 				if tc.genPPS == 0 {
 					g.Samples = nil
 				}
-				fl.Samples = []DropSample{{SentPPS: 1e6, SeenPPS: 1e6, DropPPS: 1e6}}
-				sh.Samples = []DropSample{{SentPPS: 0.9e6, SeenPPS: 0.9e6, DropPPS: 0.9e6}}
-				nf.Samples = []DropSample{{SentPPS: 0.2e6, SeenPPS: 0.2e6, DropPPS: 0.2e6}}
+				// Five runs each, a little apart: enough for the runs to
+				// separate from the thresholds (Mann-Whitney, p = 0.008).
+				fl.Samples, sh.Samples, nf.Samples = nil, nil, nil
+				for i := range 5 {
+					j := 1 + float64(i-2)/100 // median 1
+					fl.Samples = append(fl.Samples, DropSample{Run: i, SentPPS: 1e6 * j, SeenPPS: 1e6 * j, DropPPS: 1e6 * j})
+					sh.Samples = append(sh.Samples, DropSample{Run: i, SentPPS: 0.9e6 * j, SeenPPS: 0.9e6 * j, DropPPS: 0.9e6 * j})
+					nf.Samples = append(nf.Samples, DropSample{Run: i, SentPPS: 0.2e6 * j, SeenPPS: 0.2e6 * j, DropPPS: 0.2e6 * j})
+				}
 			}
 			r.finish()
 			var b strings.Builder
@@ -221,6 +232,7 @@ func TestGeneratorBound(t *testing.T) {
 				assert.NotContains(t, md, "GENERATOR-BOUND", "the conclusion")
 				g := mpps(tc.genPPS)
 				assert.Contains(t, md, "| the generator alone (the link refuses every frame) | few | "+g+" ("+g+"–"+g+") |", "the generator's own rate in the drop table")
+				assert.Contains(t, md, "Mann-Whitney U over 5 and 5 runs, p = 0.008", "the test that carries the verdict")
 				return
 			}
 			assert.Contains(t, md, "| **generator-bound** |", "the targets table marks it")
@@ -262,4 +274,67 @@ func TestDerive(t *testing.T) {
 	assert.Equal(t, 300.0, r.Derived.ClientPPS)
 	got := strings.Join(Conclusion(r), "\n")
 	assert.Contains(t, got, "the data supports: **per source 750 packets/s, burst 1500; udp/53 aggregate 9000/s, burst 112**")
+}
+
+// TestStatistics (issue 26, finding 3): the tests' p-values match their
+// textbook values, a quantile needs ten samples beyond it, and a missing
+// figure stays missing through results.json (null, not 0).
+func TestStatistics(t *testing.T) {
+	// Mann-Whitney exact two-sided p: 5 against 5 fully apart is 2/252
+	// (Mann & Whitney 1947, table I: P(U<=0) = 1/252 for n=m=5); 2
+	// against 2 fully apart 2/6.
+	assert.InDelta(t, 2.0/252, MannWhitney([]float64{1, 2, 3, 4, 5}, []float64{6, 7, 8, 9, 10}), 1e-12)
+	assert.InDelta(t, 1.0/3, MannWhitney([]float64{1, 2}, []float64{3, 4}), 1e-12)
+	assert.InDelta(t, 1, MannWhitney([]float64{1, 2, 3}, []float64{1, 2, 3}), 1e-12)
+	// Sign test: 4 of 5 is p = 12/32 two-sided (the issue's 0.19 is one
+	// side), 5 of 5 is 2/32, 9 of 10 is 22/1024.
+	assert.InDelta(t, 12.0/32, SignTest(4, 5), 1e-12)
+	assert.InDelta(t, 2.0/32, SignTest(5, 5), 1e-12)
+	assert.InDelta(t, 22.0/1024, SignTest(9, 10), 1e-12)
+
+	assert.Equal(t, []int{20, 1000, 10000}, []int{MinSamples(0.5), MinSamples(0.99), MinSamples(0.999)})
+	d := make([]time.Duration, 800) // a paced phase's keep-alive answers
+	for i := range d {
+		d[i] = time.Duration(i+1) * time.Millisecond
+	}
+	assert.Equal(t, Q(400), quantileMs(d, 0.5))
+	assert.False(t, quantileMs(d, 0.99).OK(), "p99 of 800")
+	assert.False(t, quantileMs(d, 0.999).OK(), "p99.9 of 800: their maximum")
+	assert.False(t, quantileMs(nil, 0.5).OK(), "no answer: missing, not 0")
+	assert.Equal(t, "n/a (n=800)", fmtQ(quantileMs(d, 0.999), "%.2f", len(d)))
+
+	b, err := json.Marshal(Sample{KAP50: 1.5, KAP99: missing})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"keep_alive_p50_ms":1.5,"keep_alive_p99_ms":null`)
+	var back Sample
+	require.NoError(t, json.Unmarshal(b, &back))
+	assert.Equal(t, Q(1.5), back.KAP50)
+	assert.False(t, back.KAP99.OK(), "null reads back as missing")
+	assert.Equal(t, Stat{Median: 2, Min: 1, Max: 3, N: 2}, statOf([]float64{1, math.NaN(), 3}), "a missing run is left out")
+}
+
+// TestQuickGivesNoVerdict: two runs against two never separate, so a
+// quick run's report says "runs do not separate" where a full one would
+// judge, and prints no "beyond the spread".
+func TestQuickGivesNoVerdict(t *testing.T) {
+	r := full()
+	for _, l := range r.Legit {
+		s := l.Samples[0]
+		l.Samples = []Sample{s, s}
+	}
+	r.legit("shield-dryrun", PhaseSaturation).Samples[0].RPS = 50
+	r.legit("shield-dryrun", PhaseSaturation).Samples[1].RPS = 51
+	r.Quick = true
+	r.finish()
+	var b strings.Builder
+	Report(&b, r, nil)
+	md := b.String()
+	assert.NotContains(t, md, "beyond the spread")
+	assert.Contains(t, md, "| shield-dryrun passing everything |")
+	for _, tg := range r.Targets {
+		if tg.Name == "shield-dryrun passing everything" {
+			assert.True(t, tg.Undecided, "2 runs against 2: undecided, not missed")
+			assert.Contains(t, tg.Test, "Mann-Whitney U over 2 and 2 runs, p = 0.333")
+		}
+	}
 }
