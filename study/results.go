@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -20,6 +22,7 @@ type Results struct {
 	Started      time.Time     `json:"started"`
 	Seconds      float64       `json:"seconds"`
 	Command      string        `json:"command"`
+	Revision     string        `json:"revision"` // xdpshield's git revision (+dirty), as built or as the tree holds it
 	Kernel       string        `json:"kernel"`
 	CPUModel     string        `json:"cpu_model"`
 	Cores        int           `json:"cores"`
@@ -40,6 +43,7 @@ type Results struct {
 	Drop         []*Drop       `json:"drop_capacity"`
 	Bench        []BenchRow    `json:"sim_bench"`
 	BenchRaw     string        `json:"sim_bench_raw,omitempty"`
+	Live         []LiveRow     `json:"live_path,omitempty"` // the drop capacity's few sources as make bench shows them
 	Targets      []Target      `json:"targets"`
 	Notes        []string      `json:"notes"`
 	Error        string        `json:"error,omitempty"`
@@ -257,6 +261,7 @@ func newResults(opt Options) *Results {
 	return &Results{
 		Started:      time.Now().UTC(),
 		Command:      opt.Command,
+		Revision:     revision(),
 		Kernel:       kernel.Release(),
 		CPUModel:     cpuModel(),
 		Cores:        runtime.NumCPU(),
@@ -269,6 +274,31 @@ func newResults(opt Options) *Results {
 		Defaults:     StudyDefaults(),
 		LoadStart:    loadavg(),
 	}
+}
+
+// revision is the git revision the binary was built from (Go's build
+// info: vcs.revision, vcs.modified), else the working tree's (git
+// describe), else "".
+func revision() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision":
+				rev = s.Value
+			case s.Key == "vcs.modified" && s.Value == "true":
+				dirty = "+dirty"
+			}
+		}
+		if rev != "" {
+			return rev + dirty
+		}
+	}
+	out, err := exec.Command("git", "describe", "--always", "--dirty=+dirty", "--abbrev=40").Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // loadavg is the 1, 5 and 15 minute load averages.
@@ -402,6 +432,9 @@ func (r *Results) finish() {
 		d.Tracked = col(func(s DropSample) float64 { return float64(s.Tracked) })
 	}
 	r.Derived = r.derive()
+	if r.Live == nil {
+		r.Live = liveOf(r)
+	}
 	r.Targets = r.targets()
 }
 

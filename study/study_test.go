@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -337,4 +338,31 @@ func TestQuickGivesNoVerdict(t *testing.T) {
 			assert.Contains(t, tg.Test, "Mann-Whitney U over 2 and 2 runs, p = 0.333")
 		}
 	}
+}
+
+// TestRenderFromPublished (issue 26, finding 4): what WriteDocs publishes
+// is enough for -render: results.json and raw.json, with every answer's
+// latency, the git revision and the kernel.
+func TestRenderFromPublished(t *testing.T) {
+	r := full()
+	r.Revision, r.Kernel = "0123abcd", "6.18.44"
+	for _, l := range r.Legit {
+		if l.Phase == PhaseFixed {
+			l.pooledUDP = []time.Duration{time.Millisecond, 2 * time.Millisecond}
+			l.pooledNew = []time.Duration{3 * time.Millisecond}
+		}
+	}
+	out, docs := t.TempDir(), t.TempDir()
+	_ = Write(out, r) // the plots may fail without gnuplot: not the point
+	require.NoError(t, WriteDocs(docs, out, r))
+	back, err := Load(filepath.Join(docs, "study"))
+	require.NoError(t, err, "Load(docs/study): raw.json published beside results.json")
+	assert.Equal(t, "0123abcd", back.Revision)
+	l := back.legit("shield/storm", PhaseFixed)
+	require.NotNil(t, l)
+	assert.Len(t, l.pooledUDP, 2, "datagram latencies restored")
+	assert.Len(t, l.pooledNew, 1, "new-connection latencies restored")
+	var b strings.Builder
+	Report(&b, back, nil)
+	assert.Contains(t, b.String(), "xdpshield revision 0123abcd; kernel 6.18.44")
 }
