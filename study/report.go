@@ -139,6 +139,8 @@ func Report(w io.Writer, r *Results, plots []string) {
 	for _, t := range r.Targets {
 		mark := "missed"
 		switch {
+		case !t.Judged && t.Got != "":
+			mark = "too few answers" // Got says how many
 		case !t.Judged:
 			mark, t.Got = "not measured", "-"
 		case t.Bound != "":
@@ -406,13 +408,17 @@ func Conclusion(r *Results) []string {
 		for _, s := range shQ.Samples {
 			fixedPPS = append(fixedPPS, s.ClientPPS)
 		}
+		var satDropped []float64
 		for _, s := range shSat.Samples {
 			satPPS = append(satPPS, s.ClientPPS)
+			satDropped = append(satDropped, float64(s.ClientDropped))
 		}
 		fp, sp := statOf(fixedPPS).Median, statOf(satPPS).Median
-		if sp > float64(r.Limits.Rate) {
-			out = append(out, fmt.Sprintf("**Where it only slows things down.** A legitimate source above the per-source rate is limited like any flood: the saturating keep-alive client sent %.0f packets/s from one address, over the %d/s rate, and its throughput with the limiting shield was %.0f req/s against %.0f with no program (%.0f%%), and its p99.9 (pooled) %s ms against %s ms: each dropped segment costs a TCP retransmission timeout (200 ms at least). Behind a NAT or a proxy that puts many users on one address, the default rate throttles them; allow-list such sources (or raise the rate) rather than pay that. When nothing attacks, the hook is pure overhead, small as it is (above).",
-				sp, r.Limits.Rate, shSat.RPS.Median, noneSat.RPS.Median, 100*ratio(shSat.RPS.Median, noneSat.RPS.Median), fmtQ(shSat.PooledKAP999, "%.0f", shSat.PooledKAN), fmtQ(noneSat.PooledKAP999, "%.0f", noneSat.PooledKAN)))
+		// Dropped packets say it was limited: TCP backs off to the rate,
+		// so what it sent can read at or under it.
+		if sp > float64(r.Limits.Rate) || statOf(satDropped).Median > 0 {
+			out = append(out, fmt.Sprintf("**Where it only slows things down.** A legitimate source at the per-source rate is limited like any flood: the saturating keep-alive client sent %.0f packets/s from one address (%.0f dropped a phase) against the %d/s rate, and its throughput with the limiting shield was %.0f req/s against %.0f with no program (%.0f%%), and its p99.9 (pooled) %s ms against %s ms: each dropped segment costs a TCP retransmission timeout (200 ms at least). Behind a NAT or a proxy that puts many users on one address, the default rate throttles them; allow-list such sources (or raise the rate) rather than pay that. When nothing attacks, the hook is pure overhead, small as it is (above).",
+				sp, statOf(satDropped).Median, r.Limits.Rate, shSat.RPS.Median, noneSat.RPS.Median, 100*ratio(shSat.RPS.Median, noneSat.RPS.Median), fmtQ(shSat.PooledKAP999, "%.0f", shSat.PooledKAN), fmtQ(noneSat.PooledKAP999, "%.0f", noneSat.PooledKAN)))
 		} else {
 			out = append(out, fmt.Sprintf("**Where it only slows things down.** When nothing attacks, the hook is pure overhead, small as it is (above). The saturating client stayed under the per-source rate (%.0f packets/s against %d/s), so the limit itself cost it nothing here.", sp, r.Limits.Rate))
 		}
