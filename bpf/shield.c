@@ -481,14 +481,21 @@ static __always_inline int take(struct bucket *b, const struct limit *l, __u64 n
 /*
  * aggregate_ok takes one packet's credit from the aggregate limit of the
  * destination k (an agg_key as a word), if it has one; it returns whether
- * the packet may pass. A stranger (not in the sources table) passes only
- * while the bucket holds more than its reserve: when the established
- * sources alone fill the capacity, strangers are shed first.
+ * the packet may pass. A stranger (not in the sources table, or one
+ * whose own bucket is under half full: it sends at or over its rate)
+ * passes only while the bucket holds more than its reserve: established
+ * sources within their rate are served first, strangers and sources at
+ * their limit shed first.
  */
-static __always_inline int aggregate_ok(__u32 k, __u64 now, __u32 stranger, __u32 gate, const int cas)
+static __always_inline int aggregate_ok(__u32 w, __u64 now, __u32 stranger, __u32 gate, const int cas)
 {
 	if (!gate)
 		return 1;
+	/* w: proto | has_port << 8 | dport << 16 (see run()). */
+	struct agg_key k = {.proto = w & 0xff};
+
+	if (k.proto != PROTO_ICMP && (w >> 8) & 1)
+		k.port = (__be16)(w >> 16);
 	struct aggregate *a = bpf_map_lookup_elem(&aggregates, &k);
 
 	if (!a)
@@ -503,26 +510,28 @@ static __always_inline int aggregate_ok(__u32 k, __u64 now, __u32 stranger, __u3
 /* The two instances of aggregate_ok, global functions: the verifier checks
  * each once, not once per path of run() that reaches it. gate: the packet
  * is protected and some destination has an aggregate limit. */
-__attribute__((noinline)) int aggregate_cas(__u32 k, __u64 now, __u32 stranger, __u32 gate)
+__attribute__((noinline)) int aggregate_cas(__u32 w, __u64 now, __u32 stranger, __u32 gate)
 {
-	return aggregate_ok(k, now, stranger, gate, 1);
+	return aggregate_ok(w, now, stranger, gate, 1);
 }
 
-__attribute__((noinline)) int aggregate_compat(__u32 k, __u64 now, __u32 stranger, __u32 gate)
+__attribute__((noinline)) int aggregate_compat(__u32 w, __u64 now, __u32 stranger, __u32 gate)
 {
-	return aggregate_ok(k, now, stranger, gate, 0);
+	return aggregate_ok(w, now, stranger, gate, 0);
 }
 
-/* aggregate_key is the packet's destination as an agg_key, in a word. */
-static __always_inline __u32 aggregate_key(const struct packet *pkt)
+/* take_level is take for a tracked source: 0 refused, 1 passed, 2 passed
+ * leaving its bucket under half full (it sends at or over its rate): the
+ * sign of credit - cap / 2, both far under 2^62, without a branch. */
+static __always_inline int take_level(struct bucket *b, const struct limit *l, __u64 now, const int cas)
 {
-	struct agg_key k = {.proto = pkt->proto};
-	__u32 w;
-
-	if (pkt->proto != PROTO_ICMP && pkt->has_port)
-		k.port = pkt->dport;
-	__builtin_memcpy(&w, &k, sizeof(w));
-	return w;
+	refill(b, l, now, cas);
+	if (b->credit < TOKEN)
+		return 0;
+	/* No fetching add: 5.10 and 5.11 have none (shield_compat). The
+	 * read after it may see other CPUs' debits too: close enough. */
+	__sync_fetch_and_add(&b->credit, -TOKEN);
+	return 1 + (int)((__u64)(b->credit - (__s64)(l->cap >> 1)) >> 63);
 }
 
 static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
@@ -872,7 +881,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	struct src_key key __attribute__((aligned(8)));
 	/* The aggregate limit applies: a protected packet, some limit set. */
 	__u32 agg_gate = class == CLASS_PROTECTED && (flags & CONFIG_AGGREGATE);
-	__u32 agg_key = aggregate_key(&pkt);
+	__u32 agg_key = pkt.proto | (__u32)pkt.has_port << 8 | (__u32)pkt.dport << 16;
 
 	source_key(&pkt, cfg, &key);
 	__u64 now = now_ns();
@@ -895,8 +904,13 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (src) {
 		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
 
-		if (take(b, lim, now, cas) &&
-		    (cas ? aggregate_cas(agg_key, now, 0, agg_gate) : aggregate_compat(agg_key, now, 0, agg_gate))) {
+		/* Under an aggregate limit a source that keeps its own bucket
+		 * below half full (one sending at or over its rate: a flood's
+		 * source) is shed with the strangers; one well within its rate
+		 * is served first. */
+		int t = take_level(b, lim, now, cas);
+
+		if (t && (cas ? aggregate_cas(agg_key, now, t >> 1, agg_gate) : aggregate_compat(agg_key, now, t >> 1, agg_gate))) {
 			__sync_fetch_and_add(&src->passed, 1);
 			return account(VERDICT_PASS, ok, pkt.proto);
 		}

@@ -71,9 +71,11 @@ type Limits struct {
 	KeyPrefix6 uint8 `json:"key_prefix6" toml:"key_prefix6"`
 	// Aggregates are the capacities of protected destinations: packets/s
 	// shared by every source, checked after the source's own limit.
-	// Established sources (in the sources table) are served first: a
-	// stranger passes only while the destination's bucket holds more
-	// than half its burst, so strangers are shed first. Empty: none.
+	// Tracked sources within their own rate are served first: a
+	// stranger, or a source whose own bucket a packet leaves under half
+	// full (it sends at or over its rate), passes only while the
+	// destination's bucket holds more than half its burst, so those are
+	// shed first. Empty: none.
 	Aggregates []Aggregate `json:"aggregates,omitempty" toml:"aggregates,omitempty"`
 }
 

@@ -465,7 +465,7 @@ func defaultsPara(r *Results) string {
 	} else {
 		p += ", where the study measured with " + used.String() + ". "
 	}
-	p += fmt.Sprintf("Per-source rate: twice the paced client, up to the next 250; burst: two seconds of it (a TLS handshake is 8 packets at once). Aggregate: %.0f%% of the service's capacity (a queue fed at its service rate grows without bound), with a burst the service drains in half the budget. At %d/s per source the few-source storm's 32 sources pass at most %.0f UDP packets/s, %s the aggregate of %d/s; at the old default of 1,000/s they passed %.0f, over the capacity of %.0f: per-source limits alone let many sources each under its limit swamp the service. Established sources are served first under the aggregate, strangers shed first.",
+	p += fmt.Sprintf("Per-source rate: twice the paced client, up to the next 250; burst: two seconds of it (a TLS handshake is 8 packets at once). Aggregate: %.0f%% of the service's capacity (a queue fed at its service rate grows without bound), with a burst the service drains in half the budget. At %d/s per source the few-source storm's 32 sources pass at most %.0f UDP packets/s, %s the aggregate of %d/s; at the old default of 1,000/s they passed %.0f, over the capacity of %.0f: per-source limits alone let many sources each under its limit swamp the service. Under the aggregate, sources within their own rate (the client) are served first; strangers and sources at their limit (the storm's) are shed first.",
 		100*aggregateShare, d.Rate, stormUDP(d.Rate), map[bool]string{true: "under", false: "over"}[stormUDP(d.Rate) <= float64(d.AggRate)], d.AggRate, stormUDP(1000), d.Capacity)
 	return p
 }
@@ -478,7 +478,7 @@ func aggregateNote(l shield.Limits) string {
 	for _, a := range l.Aggregates {
 		as = append(as, fmt.Sprintf("%s %d/s burst %d", a.Destination, a.Rate, a.Burst))
 	}
-	return "; aggregate limits (shared by every source, established ones first; the twin: every source alike): " + strings.Join(as, ", ")
+	return "; aggregate limits (shared by every source, those within their own rate first; the twin: every source alike): " + strings.Join(as, ", ")
 }
 
 func protectedNote(l shield.Limits) string {
