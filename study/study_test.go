@@ -256,13 +256,13 @@ func TestOverGenerator(t *testing.T) {
 
 // TestDerive: the defaults follow from the client's pace, the service's
 // capacity and the budget; the study's own are derived from the published
-// client pace, and its storm at the derived rate stays under the
-// aggregate where the old default of 1,000/s did not.
+// client pace. No per-source rate alone keeps the storm's UDP under the
+// service's capacity and lets the client through: the aggregate does.
 func TestDerive(t *testing.T) {
 	d := Derive(348, 10_000, 25*time.Millisecond)
 	assert.Equal(t, Defaults{ClientPPS: 348, Rate: 750, Burst: 1500, Capacity: 10_000, Budget: 25 * time.Millisecond, AggRate: 9000, AggBurst: 112}, d)
-	assert.Less(t, stormUDP(d.Rate), float64(d.AggRate), "the storm at the derived rate")
-	assert.Greater(t, stormUDP(1000), float64(UDPCapacity), "the storm at the old default")
+	assert.Greater(t, stormUDP(d.Rate), float64(d.AggRate), "the storm at the derived rate: over the aggregate, which sheds it")
+	assert.Less(t, float64(d.AggRate)/32, d.ClientPPS, "no per-source rate keeps the storm under the aggregate and lets the client through")
 	l := Limits()
 	require.Len(t, l.Aggregates, 1)
 	assert.Equal(t, uint64(9000), l.Aggregates[0].Rate)
