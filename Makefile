@@ -79,8 +79,10 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go 
 	@$(GO) -C e2e/container mod tidy -diff || { echo "e2e/container/go.mod/go.sum are not tidy: run go mod tidy there and commit" >&2; exit 1; }
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
-bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
+bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference, then the live path (root)
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
+	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
+	out/bin/shieldlab live-bench
 
 study: ## the cost study, as root (about 18 min here with the peers and lists sections): out/study, and docs/study.md with its plots
 	@ci/deps.sh

@@ -85,6 +85,7 @@ enum config_flag {
 	CONFIG_PROTECT = 1 << 7,       /* protected destinations are named; else all are */
 	CONFIG_PROTECT_ICMP = 1 << 8,  /* ICMP and ICMPv6 are protected */
 	CONFIG_PROTECT_ADDR = 1 << 9,  /* *_addr_ports has bits: protected_dsts is looked up */
+	CONFIG_AGGREGATE = 1 << 10,    /* aggregates has entries: looked up for protected packets */
 	/* Bits from here up are user space's, never read here: the loader
 	 * records the clock (clock_mode + 1) the state was written with. */
 	CONFIG_CLOCK_SHIFT = 24,
@@ -342,6 +343,33 @@ struct {
 	__array(values, struct config_inner);
 } config_map SEC(".maps");
 
+/* Aggregate limits: the capacity of a protected destination (a protocol
+ * and port, on every address), in packets/s shared by every source. */
+struct agg_key {
+	__u8 proto; /* PROTO_TCP, PROTO_UDP or PROTO_ICMP (port 0) */
+	__u8 _pad;
+	__be16 port;
+};
+
+struct aggregate {
+	struct bucket bucket; /* shared by every CPU and source */
+	struct limit limit;
+	/* Credit a stranger leaves in the bucket: strangers pass only while
+	 * it holds more, so established sources are served first and
+	 * strangers shed first. burst / 2 * TOKEN, set by user space. */
+	__s64 reserve;
+};
+
+enum agg_capacity {
+	MAX_AGGREGATES = 64,
+};
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_AGGREGATES);
+	__type(key, struct agg_key);
+	__type(value, struct aggregate);
+} aggregates SEC(".maps");
+
 /* The global admission buckets, one per class (CLASS_*), for all CPUs. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -448,6 +476,62 @@ static __always_inline int take(struct bucket *b, const struct limit *l, __u64 n
 		return 0;
 	__sync_fetch_and_add(&b->credit, -TOKEN);
 	return 1;
+}
+
+/*
+ * aggregate_ok takes one packet's credit from the aggregate limit of the
+ * destination k (an agg_key as a word), if it has one; it returns whether
+ * the packet may pass. A stranger (not in the sources table, or one
+ * whose own bucket is under half full: it sends at or over its rate)
+ * passes only while the bucket holds more than its reserve: established
+ * sources within their rate are served first, strangers and sources at
+ * their limit shed first.
+ */
+static __always_inline int aggregate_ok(__u32 w, __u64 now, __u32 stranger, __u32 gate, const int cas)
+{
+	if (!gate)
+		return 1;
+	/* w: proto | has_port << 8 | dport << 16 (see run()). */
+	struct agg_key k = {.proto = w & 0xff};
+
+	if (k.proto != PROTO_ICMP && (w >> 8) & 1)
+		k.port = (__be16)(w >> 16);
+	struct aggregate *a = bpf_map_lookup_elem(&aggregates, &k);
+
+	if (!a)
+		return 1;
+	refill(&a->bucket, &a->limit, now, cas);
+	if (a->bucket.credit < TOKEN + (stranger ? a->reserve : 0))
+		return 0;
+	__sync_fetch_and_add(&a->bucket.credit, -TOKEN);
+	return 1;
+}
+
+/* The two instances of aggregate_ok, global functions: the verifier checks
+ * each once, not once per path of run() that reaches it. gate: the packet
+ * is protected and some destination has an aggregate limit. */
+__attribute__((noinline)) int aggregate_cas(__u32 w, __u64 now, __u32 stranger, __u32 gate)
+{
+	return aggregate_ok(w, now, stranger, gate, 1);
+}
+
+__attribute__((noinline)) int aggregate_compat(__u32 w, __u64 now, __u32 stranger, __u32 gate)
+{
+	return aggregate_ok(w, now, stranger, gate, 0);
+}
+
+/* take_level is take for a tracked source: 0 refused, 1 passed, 2 passed
+ * leaving its bucket under half full (it sends at or over its rate): the
+ * sign of credit - cap / 2, both far under 2^62, without a branch. */
+static __always_inline int take_level(struct bucket *b, const struct limit *l, __u64 now, const int cas)
+{
+	refill(b, l, now, cas);
+	if (b->credit < TOKEN)
+		return 0;
+	/* No fetching add: 5.10 and 5.11 have none (shield_compat). The
+	 * read after it may see other CPUs' debits too: close enough. */
+	__sync_fetch_and_add(&b->credit, -TOKEN);
+	return 1 + (int)((__u64)(b->credit - (__s64)(l->cap >> 1)) >> 63);
 }
 
 static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
@@ -795,6 +879,9 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	__u32 ok = class == CLASS_PROTECTED ? REASON_OK : REASON_UNPROTECTED;
 	__u32 over = class == CLASS_PROTECTED ? REASON_LIMIT : REASON_UNPROTECTED;
 	struct src_key key __attribute__((aligned(8)));
+	/* The aggregate limit applies: a protected packet, some limit set. */
+	__u32 agg_gate = class == CLASS_PROTECTED && (flags & CONFIG_AGGREGATE);
+	__u32 agg_key = pkt.proto | (__u32)pkt.has_port << 8 | (__u32)pkt.dport << 16;
 
 	source_key(&pkt, cfg, &key);
 	__u64 now = now_ns();
@@ -817,7 +904,13 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (src) {
 		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
 
-		if (take(b, lim, now, cas)) {
+		/* Under an aggregate limit a source that keeps its own bucket
+		 * below half full (one sending at or over its rate: a flood's
+		 * source) is shed with the strangers; one well within its rate
+		 * is served first. */
+		int t = take_level(b, lim, now, cas);
+
+		if (t && (cas ? aggregate_cas(agg_key, now, t >> 1, agg_gate) : aggregate_compat(agg_key, now, t >> 1, agg_gate))) {
 			__sync_fetch_and_add(&src->passed, 1);
 			return account(VERDICT_PASS, ok, pkt.proto);
 		}
@@ -828,6 +921,8 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	/* A stranger: admitted only while its class's admission bucket has a
 	 * token, so a forged flood neither fills the table nor gets a burst per
 	 * forged address. Refused strangers are not inserted. */
+	if (!(cas ? aggregate_cas(agg_key, now, 1, agg_gate) : aggregate_compat(agg_key, now, 1, agg_gate)))
+		return account(limited, REASON_ADMISSION, pkt.proto);
 	__u32 idx = class;
 	struct bucket *adm = bpf_map_lookup_elem(&admission, &idx);
 	const struct limit *alim = class == CLASS_PROTECTED ? &cfg->admission : &cfg->unprotected_admission;

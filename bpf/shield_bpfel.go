@@ -13,6 +13,20 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ShieldAggKey struct {
+	_     structs.HostLayout
+	Proto uint8
+	Pad   uint8
+	Port  uint16
+}
+
+type ShieldAggregate struct {
+	_       structs.HostLayout
+	Bucket  ShieldBucket
+	Limit   ShieldLimit
+	Reserve int64
+}
+
 type ShieldBucket struct {
 	_      structs.HostLayout
 	LastNs uint64
@@ -65,6 +79,7 @@ const (
 	ShieldConfigFlagCONFIG_PROTECT      ShieldConfigFlag = 128
 	ShieldConfigFlagCONFIG_PROTECT_ICMP ShieldConfigFlag = 256
 	ShieldConfigFlagCONFIG_PROTECT_ADDR ShieldConfigFlag = 512
+	ShieldConfigFlagCONFIG_AGGREGATE    ShieldConfigFlag = 1024
 	ShieldConfigFlagCONFIG_CLOCK_SHIFT  ShieldConfigFlag = 24
 )
 
@@ -187,6 +202,7 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ShieldMapAdmission      = "admission"
+	ShieldMapAggregates     = "aggregates"
 	ShieldMapAllow4         = "allow4"
 	ShieldMapAllow6         = "allow6"
 	ShieldMapConfigMap      = "config_map"
@@ -268,6 +284,7 @@ type ShieldProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldMapSpecs struct {
 	Admission     *ebpf.MapSpec `ebpf:"admission"`
+	Aggregates    *ebpf.MapSpec `ebpf:"aggregates"`
 	Allow4        *ebpf.MapSpec `ebpf:"allow4"`
 	Allow6        *ebpf.MapSpec `ebpf:"allow6"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
@@ -321,6 +338,7 @@ func (o *ShieldObjects) Close() error {
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldMaps struct {
 	Admission     *ebpf.Map `ebpf:"admission"`
+	Aggregates    *ebpf.Map `ebpf:"aggregates"`
 	Allow4        *ebpf.Map `ebpf:"allow4"`
 	Allow6        *ebpf.Map `ebpf:"allow6"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
@@ -340,6 +358,7 @@ type ShieldMaps struct {
 func (m *ShieldMaps) Close() error {
 	return _ShieldClose(
 		m.Admission,
+		m.Aggregates,
 		m.Allow4,
 		m.Allow6,
 		m.ConfigMap,

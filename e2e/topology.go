@@ -286,6 +286,14 @@ func addBlackhole(dst string) error {
 	return netlink.RouteAdd(&netlink.Route{Dst: n, Type: unix.RTN_BLACKHOLE})
 }
 
+// StormGRO switches GRO on the storm link's edge end. With it off and no
+// XDP program attached the veth runs no NAPI and refuses every frame the
+// generator hands it: what is left is the generator's own cost, the rate
+// the study prints beside every drop-capacity figure.
+func (t *Topology) StormGRO(on bool) error {
+	return t.Edge.Do(func() error { return setGRO(EdgeDev, on) })
+}
+
 // setGRO switches generic receive offload on dev in the calling thread's
 // namespace with the legacy ETHTOOL_SGRO ioctl (no ethtool binary needed).
 func setGRO(dev string, on bool) error {

@@ -215,6 +215,9 @@ func Render(c Config) (string, error) {
 		fmt.Fprintf(&b, "\tcounter %s { }\n", counterObj(name))
 	}
 	fmt.Fprintf(&b, "\tlimit admission { rate over %d/second burst %d packets }\n", l.AdmissionRate, l.AdmissionBurst)
+	for _, a := range l.Aggregates {
+		fmt.Fprintf(&b, "\tlimit %s { rate over %d/second burst %d packets }\n", aggregateName(a), a.Rate, a.Burst)
+	}
 	if len(c.Protected) > 0 {
 		fmt.Fprintf(&b, "\tlimit admission_unprotected { rate over %d/second burst %d packets }\n", c.Unprotected.AdmissionRate, c.Unprotected.AdmissionBurst)
 	}
@@ -351,6 +354,19 @@ func Render(c Config) (string, error) {
 		}
 		rule(fmt.Sprintf("update @%s4 { %s limit rate over %d/second burst %d packets } counter name %q%s", name, key4, rate, burst, counterObj(over), verdict))
 		rule(fmt.Sprintf("update @%s6 { %s limit rate over %d/second burst %d packets } counter name %q%s", name, key6, rate, burst, counterObj(over), verdict))
+		if name == "sources" {
+			// Aggregate limits: one named limit per destination,
+			// shared by every source alike. nftables' limit has no
+			// reserve to read, so it cannot serve established sources
+			// first as the shield does (docs/nft.md).
+			for _, a := range l.Aggregates {
+				match := fmt.Sprintf("meta l4proto %s th dport %d", a.Destination.Proto, a.Destination.Port)
+				if a.Destination.Proto == shield.ProtoICMP {
+					match = "meta l4proto { icmp, ipv6-icmp }"
+				}
+				rule(fmt.Sprintf("%s limit name %q counter name %q%s", match, aggregateName(a), counterObj(over), verdict))
+			}
+		}
 		rule(fmt.Sprintf("counter name %q accept", counterObj(passed)))
 		b.WriteString("\t}\n")
 	}
@@ -361,6 +377,14 @@ func Render(c Config) (string, error) {
 	}
 	b.WriteString("}\n")
 	return b.String(), nil
+}
+
+// aggregateName names the limit object of an aggregate limit: agg_udp_53.
+func aggregateName(a shield.Aggregate) string {
+	if a.Destination.Proto == shield.ProtoICMP {
+		return "agg_icmp"
+	}
+	return fmt.Sprintf("agg_%s_%d", a.Destination.Proto, a.Destination.Port)
 }
 
 // maskString is the address of bits bits whose first ones bits are set.

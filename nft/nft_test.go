@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/nft"
@@ -277,4 +280,29 @@ func TestRulesetInNamespace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenderAggregates (issue 26, finding 2): an aggregate limit is one
+// named limit per destination, checked in chain sources after the
+// per-source bucket, counted as limit.
+func TestRenderAggregates(t *testing.T) {
+	l := shield.DefaultLimits()
+	l.Protected = append(l.Protected, shield.Destination{Proto: shield.ProtoUDP, Port: 53}, shield.Destination{Proto: shield.ProtoICMP})
+	l.Aggregates = []shield.Aggregate{
+		{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: 53}, Rate: 10000, Burst: 20000},
+		{Destination: shield.Destination{Proto: shield.ProtoICMP}, Rate: 100, Burst: 200},
+	}
+	s, err := nft.Render(nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024}.WithLimits(l))
+	require.NoError(t, err)
+	for _, want := range []string{
+		"limit agg_udp_53 { rate over 10000/second burst 20000 packets }",
+		"limit agg_icmp { rate over 100/second burst 200 packets }",
+		`meta l4proto udp th dport 53 limit name "agg_udp_53" counter name "c_limit" drop`,
+		`meta l4proto { icmp, ipv6-icmp } limit name "agg_icmp" counter name "c_limit" drop`,
+	} {
+		assert.Contains(t, s, want)
+	}
+	agg := strings.Index(s, `limit name "agg_udp_53"`)
+	assert.Greater(t, agg, strings.Index(s, "update @sources6"), "the aggregate after the per-source bucket")
+	assert.Less(t, agg, strings.Index(s, `counter name "c_ok" accept`), "the aggregate before the accept")
 }

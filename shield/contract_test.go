@@ -112,9 +112,9 @@ func TestContract(t *testing.T) {
 			"CONFIG_DRY_RUN": uint64(flagDryRun), "CONFIG_ALLOW4": uint64(flagAllow4), "CONFIG_ALLOW6": uint64(flagAllow6),
 			"CONFIG_DENY4": uint64(flagDeny4), "CONFIG_DENY6": uint64(flagDeny6), "CONFIG_OWN4": uint64(flagOwn4),
 			"CONFIG_OWN6": uint64(flagOwn6), "CONFIG_PROTECT": uint64(flagProtect), "CONFIG_PROTECT_ICMP": uint64(flagProtectICMP),
-			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
+			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_AGGREGATE": uint64(flagAggregate), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
 		})
-		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr} {
+		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr, flagAggregate} {
 			if f>>clockShift != 0 {
 				t.Errorf("flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
 			}
@@ -140,6 +140,9 @@ func TestContract(t *testing.T) {
 		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(maxProtectedDsts)})
 		if got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries; got != uint32(maxProtectedDsts) {
 			t.Errorf("protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
+		}
+		if got := spec.Maps[bpf.ShieldMapAggregates].MaxEntries; got != uint32(maxAggregates) {
+			t.Errorf("aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, maxAggregates)
 		}
 		if got := spec.Maps[bpf.ShieldMapPresence].MaxEntries; got != 2*filterWords {
 			t.Errorf("presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)

@@ -69,7 +69,55 @@ type Limits struct {
 	// defaults, 32 and 64.
 	KeyPrefix4 uint8 `json:"key_prefix4" toml:"key_prefix4"`
 	KeyPrefix6 uint8 `json:"key_prefix6" toml:"key_prefix6"`
+	// Aggregates are the capacities of protected destinations: packets/s
+	// shared by every source, checked after the source's own limit.
+	// Tracked sources within their own rate are served first: a
+	// stranger, or a source whose own bucket a packet leaves under half
+	// full (it sends at or over its rate), passes only while the
+	// destination's bucket holds more than half its burst, so those are
+	// shed first. Empty: none.
+	Aggregates []Aggregate `json:"aggregates,omitempty" toml:"aggregates,omitempty"`
 }
+
+// Aggregate is the capacity of one protected destination (a protocol and
+// port on every address, or icmp), shared by every source.
+type Aggregate struct {
+	Destination Destination `json:"destination" toml:"destination"`
+	Rate        uint64      `json:"rate" toml:"rate"`   // packets per second, all sources together
+	Burst       uint64      `json:"burst" toml:"burst"` // packets at once, all sources together
+}
+
+// String writes a as ParseAggregate reads it: "udp/53=10000/20000".
+func (a Aggregate) String() string {
+	return fmt.Sprintf("%s=%d/%d", a.Destination, a.Rate, a.Burst)
+}
+
+// ParseAggregate reads DEST=RATE/BURST, DEST a protected destination with
+// no address ("udp/53=10000/20000": 10,000 packets/s, burst 20,000).
+func ParseAggregate(s string) (Aggregate, error) {
+	var a Aggregate
+	dst, lim, ok := strings.Cut(s, "=")
+	rate, burst, ok2 := strings.Cut(lim, "/")
+	if !ok || !ok2 {
+		return a, fmt.Errorf("%q: want DEST=RATE/BURST (udp/53=10000/20000)", s)
+	}
+	d, err := ParseDestination(dst)
+	if err != nil {
+		return a, err
+	}
+	a.Destination = d
+	if a.Rate, err = strconv.ParseUint(rate, 10, 64); err != nil {
+		return a, fmt.Errorf("%q: bad rate %q", s, rate)
+	}
+	if a.Burst, err = strconv.ParseUint(burst, 10, 64); err != nil {
+		return a, fmt.Errorf("%q: bad burst %q", s, burst)
+	}
+	return a, nil
+}
+
+// maxAggregates is MAX_AGGREGATES in bpf/shield.c (the aggregates map's
+// size; TestContract holds them together).
+const maxAggregates = 64
 
 // ClassLimits are the limits of one traffic class.
 type ClassLimits struct {
@@ -118,6 +166,12 @@ func (l Limits) withDefaults() Limits {
 	l.Protected = slices.Clone(l.Protected)
 	slices.SortFunc(l.Protected, Destination.compare)
 	l.Protected = slices.Compact(l.Protected)
+	if len(l.Aggregates) == 0 {
+		l.Aggregates = nil
+	} else {
+		l.Aggregates = slices.Clone(l.Aggregates)
+		slices.SortStableFunc(l.Aggregates, func(a, b Aggregate) int { return a.Destination.compare(b.Destination) })
+	}
 	return l
 }
 
@@ -171,10 +225,63 @@ func (l Limits) Validate() error {
 	if addrs > maxProtectedDsts {
 		errs = append(errs, fmt.Errorf("protected: %d destinations with an address; the limit is %d", addrs, maxProtectedDsts))
 	}
+	errs = append(errs, l.validateAggregates()...)
 	if len(errs) > 0 {
 		return inputError{errors.Join(errs...)}
 	}
 	return nil
+}
+
+// validateAggregates checks each aggregate limit: a protected destination
+// with no address, named once, with a rate and burst in range.
+func (l Limits) validateAggregates() []error {
+	var errs []error
+	if len(l.Aggregates) > maxAggregates {
+		errs = append(errs, fmt.Errorf("aggregates: %d; the limit is %d", len(l.Aggregates), maxAggregates))
+	}
+	seen := map[Destination]bool{}
+	for _, a := range l.Aggregates {
+		d := a.Destination
+		name := "aggregates: " + d.String()
+		if err := d.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("aggregates: %w", err))
+			continue
+		}
+		if d.Addr.IsValid() {
+			errs = append(errs, fmt.Errorf("%s: an aggregate limit holds on every address (write %s/%d)", name, d.Proto, d.Port))
+		}
+		if seen[d] {
+			errs = append(errs, fmt.Errorf("%s: named twice", name))
+		}
+		seen[d] = true
+		if len(l.Protected) > 0 && !slices.Contains(l.Protected, d) {
+			errs = append(errs, fmt.Errorf("%s: not a protected destination (only protected traffic is held to an aggregate limit)", name))
+		}
+		if a.Rate == 0 || a.Rate > maxRate {
+			errs = append(errs, fmt.Errorf("%s: rate %d out of range [1, %d]", name, a.Rate, maxRate))
+		}
+		if a.Burst == 0 || a.Burst > maxBurst {
+			errs = append(errs, fmt.Errorf("%s: burst %d out of range [1, %d]", name, a.Burst, maxBurst))
+		}
+	}
+	return errs
+}
+
+// aggKey is the destination's key in the aggregates map.
+func (a Aggregate) aggKey() bpf.ShieldAggKey {
+	k := bpf.ShieldAggKey{Proto: uint8(a.Destination.Proto)}
+	if a.Destination.Proto != ProtoICMP {
+		k.Port = a.Destination.Port<<8 | a.Destination.Port>>8 // network order
+	}
+	return k
+}
+
+// value is the aggregate's entry in the aggregates map: a full bucket
+// (last_ns 0: the first refill fills it), the limit, and the reserve a
+// stranger leaves: half the burst.
+func (a Aggregate) value() bpf.ShieldAggregate {
+	lim := bucketLimit(a.Rate, a.Burst)
+	return bpf.ShieldAggregate{Bucket: bpf.ShieldBucket{Credit: int64(lim.Cap)}, Limit: lim, Reserve: int64(a.Burst / 2 * token)}
 }
 
 // checkTick refuses limits a clock that advances once per tick of tickNs
@@ -199,6 +306,9 @@ func (l Limits) checkTick(clock Clock, tickNs uint64) error {
 	u := l.withDefaults().Unprotected
 	check("unprotected.", u.Rate, u.Burst)
 	check("unprotected.admission_", u.AdmissionRate, u.AdmissionBurst)
+	for _, a := range l.Aggregates {
+		check("aggregates "+a.Destination.String()+": ", a.Rate, a.Burst)
+	}
 	if len(errs) > 0 {
 		return inputError{errors.Join(errs...)}
 	}
@@ -224,6 +334,7 @@ const (
 	flagProtect     = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT)
 	flagProtectICMP = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ICMP)
 	flagProtectAddr = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ADDR)
+	flagAggregate   = uint32(bpf.ShieldConfigFlagCONFIG_AGGREGATE)
 
 	// listFlagsMask are the flags that follow the lists' contents.
 	listFlagsMask = flagAllow4 | flagAllow6 | flagDeny4 | flagDeny6 | flagOwn4 | flagOwn6
@@ -268,6 +379,9 @@ func (l Limits) config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldCo
 	}
 	if len(l.Protected) > 0 {
 		cfg.Flags |= flagProtect
+	}
+	if len(l.Aggregates) > 0 {
+		cfg.Flags |= flagAggregate
 	}
 	for _, d := range l.Protected {
 		var words *[portWords]uint64

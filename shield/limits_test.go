@@ -96,3 +96,69 @@ func TestLimitsValidateWrapsErrInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestAggregatesValidate (issue 26, finding 2): aggregate limits come from
+// TOML ([[limits.aggregates]]) and the CLI's DEST=RATE/BURST, and Validate
+// refuses each one the program could not hold: a destination not
+// protected, one with an address, one named twice, a rate or burst out of
+// range, more than the map holds.
+func TestAggregatesValidate(t *testing.T) {
+	var fromTOML struct {
+		Limits Limits `toml:"limits"`
+	}
+	_, err := toml.Decode(`
+[limits]
+rate = 1000
+burst = 2000
+admission_rate = 10000
+admission_burst = 10000
+protected = ["tcp/443", "udp/53", "icmp"]
+[[limits.aggregates]]
+destination = "udp/53"
+rate = 10000
+burst = 20000
+[[limits.aggregates]]
+destination = "icmp"
+rate = 100
+burst = 100
+`, &fromTOML)
+	require.NoError(t, err, "toml.Decode")
+	l := fromTOML.Limits
+	require.NoError(t, l.Validate())
+	udp53 := Destination{Proto: ProtoUDP, Port: 53}
+	require.Equal(t, []Aggregate{{udp53, 10000, 20000}, {Destination{Proto: ProtoICMP}, 100, 100}}, l.Aggregates)
+	a, err := ParseAggregate("udp/53=10000/20000")
+	require.NoError(t, err)
+	assert.Equal(t, l.Aggregates[0], a, "ParseAggregate")
+	assert.Equal(t, "udp/53=10000/20000", a.String())
+	for _, bad := range []string{"udp/53", "udp/53=10", "udp/53=x/1", "udp/53=1/y", "sctp/1=1/1"} {
+		_, err := ParseAggregate(bad)
+		assert.Error(t, err, "ParseAggregate(%q)", bad)
+	}
+
+	tooMany := make([]Aggregate, maxAggregates+1)
+	for i := range tooMany {
+		tooMany[i] = Aggregate{Destination{Proto: ProtoUDP, Port: uint16(i + 1)}, 1, 1}
+	}
+	for _, tc := range []struct {
+		aggs []Aggregate
+		want string
+	}{
+		{[]Aggregate{{Destination{Proto: ProtoUDP, Port: 54}, 1, 1}}, "udp/54: not a protected destination"},
+		{[]Aggregate{{Destination{Proto: ProtoUDP, Port: 53, Addr: netip.MustParseAddr("198.18.0.1")}, 1, 1}}, "holds on every address"},
+		{[]Aggregate{{udp53, 1, 1}, {udp53, 2, 2}}, "udp/53: named twice"},
+		{[]Aggregate{{udp53, 0, 1}}, "rate 0 out of range"},
+		{[]Aggregate{{udp53, 1, maxBurst + 1}}, "burst 1000000001 out of range"},
+		{tooMany, "aggregates: 65; the limit is 64"},
+	} {
+		bad := l
+		bad.Aggregates = tc.aggs
+		if len(tc.aggs) == len(tooMany) {
+			bad.Protected = nil // everything protected
+		}
+		err := bad.Validate()
+		require.Error(t, err, "%v", tc.aggs)
+		assert.ErrorIs(t, err, ErrInvalid)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}

@@ -325,6 +325,11 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 		s.limits = limitsOf(cfg, dsts)
+		if s.limits.Aggregates, err = s.aggregates(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.limits = s.limits.withDefaults()
 		if cfg.FilterSeed != seed {
 			s.Close()
 			return nil, fmt.Errorf("the pinned configuration's seed changed while loading (another process?)")
@@ -590,6 +595,10 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	if err != nil {
 		return err
 	}
+	staleAgg, err := s.writeAggregates(l.Aggregates)
+	if err != nil {
+		return err
+	}
 	var old *ebpf.Map
 	var id ebpf.MapID
 	if err := s.objs.ConfigMap.Lookup(uint32(0), &id); err == nil {
@@ -612,7 +621,62 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 			return fmt.Errorf("remove protected destination: %w", err)
 		}
 	}
+	for _, k := range staleAgg {
+		if err := s.objs.Aggregates.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove aggregate limit: %w", err)
+		}
+	}
 	return nil
+}
+
+// writeAggregates puts the aggregate limits of as in the aggregates map and
+// returns the keys there that as no longer names. An entry whose limit is
+// unchanged keeps its bucket (a publish of the lists changes nothing);
+// a new or changed one starts full.
+func (s *Shield) writeAggregates(as []Aggregate) ([]bpf.ShieldAggKey, error) {
+	want := map[bpf.ShieldAggKey]bpf.ShieldAggregate{}
+	for _, a := range as {
+		want[a.aggKey()] = a.value()
+	}
+	var stale []bpf.ShieldAggKey
+	var k bpf.ShieldAggKey
+	var v bpf.ShieldAggregate
+	it := s.objs.Aggregates.Iterate()
+	for it.Next(&k, &v) {
+		w, ok := want[k]
+		if !ok {
+			stale = append(stale, k)
+			continue
+		}
+		if w.Limit == v.Limit && w.Reserve == v.Reserve {
+			delete(want, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read aggregate limits: %w", err)
+	}
+	for k, v := range want {
+		if err := s.objs.Aggregates.Put(k, v); err != nil {
+			return nil, fmt.Errorf("write aggregate limit: %w", err)
+		}
+	}
+	return stale, nil
+}
+
+// aggregates reads the aggregate limits back.
+func (s *Shield) aggregates() ([]Aggregate, error) {
+	var out []Aggregate
+	var k bpf.ShieldAggKey
+	var v bpf.ShieldAggregate
+	it := s.objs.Aggregates.Iterate()
+	for it.Next(&k, &v) {
+		d := Destination{Proto: Proto(k.Proto), Port: k.Port<<8 | k.Port>>8}
+		out = append(out, Aggregate{Destination: d, Rate: v.Limit.Rate, Burst: v.Limit.Cap / token})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read aggregate limits: %w", err)
+	}
+	return out, nil
 }
 
 // writeProtectedDsts puts the address-specific destinations of ds in

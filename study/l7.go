@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/study/peers"
@@ -561,9 +562,10 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 		slog.Warn("l7: errors", "target", target, "errors", errs, "ok", len(lat), logErr, firstErr)
 	}
 	smp.RPS = float64(len(lat)) / secs
-	smp.P50, smp.P99 = msq(lat, 0.5), msq(lat, 0.99)
-	if len(lat) >= 10_000 { // at least 10 samples beyond it
-		smp.P999 = msq(lat, 0.999)
+	ms := func(q float64) float64 { return float64(e2e.Quantile(lat, q)) / 1e6 }
+	smp.P50, smp.P99 = ms(0.5), ms(0.99)
+	if len(lat) >= MinSamples(0.999) { // at least 10 samples beyond it
+		smp.P999 = ms(0.999)
 	}
 	smp.ProxyCPU = cpu1.proc - cpu0.proc
 	smp.SoftirqCPU = cpu1.softirq - cpu0.softirq

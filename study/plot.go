@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,8 @@ func Plot(dir string, r *Results) ([]string, error) {
 		{"throughput.png", SectionMain, plotThroughput},
 		{"drop-capacity.png", SectionMain, plotDrop},
 		{"probe-vs-client.png", SectionMain, plotProbe},
+		{"edge-cpu.png", SectionMain, plotCPU},
+		{"datagram-storm.png", SectionMain, plotDatagram},
 		{"l7-peers.png", SectionPeers, plotL7},
 		{"lists.png", SectionLists, plotLists},
 	} {
@@ -94,34 +97,117 @@ func cdfRows(d []time.Duration) [][]string {
 	return rows
 }
 
-func plotCDF(data string, r *Results) (string, error) {
+// colour is the one colour of a configuration in every plot.
+func colour(name string) string {
+	palette := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"}
+	for i, c := range Configs {
+		if c.Name == name {
+			return palette[i%len(palette)]
+		}
+	}
+	return "#000000"
+}
+
+// rgbInt is a "#rrggbb" colour as the integer gnuplot's "lc rgb
+// variable" reads from a data column.
+func rgbInt(hex string) string {
+	v, _ := strconv.ParseUint(strings.TrimPrefix(hex, "#"), 16, 32)
+	return strconv.FormatUint(v, 10)
+}
+
+// tailRows turns latencies into (ms, fraction slower) points: the
+// complementary CDF, whose log axis shows p99 at 1e-2 and p99.9 at 1e-3.
+func tailRows(d []time.Duration) [][]string {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	n := len(s)
+	step := max(1, n/2000)
+	var rows [][]string
+	for i := 0; i < n; i += step {
+		if n-i-1 == 0 {
+			break
+		}
+		rows = append(rows, []string{fmt.Sprintf("%.4f", float64(s[i])/1e6), fmt.Sprintf("%.6f", float64(n-i-1)/float64(n))})
+	}
+	// The last tenth of a percent point by point: the tail is the point.
+	for i := max(0, n-n/100-1); i < n-1; i++ {
+		rows = append(rows, []string{fmt.Sprintf("%.4f", float64(s[i])/1e6), fmt.Sprintf("%.6f", float64(n-i-1)/float64(n))})
+	}
+	slices.SortStableFunc(rows, func(a, b []string) int { return strings.Compare(b[1], a[1]) })
+	return rows
+}
+
+// tailPlot draws the complementary CDFs of lat per configuration.
+func tailPlot(data, prefix, title string, r *Results, lat func(*Legit) []time.Duration, only func(Config) bool) (string, error) {
 	var plots []string
 	for _, c := range Configs {
 		l := r.legit(c.Name, PhaseFixed)
-		if l == nil || len(l.pooled) == 0 {
+		if l == nil || len(lat(l)) == 0 || !only(c) {
 			continue
 		}
-		f := filepath.Join(data, "cdf-"+safeName(c.Name)+".dat")
-		if err := writeDat(f, cdfRows(l.pooled)); err != nil {
+		f := filepath.Join(data, prefix+safeName(c.Name)+".dat")
+		if err := writeDat(f, tailRows(lat(l))); err != nil {
 			return "", err
 		}
 		dash := ""
 		if c.Storm {
 			dash = " dt 2"
 		}
-		plots = append(plots, fmt.Sprintf("'%s' using 1:2 with lines lw 2%s title '%s'", f, dash, c.Name))
+		plots = append(plots, fmt.Sprintf("'%s' using 1:2 with lines lw 2 lc rgb '%s'%s title '%s (n=%d)'", f, colour(c.Name), dash, c.Name, len(lat(l))))
 	}
 	if len(plots) == 0 {
 		return "", errors.New("no latencies")
 	}
-	return fmt.Sprintf(`set title "Legitimate keep-alive request latency, fixed rate, every run (dashed: under storm)"
+	return fmt.Sprintf(`set title "%s"
 set xlabel "latency (ms, log scale)"
-set ylabel "fraction of requests"
-set logscale x
-set key right bottom
+set ylabel "fraction of requests slower (log scale)"
+set logscale xy
+set yrange [1e-4:1]
+set ytics ("1" 1, "0.1 (p90)" 0.1, "0.01 (p99)" 0.01, "0.001 (p99.9)" 0.001, "1e-4" 0.0001)
+set key outside right top
 set grid
 plot %s
-`, strings.Join(plots, ", \\\n  ")), nil
+`, title, strings.Join(plots, ", \\\n  ")), nil
+}
+
+func plotCDF(data string, r *Results) (string, error) {
+	return tailPlot(data, "tail-", "Legitimate keep-alive latency, fixed rate, every run pooled (dashed: under storm); a line ends where its sample does", r,
+		func(l *Legit) []time.Duration { return l.pooled }, func(Config) bool { return true })
+}
+
+func plotDatagram(data string, r *Results) (string, error) {
+	return tailPlot(data, "udp-", "Datagram service latency, fixed rate, every run pooled: under storm (dashed) and quiet", r,
+		func(l *Legit) []time.Duration { return l.pooledUDP }, func(c Config) bool { return c.Storm || c.Name == "shield" || c.Name == "none" })
+}
+
+// plotCPU draws the edge's CPU per request of every configuration.
+func plotCPU(data string, r *Results) (string, error) {
+	var rows [][]string
+	for i, c := range Configs {
+		l := r.legit(c.Name, PhaseFixed)
+		if l == nil || l.CPUReq.N == 0 {
+			continue
+		}
+		rows = append(rows, []string{fmt.Sprint(i), fmt.Sprintf("%q", c.Name), fmt.Sprintf("%.1f", l.CPUReq.Median), fmt.Sprintf("%.1f", l.CPUReq.Min), fmt.Sprintf("%.1f", l.CPUReq.Max), rgbInt(colour(c.Name))})
+	}
+	if len(rows) == 0 {
+		return "", errors.New("no CPU figures")
+	}
+	f := filepath.Join(data, "cpu.dat")
+	if err := writeDat(f, rows); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`set title "Edge CPU per legitimate request, fixed rate (server process + every CPU's softirq): median, min-max over runs"
+set ylabel "µs per request (log scale)"
+set logscale y
+set style fill solid 0.7
+set boxwidth 0.7
+set xtics rotate by -45 left
+set bmargin 7
+set grid ytics
+unset key
+plot '%s' using 1:3:6:xtic(2) with boxes lc rgb variable, '' using 1:3:4:5 with yerrorbars lc black pt 0
+`, f), nil
 }
 
 func plotThroughput(data string, r *Results) (string, error) {
@@ -131,7 +217,7 @@ func plotThroughput(data string, r *Results) (string, error) {
 		if l == nil {
 			continue
 		}
-		rows = append(rows, []string{fmt.Sprint(i), fmt.Sprintf("%q", c.Name), fmt.Sprintf("%.1f", l.RPS.Median), fmt.Sprintf("%.1f", l.RPS.Min), fmt.Sprintf("%.1f", l.RPS.Max)})
+		rows = append(rows, []string{fmt.Sprint(i), fmt.Sprintf("%q", c.Name), fmt.Sprintf("%.1f", l.RPS.Median), fmt.Sprintf("%.1f", l.RPS.Min), fmt.Sprintf("%.1f", l.RPS.Max), rgbInt(colour(c.Name))})
 	}
 	if len(rows) == 0 {
 		return "", errors.New("no throughput")
@@ -144,25 +230,31 @@ func plotThroughput(data string, r *Results) (string, error) {
 set ylabel "requests/s"
 set style fill solid 0.6
 set boxwidth 0.7
-set xtics rotate by -30
+set xtics rotate by -45 left
+set bmargin 7
 set yrange [0:*]
 set grid ytics
 unset key
-plot '%s' using 1:3:xtic(2) with boxes, '' using 1:3:4:5 with yerrorbars lc black pt 0
+plot '%s' using 1:3:6:xtic(2) with boxes lc rgb variable, '' using 1:3:4:5 with yerrorbars lc black pt 0
 `, f), nil
 }
 
 func plotDrop(data string, r *Results) (string, error) {
 	var rows [][]string
-	for _, t := range DropTargets {
-		row := []string{fmt.Sprintf("%q", dropName(t))}
+	for i, t := range DropTargets {
+		// Short labels: the long names overlap under the bars.
+		row := []string{fmt.Sprint(i), fmt.Sprintf("%q", t)}
 		for _, src := range DropSources {
 			d := r.drop(t, src)
 			if d == nil {
-				row = append(row, "0", "0", "0")
+				row = append(row, "0", "0", "0", "0")
 				continue
 			}
-			row = append(row, fmt.Sprintf("%.3f", d.DropPPS.Median/1e6), fmt.Sprintf("%.3f", d.DropPPS.Min/1e6), fmt.Sprintf("%.3f", d.DropPPS.Max/1e6))
+			y := d.DropPPS
+			if t == "generator" {
+				y = d.SentPPS // it drops nothing: its bar is what it sent
+			}
+			row = append(row, fmt.Sprintf("%.3f", y.Median/1e6), fmt.Sprintf("%.3f", y.Min/1e6), fmt.Sprintf("%.3f", y.Max/1e6), fmt.Sprintf("%.3f", d.SentPPS.Median/1e6))
 		}
 		rows = append(rows, row)
 	}
@@ -170,16 +262,21 @@ func plotDrop(data string, r *Results) (string, error) {
 	if err := writeDat(f, rows); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(`set title "Drop capacity: frames dropped per second at the edge, generator at full speed (median, min-max)"
-set ylabel "Mpps dropped"
-set style data histograms
-set style histogram errorbars gap 2 lw 1
+	return fmt.Sprintf(`set title "Drop capacity: Mpps dropped at the edge (median, min-max); points: the generator's rate in the same phase"
+set ylabel "Mpps"
 set style fill solid 0.6
+set boxwidth 0.35
+set xrange [-0.6:%d.6]
 set yrange [0:*]
 set grid ytics
-set key left top
-plot '%s' using 2:3:4:xtic(1) title 'few sources', '' using 5:6:7 title 'many forged sources'
-`, f), nil
+set key outside right top
+plot '%s' using ($1-0.2):3:xtic(2) with boxes lc rgb '#1f77b4' title 'few sources', \
+  '' using ($1-0.2):3:4:5 with yerrorbars lc black pt 0 notitle, \
+  '' using ($1+0.2):7 with boxes lc rgb '#ff7f0e' title 'many forged sources', \
+  '' using ($1+0.2):7:8:9 with yerrorbars lc black pt 0 notitle, \
+  '' using ($1-0.2):6 with points pt 7 ps 1.2 lc rgb '#d62728' title "generator's rate, few", \
+  '' using ($1+0.2):10 with points pt 9 ps 1.4 lc rgb '#d62728' title "generator's rate, many"
+`, len(DropTargets)-1, f), nil
 }
 
 func plotProbe(data string, r *Results) (string, error) {

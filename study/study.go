@@ -82,9 +82,11 @@ func QuickOptions() Options {
 }
 
 // Limits are the limits of the shield and of its nftables twin in every
-// configuration: the service's defaults, with the destinations the storm
-// floods protected as in the storm demo (TCP 443, UDP 53, ICMP).
-func Limits() shield.Limits { return e2e.StormLimits(shield.DefaultLimits()) }
+// configuration: the service's defaults with the destinations the storm
+// floods protected as in the storm demo (TCP 443, UDP 53, ICMP), and the
+// per-source rate and burst and the datagram service's aggregate limit
+// the study derives for its service (StudyDefaults).
+func Limits() shield.Limits { return StudyDefaults().Apply(e2e.StormLimits(shield.DefaultLimits())) }
 
 // Config is one way the edge is set up for legitimate traffic.
 type Config struct {
@@ -120,7 +122,13 @@ const (
 // default): the same drop paths as the shield's, without the stack's work
 // on what the default limits let through, which on two shared cores slows
 // the generator.
-var DropTargets = []string{"floor", "shield", "shield-nopass", "nft"}
+//
+// generator is the generator alone: no program on the storm link's edge
+// end and GRO off there, so the veth runs no NAPI and refuses every frame
+// at once. Its rate is the generator's own, the ceiling of every other
+// figure: a floor close to it is set by the generator, not the receiver
+// (GeneratorBound).
+var DropTargets = []string{"generator", "floor", "shield", "shield-nopass", "nft"}
 
 // dropOrder is the order of the drop-capacity targets in run: the shield
 // and the shield passing almost nothing, compared run by run (Conclusion),
@@ -326,6 +334,7 @@ type protection struct {
 	links []link.Link
 	nft   bool
 	probe *probe.Probe
+	noGRO bool // the storm link's GRO is off (generator alone)
 }
 
 func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*protection, error) {
@@ -374,6 +383,11 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 			return nil, err
 		}
 		p.nft = true
+	case "generator":
+		if err := s.top.StormGRO(false); err != nil {
+			return nil, fmt.Errorf("GRO off on the storm link: %w", err)
+		}
+		p.noGRO = true
 	case "floor":
 		prog, err := sim.DropProgram()
 		if err != nil {
@@ -417,6 +431,11 @@ func (s *study) undo(ctx context.Context, p *protection) {
 	}
 	if p.sh != nil {
 		p.sh.Close()
+	}
+	if p.noGRO {
+		if err := s.top.StormGRO(true); err != nil {
+			s.log.Warn("GRO back on on the storm link", logErr, err)
+		}
 	}
 	if p.nft {
 		if err := nft.Delete(ctx, s.nftRun, ""); err != nil {
@@ -607,6 +626,10 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
 	d.BusyCPU = cpu1.busy - cpu0.busy
 	switch target {
+	case "generator":
+		// The link refuses them without counting them (no tx_dropped):
+		// seen is what the edge's end received, which should be none.
+		d.Seen = v1.Edge.RxPackets - v0.Edge.RxPackets
 	case "floor":
 		d.Dropped = d.Seen
 	case "shield", "shield-nopass":
@@ -633,6 +656,7 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			}
 		}
 	}
+	d.SentPPS = float64(d.Sent) / secs
 	d.SeenPPS = float64(d.Seen) / secs
 	d.DropPPS = float64(d.Dropped) / secs
 	if d.SoftirqCPU > 0 {

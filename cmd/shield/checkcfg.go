@@ -197,6 +197,13 @@ func printCheck(w io.Writer, path string, cfg config, set settings) {
 		row("return traffic", "rate %d/s burst %d, admission %d/s burst %d", u.Rate, u.Burst, u.AdmissionRate, u.AdmissionBurst)
 	}
 	row("keyed by", "IPv4 /%d, IPv6 /%d", l.KeyPrefix4, l.KeyPrefix6)
+	if len(l.Aggregates) > 0 {
+		var as []string
+		for _, a := range l.Aggregates {
+			as = append(as, fmt.Sprintf("%s %d/s burst %d", a.Destination, a.Rate, a.Burst))
+		}
+		row("aggregates", "%s (established sources first)", strings.Join(as, ", "))
+	}
 	row("allow list", "%d prefixes", len(set.allow))
 	row("deny list", "%d prefixes", len(set.deny))
 	row("own addresses", "spoofed from outside: %s", map[bool]string{true: "dropped", false: "not checked"}[cfg.Lists.OwnAddressesSpoofed])

@@ -116,6 +116,8 @@ func TestCLI(t *testing.T) {
 	}
 	contains("limits set -protected", mustRun(true, "limits", "set", "-protected", "tcp/443,udp/198.18.0.1:53", "-unprotected-rate", "5000", "-key-prefix6", "56"),
 		"new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false; protected tcp/443,udp/198.18.0.1:53; unprotected 5000/s burst 250000", "keyed by /32 and /56")
+	contains("limits set -aggregates", mustRun(true, "limits", "set", "-aggregates", "tcp/443=5000/10000"), "aggregates none\n", "aggregates tcp/443=5000/10000\n")
+	contains("limits set -aggregates ''", mustRun(true, "limits", "set", "-aggregates", ""), "aggregates tcp/443=5000/10000\n", "aggregates none\n")
 	contains("limits set -protected ''", mustRun(true, "limits", "set", "-protected", "", "-key-prefix6", "64", "-unprotected-rate", "250000"),
 		"protected every destination; unprotected 250000/s")
 	want.Protected = nil

@@ -37,6 +37,7 @@ func runLimits(ctx context.Context, args []string) error {
 	uaburst := fs.Uint64("unprotected-admission-burst", 0, "new sources of return traffic admitted at once")
 	kp4 := fs.Uint("key-prefix4", 0, "prefix length an IPv4 source is keyed by (1-32)")
 	kp6 := fs.Uint("key-prefix6", 0, "prefix length an IPv6 source is keyed by (1-128)")
+	aggs := fs.String("aggregates", "", "comma-separated capacities of protected destinations, shared by every source: DEST=RATE/BURST, e.g. udp/53=10000/20000 (empty: none)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return helpOK(err)
 	}
@@ -95,6 +96,15 @@ func runLimits(ctx context.Context, args []string) error {
 			next.KeyPrefix4 = uint8(min(*kp4, 255))
 		case "key-prefix6":
 			next.KeyPrefix6 = uint8(min(*kp6, 255))
+		case "aggregates":
+			next.Aggregates = nil
+			for _, w := range strings.FieldsFunc(*aggs, func(r rune) bool { return r == ',' || r == ' ' }) {
+				a, err := shield.ParseAggregate(w)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("-aggregates: %w", err))
+				}
+				next.Aggregates = append(next.Aggregates, a)
+			}
 		default:
 			changed--
 		}
@@ -103,7 +113,7 @@ func runLimits(ctx context.Context, args []string) error {
 		return err
 	}
 	if changed == 0 {
-		return fmt.Errorf("limits set: nothing to change (give -rate, -burst, -admission-rate, -admission-burst, -dry-run, -protected, -unprotected-*, -key-prefix4 or -key-prefix6)")
+		return fmt.Errorf("limits set: nothing to change (give -rate, -burst, -admission-rate, -admission-burst, -dry-run, -protected, -unprotected-*, -key-prefix4, -key-prefix6 or -aggregates)")
 	}
 	ch, err := cl.SetLimits(ctx, next)
 	if err != nil {
@@ -127,8 +137,16 @@ func printLimits(prefix string, l shield.Limits) {
 		prot = strings.Join(ds, ",")
 	}
 	u := l.Unprotected
+	agg := "none"
+	if len(l.Aggregates) > 0 {
+		as := make([]string, len(l.Aggregates))
+		for i, a := range l.Aggregates {
+			as[i] = a.String()
+		}
+		agg = strings.Join(as, ",")
+	}
 	fmt.Fprintf(stdout, "%srate %d/s burst %d, admission %d/s burst %d, dry-run %v; protected %s; "+
-		"unprotected %d/s burst %d, admission %d/s burst %d; sources keyed by /%d and /%d\n",
+		"unprotected %d/s burst %d, admission %d/s burst %d; sources keyed by /%d and /%d; aggregates %s\n",
 		prefix, l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun, prot,
-		u.Rate, u.Burst, u.AdmissionRate, u.AdmissionBurst, l.KeyPrefix4, l.KeyPrefix6)
+		u.Rate, u.Burst, u.AdmissionRate, u.AdmissionBurst, l.KeyPrefix4, l.KeyPrefix6, agg)
 }
