@@ -13,6 +13,7 @@ pkgs=(
 	nftables                 # shield nft -apply, its test, the study's baseline, the balancer's DNAT comparison
 	gnuplot-nox              # the study's plots (shieldlab study)
 	shellcheck               # make lint: actionlint checks the workflow's scripts with it
+	systemd-container        # systemd-nspawn: dist/systemd's unit under a real systemd
 )
 # Hosted CI installs each job's packages itself (.github/workflows/ci.yml).
 if [ "${SHIELD_SKIP_DEPS:-}" = 1 ]; then

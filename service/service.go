@@ -128,6 +128,7 @@ type Service struct {
 	lb       *lb.Started // nil without [[lb.service]]
 	l7       *l7.Server  // nil without [l7]
 	mu       sync.Mutex
+	reloadMu sync.Mutex   // one Reload at a time
 	ln       net.Listener // the TCP listener; nil while its address is taken
 	adm      net.Listener // the admin socket, when API.AdminDir is set
 	hs       *http.Server
