@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/shield"
@@ -23,24 +22,17 @@ const (
 
 var capNames = map[int]string{capNetAdmin: "CAP_NET_ADMIN", capSysAdmin: "CAP_SYS_ADMIN", capPerfmon: "CAP_PERFMON", capBPF: "CAP_BPF"}
 
-// effectiveCaps reads the process's effective capability set.
-func effectiveCaps() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, fmt.Errorf("read capabilities: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
-			c, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse CapEff %q: %w", v, err)
-			}
-			return c, nil
+// procStatus reads the process's /proc/self/status (prometheus/procfs):
+// its capability sets and user IDs.
+func procStatus() (procfs.ProcStatus, error) {
+	p, err := procfs.Self()
+	if err == nil {
+		var st procfs.ProcStatus
+		if st, err = p.NewStatus(); err == nil {
+			return st, nil
 		}
 	}
-	return 0, fmt.Errorf("no CapEff in /proc/self/status: %w", sc.Err())
+	return procfs.ProcStatus{}, fmt.Errorf("read capabilities: %w", err)
 }
 
 // missingCaps names what serve lacks of the capabilities it needs, given
@@ -75,10 +67,11 @@ func missingCaps(eff uint64, adopting bool) []string {
 // better than the one the kernel gives (EPERM, often as "failed to set
 // memlock rlimit").
 func checkCaps(pinRoot, iface string) error {
-	eff, err := effectiveCaps()
+	st, err := procStatus()
 	if err != nil {
 		return err
 	}
+	eff := st.CapEff
 	adopting := false
 	if dir, err := shield.PinDir(pinRoot, iface); err == nil {
 		_, err := os.Stat(filepath.Join(dir, "link"))
