@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -129,6 +130,11 @@ func runServe(ctx context.Context, args []string) error {
 	sc := serviceConfig(cfg, set)
 	sc.AdoptUnverifiedPins = *adoptPins
 	return serve(ctx, log, sc, func() (svc.Config, error) {
+		if *cfgPath == "" {
+			// Flags alone: reloading them would only put the defaults
+			// back over limits changed through the API.
+			return svc.Config{}, errors.New("serve was started without -config: there is no file to reload")
+		}
 		cfg, set, err := load()
 		if err != nil {
 			return svc.Config{}, err
