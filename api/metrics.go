@@ -140,13 +140,20 @@ func newRegistry(s *Server, opts Options) (*prometheus.Registry, *prometheus.Cou
 	if build.Revision == "" {
 		build.Revision = "unknown"
 	}
-	reg.MustRegister(collector{s: s, build: build})
+	// The XDP program's metrics name the interface they describe (one
+	// service protects one): iface="eth0". The API's, the balancer's
+	// and the L7 proxy's are not an interface's.
+	xdp := prometheus.Registerer(reg)
+	if opts.Info.Iface != "" {
+		xdp = prometheus.WrapRegistererWith(prometheus.Labels{"iface": opts.Info.Iface}, reg)
+	}
+	xdp.MustRegister(collector{s: s, build: build})
 	reqs := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shield_api_requests_total",
 		Help: "API requests answered, by HTTP status code.",
 	}, []string{"code"})
 	reg.MustRegister(reqs)
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	xdp.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shield_attached",
 		Help: "1 while the program protects the interface, 0 while it cannot (interface gone, program detached).",
 	}, func() float64 {

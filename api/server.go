@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
@@ -113,9 +114,9 @@ type Server struct {
 // logLimiter lets a burst of logLimitBurst lines through, then one per
 // second, and counts what it held back.
 type logLimiter struct {
+	once       sync.Once
 	mu         sync.Mutex
-	credit     float64
-	last       time.Time
+	lim        *rate.Limiter // one line a second, logLimitBurst at once (golang.org/x/time/rate)
 	suppressed int
 }
 
@@ -124,19 +125,13 @@ const logLimitBurst = 10
 // allow reports whether a line may be written now and how many were held
 // back since the last one.
 func (l *logLimiter) allow(now time.Time) (int, bool) {
+	l.once.Do(func() { l.lim = rate.NewLimiter(1, logLimitBurst) })
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.last.IsZero() {
-		l.credit = logLimitBurst
-	} else {
-		l.credit = min(logLimitBurst, l.credit+now.Sub(l.last).Seconds())
-	}
-	l.last = now
-	if l.credit < 1 {
+	if !l.lim.AllowN(now, 1) {
 		l.suppressed++
 		return 0, false
 	}
-	l.credit--
 	n := l.suppressed
 	l.suppressed = 0
 	return n, true

@@ -16,6 +16,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield"
@@ -414,5 +417,28 @@ func TestConcurrentListChangesReportTheirOwn(t *testing.T) {
 	}
 	if got, err := e.sh.List(shield.DenyList); err != nil || len(got) != workers*per {
 		t.Errorf("List(deny) = %d prefixes, %v; want %d", len(got), err, workers*per)
+	}
+}
+
+// TestMetricsIfaceLabel: a service's XDP metrics name its interface
+// (iface="..."), so one Prometheus tells apart the shields of a host's
+// interfaces; the API's own counter is no interface's.
+func TestMetricsIfaceLabel(t *testing.T) {
+	e := newEnv(t, api.Options{Info: api.Info{Iface: "eth9"}})
+	c := e.client()
+	ctx := context.Background()
+	_, err := c.Limits(ctx)
+	require.NoError(t, err)
+	text, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	for _, want := range []string{
+		`shield_packets_total{iface="eth9",proto="udp",reason="deny",verdict="drop"} 0`,
+		`shield_sources_tracked{iface="eth9"} 0`,
+		`shield_sources_capacity{iface="eth9"} 1.048576e+06`,
+		`shield_attached{iface="eth9"} 1`,
+		`shield_list_prefixes{family="ipv4",iface="eth9",list="deny"} 0`,
+		`shield_api_requests_total{code="200"} 1`,
+	} {
+		assert.Contains(t, text, want)
 	}
 }

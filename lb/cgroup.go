@@ -1,11 +1,10 @@
 package lb
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,50 +12,21 @@ import (
 // hierarchy when the host has none mounted.
 const DefaultCgroup2Mount = "/run/xdpshield/cgroup2"
 
-// FindCgroup2 returns the mount point of a cgroup v2 hierarchy from
-// /proc/self/mountinfo, if one is mounted ("" if none).
+// FindCgroup2 returns the mount point of a cgroup v2 hierarchy, if one is
+// mounted ("" if none): the first cgroup2 mount of its root, from
+// /proc/self/mountinfo (moby/sys/mountinfo, which undoes its octal
+// escapes).
 func FindCgroup2() (string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
 	if err != nil {
 		return "", fmt.Errorf("read mounts: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
+	for _, m := range ms {
+		if m.Root == "/" {
+			return m.Mountpoint, nil
 		}
-		pf, qf := strings.Fields(pre), strings.Fields(post)
-		if len(pf) >= 5 && len(qf) >= 1 && qf[0] == "cgroup2" && pf[3] == "/" {
-			return unescapeMount(pf[4]), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", fmt.Errorf("read mounts: %w", err)
 	}
 	return "", nil
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%03o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // MountCgroup2 mounts the cgroup v2 hierarchy on dir (created if missing).

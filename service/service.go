@@ -138,6 +138,7 @@ type Service struct {
 	l7       *l7.Server      // nil without [l7]
 	xdplb    *xdplb.Balancer // nil without [xdplb] VIPs
 	mu       sync.Mutex
+	reloadMu sync.Mutex   // one Reload at a time
 	ln       net.Listener // the TCP listener; nil while its address is taken
 	adm      net.Listener // the admin socket, when API.AdminDir is set
 	hs       *http.Server

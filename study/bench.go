@@ -1,12 +1,12 @@
 package study
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os/exec"
-	"strconv"
 	"strings"
+
+	"golang.org/x/perf/benchfmt"
 )
 
 // BenchRow is one line of the simulator's benchmark table.
@@ -43,31 +43,35 @@ func tail(s string) string {
 	return strings.Join(lines[max(0, len(lines)-5):], "; ")
 }
 
-// parseBench reads `BenchmarkX/y-2  N  T ns/op  A ns/pkt  B x-ref ...` lines.
+// parseBench reads `BenchmarkX/y-2  N  T ns/op  A ns/pkt  B x-ref ...`
+// lines (golang.org/x/perf/benchfmt: the Go benchmark format), keeping the
+// rows with an ns/pkt metric.
 func parseBench(out string) []BenchRow {
 	var rows []BenchRow
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
-			continue
+	rd := benchfmt.NewReader(strings.NewReader(out), "bench")
+	for rd.Scan() {
+		res, ok := rd.Result().(*benchfmt.Result)
+		if !ok {
+			continue // a syntax error or a unit line: not a result
 		}
-		r := BenchRow{Name: f[0]}
-		if i := strings.LastIndexByte(r.Name, '-'); i > 0 {
-			if _, err := strconv.Atoi(r.Name[i+1:]); err == nil {
-				r.Name = r.Name[:i]
+		base, parts := res.Name.Parts()
+		name := "Benchmark" + string(base)
+		for _, p := range parts {
+			if p[0] != '-' { // "-GOMAXPROCS" is left out
+				name += string(p)
 			}
 		}
-		for i := 2; i+1 < len(f); i += 2 {
-			v, err := strconv.ParseFloat(f[i], 64)
-			if err != nil {
-				continue
+		r := BenchRow{Name: name}
+		for _, v := range res.Values {
+			unit, val := v.Unit, v.Value
+			if v.OrigUnit != "" { // benchfmt tidies ns/pkt to sec/pkt
+				unit, val = v.OrigUnit, v.OrigValue
 			}
-			switch f[i+1] {
+			switch unit {
 			case "ns/pkt":
-				r.NsPkt = v
+				r.NsPkt = val
 			case "x-ref":
-				r.XRef = v
+				r.XRef = val
 			}
 		}
 		if r.NsPkt > 0 {

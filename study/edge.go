@@ -12,10 +12,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -145,23 +146,19 @@ type cpuReading struct {
 	busy    float64 // every CPU's non-idle time: the machine, neighbours included
 }
 
-var clkTck = 100.0 // USER_HZ: 100 on every Linux this runs on
-
+// cpu reads the edge server's CPU time and the machine's from /proc
+// (prometheus/procfs: /proc/PID/stat and /proc/stat, in seconds).
 func (e *edgeProc) cpu() (cpuReading, error) {
 	var r cpuReading
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", e.pid))
+	p, err := procfs.NewProc(e.pid)
 	if err != nil {
 		return r, fmt.Errorf("edge server cpu: %w", err)
 	}
-	// Fields after the command name (which may hold spaces) in ")".
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	if len(f) < 13 {
-		return r, fmt.Errorf("edge server cpu: short /proc/%d/stat", e.pid)
+	ps, err := p.Stat()
+	if err != nil {
+		return r, fmt.Errorf("edge server cpu: %w", err)
 	}
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	r.proc = (ut + st) / clkTck
+	r.proc = ps.CPUTime()
 	m, err := e.machine()
 	r.softirq, r.busy = m.softirq, m.busy
 	return r, err
@@ -170,20 +167,16 @@ func (e *edgeProc) cpu() (cpuReading, error) {
 // machine reads every CPU's softirq and busy time (proc left zero).
 func (e *edgeProc) machine() (cpuReading, error) {
 	var r cpuReading
-	b, err := os.ReadFile("/proc/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return r, fmt.Errorf("read /proc/stat: %w", err)
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal
-	if len(f) < 8 || f[0] != "cpu" {
-		return r, errors.New("unexpected /proc/stat")
+	st, err := fs.Stat()
+	if err != nil {
+		return r, fmt.Errorf("read /proc/stat: %w", err)
 	}
-	var v [8]float64
-	for i := 1; i < 8 && i < len(f); i++ {
-		v[i], _ = strconv.ParseFloat(f[i], 64)
-	}
-	r.softirq = v[7] / clkTck
-	r.busy = (v[1] + v[2] + v[3] + v[6] + v[7]) / clkTck
+	c := st.CPUTotal
+	r.softirq = c.SoftIRQ
+	r.busy = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ
 	return r, nil
 }

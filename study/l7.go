@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
@@ -591,34 +592,20 @@ func (e *l7Env) cpu(target string) (cpuReading, error) {
 	return r, err
 }
 
-// treeCPU is the user + system time of pid and of its children, seconds.
+// treeCPU is the user + system time of pid and of its children, seconds
+// (prometheus/procfs reads /proc/PID/stat).
 func treeCPU(pid int) (float64, error) {
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return 0, err
 	}
 	var total float64
-	for _, d := range ents {
-		p, err := strconv.Atoi(d.Name())
-		if err != nil {
+	for _, p := range procs {
+		st, err := p.Stat()
+		if err != nil || (p.PID != pid && st.PPID != pid) {
 			continue
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		if len(f) < 13 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(f[1])
-		if p != pid && ppid != pid {
-			continue
-		}
-		ut, _ := strconv.ParseFloat(f[11], 64)
-		st, _ := strconv.ParseFloat(f[12], 64)
-		total += (ut + st) / clkTck
+		total += st.CPUTime()
 	}
 	if total == 0 {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {

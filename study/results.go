@@ -1,9 +1,7 @@
 package study
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"os/exec"
 	"runtime"
 	"runtime/debug"
@@ -11,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/kernel"
 	"github.com/xdpshield/xdpshield/probe"
@@ -304,29 +303,31 @@ func revision() string {
 	return strings.TrimSpace(string(out))
 }
 
-// loadavg is the 1, 5 and 15 minute load averages.
+// loadavg is the 1, 5 and 15 minute load averages, as /proc/loadavg
+// writes them (prometheus/procfs reads it).
 func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return "unknown"
 	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
+	l, err := fs.LoadAvg()
+	if err != nil {
+		return "unknown"
+	}
+	return fmt.Sprintf("%.2f %.2f %.2f", l.Load1, l.Load5, l.Load15)
 }
 
+// cpuModel is the first CPU's model name from /proc/cpuinfo.
 func cpuModel() string {
-	f, err := os.Open("/proc/cpuinfo")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return "unknown"
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
-			return strings.TrimSpace(v)
-		}
+	cs, err := fs.CPUInfo()
+	if err != nil || len(cs) == 0 || cs[0].ModelName == "" {
+		return "unknown"
 	}
-	return "unknown"
+	return cs[0].ModelName
 }
 
 func (r *Results) legit(name, phase string) *Legit {

@@ -1,13 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/shield"
@@ -23,24 +23,17 @@ const (
 
 var capNames = map[int]string{capNetAdmin: "CAP_NET_ADMIN", capSysAdmin: "CAP_SYS_ADMIN", capPerfmon: "CAP_PERFMON", capBPF: "CAP_BPF"}
 
-// effectiveCaps reads the process's effective capability set.
-func effectiveCaps() (uint64, error) {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0, fmt.Errorf("read capabilities: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapEff:"); ok {
-			c, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse CapEff %q: %w", v, err)
-			}
-			return c, nil
+// procStatus reads the process's /proc/self/status (prometheus/procfs):
+// its capability sets and user IDs.
+func procStatus() (procfs.ProcStatus, error) {
+	p, err := procfs.Self()
+	if err == nil {
+		var st procfs.ProcStatus
+		if st, err = p.NewStatus(); err == nil {
+			return st, nil
 		}
 	}
-	return 0, fmt.Errorf("no CapEff in /proc/self/status: %w", sc.Err())
+	return procfs.ProcStatus{}, fmt.Errorf("read capabilities: %w", err)
 }
 
 // missingCaps names what serve lacks of the capabilities it needs, given
@@ -75,21 +68,48 @@ func missingCaps(eff uint64, adopting bool) []string {
 // better than the one the kernel gives (EPERM, often as "failed to set
 // memlock rlimit").
 func checkCaps(pinRoot, iface string) error {
-	eff, err := effectiveCaps()
+	st, err := procStatus()
 	if err != nil {
 		return err
 	}
+	eff := st.CapEff
 	adopting := false
 	if dir, err := shield.PinDir(pinRoot, iface); err == nil {
 		_, err := os.Stat(filepath.Join(dir, "link"))
 		adopting = err == nil
 	}
-	miss := missingCaps(eff, adopting)
-	switch {
-	case len(miss) == 0:
+	return capsError(missingCaps(eff, adopting), adopting, st.UIDs[1], eff, st.CapBnd)
+}
+
+// capsError is checkCaps's error for the capabilities miss lacks (nil
+// when none), for a process of effective user euid whose effective and
+// bounding sets are eff and bnd. A user other than root is told why it lacks them: the set a
+// container engine or a unit grants (`--cap-add`, CapabilityBoundingSet=)
+// bounds what a process may have, and only root gets it effective; others
+// need it as ambient capabilities (`docker run --user 65534 --cap-add
+// CAP_SYS_ADMIN` gives none: Docker sets no ambient capabilities).
+func capsError(miss []string, adopting bool, euid, eff, bnd uint64) error {
+	if len(miss) == 0 {
 		return nil
-	case adopting:
-		return fmt.Errorf("missing capability %s: adopting the pinned shield opens its configuration map by id, which needs it", strings.Join(miss, ", "))
 	}
-	return fmt.Errorf("missing capability %s: serve needs CAP_SYS_ADMIN, or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (kernel 5.8+; a restart that adopts pins needs CAP_SYS_ADMIN)", strings.Join(miss, ", "))
+	why := ""
+	if euid != 0 {
+		var granted []string
+		for c, n := range capNames {
+			if bnd&^eff&(1<<c) != 0 {
+				granted = append(granted, n)
+			}
+		}
+		slices.Sort(granted)
+		why = fmt.Sprintf("; serve runs as uid %d, and capabilities granted to a container (--cap-add) or a unit are effective only for uid 0", euid)
+		if len(granted) > 0 {
+			why += fmt.Sprintf(" (%s is in the bounding set, not in the effective one)", strings.Join(granted, ", "))
+		}
+		why += ": run serve as root, or grant them as ambient capabilities (systemd AmbientCapabilities=, setpriv --ambient-caps; Docker 20.10 has none);" +
+			" its pin root on bpffs must then belong to that user too"
+	}
+	if adopting {
+		return fmt.Errorf("missing capability %s: adopting the pinned shield opens its configuration map by id, which needs it%s", strings.Join(miss, ", "), why)
+	}
+	return fmt.Errorf("missing capability %s: serve needs CAP_SYS_ADMIN, or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (kernel 5.8+; a restart that adopts pins needs CAP_SYS_ADMIN)%s", strings.Join(miss, ", "), why)
 }

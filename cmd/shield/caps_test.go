@@ -3,6 +3,9 @@ package main
 import (
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestMissingCaps(t *testing.T) {
@@ -35,4 +38,31 @@ func TestMissingCaps(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCapsErrorNamesUser: `docker run --user 65534 --cap-add
+// CAP_SYS_ADMIN` gives serve CAP_SYS_ADMIN in its bounding set but not in
+// its effective one; the error says that is why, not only that the
+// capability is missing (issue 28). Root's error is as before.
+func TestCapsErrorNamesUser(t *testing.T) {
+	bnd := uint64(1) << capSysAdmin
+	err := capsError([]string{"CAP_SYS_ADMIN"}, true, 65534, 0, bnd)
+	require.Error(t, err)
+	for _, want := range []string{"missing capability CAP_SYS_ADMIN", "uid 65534", "effective only for uid 0",
+		"CAP_SYS_ADMIN is in the bounding set, not in the effective one", "ambient", "pin root"} {
+		assert.Contains(t, err.Error(), want)
+	}
+	err = capsError([]string{"CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON"}, false, 1000, 0, 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "uid 1000")
+	assert.NotContains(t, err.Error(), "bounding set")
+	err = capsError([]string{"CAP_BPF"}, false, 0, 0, 0)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "uid")
+	assert.NoError(t, capsError(nil, true, 65534, bnd, bnd))
+	// Not adopting, CAP_SYS_ADMIN (enough alone) is named as granted
+	// though the message lists the modern set as missing.
+	err = capsError([]string{"CAP_BPF", "CAP_NET_ADMIN", "CAP_PERFMON"}, false, 65534, 0, bnd)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "CAP_SYS_ADMIN is in the bounding set, not in the effective one")
 }

@@ -397,8 +397,8 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the service to report the interface gone", func() bool { return !health().Healthy })
-	if m, err := l.client.Metrics(ctx); err != nil || !strings.Contains(m, "shield_attached 0") {
-		t.Errorf("metrics while the interface is gone lack shield_attached 0 (%v)", err)
+	if m, err := l.client.Metrics(ctx); err != nil || !strings.Contains(m, `shield_attached{iface="va"} 0`) {
+		t.Errorf("metrics while the interface is gone lack shield_attached{iface=\"va\"} 0 (%v)", err)
 	}
 	if in, err := l.client.Info(ctx); err != nil || in.Healthy {
 		t.Errorf("/v1/info while the interface is gone = %+v, %v; want healthy false", in, err)

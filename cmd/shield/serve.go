@@ -2,11 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/xdpshield/xdpshield/api"
 	svc "github.com/xdpshield/xdpshield/service"
@@ -19,6 +25,7 @@ const (
 	keyIface  = "iface"
 	keyPinDir = "pin_dir"
 	keyErr    = "err"
+	keyKeys   = "keys"
 )
 
 // version and revision label the binary (logs, shield_build_info): from
@@ -62,45 +69,53 @@ func runServe(ctx context.Context, args []string) error {
 	if *logFormat != "" {
 		errLogFormat = *logFormat
 	}
-	cfg, err := loadConfig(*cfgPath)
+	// load reads the file and lays the flags over it (again on SIGHUP).
+	load := func() (config, settings, error) {
+		cfg, err := loadConfig(*cfgPath)
+		if err != nil {
+			return cfg, settings{}, err
+		}
+		if *logFormat == "" {
+			errLogFormat = cfg.Log.Format
+		}
+		// fromFlag: the keys a flag set, whose errors name no line.
+		fromFlag := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) {
+			fromFlag[flagKeys[f.Name]] = true
+			switch f.Name {
+			case "iface":
+				cfg.Iface = *iface
+			case "mode":
+				cfg.Mode = *mode
+			case "listen":
+				cfg.API.Listen = *listen
+			case "token-file":
+				cfg.API.TokenFile = *tokenFile
+			case "pin-root":
+				cfg.PinRoot = *pinRoot
+			case "table-size":
+				cfg.TableSize = uint64(*tableSize)
+			case "log-format":
+				cfg.Log.Format = *logFormat
+			case "tls-cert":
+				cfg.API.TLSCert = *tlsCert
+			case "tls-key":
+				cfg.API.TLSKey = *tlsKey
+			case "admin-dir":
+				cfg.API.AdminDir = *adminDir
+			case "dangerously-expose-api":
+				cfg.API.DangerouslyExpose = *expose
+			}
+		})
+		set, err := cfg.validate()
+		if err != nil {
+			return cfg, set, fmt.Errorf("invalid configuration:\n%w", placeErrors(*cfgPath, err, fromFlag))
+		}
+		return cfg, set, nil
+	}
+	cfg, set, err := load()
 	if err != nil {
 		return err
-	}
-	if *logFormat == "" {
-		errLogFormat = cfg.Log.Format
-	}
-	// fromFlag: the keys a flag set, whose errors name no line.
-	fromFlag := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) {
-		fromFlag[flagKeys[f.Name]] = true
-		switch f.Name {
-		case "iface":
-			cfg.Iface = *iface
-		case "mode":
-			cfg.Mode = *mode
-		case "listen":
-			cfg.API.Listen = *listen
-		case "token-file":
-			cfg.API.TokenFile = *tokenFile
-		case "pin-root":
-			cfg.PinRoot = *pinRoot
-		case "table-size":
-			cfg.TableSize = uint64(*tableSize)
-		case "log-format":
-			cfg.Log.Format = *logFormat
-		case "tls-cert":
-			cfg.API.TLSCert = *tlsCert
-		case "tls-key":
-			cfg.API.TLSKey = *tlsKey
-		case "admin-dir":
-			cfg.API.AdminDir = *adminDir
-		case "dangerously-expose-api":
-			cfg.API.DangerouslyExpose = *expose
-		}
-	})
-	set, err := cfg.validate()
-	if err != nil {
-		return fmt.Errorf("invalid configuration:\n%w", placeErrors(*cfgPath, err, fromFlag))
 	}
 	if *check {
 		printCheck(stdout, *cfgPath, cfg, set)
@@ -114,7 +129,18 @@ func runServe(ctx context.Context, args []string) error {
 	log := newLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
 	sc := serviceConfig(cfg, set)
 	sc.AdoptUnverifiedPins = *adoptPins
-	return serve(ctx, log, sc)
+	return serve(ctx, log, sc, func() (svc.Config, error) {
+		if *cfgPath == "" {
+			// Flags alone: reloading them would only put the defaults
+			// back over limits changed through the API.
+			return svc.Config{}, errors.New("serve was started without -config: there is no file to reload")
+		}
+		cfg, set, err := load()
+		if err != nil {
+			return svc.Config{}, err
+		}
+		return serviceConfig(cfg, set), nil
+	})
 }
 
 // flagKeys are the configuration keys serve's flags set.
@@ -139,14 +165,59 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, o))
 }
 
-// serve runs the service (service) until ctx is done.
-func serve(ctx context.Context, log *slog.Logger, sc svc.Config) error {
+// serve runs the service (service) until ctx is done, telling systemd
+// when it is ready and that it is alive (notify.go), and applying the
+// configuration reload returns on SIGHUP.
+func serve(ctx context.Context, log *slog.Logger, sc svc.Config, reload func() (svc.Config, error)) error {
+	// Before anything: SIGHUP's default action ends the process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	s, err := svc.Start(ctx, sc, log)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	return s.Wait()
+	sdNotify(log, "READY=1\nSTATUS=protecting "+s.Attachment().Iface)
+	done := make(chan error, 1)
+	go func() { done <- s.Wait() }()
+	var alive <-chan time.Time
+	if every := watchdogEvery(log); every > 0 {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		alive = t.C
+	}
+	for {
+		select {
+		case err := <-done:
+			sdNotify(log, "STOPPING=1")
+			return err
+		case <-hup:
+			sdNotify(log, "RELOADING=1\nMONOTONIC_USEC="+daemon.SdNotifyMonotonicUsec())
+			next, err := reload()
+			if err == nil {
+				err = s.Reload(svc.Reload{Limits: next.Limits, Allow: next.Allow, Deny: next.Deny})
+			}
+			if err != nil {
+				log.Error("reload refused; nothing was changed", keyErr, err)
+				sdNotify(log, "READY=1\nSTATUS=reload refused (see the log); protecting "+s.Attachment().Iface)
+				continue
+			}
+			if keys := restartOnly(sc, next); len(keys) > 0 {
+				log.Warn("reloaded the limits and lists; these changes take effect at the next restart", keyKeys, keys)
+			}
+			log.Info("reloaded: limits and lists applied", keyIface, s.Attachment().Iface)
+			sdNotify(log, "READY=1\nSTATUS=protecting "+s.Attachment().Iface)
+		case <-alive:
+			// Alive means the program's maps still answer, not only that
+			// this loop runs.
+			if _, err := s.Shield().Counters(); err != nil {
+				log.Error("watchdog: counters unreadable; not telling systemd we are alive", keyErr, err)
+				continue
+			}
+			sdNotify(log, "WATCHDOG=1")
+		}
+	}
 }
 
 // serviceConfig is the validated configuration in the service's types.

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
+	"github.com/prometheus/procfs"
+
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
@@ -152,17 +155,16 @@ func removeStaleDaemons() {
 	}
 }
 
-// killNaming kills every process whose command line contains s.
+// killNaming kills every process whose command line contains s
+// (prometheus/procfs reads them).
 func killNaming(s string) {
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	procs, _ := procfs.AllProcs()
 	for _, p := range procs {
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.Contains(string(b), s) {
+		args, err := p.CmdLine()
+		if err != nil || !strings.Contains(strings.Join(args, "\x00"), s) || p.PID == os.Getpid() {
 			continue
 		}
-		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
+		syscall.Kill(p.PID, syscall.SIGKILL)
 	}
 }
 
@@ -240,20 +242,16 @@ func (d *Daemon) Close() error {
 	return errors.Join(errs...)
 }
 
-// unmountUnder detaches every mount below dir, deepest first.
+// unmountUnder detaches every mount below dir, deepest first
+// (moby/sys/mountinfo lists them in mount order).
 func unmountUnder(dir string) {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !strings.HasPrefix(m.Mountpoint, dir+"/"), false
+	})
 	if err != nil {
 		return
 	}
-	var mps []string
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
-			mps = append(mps, f[4])
-		}
-	}
-	for i := len(mps) - 1; i >= 0; i-- {
-		syscall.Unmount(mps[i], syscall.MNT_DETACH)
+	for i := len(ms) - 1; i >= 0; i-- {
+		syscall.Unmount(ms[i].Mountpoint, syscall.MNT_DETACH)
 	}
 }

@@ -136,6 +136,7 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	_, serving, logs := run(ShieldCaps, nil)
 	require.True(t, serving, "shield container with %v does not serve; logs:\n%s", ShieldCaps, logs)
 	t.Logf("with %v: serves", ShieldCaps)
+	testHealthcheck(t, p, edge.GetContainerID(), pinRoot, conf)
 	// Its pins are there: first a restart that would adopt them, then
 	// (pins removed) a fresh start.
 	for _, state := range []string{"adopting", "fresh"} {
@@ -154,6 +155,40 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 			}
 		}
 	}
+}
+
+// testHealthcheck: the image's HEALTHCHECK (`shield health` through the
+// admin socket) reports a serving shield container healthy. The lane's
+// configuration has reads need the token (api.auth_reads): the
+// container's environment names its file for the check, as
+// docs/container.md says.
+func testHealthcheck(t *testing.T, p *tc.DockerProvider, edgeID, pinRoot, conf string) {
+	ctx := context.Background()
+	env := map[string]string{"SHIELD_TOKEN_FILE": "/etc/xdpshield/token"}
+	c, err := Start(ctx, p, ShieldRequest(edgeID, pinRoot, conf, ShieldCaps, env,
+		wait.ForLog("msg=serving").WithStartupTimeout(time.Minute)))
+	if c != nil {
+		defer c.Terminate(ctx)
+	}
+	require.NoError(t, err, "shield container")
+	began := time.Now()
+	status := ""
+	for time.Since(began) < 40*time.Second {
+		in, err := c.Inspect(ctx)
+		require.NoError(t, err)
+		require.NotNil(t, in.State.Health, "the image has no HEALTHCHECK")
+		if status = string(in.State.Health.Status); status == "healthy" {
+			t.Logf("healthy %v after serving", time.Since(began).Round(time.Second))
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	in, _ := c.Inspect(ctx)
+	var last string
+	if in != nil && in.State.Health != nil && len(in.State.Health.Log) > 0 {
+		last = in.State.Health.Log[len(in.State.Health.Log)-1].Output
+	}
+	require.Failf(t, "not healthy", "health %q 40 s after serving; last check: %s\nlogs:\n%s", status, last, containerLogs(ctx, c))
 }
 
 func testStorm(t *testing.T, p *tc.DockerProvider, pinRoot string) {
