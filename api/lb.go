@@ -21,15 +21,19 @@ type LBService struct {
 	Service  string      `json:"service"` // PROTO/VIP:PORT, the key the changes take
 	Mode     string      `json:"mode"`
 	Backends []LBBackend `json:"backends"`
+	// SourceRanges are the client prefixes admitted; none: every client.
+	SourceRanges []string `json:"source_ranges,omitempty"`
 	// Calls are connect()/sendmsg() calls to the service, by outcome.
 	Translated uint64 `json:"translated"`
 	NoBackend  uint64 `json:"no_backend"`
+	Denied     uint64 `json:"denied"` // from outside SourceRanges: refused
 }
 
 // LBBackend is one backend and its state (active or draining).
 type LBBackend struct {
-	Addr  string `json:"addr"`
-	State string `json:"state"`
+	Addr   string `json:"addr"`
+	State  string `json:"state"`
+	Weight uint16 `json:"weight"`
 }
 
 // LBResponse is GET /v1/lb.
@@ -76,13 +80,16 @@ func (s *Server) registerLB(l *lb.LB, allowed map[string]string) {
 
 func lbService(s lb.Service, c [lb.NumOutcomes]uint64) LBService {
 	out := LBService{Service: s.ServiceKey.String(), Mode: string(s.Mode), Backends: []LBBackend{},
-		Translated: c[lb.Translated], NoBackend: c[lb.NoBackend]}
+		Translated: c[lb.Translated], NoBackend: c[lb.NoBackend], Denied: c[lb.Denied]}
 	for _, b := range s.Backends {
 		st := "active"
 		if b.Draining {
 			st = "draining"
 		}
-		out.Backends = append(out.Backends, LBBackend{Addr: b.Addr.String(), State: st})
+		out.Backends = append(out.Backends, LBBackend{Addr: b.Addr.String(), State: st, Weight: b.Weight})
+	}
+	for _, p := range s.SourceRanges {
+		out.SourceRanges = append(out.SourceRanges, p.String())
 	}
 	return out
 }

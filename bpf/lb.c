@@ -60,6 +60,7 @@ enum outcome {
 	OUTCOME_TRANSLATED = 0,  /* to a service: rewritten to a backend */
 	OUTCOME_NO_BACKEND = 1,  /* to a service with no usable backend: refused */
 	OUTCOME_NOT_SERVICE = 2, /* not to a VIP/port/protocol: untouched (service 0) */
+	OUTCOME_DENIED = 3,      /* to a service, from outside its source ranges: refused */
 	OUTCOME_MAX,
 };
 
@@ -79,16 +80,22 @@ struct svc_key {
 	__u8 _pad;
 };
 
+/* svc.flags */
+#define SVC_F_RANGES 1 /* only clients in the service's source ranges */
+
 struct svc {
-	__u32 id;   /* 1..MAX_SERVICES-1: the tables slot and counters row */
-	__u8 mode;  /* MODE_RANDOM or MODE_MAGLEV */
-	__u8 _pad[3];
+	__u32 id;    /* 1..MAX_SERVICES-1: the tables slot and counters row */
+	__u8 mode;   /* MODE_RANDOM or MODE_MAGLEV */
+	__u8 flags;  /* SVC_F_* */
+	__u8 _pad[2];
 };
 
 struct backend {
 	struct addr addr;
-	__u16 port; /* network byte order */
-	__u8 _pad[2];
+	__u16 port;   /* network byte order */
+	__u8 _pad[2]; /* user space's bookkeeping (service id, draining) */
+	__u16 weight; /* user space's: the table holds it (restart reads it) */
+	__u16 _pad2;
 };
 
 /* Services by (VIP, port, protocol). */
@@ -127,6 +134,29 @@ struct {
 	__type(key, __u32); /* service id */
 	__array(values, struct table);
 } tables SEC(".maps");
+
+/* Source ranges: the client prefixes a service with SVC_F_RANGES admits
+ * (Kubernetes' loadBalancerSourceRanges; Cilium's lb{4,6}_source_range). The
+ * client is the socket's source address as the hook sees it: the one it was
+ * bound to, else the unspecified address (the kernel picks the source after
+ * the hook, by route), so an unbound socket is admitted only by a range
+ * holding 0.0.0.0 (or ::). Longest prefix match on (service id, address):
+ * prefixlen counts the id's 32 bits and then the address's 128 (IPv4 as
+ * ::ffff:a.b.c.d, so an IPv4 /n is 32 + 96 + n). */
+struct range_key {
+	__u32 prefixlen;
+	__u32 svc_id;     /* big endian, so it is matched as a whole first */
+	struct addr addr; /* the client prefix */
+};
+
+#define MAX_RANGES 16384
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct range_key);
+	__type(value, __u8); /* 1 */
+} ranges SEC(".maps");
 
 /* One translation a socket made: the backend it talks to and the VIP it
  * meant, so connect4/6 and sendmsg4/6 choose the same backend again for the
@@ -353,6 +383,28 @@ static __always_inline void write_dst(struct bpf_sock_addr *ctx, int v6, const s
 	ctx->user_port = port;
 }
 
+/* Whether the socket's source address is in service id's ranges. */
+static __always_inline int in_ranges(struct bpf_sock_addr *ctx, int v6, __u32 id)
+{
+	struct bpf_sock *sk = ctx->sk;
+	struct range_key k = {.prefixlen = 32 + 128, .svc_id = bpf_htonl(id)};
+
+	if (sk) {
+		if (v6) {
+			k.addr.w[0] = sk->src_ip6[0];
+			k.addr.w[1] = sk->src_ip6[1];
+			k.addr.w[2] = sk->src_ip6[2];
+			k.addr.w[3] = sk->src_ip6[3];
+		} else {
+			k.addr.w[2] = bpf_htonl(0xffff);
+			k.addr.w[3] = sk->src_ip4;
+		}
+	} else if (!v6) {
+		k.addr.w[2] = bpf_htonl(0xffff);
+	}
+	return bpf_map_lookup_elem(&ranges, &k) != 0;
+}
+
 /* connect4/6 and sendmsg4/6: translate a VIP to a backend. The choice is
  * per socket: a socket that chose a backend of this service before (at
  * connect, or an earlier datagram) gets it again while the backend exists
@@ -384,6 +436,12 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 	__u32 id = svc->id;
 	if (id >= MAX_SERVICES)
 		return SYS_PROCEED;
+	if ((svc->flags & SVC_F_RANGES) && !in_ranges(ctx, v6, id)) {
+		/* Refused, not passed on untranslated: the VIP itself is
+		 * nobody's address to reach (Cilium drops these too). */
+		count(id, OUTCOME_DENIED);
+		return refuse();
+	}
 
 	st = state_of(ctx, 0);
 	if (st) {

@@ -19,10 +19,19 @@ type LbAddr struct {
 }
 
 type LbBackend struct {
-	_    structs.HostLayout
-	Addr LbAddr
-	Port uint16
-	Pad  [2]uint8
+	_      structs.HostLayout
+	Addr   LbAddr
+	Port   uint16
+	Pad    [2]uint8
+	Weight uint16
+	Pad2   uint16
+}
+
+type LbRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	SvcId     uint32
+	Addr      LbAddr
 }
 
 type LbSockLb struct {
@@ -33,10 +42,11 @@ type LbSockLb struct {
 }
 
 type LbSvc struct {
-	_    structs.HostLayout
-	Id   uint32
-	Mode uint8
-	Pad  [3]uint8
+	_     structs.HostLayout
+	Id    uint32
+	Mode  uint8
+	Flags uint8
+	Pad   [2]uint8
 }
 
 type LbSvcKey struct {
@@ -64,6 +74,7 @@ type LbXlat struct {
 const (
 	LbMapBackends        = "backends"
 	LbMapCounters        = "counters"
+	LbMapRanges          = "ranges"
 	LbMapReverse         = "reverse"
 	LbMapServices        = "services"
 	LbMapSockState       = "sock_state"
@@ -141,6 +152,7 @@ type LbProgramSpecs struct {
 type LbMapSpecs struct {
 	Backends      *ebpf.MapSpec `ebpf:"backends"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Ranges        *ebpf.MapSpec `ebpf:"ranges"`
 	Reverse       *ebpf.MapSpec `ebpf:"reverse"`
 	Services      *ebpf.MapSpec `ebpf:"services"`
 	SockState     *ebpf.MapSpec `ebpf:"sock_state"`
@@ -178,6 +190,7 @@ func (o *LbObjects) Close() error {
 type LbMaps struct {
 	Backends      *ebpf.Map `ebpf:"backends"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	Ranges        *ebpf.Map `ebpf:"ranges"`
 	Reverse       *ebpf.Map `ebpf:"reverse"`
 	Services      *ebpf.Map `ebpf:"services"`
 	SockState     *ebpf.Map `ebpf:"sock_state"`
@@ -189,6 +202,7 @@ func (m *LbMaps) Close() error {
 	return _LbClose(
 		m.Backends,
 		m.Counters,
+		m.Ranges,
 		m.Reverse,
 		m.Services,
 		m.SockState,

@@ -29,7 +29,10 @@ type ServiceConfig struct {
 	Port     int      `toml:"port"`
 	Protocol string   `toml:"protocol"` // tcp (default) or udp
 	Mode     string   `toml:"mode"`     // random (default) or maglev
-	Backends []string `toml:"backends"` // ADDR:PORT
+	Backends []string `toml:"backends"` // ADDR:PORT, or ADDR:PORT@WEIGHT
+	// SourceRanges, when set, are the only client prefixes balanced; a
+	// socket from elsewhere is refused (see Service.SourceRanges).
+	SourceRanges []string `toml:"source_ranges"`
 }
 
 // DefaultConfig is the [lb] section when the file says nothing: no services,
@@ -73,7 +76,7 @@ func (c Config) Services() ([]Service, error) {
 			}
 			ns := &service{mode: s.Mode}
 			for _, b := range s.Backends {
-				ns.backends = append(ns.backends, backend{addr: b.Addr})
+				ns.backends = append(ns.backends, backend{addr: b.Addr, weight: weightOf(b.Weight)})
 			}
 			next[s.ServiceKey] = ns
 		}
@@ -101,7 +104,11 @@ func (sc ServiceConfig) service() (Service, error) {
 	if mode == "" {
 		mode = Random
 	}
-	addrs, err := ParseBackends(sc.Backends)
+	bs, err := ParseWeighted(sc.Backends)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	ranges, err := ParsePrefixes(sc.SourceRanges)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -109,18 +116,10 @@ func (sc ServiceConfig) service() (Service, error) {
 		return Service{}, errors.Join(errs...)
 	}
 	k := ServiceKey{VIP: vip, Port: uint16(sc.Port), Proto: proto}
-	if err := validateService(k, mode, addrs); err != nil {
+	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges)); err != nil {
 		return Service{}, err
 	}
-	return Service{ServiceKey: k, Mode: mode, Backends: toBackends(addrs)}, nil
-}
-
-func toBackends(as []netip.AddrPort) []Backend {
-	out := make([]Backend, len(as))
-	for i, a := range as {
-		out[i] = Backend{Addr: a}
-	}
-	return out
+	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges}, nil
 }
 
 // checkCgroup refuses a cgroup that would balance what it should not: the

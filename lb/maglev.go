@@ -10,11 +10,22 @@ import (
 // address) and backends take turns claiming their next free slot. Every
 // backend gets m/len(backends) slots, give or take one, and removing one
 // backend reassigns mostly the slots it held.
+//
+// Weights, as Cilium's weighted Maglev: in each round every backend earns
+// its weight in credit and claims a slot only when it has earned the
+// largest weight's worth, so a backend of weight w claims in w/max of the
+// rounds and ends with a share of the table proportional to w. Equal
+// weights claim in every round: the unweighted table.
 func maglevTable(backends []backend, m int) []uint32 {
 	n := len(backends)
 	offset := make([]uint64, n)
 	skip := make([]uint64, n)
 	next := make([]uint64, n)
+	credit := make([]uint64, n)
+	var maxW uint64
+	for _, b := range backends {
+		maxW = max(maxW, uint64(weightOf(b.weight)))
+	}
 	for i, b := range backends {
 		name := b.addr.String()
 		offset[i] = hash64(name, "maglev-offset") % uint64(m)
@@ -27,6 +38,11 @@ func maglevTable(backends []backend, m int) []uint32 {
 	filled := 0
 	for filled < m {
 		for i := 0; i < n && filled < m; i++ {
+			credit[i] += uint64(weightOf(backends[i].weight))
+			if credit[i] < maxW {
+				continue
+			}
+			credit[i] -= maxW
 			c := (offset[i] + next[i]*skip[i]) % uint64(m)
 			for owner[c] >= 0 {
 				next[i]++
@@ -49,4 +65,33 @@ func hash64(s, seed string) uint64 {
 	h.Write([]byte(seed))
 	h.Write([]byte(s))
 	return h.Sum64()
+}
+
+// weightedTable fills random mode's table of m slots: each backend gets a
+// share of slots proportional to its weight, interleaved (smooth weighted
+// round robin) so that any stretch of the table holds the same proportions. The program indexes
+// it uniformly (prandom, or a hash of the socket cookie).
+func weightedTable(backends []backend, m int) []uint32 {
+	var sum int
+	for _, b := range backends {
+		sum += int(weightOf(b.weight))
+	}
+	// Smooth weighted round robin (nginx's): every step each backend
+	// earns its weight, the richest is chosen and pays the sum. Over sum
+	// steps each backend is chosen exactly weight times; over m steps,
+	// within one of m*w/sum.
+	cur := make([]int, len(backends))
+	out := make([]uint32, m)
+	for s := range out {
+		best := 0
+		for i, b := range backends {
+			cur[i] += int(weightOf(b.weight))
+			if cur[i] > cur[best] {
+				best = i
+			}
+		}
+		cur[best] -= sum
+		out[s] = backends[best].id
+	}
+	return out
 }

@@ -6,7 +6,7 @@ import (
 
 var (
 	descCalls = prometheus.NewDesc("shield_lb_calls_total",
-		"connect() and sendmsg() calls to a service, by service and outcome (translated, no_backend), summed over CPUs.",
+		"connect() and sendmsg() calls to a service, by service and outcome (translated, no_backend, denied: outside the source ranges), summed over CPUs.",
 		[]string{"service", "outcome"}, nil)
 	descNotService = prometheus.NewDesc("shield_lb_not_service_calls_total",
 		"connect() and sendmsg() calls in the balanced cgroup to no service: untouched.", nil, nil)
@@ -44,7 +44,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		for _, s := range svcs {
 			row := cnt.Services[s.ServiceKey]
-			for _, o := range []Outcome{Translated, NoBackend} {
+			for _, o := range []Outcome{Translated, NoBackend, Denied} {
 				ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(row[o]), s.ServiceKey.String(), o.String())
 			}
 		}

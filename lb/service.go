@@ -66,13 +66,33 @@ type Backend struct {
 	Addr netip.AddrPort
 	// Draining backends keep their connected sockets and get no new ones.
 	Draining bool
+	// Weight is the backend's share of new sockets relative to the
+	// service's other backends (its share of the choice table, in both
+	// modes); 0 means DefaultWeight.
+	Weight uint16
 }
+
+// DefaultWeight is a backend's weight when none is given.
+const DefaultWeight = 1
+
+// MinSlotsPerBackend is the fewest choice-table slots a backend's weight
+// may give it: the Maglev paper's 100 slots per backend (section 3.4),
+// the same bound as MaxServiceBackends.
+const MinSlotsPerBackend = 100
+
+// MaxServiceRanges is how many source ranges one service may have.
+const MaxServiceRanges = 64
 
 // Service is a VIP and its backends.
 type Service struct {
 	ServiceKey
 	Mode     Mode
 	Backends []Backend
+	// SourceRanges, when not empty, are the client prefixes admitted: a
+	// socket whose source address (as bound at connect/sendmsg; the
+	// unspecified address when unbound) is in none is refused (Refusal),
+	// counted as Denied. Of the VIP's family.
+	SourceRanges []netip.Prefix
 }
 
 // service is a Service as held by the balancer: ids included.
@@ -80,17 +100,27 @@ type service struct {
 	id       uint32
 	mode     Mode
 	backends []backend // in the order they were added
+	ranges   []netip.Prefix
 }
 
 type backend struct {
 	id       uint32
 	addr     netip.AddrPort
 	draining bool
+	weight   uint16 // >= 1
+}
+
+func weightOf(w uint16) uint16 {
+	if w == 0 {
+		return DefaultWeight
+	}
+	return w
 }
 
 func (s *service) clone() *service {
 	c := *s
 	c.backends = slices.Clone(s.backends)
+	c.ranges = slices.Clone(s.ranges)
 	return &c
 }
 
@@ -109,11 +139,53 @@ func (s *service) active() []backend {
 }
 
 func (s *service) public(k ServiceKey) Service {
-	out := Service{ServiceKey: k, Mode: s.mode}
+	out := Service{ServiceKey: k, Mode: s.mode, SourceRanges: slices.Clone(s.ranges)}
 	for _, b := range s.backends {
-		out.Backends = append(out.Backends, Backend{Addr: b.addr, Draining: b.draining})
+		out.Backends = append(out.Backends, Backend{Addr: b.addr, Draining: b.draining, Weight: b.weight})
 	}
 	return out
+}
+
+// validateShape checks what validateService does not: weights (every
+// backend keeps at least MinSlotsPerBackend slots of the table) and source
+// ranges (of the VIP's family, no host bits, no duplicates).
+func validateShape(k ServiceKey, bs []Backend, ranges []netip.Prefix) error {
+	var errs []error
+	var sum uint64
+	for _, b := range bs {
+		sum += uint64(weightOf(b.Weight))
+	}
+	for _, b := range bs {
+		if len(bs) > MaxServiceBackends {
+			break // validateService says so, once
+		}
+		if w := uint64(weightOf(b.Weight)); sum > 0 && w*TableSlots/sum < MinSlotsPerBackend {
+			errs = append(errs, fmt.Errorf("service %s: backend %s: weight %d of %d in all gives it %d of %d slots, fewer than %d (raise it, or lower the others)",
+				k, b.Addr, w, sum, w*TableSlots/sum, TableSlots, MinSlotsPerBackend))
+		}
+	}
+	if len(ranges) > MaxServiceRanges {
+		errs = append(errs, fmt.Errorf("service %s: %d source ranges, more than %d", k, len(ranges), MaxServiceRanges))
+	}
+	seen := map[netip.Prefix]bool{}
+	for _, p := range ranges {
+		switch {
+		case !p.IsValid():
+			errs = append(errs, fmt.Errorf("service %s: source range %s is not a prefix", k, p))
+			continue
+		case p.Addr().Zone() != "" || p.Addr().Is4In6():
+			errs = append(errs, fmt.Errorf("service %s: source range %s: write IPv4 as IPv4, without a zone", k, p))
+		case k.VIP.IsValid() && p.Addr().Is4() != k.VIP.Is4():
+			errs = append(errs, fmt.Errorf("service %s: source range %s is not of the VIP's family", k, p))
+		case p.Masked() != p:
+			errs = append(errs, fmt.Errorf("service %s: source range %s has bits set past /%d (did you mean %s?)", k, p, p.Bits(), p.Masked()))
+		}
+		if seen[p] {
+			errs = append(errs, fmt.Errorf("service %s: duplicate source range %s", k, p))
+		}
+		seen[p] = true
+	}
+	return errors.Join(errs...)
 }
 
 // validate checks one service on its own: every problem, joined.
@@ -262,7 +334,8 @@ func (l *LB) AddServices(ss []Service) error {
 // backends that are ("service backend").
 func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []string, errs []error) {
 	for _, s := range ss {
-		if err := validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)); err != nil {
+		if err := errors.Join(validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)),
+			validateShape(s.ServiceKey, s.Backends, s.SourceRanges)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -270,10 +343,10 @@ func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []strin
 			errs = append(errs, fmt.Errorf("service %s: already exists", s.ServiceKey))
 			continue
 		}
-		ns := &service{mode: s.Mode}
+		ns := &service{mode: s.Mode, ranges: slices.Clone(s.SourceRanges)}
 		old := l.services[s.ServiceKey]
 		for _, b := range s.Backends {
-			nb := backend{addr: b.Addr, draining: b.Draining}
+			nb := backend{addr: b.Addr, draining: b.Draining, weight: weightOf(b.Weight)}
 			if old != nil {
 				if i := old.find(b.Addr); i >= 0 {
 					nb.id = old.backends[i].id
@@ -309,7 +382,7 @@ func (l *LB) AddBackends(k ServiceKey, addrs []netip.AddrPort) error {
 		i := s.find(a)
 		switch {
 		case i < 0:
-			s.backends = append(s.backends, backend{addr: a})
+			s.backends = append(s.backends, backend{addr: a, weight: DefaultWeight})
 		case s.backends[i].draining:
 			s.backends[i].draining = false
 		default:
@@ -399,6 +472,9 @@ func (l *LB) changeBackends(k ServiceKey, addrs []netip.AddrPort, op func(*servi
 		if err := validateService(k, ns.mode, all); err != nil {
 			errs = append(errs, err)
 		}
+		if err := validateShape(k, ns.public(k).Backends, ns.ranges); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	next := l.cloneServices()
 	next[k] = ns
@@ -416,12 +492,59 @@ func (l *LB) cloneServices() map[ServiceKey]*service {
 	return next
 }
 
-// String formats a backend as ADDR:PORT, with " (draining)" when it is.
+// String formats a backend as ADDR:PORT, with "@W" for a weight other
+// than DefaultWeight and " (draining)" when it is.
 func (b Backend) String() string {
-	if b.Draining {
-		return b.Addr.String() + " (draining)"
+	s := b.Addr.String()
+	if w := weightOf(b.Weight); w != DefaultWeight {
+		s += "@" + strconv.Itoa(int(w))
 	}
-	return b.Addr.String()
+	if b.Draining {
+		s += " (draining)"
+	}
+	return s
+}
+
+// ParseWeighted parses backends written ADDR:PORT or ADDR:PORT@WEIGHT
+// (WEIGHT 1..65535).
+func ParseWeighted(ss []string) ([]Backend, error) {
+	var out []Backend
+	var errs []error
+	for _, s := range ss {
+		a, w, weighted := strings.Cut(s, "@")
+		b := Backend{Weight: DefaultWeight}
+		addr, err := netip.ParseAddrPort(a)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("backend %s: %w", strconv.Quote(s), err))
+			continue
+		}
+		b.Addr = addr
+		if weighted {
+			n, err := strconv.ParseUint(w, 10, 16)
+			if err != nil || n == 0 {
+				errs = append(errs, fmt.Errorf("backend %s: weight %q: want 1..65535", strconv.Quote(s), w))
+				continue
+			}
+			b.Weight = uint16(n)
+		}
+		out = append(out, b)
+	}
+	return out, errors.Join(errs...)
+}
+
+// ParsePrefixes parses source ranges (CIDR prefixes).
+func ParsePrefixes(ss []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	var errs []error
+	for _, s := range ss {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("source range %s: %w", strconv.Quote(s), err))
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, errors.Join(errs...)
 }
 
 // ParseBackends parses ADDR:PORT strings.

@@ -63,17 +63,24 @@ func runLB(ctx context.Context, args []string) error {
 
 func printLB(r api.LBResponse) {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tMODE\tBACKENDS\tTRANSLATED\tNO BACKEND")
+	fmt.Fprintln(tw, "SERVICE\tMODE\tBACKENDS\tSOURCE RANGES\tTRANSLATED\tNO BACKEND\tDENIED")
 	for _, s := range r.Services {
 		var bs []string
 		for _, b := range s.Backends {
-			if b.State == "draining" {
-				bs = append(bs, b.Addr+" (draining)")
-			} else {
-				bs = append(bs, b.Addr)
+			a := b.Addr
+			if b.Weight > 1 {
+				a += fmt.Sprintf("@%d", b.Weight)
 			}
+			if b.State != "active" {
+				a += " (" + b.State + ")"
+			}
+			bs = append(bs, a)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Service, s.Mode, strings.Join(bs, ", "), s.Translated, s.NoBackend)
+		ranges := "any"
+		if len(s.SourceRanges) > 0 {
+			ranges = strings.Join(s.SourceRanges, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Service, s.Mode, strings.Join(bs, ", "), ranges, s.Translated, s.NoBackend, s.Denied)
 	}
 	tw.Flush()
 	switch {
