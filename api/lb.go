@@ -23,6 +23,9 @@ type LBService struct {
 	Backends []LBBackend `json:"backends"`
 	// SourceRanges are the client prefixes admitted; none: every client.
 	SourceRanges []string `json:"source_ranges,omitempty"`
+	// AffinityTimeout is session affinity's idle timeout ("3h0m0s"); empty:
+	// off.
+	AffinityTimeout string `json:"affinity_timeout,omitempty"`
 	// Calls are connect()/sendmsg() calls to the service, by outcome.
 	Translated uint64 `json:"translated"`
 	NoBackend  uint64 `json:"no_backend"`
@@ -90,6 +93,9 @@ func lbService(s lb.Service, c [lb.NumOutcomes]uint64) LBService {
 	}
 	for _, p := range s.SourceRanges {
 		out.SourceRanges = append(out.SourceRanges, p.String())
+	}
+	if s.Affinity > 0 {
+		out.AffinityTimeout = s.Affinity.String()
 	}
 	return out
 }

@@ -88,14 +88,16 @@ struct svc {
 	__u8 mode;   /* MODE_RANDOM or MODE_MAGLEV */
 	__u8 flags;  /* SVC_F_* */
 	__u8 _pad[2];
+	__u32 affinity_ms; /* session affinity by client: idle timeout; 0: off */
 };
 
 struct backend {
 	struct addr addr;
-	__u16 port;   /* network byte order */
-	__u8 _pad[2]; /* user space's bookkeeping (service id, draining) */
-	__u16 weight; /* user space's: the table holds it (restart reads it) */
-	__u16 _pad2;
+	__u16 port;     /* network byte order */
+	__u8 owner;     /* user space's: the service id, for a restart */
+	__u8 draining;  /* no new sockets (affinity included) */
+	__u16 weight;   /* user space's: the table holds it (restart reads it) */
+	__u16 _pad;
 };
 
 /* Services by (VIP, port, protocol). */
@@ -157,6 +159,33 @@ struct {
 	__type(key, struct range_key);
 	__type(value, __u8); /* 1 */
 } ranges SEC(".maps");
+
+/* Session affinity (Cilium's lb{4,6}_affinity map): per service, the
+ * backend a client was last given and when, so that its next socket within
+ * the service's timeout gets the same backend. The client is the socket's
+ * bound source address, else its network namespace (the source of an
+ * unbound socket is chosen after the hook; Cilium's socket LB keys on the
+ * netns cookie for the same reason). An LRU: the oldest clients go first. */
+struct aff_key {
+	struct addr client; /* bound source address, or zero */
+	__u64 netns;        /* netns cookie when unbound, else 0 */
+	__u32 svc_id;
+	__u32 _pad;
+};
+
+struct aff_val {
+	__u64 last_ns; /* bpf_ktime_get_ns() of the last use */
+	__u32 be_id;
+	__u32 _pad;
+};
+
+#define MAX_AFFINITY 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_AFFINITY);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+} affinity SEC(".maps");
 
 /* One translation a socket made: the backend it talks to and the VIP it
  * meant, so connect4/6 and sendmsg4/6 choose the same backend again for the
@@ -405,6 +434,26 @@ static __always_inline int in_ranges(struct bpf_sock_addr *ctx, int v6, __u32 id
 	return bpf_map_lookup_elem(&ranges, &k) != 0;
 }
 
+static __always_inline void aff_key_of(struct bpf_sock_addr *ctx, int v6, __u32 id, struct aff_key *k)
+{
+	struct bpf_sock *sk = ctx->sk;
+
+	k->svc_id = id;
+	if (sk) {
+		if (v6) {
+			k->client.w[0] = sk->src_ip6[0];
+			k->client.w[1] = sk->src_ip6[1];
+			k->client.w[2] = sk->src_ip6[2];
+			k->client.w[3] = sk->src_ip6[3];
+		} else if (sk->src_ip4) {
+			k->client.w[2] = bpf_htonl(0xffff);
+			k->client.w[3] = sk->src_ip4;
+		}
+	}
+	if (!k->client.w[0] && !k->client.w[1] && !k->client.w[2] && !k->client.w[3])
+		k->netns = bpf_get_netns_cookie(ctx);
+}
+
 /* connect4/6 and sendmsg4/6: translate a VIP to a backend. The choice is
  * per socket: a socket that chose a backend of this service before (at
  * connect, or an earlier datagram) gets it again while the backend exists
@@ -458,6 +507,24 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 		}
 	}
 
+	struct aff_key ak = {};
+	struct aff_val *av;
+	__u64 now = 0;
+
+	if (svc->affinity_ms) {
+		aff_key_of(ctx, v6, id, &ak);
+		now = bpf_ktime_get_ns();
+		av = bpf_map_lookup_elem(&affinity, &ak);
+		if (av && now - av->last_ns < (__u64)svc->affinity_ms * 1000000) {
+			be_id = av->be_id;
+			be = bpf_map_lookup_elem(&backends, &be_id);
+			if (be && !be->draining) {
+				av->last_ns = now;
+				goto keep;
+			}
+		}
+	}
+
 	table = bpf_map_lookup_elem(&tables, &id);
 	if (!table)
 		goto none;
@@ -474,7 +541,13 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 	be = bpf_map_lookup_elem(&backends, &be_id);
 	if (!be)
 		goto none;
+	if (svc->affinity_ms) {
+		struct aff_val nv = {.last_ns = now, .be_id = be_id};
 
+		bpf_map_update_elem(&affinity, &ak, &nv, BPF_ANY);
+	}
+
+keep:
 	if (!st)
 		st = state_of(ctx, 1);
 	if (st) {

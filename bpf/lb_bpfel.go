@@ -18,13 +18,29 @@ type LbAddr struct {
 	W [4]uint32
 }
 
-type LbBackend struct {
+type LbAffKey struct {
 	_      structs.HostLayout
-	Addr   LbAddr
-	Port   uint16
-	Pad    [2]uint8
-	Weight uint16
-	Pad2   uint16
+	Client LbAddr
+	Netns  uint64
+	SvcId  uint32
+	Pad    uint32
+}
+
+type LbAffVal struct {
+	_      structs.HostLayout
+	LastNs uint64
+	BeId   uint32
+	Pad    uint32
+}
+
+type LbBackend struct {
+	_        structs.HostLayout
+	Addr     LbAddr
+	Port     uint16
+	Owner    uint8
+	Draining uint8
+	Weight   uint16
+	Pad      uint16
 }
 
 type LbRangeKey struct {
@@ -42,11 +58,12 @@ type LbSockLb struct {
 }
 
 type LbSvc struct {
-	_     structs.HostLayout
-	Id    uint32
-	Mode  uint8
-	Flags uint8
-	Pad   [2]uint8
+	_          structs.HostLayout
+	Id         uint32
+	Mode       uint8
+	Flags      uint8
+	Pad        [2]uint8
+	AffinityMs uint32
 }
 
 type LbSvcKey struct {
@@ -72,6 +89,7 @@ type LbXlat struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	LbMapAffinity        = "affinity"
 	LbMapBackends        = "backends"
 	LbMapCounters        = "counters"
 	LbMapRanges          = "ranges"
@@ -150,6 +168,7 @@ type LbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LbMapSpecs struct {
+	Affinity      *ebpf.MapSpec `ebpf:"affinity"`
 	Backends      *ebpf.MapSpec `ebpf:"backends"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Ranges        *ebpf.MapSpec `ebpf:"ranges"`
@@ -188,6 +207,7 @@ func (o *LbObjects) Close() error {
 //
 // It can be passed to LoadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LbMaps struct {
+	Affinity      *ebpf.Map `ebpf:"affinity"`
 	Backends      *ebpf.Map `ebpf:"backends"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Ranges        *ebpf.Map `ebpf:"ranges"`
@@ -200,6 +220,7 @@ type LbMaps struct {
 
 func (m *LbMaps) Close() error {
 	return _LbClose(
+		m.Affinity,
 		m.Backends,
 		m.Counters,
 		m.Ranges,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -160,7 +161,7 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 	for _, k := range sortedKeys(next) {
 		s := next[k]
 		old, existed := l.services[k]
-		if existed && !l.stale && old.mode == s.mode && slices.Equal(old.backends, s.backends) && slices.Equal(old.ranges, s.ranges) {
+		if existed && !l.stale && old.mode == s.mode && slices.Equal(old.backends, s.backends) && slices.Equal(old.ranges, s.ranges) && old.affinity == s.affinity {
 			continue
 		}
 		for _, p := range s.ranges {
@@ -179,7 +180,7 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 		if err := l.fault("service"); err != nil {
 			return fmt.Errorf("write service %s: %w", k, err)
 		}
-		v := bpf.LbSvc{Id: s.id, Mode: modeValue(s.mode)}
+		v := bpf.LbSvc{Id: s.id, Mode: modeValue(s.mode), AffinityMs: uint32(s.affinity / time.Millisecond)}
 		if len(s.ranges) > 0 {
 			v.Flags = svcFlagRanges
 		}
@@ -356,9 +357,9 @@ func binaryPutNative(b []byte, w uint32) { binary.NativeEndian.PutUint32(b, w) }
 func backendValue(b backend, svcID uint32) bpf.LbBackend {
 	v := bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
 	v.Weight = weightOf(b.weight)
-	v.Pad[0] = uint8(svcID)
+	v.Owner = uint8(svcID)
 	if b.draining {
-		v.Pad[1] = 1
+		v.Draining = 1
 	}
 	return v
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,6 +34,9 @@ type ServiceConfig struct {
 	// SourceRanges, when set, are the only client prefixes balanced; a
 	// socket from elsewhere is refused (see Service.SourceRanges).
 	SourceRanges []string `toml:"source_ranges"`
+	// AffinityTimeout, when set ("10m", "3h"), turns on session affinity
+	// by client with that idle timeout (see Service.Affinity).
+	AffinityTimeout string `toml:"affinity_timeout"`
 }
 
 // DefaultConfig is the [lb] section when the file says nothing: no services,
@@ -112,14 +116,20 @@ func (sc ServiceConfig) service() (Service, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	var aff time.Duration
+	if sc.AffinityTimeout != "" {
+		if aff, err = time.ParseDuration(sc.AffinityTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("affinity_timeout: %w", err))
+		}
+	}
 	if len(errs) > 0 {
 		return Service{}, errors.Join(errs...)
 	}
 	k := ServiceKey{VIP: vip, Port: uint16(sc.Port), Proto: proto}
-	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges)); err != nil {
+	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges, aff)); err != nil {
 		return Service{}, err
 	}
-	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges}, nil
+	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff}, nil
 }
 
 // checkCgroup refuses a cgroup that would balance what it should not: the

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -31,7 +32,7 @@ const (
 
 // pinnedMaps are the maps pinned by name: every map of the programs but
 // the loader's constants.
-var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters, bpf.LbMapRanges}
+var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters, bpf.LbMapRanges, bpf.LbMapAffinity}
 
 // linkPins are the names of the pinned links, one per program.
 func linkPins() []string {
@@ -231,7 +232,7 @@ func (l *LB) readState() error {
 		if v.Mode == modeValue(Maglev) {
 			mode = Maglev
 		}
-		l.services[key] = &service{id: v.Id, mode: mode}
+		l.services[key] = &service{id: v.Id, mode: mode, affinity: time.Duration(v.AffinityMs) * time.Millisecond}
 		l.ids[v.Id] = true
 		byID[v.Id] = key
 	}
@@ -259,7 +260,7 @@ func (l *LB) readState() error {
 		if id >= l.nextBE {
 			l.nextBE = id + 1
 		}
-		key, ok := byID[uint32(b.Pad[0])]
+		key, ok := byID[uint32(b.Owner)]
 		if !ok {
 			orphans = append(orphans, id)
 			continue
@@ -270,7 +271,7 @@ func (l *LB) readState() error {
 		}
 		s := l.services[key]
 		s.backends = append(s.backends, backend{id: id,
-			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Pad[1] != 0,
+			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Draining != 0,
 			weight: weightOf(b.Weight)})
 	}
 	// Source ranges, by service id; those of no service go.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Proto is a service's transport protocol.
@@ -93,7 +94,18 @@ type Service struct {
 	// unspecified address when unbound) is in none is refused (Refusal),
 	// counted as Denied. Of the VIP's family.
 	SourceRanges []netip.Prefix
+	// Affinity, when not zero, is session affinity by client: a client's
+	// new socket within Affinity of its last one to this service gets the
+	// same backend while that backend is active (Kubernetes' ClientIP
+	// affinity, Cilium's affinity map). The client is the socket's bound
+	// source address, else its network namespace. Whole milliseconds, at
+	// most MaxAffinity.
+	Affinity time.Duration
 }
+
+// MaxAffinity bounds a service's affinity timeout (Kubernetes' bound for
+// sessionAffinityConfig.clientIP.timeoutSeconds).
+const MaxAffinity = 24 * time.Hour
 
 // service is a Service as held by the balancer: ids included.
 type service struct {
@@ -101,6 +113,7 @@ type service struct {
 	mode     Mode
 	backends []backend // in the order they were added
 	ranges   []netip.Prefix
+	affinity time.Duration
 }
 
 type backend struct {
@@ -139,7 +152,7 @@ func (s *service) active() []backend {
 }
 
 func (s *service) public(k ServiceKey) Service {
-	out := Service{ServiceKey: k, Mode: s.mode, SourceRanges: slices.Clone(s.ranges)}
+	out := Service{ServiceKey: k, Mode: s.mode, SourceRanges: slices.Clone(s.ranges), Affinity: s.affinity}
 	for _, b := range s.backends {
 		out.Backends = append(out.Backends, Backend{Addr: b.addr, Draining: b.draining, Weight: b.weight})
 	}
@@ -149,8 +162,11 @@ func (s *service) public(k ServiceKey) Service {
 // validateShape checks what validateService does not: weights (every
 // backend keeps at least MinSlotsPerBackend slots of the table) and source
 // ranges (of the VIP's family, no host bits, no duplicates).
-func validateShape(k ServiceKey, bs []Backend, ranges []netip.Prefix) error {
+func validateShape(k ServiceKey, bs []Backend, ranges []netip.Prefix, affinity time.Duration) error {
 	var errs []error
+	if affinity < 0 || affinity > MaxAffinity || affinity%time.Millisecond != 0 {
+		errs = append(errs, fmt.Errorf("service %s: affinity timeout %v: want 0 (off) or whole milliseconds up to %v", k, affinity, MaxAffinity))
+	}
 	var sum uint64
 	for _, b := range bs {
 		sum += uint64(weightOf(b.Weight))
@@ -335,7 +351,7 @@ func (l *LB) AddServices(ss []Service) error {
 func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []string, errs []error) {
 	for _, s := range ss {
 		if err := errors.Join(validateService(s.ServiceKey, s.Mode, addrsOf(s.Backends)),
-			validateShape(s.ServiceKey, s.Backends, s.SourceRanges)); err != nil {
+			validateShape(s.ServiceKey, s.Backends, s.SourceRanges, s.Affinity)); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -343,7 +359,7 @@ func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []strin
 			errs = append(errs, fmt.Errorf("service %s: already exists", s.ServiceKey))
 			continue
 		}
-		ns := &service{mode: s.Mode, ranges: slices.Clone(s.SourceRanges)}
+		ns := &service{mode: s.Mode, ranges: slices.Clone(s.SourceRanges), affinity: s.Affinity}
 		old := l.services[s.ServiceKey]
 		for _, b := range s.Backends {
 			nb := backend{addr: b.Addr, draining: b.Draining, weight: weightOf(b.Weight)}
@@ -472,7 +488,7 @@ func (l *LB) changeBackends(k ServiceKey, addrs []netip.AddrPort, op func(*servi
 		if err := validateService(k, ns.mode, all); err != nil {
 			errs = append(errs, err)
 		}
-		if err := validateShape(k, ns.public(k).Backends, ns.ranges); err != nil {
+		if err := validateShape(k, ns.public(k).Backends, ns.ranges, ns.affinity); err != nil {
 			errs = append(errs, err)
 		}
 	}

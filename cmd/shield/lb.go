@@ -80,7 +80,11 @@ func printLB(r api.LBResponse) {
 		if len(s.SourceRanges) > 0 {
 			ranges = strings.Join(s.SourceRanges, ", ")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Service, s.Mode, strings.Join(bs, ", "), ranges, s.Translated, s.NoBackend, s.Denied)
+		mode := s.Mode
+		if s.AffinityTimeout != "" {
+			mode += " (affinity " + s.AffinityTimeout + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Service, mode, strings.Join(bs, ", "), ranges, s.Translated, s.NoBackend, s.Denied)
 	}
 	tw.Flush()
 	switch {
