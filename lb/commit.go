@@ -133,12 +133,12 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 		}
 	}
 
-	// New backends, and those whose draining changed (the entry records
-	// it for a restart that reads the state back).
+	// New backends, and those whose draining or weight changed (the
+	// entry records them for a restart that reads the state back).
 	for _, k := range sortedKeys(next) {
 		s := next[k]
 		for _, b := range s.backends {
-			if old, ok := l.backendByID(b.id); ok && old.draining == b.draining && !l.stale {
+			if old, ok := l.backendByID(b.id); ok && old == b && !l.stale {
 				continue
 			}
 			if err := l.fault("backend"); err != nil {

@@ -379,6 +379,34 @@ func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []strin
 	return draining, errs
 }
 
+// ReplaceService makes s the whole of an existing service (mode, backends
+// and their weights, source ranges, affinity), validated once and written
+// as one change: a backend kept keeps its id (its place in a Maglev
+// table); whether it drains is what s says. The new table is swapped in
+// whole before the service's entry (mode, ranges flag, affinity), so a
+// connect() racing the change picks from the old table or the new one,
+// always a backend of one of the two.
+func (l *LB) ReplaceService(s Service) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.services[s.ServiceKey]; !ok {
+		return fmt.Errorf("unknown service %s", s.ServiceKey)
+	}
+	next := l.cloneServices()
+	delete(next, s.ServiceKey)
+	_, errs := l.addTo(next, []Service{s})
+	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
+		return err
+	}
+	// addTo keeps draining from the old service; here s says.
+	ns := next[s.ServiceKey]
+	for i := range ns.backends {
+		j := slices.IndexFunc(s.Backends, func(b Backend) bool { return b.Addr == ns.backends[i].addr })
+		ns.backends[i].draining = s.Backends[j].Draining
+	}
+	return l.commit(next)
+}
+
 // RemoveService removes a service. Connected sockets keep their backend.
 func (l *LB) RemoveService(k ServiceKey) error {
 	l.mu.Lock()
@@ -576,4 +604,67 @@ func ParseBackends(ss []string) ([]netip.AddrPort, error) {
 		out = append(out, a)
 	}
 	return out, errors.Join(errs...)
+}
+
+// Describe is a service's settings in one line, for logs and comparisons:
+// mode, backends (weights, draining), source ranges, affinity.
+func (s Service) Describe() string {
+	var b strings.Builder
+	b.WriteString(string(s.Mode))
+	b.WriteString(" [")
+	for i, be := range s.Backends {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		be.Weight = weightOf(be.Weight)
+		b.WriteString(be.String())
+	}
+	b.WriteString("]")
+	if len(s.SourceRanges) > 0 {
+		fmt.Fprintf(&b, " ranges %v", s.SourceRanges)
+	}
+	if s.Affinity > 0 {
+		fmt.Fprintf(&b, " affinity %v", s.Affinity)
+	}
+	return b.String()
+}
+
+// overrides names what applying configured onto running changes: each
+// service the file removes, adds or sets otherwise than it ran (changed
+// through the API since the last start, or the file was edited). Draining
+// is left out: a backend kept keeps it.
+func overrides(running, configured []Service) []string {
+	norm := func(s Service) string {
+		s.Backends = slices.Clone(s.Backends)
+		for i := range s.Backends {
+			s.Backends[i].Draining = false
+		}
+		s.SourceRanges = slices.Clone(s.SourceRanges)
+		slices.SortFunc(s.SourceRanges, func(a, b netip.Prefix) int {
+			return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+		})
+		return s.Describe()
+	}
+	conf := map[ServiceKey]Service{}
+	for _, s := range configured {
+		conf[s.ServiceKey] = s
+	}
+	var out []string
+	seen := map[ServiceKey]bool{}
+	for _, r := range running {
+		seen[r.ServiceKey] = true
+		c, ok := conf[r.ServiceKey]
+		switch {
+		case !ok:
+			out = append(out, fmt.Sprintf("service %s: running (%s), not in the file: removed", r.ServiceKey, norm(r)))
+		case norm(r) != norm(c):
+			out = append(out, fmt.Sprintf("service %s: running %s, the file says %s", r.ServiceKey, norm(r), norm(c)))
+		}
+	}
+	for _, c := range configured {
+		if !seen[c.ServiceKey] {
+			out = append(out, fmt.Sprintf("service %s: not running (deleted since the last start?), in the file: added", c.ServiceKey))
+		}
+	}
+	return out
 }

@@ -28,6 +28,10 @@ type Started struct {
 	Adopted bool
 	// Notes are things the caller should log (kept settings, cleanups).
 	Notes []string
+	// Overrides are the services the configuration file set otherwise
+	// than the adopted balancer ran them (changes made through the API
+	// since the last start do not survive it; each is also in Notes).
+	Overrides []string
 }
 
 // Start validates cfg whole, resolves its cgroup (mounting a private
@@ -143,6 +147,12 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 	}
 	if err := l.adoptLinks(s.PinDir); err != nil {
 		return errors.Join(err, l.Close())
+	}
+	// The file is the source of truth at a start: say what it undoes of
+	// the running balancer (API changes since the last start, above all).
+	for _, o := range overrides(l.Services(), svcs) {
+		s.Overrides = append(s.Overrides, o)
+		s.Notes = append(s.Notes, "the configuration file overrides the running balancer: "+o)
 	}
 	draining, err := l.ReplaceServices(svcs)
 	if err != nil {
