@@ -37,8 +37,11 @@ type LBService struct {
 // LBBackend is one backend and its state (active or draining).
 type LBBackend struct {
 	Addr   string `json:"addr"`
-	State  string `json:"state"`
+	State  string `json:"state"` // active, draining, quarantined
 	Weight uint16 `json:"weight"`
+	// Probes of a service with a health check, by result.
+	ProbesOK     uint64 `json:"probes_ok,omitempty"`
+	ProbesFailed uint64 `json:"probes_failed,omitempty"`
 }
 
 // LBResponse is GET /v1/lb.
@@ -74,6 +77,8 @@ type LBServiceSpec struct {
 	Draining        []string `json:"draining,omitempty"`         // ADDR:PORT of Backends that drain (replace)
 	SourceRanges    []string `json:"source_ranges,omitempty"`    // client prefixes; none: every client
 	AffinityTimeout string   `json:"affinity_timeout,omitempty"` // "10m"; empty: off
+	// Health, when set, probes the backends (fields as [lb.service.health]).
+	Health *lb.HealthConfig `json:"health,omitempty"`
 }
 
 // LBServiceRef names a service: DELETE /v1/lb/services, and with Mode
@@ -120,7 +125,11 @@ func lbSpec(sp LBServiceSpec) (lb.Service, error) {
 			errs = append(errs, fmt.Errorf("affinity_timeout: %w", err))
 		}
 	}
-	return lb.Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff}, errors.Join(errs...)
+	health, err := sp.Health.Check()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	return lb.Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff, Health: health}, errors.Join(errs...)
 }
 
 // registerLB serves the balancer's endpoints and metrics.
@@ -155,15 +164,20 @@ func (s *Server) registerLB(l *lb.LB, allowed map[string]string) {
 	s.reg.MustRegister(l.Collector())
 }
 
-func lbService(s lb.Service, c [lb.NumOutcomes]uint64) LBService {
+func lbService(s lb.Service, c [lb.NumOutcomes]uint64, probes map[netip.AddrPort]lb.ProbeCounts) LBService {
 	out := LBService{Service: s.ServiceKey.String(), Mode: string(s.Mode), Backends: []LBBackend{},
 		Translated: c[lb.Translated], NoBackend: c[lb.NoBackend], Denied: c[lb.Denied]}
 	for _, b := range s.Backends {
 		st := "active"
-		if b.Draining {
+		switch {
+		case b.Draining:
 			st = "draining"
+		case b.Quarantined:
+			st = "quarantined"
 		}
-		out.Backends = append(out.Backends, LBBackend{Addr: b.Addr.String(), State: st, Weight: b.Weight})
+		pc := probes[b.Addr]
+		out.Backends = append(out.Backends, LBBackend{Addr: b.Addr.String(), State: st, Weight: b.Weight,
+			ProbesOK: pc.OK, ProbesFailed: pc.Failed})
 	}
 	for _, p := range s.SourceRanges {
 		out.SourceRanges = append(out.SourceRanges, p.String())
@@ -189,7 +203,7 @@ func (s *Server) getLB(w http.ResponseWriter, l *lb.LB) {
 		ReverseEntries: int(st.Live(l.StateMode(), l.ReverseSize())), ReverseCapacity: l.ReverseSize(),
 		StateEvicted: st.Evicted, StateMissed: st.Missed}
 	for _, sv := range l.Services() {
-		resp.Services = append(resp.Services, lbService(sv, cnt.Services[sv.ServiceKey]))
+		resp.Services = append(resp.Services, lbService(sv, cnt.Services[sv.ServiceKey], l.Probes(sv.ServiceKey)))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
@@ -231,7 +245,7 @@ func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what
 	s.log.Info("lb changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "lb "+what,
 		keyService, k.String(), keyBackends, req.Backends)
 	cnt, _ := l.Counters()
-	writeJSON(w, http.StatusOK, lbService(sv, cnt.Services[k]))
+	writeJSON(w, http.StatusOK, lbService(sv, cnt.Services[k], l.Probes(k)))
 }
 
 // serviceLB creates or replaces a whole service.
@@ -297,7 +311,7 @@ func (s *Server) applyLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what 
 		return
 	}
 	cnt, _ := l.Counters()
-	writeJSON(w, code, lbService(sv, cnt.Services[k]))
+	writeJSON(w, code, lbService(sv, cnt.Services[k], l.Probes(k)))
 }
 
 // LBService creates ("create") or replaces ("replace") a whole service.

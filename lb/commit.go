@@ -358,8 +358,13 @@ func backendValue(b backend, svcID uint32) bpf.LbBackend {
 	v := bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
 	v.Weight = weightOf(b.weight)
 	v.Owner = uint8(svcID)
+	// Bit 0 draining, bit 1 quarantined: the program keeps no affinity
+	// to either.
 	if b.draining {
-		v.Draining = 1
+		v.Draining |= 1
+	}
+	if b.quarantined {
+		v.Draining |= 2
 	}
 	return v
 }

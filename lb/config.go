@@ -37,6 +37,50 @@ type ServiceConfig struct {
 	// AffinityTimeout, when set ("10m", "3h"), turns on session affinity
 	// by client with that idle timeout (see Service.Affinity).
 	AffinityTimeout string `toml:"affinity_timeout"`
+	// Health, when present ([lb.service.health]), probes the backends.
+	Health *HealthConfig `toml:"health"`
+}
+
+// HealthConfig is [lb.service.health]; unset fields take
+// DefaultHealthCheck's values.
+type HealthConfig struct {
+	Interval   string `toml:"interval" json:"interval,omitempty"`       // "5s"
+	Timeout    string `toml:"timeout" json:"timeout,omitempty"`         // "1s"
+	Fails      int    `toml:"fails" json:"fails,omitempty"`             // failures in a row that quarantine
+	Passes     int    `toml:"passes" json:"passes,omitempty"`           // successes in a row that restore
+	UDPRequest string `toml:"udp_request" json:"udp_request,omitempty"` // the datagram a UDP backend answers
+}
+
+// Check turns the section into a HealthCheck (nil for none), defaults
+// filled in; bounds are checked with the service's (validateHealth).
+func (hc *HealthConfig) Check() (*HealthCheck, error) {
+	if hc == nil {
+		return nil, nil
+	}
+	h := DefaultHealthCheck()
+	var errs []error
+	for _, d := range []struct {
+		name string
+		s    string
+		to   *time.Duration
+	}{{"health.interval", hc.Interval, &h.Interval}, {"health.timeout", hc.Timeout, &h.Timeout}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.name, err))
+		}
+		*d.to = v
+	}
+	if hc.Fails != 0 {
+		h.Fails = hc.Fails
+	}
+	if hc.Passes != 0 {
+		h.Passes = hc.Passes
+	}
+	h.Request = []byte(hc.UDPRequest)
+	return &h, errors.Join(errs...)
 }
 
 // DefaultConfig is the [lb] section when the file says nothing: no services,
@@ -116,6 +160,10 @@ func (sc ServiceConfig) service() (Service, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	health, err := sc.Health.Check()
+	if err != nil {
+		errs = append(errs, err)
+	}
 	var aff time.Duration
 	if sc.AffinityTimeout != "" {
 		if aff, err = time.ParseDuration(sc.AffinityTimeout); err != nil {
@@ -126,10 +174,10 @@ func (sc ServiceConfig) service() (Service, error) {
 		return Service{}, errors.Join(errs...)
 	}
 	k := ServiceKey{VIP: vip, Port: uint16(sc.Port), Proto: proto}
-	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges, aff)); err != nil {
+	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges, aff), validateHealth(k, health)); err != nil {
 		return Service{}, err
 	}
-	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff}, nil
+	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff, Health: health}, nil
 }
 
 // checkCgroup refuses a cgroup that would balance what it should not: the

@@ -78,6 +78,9 @@ type LB struct {
 	services map[ServiceKey]*service
 	ids      [MaxServices + 1]bool // service ids in use
 	nextBE   uint32                // next backend id
+
+	health    healthState
+	healthErr error // the last change the prober could not write
 }
 
 // Load loads the programs and maps; nothing is attached.

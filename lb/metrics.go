@@ -11,7 +11,9 @@ var (
 	descNotService = prometheus.NewDesc("shield_lb_not_service_calls_total",
 		"connect() and sendmsg() calls in the balanced cgroup to no service: untouched.", nil, nil)
 	descBackends = prometheus.NewDesc("shield_lb_backends",
-		"Backends of a service, by state (active, draining).", []string{"service", "state"}, nil)
+		"Backends of a service, by state (active, draining, quarantined: failing its health checks).", []string{"service", "state"}, nil)
+	descProbes = prometheus.NewDesc("shield_lb_backend_probes_total",
+		"Health probes of a backend, by result (ok, failed); services with a health check only.", []string{"service", "backend", "result"}, nil)
 	descServices = prometheus.NewDesc("shield_lb_services",
 		"Services configured.", nil, nil)
 	descReverse = prometheus.NewDesc("shield_lb_reverse_entries",
@@ -32,7 +34,7 @@ func (l *LB) Collector() prometheus.Collector { return collector{l} }
 type collector struct{ l *LB }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalls, descNotService, descBackends, descServices, descReverse, descReverseCap, descStateEvents, descStateMode} {
+	for _, d := range []*prometheus.Desc{descCalls, descNotService, descBackends, descServices, descProbes, descReverse, descReverseCap, descStateEvents, descStateMode} {
 		ch <- d
 	}
 }
@@ -51,12 +53,22 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descNotService, prometheus.CounterValue, float64(cnt.NotService))
 	}
 	for _, s := range svcs {
-		var active, draining int
+		var active, draining, quarantined int
 		for _, b := range s.Backends {
-			if b.Draining {
+			switch {
+			case b.Draining:
 				draining++
-			} else {
+			case b.Quarantined:
+				quarantined++
+			default:
 				active++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descBackends, prometheus.GaugeValue, float64(quarantined), s.ServiceKey.String(), "quarantined")
+		if s.Health != nil {
+			for a, p := range c.l.Probes(s.ServiceKey) {
+				ch <- prometheus.MustNewConstMetric(descProbes, prometheus.CounterValue, float64(p.OK), s.ServiceKey.String(), a.String(), "ok")
+				ch <- prometheus.MustNewConstMetric(descProbes, prometheus.CounterValue, float64(p.Failed), s.ServiceKey.String(), a.String(), "failed")
 			}
 		}
 		ch <- prometheus.MustNewConstMetric(descBackends, prometheus.GaugeValue, float64(active), s.ServiceKey.String(), "active")

@@ -271,7 +271,7 @@ func (l *LB) readState() error {
 		}
 		s := l.services[key]
 		s.backends = append(s.backends, backend{id: id,
-			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Draining != 0,
+			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Draining&1 != 0, quarantined: b.Draining&2 != 0,
 			weight: weightOf(b.Weight)})
 	}
 	// Source ranges, by service id; those of no service go.

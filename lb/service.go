@@ -67,6 +67,10 @@ type Backend struct {
 	Addr netip.AddrPort
 	// Draining backends keep their connected sockets and get no new ones.
 	Draining bool
+	// Quarantined backends failed their health checks (HealthCheck): out
+	// of the choice table and of affinity until they pass again. Set by
+	// the prober only.
+	Quarantined bool
 	// Weight is the backend's share of new sockets relative to the
 	// service's other backends (its share of the choice table, in both
 	// modes); 0 means DefaultWeight.
@@ -101,6 +105,8 @@ type Service struct {
 	// source address, else its network namespace. Whole milliseconds, at
 	// most MaxAffinity.
 	Affinity time.Duration
+	// Health, when set, probes the backends (see HealthCheck).
+	Health *HealthCheck
 }
 
 // MaxAffinity bounds a service's affinity timeout (Kubernetes' bound for
@@ -114,13 +120,15 @@ type service struct {
 	backends []backend // in the order they were added
 	ranges   []netip.Prefix
 	affinity time.Duration
+	health   *HealthCheck
 }
 
 type backend struct {
-	id       uint32
-	addr     netip.AddrPort
-	draining bool
-	weight   uint16 // >= 1
+	id          uint32
+	addr        netip.AddrPort
+	draining    bool
+	quarantined bool
+	weight      uint16 // >= 1
 }
 
 func weightOf(w uint16) uint16 {
@@ -141,20 +149,31 @@ func (s *service) find(a netip.AddrPort) int {
 	return slices.IndexFunc(s.backends, func(b backend) bool { return b.addr == a })
 }
 
+// active are the backends new sockets may choose: neither draining nor
+// quarantined. When every backend that is not draining is quarantined,
+// those are used all the same (Envoy's panic threshold: a health check
+// that fails everywhere more likely measures itself than every backend).
 func (s *service) active() []backend {
-	var out []backend
+	var out, quarantined []backend
 	for _, b := range s.backends {
-		if !b.draining {
+		switch {
+		case b.draining:
+		case b.quarantined:
+			quarantined = append(quarantined, b)
+		default:
 			out = append(out, b)
 		}
+	}
+	if len(out) == 0 {
+		return quarantined
 	}
 	return out
 }
 
 func (s *service) public(k ServiceKey) Service {
-	out := Service{ServiceKey: k, Mode: s.mode, SourceRanges: slices.Clone(s.ranges), Affinity: s.affinity}
+	out := Service{ServiceKey: k, Mode: s.mode, SourceRanges: slices.Clone(s.ranges), Affinity: s.affinity, Health: s.health}
 	for _, b := range s.backends {
-		out.Backends = append(out.Backends, Backend{Addr: b.addr, Draining: b.draining, Weight: b.weight})
+		out.Backends = append(out.Backends, Backend{Addr: b.addr, Draining: b.draining, Quarantined: b.quarantined, Weight: b.weight})
 	}
 	return out
 }
@@ -359,7 +378,11 @@ func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []strin
 			errs = append(errs, fmt.Errorf("service %s: already exists", s.ServiceKey))
 			continue
 		}
-		ns := &service{mode: s.Mode, ranges: slices.Clone(s.SourceRanges), affinity: s.Affinity}
+		if err := validateHealth(s.ServiceKey, s.Health); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		ns := &service{mode: s.Mode, ranges: slices.Clone(s.SourceRanges), affinity: s.Affinity, health: s.Health}
 		old := l.services[s.ServiceKey]
 		for _, b := range s.Backends {
 			nb := backend{addr: b.Addr, draining: b.Draining, weight: weightOf(b.Weight)}
@@ -367,6 +390,7 @@ func (l *LB) addTo(next map[ServiceKey]*service, ss []Service) (draining []strin
 				if i := old.find(b.Addr); i >= 0 {
 					nb.id = old.backends[i].id
 					nb.draining = nb.draining || old.backends[i].draining
+					nb.quarantined = old.backends[i].quarantined
 				}
 			}
 			if nb.draining {
@@ -626,6 +650,9 @@ func (s Service) Describe() string {
 	if s.Affinity > 0 {
 		fmt.Fprintf(&b, " affinity %v", s.Affinity)
 	}
+	if h := s.Health; h != nil {
+		fmt.Fprintf(&b, " health every %v (timeout %v, %d fails, %d passes)", h.Interval, h.Timeout, h.Fails, h.Passes)
+	}
 	return b.String()
 }
 
@@ -637,7 +664,7 @@ func overrides(running, configured []Service) []string {
 	norm := func(s Service) string {
 		s.Backends = slices.Clone(s.Backends)
 		for i := range s.Backends {
-			s.Backends[i].Draining = false
+			s.Backends[i].Draining, s.Backends[i].Quarantined = false, false
 		}
 		s.SourceRanges = slices.Clone(s.SourceRanges)
 		slices.SortFunc(s.SourceRanges, func(a, b netip.Prefix) int {

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -32,6 +33,20 @@ type Started struct {
 	// than the adopted balancer ran them (changes made through the API
 	// since the last start do not survive it; each is also in Notes).
 	Overrides []string
+
+	stopHealth context.CancelFunc
+	healthDone chan struct{}
+}
+
+// startHealth runs the health checks of the services that have one until
+// Close.
+func (s *Started) startHealth() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopHealth, s.healthDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.healthDone)
+		s.RunHealth(ctx, nil)
+	}()
 }
 
 // Start validates cfg whole, resolves its cgroup (mounting a private
@@ -73,6 +88,7 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 			if err := s.adopt(cfg, svcs); err != nil {
 				return nil, errors.Join(err, s.unmount())
 			}
+			s.startHealth()
 			return s, nil
 		}
 	}
@@ -116,6 +132,7 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 			return fail(fmt.Errorf("publish the pins: %w", err))
 		}
 	}
+	s.startHealth()
 	return s, nil
 }
 
@@ -172,6 +189,10 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 func (s *Started) Close() error {
 	if s == nil {
 		return nil
+	}
+	if s.stopHealth != nil {
+		s.stopHealth()
+		<-s.healthDone
 	}
 	return errors.Join(s.LB.Close(), s.unmount())
 }
