@@ -59,6 +59,13 @@ type LBResponse struct {
 	// state could not be stored (their VIP is not reported back).
 	StateEvicted uint64 `json:"state_evicted"`
 	StateMissed  uint64 `json:"state_missed"`
+	// DestroyMode is what removing a backend does to its balanced
+	// sockets: "sock_destroy" (terminated) or "left_open" (the fallback,
+	// DestroyFallback says why); the sockets found, by outcome.
+	DestroyMode      string `json:"destroy_mode"`
+	DestroyFallback  string `json:"destroy_fallback,omitempty"`
+	SocketsDestroyed uint64 `json:"sockets_destroyed"`
+	SocketsLeftOpen  uint64 `json:"sockets_left_open"`
 }
 
 // LBChangeRequest is the body of POST /v1/lb/backends (add), POST
@@ -202,6 +209,9 @@ func (s *Server) getLB(w http.ResponseWriter, l *lb.LB) {
 	resp := LBResponse{Services: []LBService{}, NotService: cnt.NotService, StateMode: string(l.StateMode()),
 		ReverseEntries: int(st.Live(l.StateMode(), l.ReverseSize())), ReverseCapacity: l.ReverseSize(),
 		StateEvicted: st.Evicted, StateMissed: st.Missed}
+	dm, why := l.DestroyMode()
+	rs := l.RemovedSockets()
+	resp.DestroyMode, resp.DestroyFallback, resp.SocketsDestroyed, resp.SocketsLeftOpen = string(dm), why, rs.Destroyed, rs.LeftOpen
 	for _, sv := range l.Services() {
 		resp.Services = append(resp.Services, lbService(sv, cnt.Services[sv.ServiceKey], l.Probes(sv.ServiceKey)))
 	}

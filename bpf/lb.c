@@ -234,6 +234,26 @@ struct {
 	__type(value, struct sock_lb);
 } reverse SEC(".maps");
 
+/* Per backend id: the balanced sockets whose state names it, so that
+ * removing a backend can say how many sockets were left open on it where
+ * they cannot be terminated (lb_destroy.c). User space creates the entry
+ * with the backend and deletes it after the backend; the programs only add.
+ * With the lru fallback an evicted state's socket is never subtracted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);   /* backend id */
+	__type(value, __s64); /* sockets */
+} be_sockets SEC(".maps");
+
+static __always_inline void be_add(__u32 id, __s64 d)
+{
+	__s64 *c = bpf_map_lookup_elem(&be_sockets, &id);
+
+	if (c)
+		__sync_fetch_and_add(c, d);
+}
+
 /* Per-socket state events, global. The Go side mirrors the names
  * (lb/counters.go); live states = created - released. */
 enum state_event {
@@ -555,6 +575,11 @@ keep:
 			i = free_slot(st);
 		struct xlat *x = &st->x[i & (SOCK_SLOTS - 1)];
 
+		if (x->svc_id == 0 || x->be_id != be_id) {
+			if (x->svc_id)
+				be_add(x->be_id, -1);
+			be_add(be_id, 1);
+		}
 		x->backend = be->addr;
 		x->be_port = be->port;
 		x->vip = key.addr;
@@ -620,16 +645,33 @@ int lb_getpeername6(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 1
 /* sock_release: the socket is going. Its sk_storage goes with it (counted
  * here); the fallback's LRU entry is deleted by cookie, whatever the socket's
  * destination became (refused, unreachable, disconnected, never connected). */
+static __always_inline void release_slots(struct sock_lb *st)
+{
+#pragma unroll
+	for (int i = 0; i < SOCK_SLOTS; i++) {
+		if (st->x[i].svc_id)
+			be_add(st->x[i].be_id, -1);
+	}
+}
+
 SEC("cgroup/sock_release")
 int lb_sock_release(struct bpf_sock *sk)
 {
+	struct sock_lb *st;
+
 	if (have_sk_storage) {
-		if (bpf_sk_storage_get(&sock_state, sk, 0, 0))
+		st = bpf_sk_storage_get(&sock_state, sk, 0, 0);
+		if (st) {
+			release_slots(st);
 			count_state(STATE_RELEASED);
+		}
 		return SYS_PROCEED;
 	}
 	__u64 cookie = bpf_get_socket_cookie(sk);
 
+	st = bpf_map_lookup_elem(&reverse, &cookie);
+	if (st)
+		release_slots(st);
 	if (bpf_map_delete_elem(&reverse, &cookie) == 0)
 		count_state(STATE_RELEASED);
 	return SYS_PROCEED;

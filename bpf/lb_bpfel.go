@@ -91,6 +91,7 @@ type LbXlat struct {
 const (
 	LbMapAffinity        = "affinity"
 	LbMapBackends        = "backends"
+	LbMapBeSockets       = "be_sockets"
 	LbMapCounters        = "counters"
 	LbMapRanges          = "ranges"
 	LbMapReverse         = "reverse"
@@ -170,6 +171,7 @@ type LbProgramSpecs struct {
 type LbMapSpecs struct {
 	Affinity      *ebpf.MapSpec `ebpf:"affinity"`
 	Backends      *ebpf.MapSpec `ebpf:"backends"`
+	BeSockets     *ebpf.MapSpec `ebpf:"be_sockets"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Ranges        *ebpf.MapSpec `ebpf:"ranges"`
 	Reverse       *ebpf.MapSpec `ebpf:"reverse"`
@@ -209,6 +211,7 @@ func (o *LbObjects) Close() error {
 type LbMaps struct {
 	Affinity      *ebpf.Map `ebpf:"affinity"`
 	Backends      *ebpf.Map `ebpf:"backends"`
+	BeSockets     *ebpf.Map `ebpf:"be_sockets"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Ranges        *ebpf.Map `ebpf:"ranges"`
 	Reverse       *ebpf.Map `ebpf:"reverse"`
@@ -222,6 +225,7 @@ func (m *LbMaps) Close() error {
 	return _LbClose(
 		m.Affinity,
 		m.Backends,
+		m.BeSockets,
 		m.Counters,
 		m.Ranges,
 		m.Reverse,

@@ -147,6 +147,10 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 			if err := l.objs.Backends.Put(b.id, backendValue(b, s.id)); err != nil {
 				return fmt.Errorf("write backend %s: %w", b.addr, err)
 			}
+			// Its socket count, from zero (kept when it exists).
+			if err := l.objs.BeSockets.Update(b.id, int64(0), ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+				return fmt.Errorf("write backend %s: %w", b.addr, err)
+			}
 		}
 	}
 	// Counters of new ids start at zero.
@@ -220,12 +224,14 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 			live[b.id] = true
 		}
 	}
+	var gone []uint32
 	for _, s := range l.services {
 		for _, b := range s.backends {
 			if !live[b.id] {
 				if err := l.objs.Backends.Delete(b.id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 					return fmt.Errorf("delete backend %s: %w", b.addr, err)
 				}
+				gone = append(gone, b.id)
 			}
 		}
 	}
@@ -234,6 +240,8 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 	}
 	l.services = next
 	l.stale = false
+	// Sockets still on removed backends: terminated, or left open.
+	l.terminate(gone)
 	return nil
 }
 

@@ -23,6 +23,11 @@ var (
 	descStateEvents = prometheus.NewDesc("shield_lb_state_events_total",
 		"Per-socket state events: created, released, evicted (a socket used more services than its state holds), missed (state could not be stored).",
 		[]string{"event"}, nil)
+	descRemoved = prometheus.NewDesc("shield_lb_removed_backend_sockets_total",
+		"Balanced sockets found on backends as they were removed, by outcome: destroyed (bpf_sock_destroy, 6.5+), left_open (the fallback).",
+		[]string{"outcome"}, nil)
+	descDestroyMode = prometheus.NewDesc("shield_lb_destroy_mode",
+		"What removing a backend does to its sockets (1 for the mode in use): sock_destroy, or left_open.", []string{"mode"}, nil)
 	descStateMode = prometheus.NewDesc("shield_lb_state_mode",
 		"Where per-socket state lives (1 for the mode in use): sk_storage, or the lru fallback.", []string{"mode"}, nil)
 )
@@ -34,7 +39,7 @@ func (l *LB) Collector() prometheus.Collector { return collector{l} }
 type collector struct{ l *LB }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalls, descNotService, descBackends, descServices, descProbes, descReverse, descReverseCap, descStateEvents, descStateMode} {
+	for _, d := range []*prometheus.Desc{descCalls, descNotService, descBackends, descServices, descProbes, descReverse, descReverseCap, descStateEvents, descStateMode, descRemoved, descDestroyMode} {
 		ch <- d
 	}
 }
@@ -87,5 +92,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(descStateMode, prometheus.GaugeValue, 1, string(c.l.StateMode()))
+	rs := c.l.RemovedSockets()
+	ch <- prometheus.MustNewConstMetric(descRemoved, prometheus.CounterValue, float64(rs.Destroyed), "destroyed")
+	ch <- prometheus.MustNewConstMetric(descRemoved, prometheus.CounterValue, float64(rs.LeftOpen), "left_open")
+	dm, _ := c.l.DestroyMode()
+	ch <- prometheus.MustNewConstMetric(descDestroyMode, prometheus.GaugeValue, 1, string(dm))
 	ch <- prometheus.MustNewConstMetric(descReverseCap, prometheus.GaugeValue, float64(c.l.ReverseSize()))
 }

@@ -32,7 +32,7 @@ const (
 
 // pinnedMaps are the maps pinned by name: every map of the programs but
 // the loader's constants.
-var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters, bpf.LbMapRanges, bpf.LbMapAffinity}
+var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters, bpf.LbMapRanges, bpf.LbMapAffinity, bpf.LbMapBeSockets}
 
 // linkPins are the names of the pinned links, one per program.
 func linkPins() []string {
