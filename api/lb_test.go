@@ -62,7 +62,7 @@ func TestLBAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []api.LBService{{Service: svc, Mode: "maglev", Backends: []api.LBBackend{{"198.18.2.1:8080", "active"}, {"198.18.2.2:8080", "active"}}}}
+	want := []api.LBService{{Service: svc, Mode: "maglev", Backends: []api.LBBackend{{Addr: "198.18.2.1:8080", State: "active", Weight: 1}, {Addr: "198.18.2.2:8080", State: "active", Weight: 1}}}}
 	if !reflect.DeepEqual(r.Services, want) || r.ReverseCapacity != wantCapacity(l) || r.StateMode != string(l.StateMode()) {
 		t.Errorf("GET /v1/lb = %+v, want services %+v, reverse capacity %d, state mode %s", r, want, wantCapacity(l), l.StateMode())
 	}
@@ -103,7 +103,7 @@ func TestLBAPI(t *testing.T) {
 		t.Fatalf("add: %+v, %v; want three backends", s, err)
 	}
 	s, err = c.LBChange(ctx, "drain", svc, []string{"198.18.2.1:8080"})
-	if err != nil || s.Backends[0] != (api.LBBackend{"198.18.2.1:8080", "draining"}) {
+	if err != nil || s.Backends[0] != (api.LBBackend{Addr: "198.18.2.1:8080", State: "draining", Weight: 1}) {
 		t.Fatalf("drain: %+v, %v; want 198.18.2.1:8080 draining", s, err)
 	}
 	s, err = c.LBChange(ctx, "remove", svc, []string{"198.18.2.1:8080"})

@@ -60,6 +60,7 @@ enum outcome {
 	OUTCOME_TRANSLATED = 0,  /* to a service: rewritten to a backend */
 	OUTCOME_NO_BACKEND = 1,  /* to a service with no usable backend: refused */
 	OUTCOME_NOT_SERVICE = 2, /* not to a VIP/port/protocol: untouched (service 0) */
+	OUTCOME_DENIED = 3,      /* to a service, from outside its source ranges: refused */
 	OUTCOME_MAX,
 };
 
@@ -79,16 +80,24 @@ struct svc_key {
 	__u8 _pad;
 };
 
+/* svc.flags */
+#define SVC_F_RANGES 1 /* only clients in the service's source ranges */
+
 struct svc {
-	__u32 id;   /* 1..MAX_SERVICES-1: the tables slot and counters row */
-	__u8 mode;  /* MODE_RANDOM or MODE_MAGLEV */
-	__u8 _pad[3];
+	__u32 id;    /* 1..MAX_SERVICES-1: the tables slot and counters row */
+	__u8 mode;   /* MODE_RANDOM or MODE_MAGLEV */
+	__u8 flags;  /* SVC_F_* */
+	__u8 _pad[2];
+	__u32 affinity_ms; /* session affinity by client: idle timeout; 0: off */
 };
 
 struct backend {
 	struct addr addr;
-	__u16 port; /* network byte order */
-	__u8 _pad[2];
+	__u16 port;     /* network byte order */
+	__u8 owner;     /* user space's: the service id, for a restart */
+	__u8 draining;  /* no new sockets (affinity included) */
+	__u16 weight;   /* user space's: the table holds it (restart reads it) */
+	__u16 _pad;
 };
 
 /* Services by (VIP, port, protocol). */
@@ -127,6 +136,56 @@ struct {
 	__type(key, __u32); /* service id */
 	__array(values, struct table);
 } tables SEC(".maps");
+
+/* Source ranges: the client prefixes a service with SVC_F_RANGES admits
+ * (Kubernetes' loadBalancerSourceRanges; Cilium's lb{4,6}_source_range). The
+ * client is the socket's source address as the hook sees it: the one it was
+ * bound to, else the unspecified address (the kernel picks the source after
+ * the hook, by route), so an unbound socket is admitted only by a range
+ * holding 0.0.0.0 (or ::). Longest prefix match on (service id, address):
+ * prefixlen counts the id's 32 bits and then the address's 128 (IPv4 as
+ * ::ffff:a.b.c.d, so an IPv4 /n is 32 + 96 + n). */
+struct range_key {
+	__u32 prefixlen;
+	__u32 svc_id;     /* big endian, so it is matched as a whole first */
+	struct addr addr; /* the client prefix */
+};
+
+#define MAX_RANGES 16384
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, MAX_RANGES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct range_key);
+	__type(value, __u8); /* 1 */
+} ranges SEC(".maps");
+
+/* Session affinity (Cilium's lb{4,6}_affinity map): per service, the
+ * backend a client was last given and when, so that its next socket within
+ * the service's timeout gets the same backend. The client is the socket's
+ * bound source address, else its network namespace (the source of an
+ * unbound socket is chosen after the hook; Cilium's socket LB keys on the
+ * netns cookie for the same reason). An LRU: the oldest clients go first. */
+struct aff_key {
+	struct addr client; /* bound source address, or zero */
+	__u64 netns;        /* netns cookie when unbound, else 0 */
+	__u32 svc_id;
+	__u32 _pad;
+};
+
+struct aff_val {
+	__u64 last_ns; /* bpf_ktime_get_ns() of the last use */
+	__u32 be_id;
+	__u32 _pad;
+};
+
+#define MAX_AFFINITY 65536
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_AFFINITY);
+	__type(key, struct aff_key);
+	__type(value, struct aff_val);
+} affinity SEC(".maps");
 
 /* One translation a socket made: the backend it talks to and the VIP it
  * meant, so connect4/6 and sendmsg4/6 choose the same backend again for the
@@ -174,6 +233,26 @@ struct {
 	__type(key, __u64); /* socket cookie */
 	__type(value, struct sock_lb);
 } reverse SEC(".maps");
+
+/* Per backend id: the balanced sockets whose state names it, so that
+ * removing a backend can say how many sockets were left open on it where
+ * they cannot be terminated (lb_destroy.c). User space creates the entry
+ * with the backend and deletes it after the backend; the programs only add.
+ * With the lru fallback an evicted state's socket is never subtracted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_BACKENDS);
+	__type(key, __u32);   /* backend id */
+	__type(value, __s64); /* sockets */
+} be_sockets SEC(".maps");
+
+static __always_inline void be_add(__u32 id, __s64 d)
+{
+	__s64 *c = bpf_map_lookup_elem(&be_sockets, &id);
+
+	if (c)
+		__sync_fetch_and_add(c, d);
+}
 
 /* Per-socket state events, global. The Go side mirrors the names
  * (lb/counters.go); live states = created - released. */
@@ -353,6 +432,48 @@ static __always_inline void write_dst(struct bpf_sock_addr *ctx, int v6, const s
 	ctx->user_port = port;
 }
 
+/* Whether the socket's source address is in service id's ranges. */
+static __always_inline int in_ranges(struct bpf_sock_addr *ctx, int v6, __u32 id)
+{
+	struct bpf_sock *sk = ctx->sk;
+	struct range_key k = {.prefixlen = 32 + 128, .svc_id = bpf_htonl(id)};
+
+	if (sk) {
+		if (v6) {
+			k.addr.w[0] = sk->src_ip6[0];
+			k.addr.w[1] = sk->src_ip6[1];
+			k.addr.w[2] = sk->src_ip6[2];
+			k.addr.w[3] = sk->src_ip6[3];
+		} else {
+			k.addr.w[2] = bpf_htonl(0xffff);
+			k.addr.w[3] = sk->src_ip4;
+		}
+	} else if (!v6) {
+		k.addr.w[2] = bpf_htonl(0xffff);
+	}
+	return bpf_map_lookup_elem(&ranges, &k) != 0;
+}
+
+static __always_inline void aff_key_of(struct bpf_sock_addr *ctx, int v6, __u32 id, struct aff_key *k)
+{
+	struct bpf_sock *sk = ctx->sk;
+
+	k->svc_id = id;
+	if (sk) {
+		if (v6) {
+			k->client.w[0] = sk->src_ip6[0];
+			k->client.w[1] = sk->src_ip6[1];
+			k->client.w[2] = sk->src_ip6[2];
+			k->client.w[3] = sk->src_ip6[3];
+		} else if (sk->src_ip4) {
+			k->client.w[2] = bpf_htonl(0xffff);
+			k->client.w[3] = sk->src_ip4;
+		}
+	}
+	if (!k->client.w[0] && !k->client.w[1] && !k->client.w[2] && !k->client.w[3])
+		k->netns = bpf_get_netns_cookie(ctx);
+}
+
 /* connect4/6 and sendmsg4/6: translate a VIP to a backend. The choice is
  * per socket: a socket that chose a backend of this service before (at
  * connect, or an earlier datagram) gets it again while the backend exists
@@ -384,6 +505,12 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 	__u32 id = svc->id;
 	if (id >= MAX_SERVICES)
 		return SYS_PROCEED;
+	if ((svc->flags & SVC_F_RANGES) && !in_ranges(ctx, v6, id)) {
+		/* Refused, not passed on untranslated: the VIP itself is
+		 * nobody's address to reach (Cilium drops these too). */
+		count(id, OUTCOME_DENIED);
+		return refuse();
+	}
 
 	st = state_of(ctx, 0);
 	if (st) {
@@ -397,6 +524,24 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 				be = 0;
 			if (be)
 				goto chosen;
+		}
+	}
+
+	struct aff_key ak = {};
+	struct aff_val *av;
+	__u64 now = 0;
+
+	if (svc->affinity_ms) {
+		aff_key_of(ctx, v6, id, &ak);
+		now = bpf_ktime_get_ns();
+		av = bpf_map_lookup_elem(&affinity, &ak);
+		if (av && now - av->last_ns < (__u64)svc->affinity_ms * 1000000) {
+			be_id = av->be_id;
+			be = bpf_map_lookup_elem(&backends, &be_id);
+			if (be && !be->draining) {
+				av->last_ns = now;
+				goto keep;
+			}
 		}
 	}
 
@@ -416,7 +561,13 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 	be = bpf_map_lookup_elem(&backends, &be_id);
 	if (!be)
 		goto none;
+	if (svc->affinity_ms) {
+		struct aff_val nv = {.last_ns = now, .be_id = be_id};
 
+		bpf_map_update_elem(&affinity, &ak, &nv, BPF_ANY);
+	}
+
+keep:
 	if (!st)
 		st = state_of(ctx, 1);
 	if (st) {
@@ -424,6 +575,11 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, int v6)
 			i = free_slot(st);
 		struct xlat *x = &st->x[i & (SOCK_SLOTS - 1)];
 
+		if (x->svc_id == 0 || x->be_id != be_id) {
+			if (x->svc_id)
+				be_add(x->be_id, -1);
+			be_add(be_id, 1);
+		}
 		x->backend = be->addr;
 		x->be_port = be->port;
 		x->vip = key.addr;
@@ -489,16 +645,33 @@ int lb_getpeername6(struct bpf_sock_addr *ctx) { return reverse_translate(ctx, 1
 /* sock_release: the socket is going. Its sk_storage goes with it (counted
  * here); the fallback's LRU entry is deleted by cookie, whatever the socket's
  * destination became (refused, unreachable, disconnected, never connected). */
+static __always_inline void release_slots(struct sock_lb *st)
+{
+#pragma unroll
+	for (int i = 0; i < SOCK_SLOTS; i++) {
+		if (st->x[i].svc_id)
+			be_add(st->x[i].be_id, -1);
+	}
+}
+
 SEC("cgroup/sock_release")
 int lb_sock_release(struct bpf_sock *sk)
 {
+	struct sock_lb *st;
+
 	if (have_sk_storage) {
-		if (bpf_sk_storage_get(&sock_state, sk, 0, 0))
+		st = bpf_sk_storage_get(&sock_state, sk, 0, 0);
+		if (st) {
+			release_slots(st);
 			count_state(STATE_RELEASED);
+		}
 		return SYS_PROCEED;
 	}
 	__u64 cookie = bpf_get_socket_cookie(sk);
 
+	st = bpf_map_lookup_elem(&reverse, &cookie);
+	if (st)
+		release_slots(st);
 	if (bpf_map_delete_elem(&reverse, &cookie) == 0)
 		count_state(STATE_RELEASED);
 	return SYS_PROCEED;

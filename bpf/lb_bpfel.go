@@ -18,11 +18,36 @@ type LbAddr struct {
 	W [4]uint32
 }
 
+type LbAffKey struct {
+	_      structs.HostLayout
+	Client LbAddr
+	Netns  uint64
+	SvcId  uint32
+	Pad    uint32
+}
+
+type LbAffVal struct {
+	_      structs.HostLayout
+	LastNs uint64
+	BeId   uint32
+	Pad    uint32
+}
+
 type LbBackend struct {
-	_    structs.HostLayout
-	Addr LbAddr
-	Port uint16
-	Pad  [2]uint8
+	_        structs.HostLayout
+	Addr     LbAddr
+	Port     uint16
+	Owner    uint8
+	Draining uint8
+	Weight   uint16
+	Pad      uint16
+}
+
+type LbRangeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	SvcId     uint32
+	Addr      LbAddr
 }
 
 type LbSockLb struct {
@@ -33,10 +58,12 @@ type LbSockLb struct {
 }
 
 type LbSvc struct {
-	_    structs.HostLayout
-	Id   uint32
-	Mode uint8
-	Pad  [3]uint8
+	_          structs.HostLayout
+	Id         uint32
+	Mode       uint8
+	Flags      uint8
+	Pad        [2]uint8
+	AffinityMs uint32
 }
 
 type LbSvcKey struct {
@@ -62,8 +89,11 @@ type LbXlat struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	LbMapAffinity        = "affinity"
 	LbMapBackends        = "backends"
+	LbMapBeSockets       = "be_sockets"
 	LbMapCounters        = "counters"
+	LbMapRanges          = "ranges"
 	LbMapReverse         = "reverse"
 	LbMapServices        = "services"
 	LbMapSockState       = "sock_state"
@@ -139,8 +169,11 @@ type LbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type LbMapSpecs struct {
+	Affinity      *ebpf.MapSpec `ebpf:"affinity"`
 	Backends      *ebpf.MapSpec `ebpf:"backends"`
+	BeSockets     *ebpf.MapSpec `ebpf:"be_sockets"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Ranges        *ebpf.MapSpec `ebpf:"ranges"`
 	Reverse       *ebpf.MapSpec `ebpf:"reverse"`
 	Services      *ebpf.MapSpec `ebpf:"services"`
 	SockState     *ebpf.MapSpec `ebpf:"sock_state"`
@@ -176,8 +209,11 @@ func (o *LbObjects) Close() error {
 //
 // It can be passed to LoadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type LbMaps struct {
+	Affinity      *ebpf.Map `ebpf:"affinity"`
 	Backends      *ebpf.Map `ebpf:"backends"`
+	BeSockets     *ebpf.Map `ebpf:"be_sockets"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	Ranges        *ebpf.Map `ebpf:"ranges"`
 	Reverse       *ebpf.Map `ebpf:"reverse"`
 	Services      *ebpf.Map `ebpf:"services"`
 	SockState     *ebpf.Map `ebpf:"sock_state"`
@@ -187,8 +223,11 @@ type LbMaps struct {
 
 func (m *LbMaps) Close() error {
 	return _LbClose(
+		m.Affinity,
 		m.Backends,
+		m.BeSockets,
 		m.Counters,
+		m.Ranges,
 		m.Reverse,
 		m.Services,
 		m.SockState,

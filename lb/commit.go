@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -45,6 +47,25 @@ func (l *LB) commit(next map[ServiceKey]*service) error {
 	for id := firstNew; id < l.nextBE; id++ {
 		if derr := l.objs.Backends.Delete(id); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
 			errs = append(errs, derr)
+		}
+	}
+	// Source ranges the failed write added (the old ones are written
+	// back below).
+	for k, s := range next {
+		if s.id == 0 {
+			continue
+		}
+		var had []netip.Prefix
+		if old, ok := l.services[k]; ok {
+			had = old.ranges
+		}
+		for _, p := range s.ranges {
+			if slices.Contains(had, p) {
+				continue
+			}
+			if derr := l.objs.Ranges.Delete(rangeKey(s.id, p)); derr != nil && !errors.Is(derr, ebpf.ErrKeyNotExist) {
+				errs = append(errs, derr)
+			}
 		}
 	}
 	// Services the failed write added: key, then table.
@@ -112,18 +133,22 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 		}
 	}
 
-	// New backends, and those whose draining changed (the entry records
-	// it for a restart that reads the state back).
+	// New backends, and those whose draining or weight changed (the
+	// entry records them for a restart that reads the state back).
 	for _, k := range sortedKeys(next) {
 		s := next[k]
 		for _, b := range s.backends {
-			if old, ok := l.backendByID(b.id); ok && old.draining == b.draining && !l.stale {
+			if old, ok := l.backendByID(b.id); ok && old == b && !l.stale {
 				continue
 			}
 			if err := l.fault("backend"); err != nil {
 				return fmt.Errorf("write backend %s: %w", b.addr, err)
 			}
 			if err := l.objs.Backends.Put(b.id, backendValue(b, s.id)); err != nil {
+				return fmt.Errorf("write backend %s: %w", b.addr, err)
+			}
+			// Its socket count, from zero (kept when it exists).
+			if err := l.objs.BeSockets.Update(b.id, int64(0), ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 				return fmt.Errorf("write backend %s: %w", b.addr, err)
 			}
 		}
@@ -134,21 +159,42 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 			return err
 		}
 	}
-	// Changed and new services: table, then key.
+	// Changed and new services: ranges added, table, key, ranges
+	// removed. While ranges change, a connect() sees the old set, the
+	// union of both, or the new set.
 	for _, k := range sortedKeys(next) {
 		s := next[k]
 		old, existed := l.services[k]
-		if existed && !l.stale && old.mode == s.mode && slices.Equal(old.backends, s.backends) {
+		if existed && !l.stale && old.mode == s.mode && slices.Equal(old.backends, s.backends) && slices.Equal(old.ranges, s.ranges) && old.affinity == s.affinity {
 			continue
 		}
-		if err := l.writeTable(s); err != nil {
-			return fmt.Errorf("service %s: %w", k, err)
+		for _, p := range s.ranges {
+			if err := l.fault("range"); err != nil {
+				return fmt.Errorf("write source range %s of %s: %w", p, k, err)
+			}
+			if err := l.objs.Ranges.Put(rangeKey(s.id, p), uint8(1)); err != nil {
+				return fmt.Errorf("write source range %s of %s: %w", p, k, err)
+			}
+		}
+		if !existed || l.stale || old.mode != s.mode || !slices.Equal(old.backends, s.backends) {
+			if err := l.writeTable(s); err != nil {
+				return fmt.Errorf("service %s: %w", k, err)
+			}
 		}
 		if err := l.fault("service"); err != nil {
 			return fmt.Errorf("write service %s: %w", k, err)
 		}
-		if err := l.objs.Services.Put(svcKey(k), bpf.LbSvc{Id: s.id, Mode: modeValue(s.mode)}); err != nil {
+		v := bpf.LbSvc{Id: s.id, Mode: modeValue(s.mode), AffinityMs: uint32(s.affinity / time.Millisecond)}
+		if len(s.ranges) > 0 {
+			v.Flags = svcFlagRanges
+		}
+		if err := l.objs.Services.Put(svcKey(k), v); err != nil {
 			return fmt.Errorf("write service %s: %w", k, err)
+		}
+		if existed {
+			if err := l.deleteRanges(old.id, old.ranges, s.ranges); err != nil {
+				return fmt.Errorf("service %s: %w", k, err)
+			}
 		}
 	}
 	// Removed services: key, then table.
@@ -166,6 +212,9 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 		if err := l.objs.Tables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete table of %s: %w", k, err)
 		}
+		if err := l.deleteRanges(id, l.services[k].ranges, nil); err != nil {
+			return fmt.Errorf("service %s: %w", k, err)
+		}
 		l.ids[id] = false
 	}
 	// Backends no table names any more.
@@ -175,12 +224,14 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 			live[b.id] = true
 		}
 	}
+	var gone []uint32
 	for _, s := range l.services {
 		for _, b := range s.backends {
 			if !live[b.id] {
 				if err := l.objs.Backends.Delete(b.id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 					return fmt.Errorf("delete backend %s: %w", b.addr, err)
 				}
+				gone = append(gone, b.id)
 			}
 		}
 	}
@@ -189,7 +240,38 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 	}
 	l.services = next
 	l.stale = false
+	// Sockets still on removed backends: terminated, or left open.
+	l.terminate(gone)
 	return nil
+}
+
+// deleteRanges deletes service id's ranges in had that keep does not hold.
+func (l *LB) deleteRanges(id uint32, had, keep []netip.Prefix) error {
+	for _, p := range had {
+		if slices.Contains(keep, p) {
+			continue
+		}
+		if err := l.objs.Ranges.Delete(rangeKey(id, p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete source range %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// svcFlagRanges is SVC_F_RANGES in bpf/lb.c.
+const svcFlagRanges = 1
+
+// rangeKey is a source range's LPM key: the service id (big endian, all
+// 32 bits matched) and the prefix as IPv6 (IPv4 mapped, 96 bits more).
+func rangeKey(id uint32, p netip.Prefix) bpf.LbRangeKey {
+	var be [4]byte
+	binary.BigEndian.PutUint32(be[:], id)
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	return bpf.LbRangeKey{Prefixlen: uint32(32 + bits), SvcId: binary.NativeEndian.Uint32(be[:]),
+		Addr: addrValue(p.Addr().As16())}
 }
 
 func (l *LB) backendByID(id uint32) (backend, bool) {
@@ -227,10 +309,7 @@ func (l *LB) writeTable(s *service) error {
 	if s.mode == Maglev {
 		slots = maglevTable(act, int(l.tableSize))
 	} else {
-		slots = make([]uint32, l.tableSize)
-		for i := range slots {
-			slots[i] = act[i%len(act)].id
-		}
+		slots = weightedTable(act, int(l.tableSize))
 	}
 	inner, err := ebpf.NewMap(l.tableSpec)
 	if err != nil {
@@ -285,9 +364,15 @@ func binaryPutNative(b []byte, w uint32) { binary.NativeEndian.PutUint32(b, w) }
 // from pinned maps: the service id (1..255) and whether it is draining.
 func backendValue(b backend, svcID uint32) bpf.LbBackend {
 	v := bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
-	v.Pad[0] = uint8(svcID)
+	v.Weight = weightOf(b.weight)
+	v.Owner = uint8(svcID)
+	// Bit 0 draining, bit 1 quarantined: the program keeps no affinity
+	// to either.
 	if b.draining {
-		v.Pad[1] = 1
+		v.Draining |= 1
+	}
+	if b.quarantined {
+		v.Draining |= 2
 	}
 	return v
 }

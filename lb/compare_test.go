@@ -1,7 +1,7 @@
 package lb
 
 import (
-	"context"
+	"bufio"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,10 +9,12 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,9 +39,9 @@ var (
 )
 
 type method struct {
-	name  string
-	front netip.AddrPort
-	setup func(t *testing.T) // before each of its rounds
+	name           string
+	front, ufront  netip.AddrPort // TCP and UDP
+	setup, cleanup func(t *testing.T)
 }
 
 type sample struct {
@@ -47,15 +49,24 @@ type sample struct {
 	requests       int
 	elapsed        time.Duration
 	rates          []float64 // keep-alive requests/s, per round
+	ufirst         []time.Duration
+	urates         []float64 // UDP request/response per s, per round
 }
 
 // TestCompare measures, in one run and at the same offered load, connection
-// setup (connect() and the first reply) and keep-alive request throughput
-// through: the socket balancer; per-packet DNAT with nftables, as
-// kube-proxy's nftables mode builds it; a user-space L4 proxy in Go; and,
-// as the reference, a backend dialled directly. Rounds of the methods
-// interleave, in a new random order each round, so drift on a shared
-// machine hits them alike.
+// setup (connect() and the first reply), keep-alive request throughput and
+// UDP request/response (a new socket's first answer, and answers per
+// second on one socket) through: the socket balancer; per-packet DNAT with
+// nftables, as kube-proxy's nftables mode builds it; a user-space L4 proxy
+// in Go; and, as the references, a backend dialled directly with the
+// balancer detached and with it attached (what it costs connects that are
+// not to a service). Each method runs alone: nftables' table (and so
+// conntrack, which its NAT hook turns on in the namespace) exists only
+// during its rounds; the proxy is a process of its own, in a cgroup the
+// balancer is not attached to; the balancer is attached only during its
+// rounds and the second reference's. Rounds of the methods interleave, in a
+// new random order each round, so drift on a shared machine hits them
+// alike.
 //
 //	go test -run TestCompare -v ./lb -args -lb.compare
 func TestCompare(t *testing.T) {
@@ -70,13 +81,12 @@ func TestCompare(t *testing.T) {
 	e := newEnv(t, n)
 	bes := backendAddrs(false, n)
 	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
+	uk := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
+	if err := e.lb.AddServices([]Service{{ServiceKey: k, Mode: Random, Backends: backends(bes...)},
+		{ServiceKey: uk, Mode: Random, Backends: backends(bes...)}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.nftDNAT(nftVIP, bes); err != nil {
-		t.Fatal(err)
-	}
-	stop, err := e.proxy(proxyVIP, bes)
+	stop, err := e.proxyProcess(proxyVIP, bes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,11 +110,23 @@ func TestCompare(t *testing.T) {
 			attached = on
 		}
 	}
+	none := func(*testing.T) {}
+	nftUDP := netip.AddrPortFrom(nftVIP.Addr(), 53)
 	methods := []method{
-		{"direct to a backend (reference)", bes[0], attach(false)},
-		{"socket balancer (lb)", netip.AddrPortFrom(k.VIP, k.Port), attach(true)},
-		{"nftables DNAT", nftVIP, attach(false)},
-		{"user-space proxy (Go)", proxyVIP, attach(false)},
+		{"direct to a backend (reference)", bes[0], bes[0], attach(false), none},
+		{"direct, balancer attached (not a service)", bes[0], bes[0], attach(true), none},
+		{"socket balancer (lb)", netip.AddrPortFrom(k.VIP, k.Port), netip.AddrPortFrom(uk.VIP, uk.Port), attach(true), none},
+		{"nftables DNAT (conntrack)", nftVIP, nftUDP, func(t *testing.T) {
+			attach(false)(t)
+			if err := e.nftDNAT(nftVIP, nftUDP, bes); err != nil {
+				t.Fatal(err)
+			}
+		}, func(t *testing.T) {
+			if err := e.nftDelete(); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"user-space proxy (Go, own process)", proxyVIP, proxyVIP, attach(false), none},
 	}
 	rounds := *compareRounds
 	res := make([]sample, len(methods))
@@ -121,26 +143,103 @@ func TestCompare(t *testing.T) {
 			m := methods[i]
 			m.setup(t)
 			s, err := e.measure(m.front, bes, *compareConnects/rounds, *compareRequests/rounds, *compareConns)
+			if err == nil {
+				err = e.measureUDP(m.ufront, bes, *compareConnects/rounds, *compareRequests/rounds, &s)
+			}
+			m.cleanup(t)
 			if err != nil {
 				t.Fatalf("%s, round %d: %v", m.name, r, err)
 			}
 			res[i].connect = append(res[i].connect, s.connect...)
 			res[i].first = append(res[i].first, s.first...)
 			res[i].rates = append(res[i].rates, float64(s.requests)/s.elapsed.Seconds())
+			res[i].ufirst = append(res[i].ufirst, s.ufirst...)
+			res[i].urates = append(res[i].urates, s.urates...)
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d new connections and %d keep-alive requests (%d connections) per method, %d interleaved rounds\n",
-		*compareConnects, *compareRequests, *compareConns, rounds)
-	fmt.Fprintf(&b, "| method | connect p50 | connect p99 | 1st reply p50 | 1st reply p99 | requests/s (median of rounds) |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "%d new connections, %d keep-alive requests (%d connections), %d new UDP sockets and %d UDP requests per method, %d interleaved rounds\n",
+		*compareConnects, *compareRequests, *compareConns, *compareConnects, *compareRequests, rounds)
+	fmt.Fprintf(&b, "| method | connect p50 | connect p99 | 1st reply p50 | 1st reply p99 | requests/s | UDP 1st answer p50 | UDP 1st answer p99 | UDP answers/s |\n|---|---|---|---|---|---|---|---|---|\n")
 	for i, m := range methods {
 		s := res[i]
 		slices.Sort(s.rates)
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f |\n", m.name,
+		slices.Sort(s.urates)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %.0f | %s | %s | %.0f |\n", m.name,
 			us(pct(s.connect, 50)), us(pct(s.connect, 99)), us(pct(s.first, 50)), us(pct(s.first, 99)),
-			s.rates[len(s.rates)/2])
+			s.rates[len(s.rates)/2], us(pct(s.ufirst, 50)), us(pct(s.ufirst, 99)), s.urates[len(s.urates)/2])
 	}
 	t.Log("\n" + b.String())
+}
+
+// measureUDP makes news new UDP sockets to front, each timed from socket()
+// to its first answer, then sends requests request/answer pairs over one
+// connected socket (answers per second into s.urates).
+func (e *env) measureUDP(front netip.AddrPort, bes []netip.AddrPort, news, requests int, s *sample) error {
+	buf := make([]byte, 256)
+	return e.client.Do(func() error {
+		for range news {
+			t0 := time.Now()
+			fd, err := rawUDP(front)
+			if err != nil {
+				return err
+			}
+			n, err := rawUDPAsk(fd, buf)
+			t1 := time.Now()
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("udp %s: %w", front, err)
+			}
+			r, err := parseReply(string(buf[:n]))
+			if err != nil {
+				return err
+			}
+			if r.kind != "B" || !slices.Contains(bes, r.local) {
+				return fmt.Errorf("udp %s reached %s %s, not a backend", front, r.kind, r.local)
+			}
+			s.ufirst = append(s.ufirst, t1.Sub(t0))
+		}
+		fd, err := rawUDP(front)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		t0 := time.Now()
+		for range requests {
+			if _, err := rawUDPAsk(fd, buf); err != nil {
+				return fmt.Errorf("udp %s: %w", front, err)
+			}
+		}
+		s.urates = append(s.urates, float64(requests)/time.Since(t0).Seconds())
+		return nil
+	})
+}
+
+func rawUDP(dst netip.AddrPort) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, err
+	}
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 5})
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Addr: dst.Addr().As4(), Port: int(dst.Port())}); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("connect udp %s: %w", dst, err)
+	}
+	return fd, nil
+}
+
+// rawUDPAsk sends one request datagram and reads one answer.
+func rawUDPAsk(fd int, buf []byte) (int, error) {
+	if _, err := unix.Write(fd, []byte("?\n")); err != nil {
+		return 0, err
+	}
+	for {
+		n, err := unix.Read(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		return n, err
+	}
 }
 
 func us(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond)) }
@@ -264,18 +363,21 @@ func rawAsk(fd int, buf []byte) (int, error) {
 }
 
 // nftDNAT installs, in the client namespace, what kube-proxy's nftables
-// mode would: output-hook DNAT of front to a random backend, per packet of
-// the connection's first packet, with conntrack translating the rest.
-func (e *env) nftDNAT(front netip.AddrPort, bes []netip.AddrPort) error {
+// mode would: output-hook DNAT of front (TCP) and ufront (UDP) to a random
+// backend, on a connection's first packet, with conntrack translating the
+// rest. Its NAT hook turns conntrack on in the namespace; nftDelete turns
+// it off again.
+func (e *env) nftDNAT(front, ufront netip.AddrPort, bes []netip.AddrPort) error {
 	var rs strings.Builder
 	fmt.Fprintf(&rs, "table ip xdps_lb_compare {\n")
 	var vm []string
 	for i, b := range bes {
-		fmt.Fprintf(&rs, "  chain be%d {\n    meta l4proto tcp dnat to %s\n  }\n", i, b)
+		fmt.Fprintf(&rs, "  chain be%d {\n    meta l4proto { tcp, udp } dnat to %s\n  }\n", i, b)
 		vm = append(vm, fmt.Sprintf("%d : jump be%d", i, i))
 	}
 	fmt.Fprintf(&rs, "  chain svc {\n    numgen random mod %d vmap { %s }\n  }\n", len(bes), strings.Join(vm, ", "))
-	fmt.Fprintf(&rs, "  chain out {\n    type nat hook output priority -100; policy accept;\n    ip daddr %s tcp dport %d jump svc\n  }\n", front.Addr(), front.Port())
+	fmt.Fprintf(&rs, "  chain out {\n    type nat hook output priority -100; policy accept;\n    ip daddr %s tcp dport %d jump svc\n    ip daddr %s udp dport %d jump svc\n  }\n",
+		front.Addr(), front.Port(), ufront.Addr(), ufront.Port())
 	fmt.Fprintf(&rs, "}\n")
 	cmd := e.client.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rs.String())
@@ -285,53 +387,127 @@ func (e *env) nftDNAT(front netip.AddrPort, bes []netip.AddrPort) error {
 	return nil
 }
 
-// proxy runs a user-space L4 proxy on front in the client namespace: accept,
-// dial a random backend, copy both ways.
-func (e *env) proxy(front netip.AddrPort, bes []netip.AddrPort) (func(), error) {
-	var ln net.Listener
-	err := e.client.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", front.String())
-		return err
-	})
+// nftDelete removes nftDNAT's table.
+func (e *env) nftDelete() error {
+	if out, err := e.client.Command("nft", "delete", "table", "ip", "xdps_lb_compare").CombinedOutput(); err != nil {
+		return fmt.Errorf("nft delete table: %w: %s", err, out)
+	}
+	return nil
+}
+
+// proxyEnv, set as "FRONT BACKEND,BACKEND,...", makes the test binary the
+// comparison's user-space proxy (proxyMain): a process of its own.
+const proxyEnv = "XDPSHIELD_LB_PROXY"
+
+// proxyProcess starts the user-space L4 proxy as its own process in the
+// client namespace (ip netns exec), born in the sibling cgroup (the
+// balancer is not attached there), and waits until it listens.
+func (e *env) proxyProcess(front netip.AddrPort, bes []netip.AddrPort) (func(), error) {
+	cg, err := os.Open(e.sibling)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
+	defer cg.Close()
+	var bs []string
+	for _, b := range bes {
+		bs = append(bs, b.String())
+	}
+	cmd := e.client.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), proxyEnv+"="+front.String()+" "+strings.Join(bs, ","))
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() { cmd.Process.Kill(); cmd.Wait() }
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		stop()
+		return nil, fmt.Errorf("proxy process: %q, %v", line, err)
+	}
+	return stop, nil
+}
+
+// proxyMain is the proxy process: TCP (accept, dial a random backend, copy
+// both ways) and UDP (a session per client address, to a random backend)
+// on front, until killed.
+func proxyMain(arg string) error {
+	f, list, ok := strings.Cut(arg, " ")
+	if !ok {
+		return fmt.Errorf("proxy: bad argument %q", arg)
+	}
+	front, err := netip.ParseAddrPort(f)
+	if err != nil {
+		return err
+	}
+	bes := strings.Split(list, ",")
+	ln, err := net.Listen("tcp", front.String())
+	if err != nil {
+		return err
+	}
+	pc, err := net.ListenPacket("udp", front.String())
+	if err != nil {
+		return err
+	}
 	go func() {
-		defer wg.Done()
+		var mu sync.Mutex
+		sessions := map[string]net.Conn{}
+		buf := make([]byte, 2048)
 		for {
-			c, err := ln.Accept()
+			n, from, err := pc.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				var d net.Dialer
-				// The listener's socket is in the client namespace; the
-				// dial's socket is made on this goroutine's thread, so
-				// enter the namespace for it.
-				var up net.Conn
-				err := e.client.Do(func() error {
-					var err error
-					up, err = d.DialContext(ctx, "tcp", bes[rand.IntN(len(bes))].String())
-					return err
-				})
-				if err != nil {
-					return
+			mu.Lock()
+			up := sessions[from.String()]
+			if up == nil {
+				if up, err = net.Dial("udp", bes[rand.IntN(len(bes))]); err != nil {
+					mu.Unlock()
+					continue
 				}
-				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-				go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
-				<-done
-				<-done
-			}()
+				sessions[from.String()] = up
+				go func() {
+					b := make([]byte, 2048)
+					for {
+						up.SetReadDeadline(time.Now().Add(30 * time.Second))
+						m, err := up.Read(b)
+						if err != nil {
+							mu.Lock()
+							delete(sessions, from.String())
+							mu.Unlock()
+							up.Close()
+							return
+						}
+						pc.WriteTo(b[:m], from)
+					}
+				}()
+			}
+			mu.Unlock()
+			up.Write(buf[:n])
 		}
 	}()
-	return func() { cancel(); ln.Close(); wg.Wait() }, nil
+	fmt.Println("ready")
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", bes[rand.IntN(len(bes))])
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			done := make(chan struct{}, 2)
+			go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+			go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+			<-done
+			<-done
+		}()
+	}
 }

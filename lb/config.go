@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,7 +30,57 @@ type ServiceConfig struct {
 	Port     int      `toml:"port"`
 	Protocol string   `toml:"protocol"` // tcp (default) or udp
 	Mode     string   `toml:"mode"`     // random (default) or maglev
-	Backends []string `toml:"backends"` // ADDR:PORT
+	Backends []string `toml:"backends"` // ADDR:PORT, or ADDR:PORT@WEIGHT
+	// SourceRanges, when set, are the only client prefixes balanced; a
+	// socket from elsewhere is refused (see Service.SourceRanges).
+	SourceRanges []string `toml:"source_ranges"`
+	// AffinityTimeout, when set ("10m", "3h"), turns on session affinity
+	// by client with that idle timeout (see Service.Affinity).
+	AffinityTimeout string `toml:"affinity_timeout"`
+	// Health, when present ([lb.service.health]), probes the backends.
+	Health *HealthConfig `toml:"health"`
+}
+
+// HealthConfig is [lb.service.health]; unset fields take
+// DefaultHealthCheck's values.
+type HealthConfig struct {
+	Interval   string `toml:"interval" json:"interval,omitempty"`       // "5s"
+	Timeout    string `toml:"timeout" json:"timeout,omitempty"`         // "1s"
+	Fails      int    `toml:"fails" json:"fails,omitempty"`             // failures in a row that quarantine
+	Passes     int    `toml:"passes" json:"passes,omitempty"`           // successes in a row that restore
+	UDPRequest string `toml:"udp_request" json:"udp_request,omitempty"` // the datagram a UDP backend answers
+}
+
+// Check turns the section into a HealthCheck (nil for none), defaults
+// filled in; bounds are checked with the service's (validateHealth).
+func (hc *HealthConfig) Check() (*HealthCheck, error) {
+	if hc == nil {
+		return nil, nil
+	}
+	h := DefaultHealthCheck()
+	var errs []error
+	for _, d := range []struct {
+		name string
+		s    string
+		to   *time.Duration
+	}{{"health.interval", hc.Interval, &h.Interval}, {"health.timeout", hc.Timeout, &h.Timeout}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", d.name, err))
+		}
+		*d.to = v
+	}
+	if hc.Fails != 0 {
+		h.Fails = hc.Fails
+	}
+	if hc.Passes != 0 {
+		h.Passes = hc.Passes
+	}
+	h.Request = []byte(hc.UDPRequest)
+	return &h, errors.Join(errs...)
 }
 
 // DefaultConfig is the [lb] section when the file says nothing: no services,
@@ -73,7 +124,7 @@ func (c Config) Services() ([]Service, error) {
 			}
 			ns := &service{mode: s.Mode}
 			for _, b := range s.Backends {
-				ns.backends = append(ns.backends, backend{addr: b.Addr})
+				ns.backends = append(ns.backends, backend{addr: b.Addr, weight: weightOf(b.Weight)})
 			}
 			next[s.ServiceKey] = ns
 		}
@@ -101,26 +152,32 @@ func (sc ServiceConfig) service() (Service, error) {
 	if mode == "" {
 		mode = Random
 	}
-	addrs, err := ParseBackends(sc.Backends)
+	bs, err := ParseWeighted(sc.Backends)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	ranges, err := ParsePrefixes(sc.SourceRanges)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	health, err := sc.Health.Check()
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var aff time.Duration
+	if sc.AffinityTimeout != "" {
+		if aff, err = time.ParseDuration(sc.AffinityTimeout); err != nil {
+			errs = append(errs, fmt.Errorf("affinity_timeout: %w", err))
+		}
 	}
 	if len(errs) > 0 {
 		return Service{}, errors.Join(errs...)
 	}
 	k := ServiceKey{VIP: vip, Port: uint16(sc.Port), Proto: proto}
-	if err := validateService(k, mode, addrs); err != nil {
+	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges, aff), validateHealth(k, health)); err != nil {
 		return Service{}, err
 	}
-	return Service{ServiceKey: k, Mode: mode, Backends: toBackends(addrs)}, nil
-}
-
-func toBackends(as []netip.AddrPort) []Backend {
-	out := make([]Backend, len(as))
-	for i, a := range as {
-		out[i] = Backend{Addr: a}
-	}
-	return out
+	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff, Health: health}, nil
 }
 
 // checkCgroup refuses a cgroup that would balance what it should not: the

@@ -17,16 +17,19 @@ const (
 	NoBackend
 	// NotService: not to a configured VIP, port and protocol; untouched.
 	NotService
+	// Denied: to a service, from a source outside its source ranges;
+	// refused.
+	Denied
 	// NumOutcomes is how many outcomes there are.
 	NumOutcomes
 )
 
-var outcomeNames = [...]string{"translated", "no_backend", "not_service"}
+var outcomeNames = [...]string{"translated", "no_backend", "not_service", "denied"}
 
 func (o Outcome) String() string { return outcomeNames[o] }
 
 // Outcomes lists every outcome, for iteration.
-func Outcomes() []Outcome { return []Outcome{Translated, NoBackend, NotService} }
+func Outcomes() []Outcome { return []Outcome{Translated, NoBackend, NotService, Denied} }
 
 // Counters are connect()/sendmsg() calls summed over CPUs: per service,
 // translated and refused; and calls to no service at all.

@@ -21,6 +21,13 @@ import (
 const helperEnv = "XDPSHIELD_LB_HELPER"
 
 func TestMain(m *testing.M) {
+	if arg := os.Getenv(proxyEnv); arg != "" {
+		if err := proxyMain(arg); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if arg := os.Getenv(helperEnv); arg != "" {
 		if err := helperMain(arg); err != nil {
 			fmt.Fprintln(os.Stderr, err)

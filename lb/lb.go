@@ -78,6 +78,13 @@ type LB struct {
 	services map[ServiceKey]*service
 	ids      [MaxServices + 1]bool // service ids in use
 	nextBE   uint32                // next backend id
+
+	health    healthState
+	healthErr error // the last change the prober could not write
+
+	destroy    *destroyer // nil: removed backends' sockets are left open
+	destroyWhy string     // why destroy is nil
+	removed    RemovedSockets
 }
 
 // Load loads the programs and maps; nothing is attached.
@@ -133,6 +140,9 @@ func Load(opts Options) (*LB, error) {
 			return nil, fmt.Errorf("load lb: %+v", ve)
 		}
 		return nil, fmt.Errorf("load lb: %w", err)
+	}
+	if l.destroy, err = l.probeDestroy(); err != nil {
+		l.destroyWhy = err.Error()
 	}
 	return l, nil
 }
@@ -265,7 +275,11 @@ func (l *LB) Detach() error {
 
 // Close detaches and releases the programs and maps.
 func (l *LB) Close() error {
-	return errors.Join(l.Detach(), l.objs.Close())
+	var derr error
+	if l.destroy != nil {
+		derr = l.destroy.objs.Close()
+	}
+	return errors.Join(l.Detach(), derr, l.objs.Close())
 }
 
 // ReverseSize is the capacity of the per-socket state LRU (StateLRU); 0

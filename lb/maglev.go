@@ -5,60 +5,75 @@ import (
 )
 
 // maglevTable fills a table of m slots (m prime) with the ids of backends,
-// by Maglev's population (see MaglevTable).
+// by Maglev's population (see MaglevTable), each weighted by its weight.
 func maglevTable(backends []backend, m int) []uint32 {
 	names := make([]string, len(backends))
+	weights := make([]uint32, len(backends))
 	for i, b := range backends {
-		names[i] = b.addr.String()
+		names[i], weights[i] = b.addr.String(), uint32(weightOf(b.weight))
 	}
 	out := make([]uint32, m)
-	for c, i := range MaglevTable(names, nil, m) {
+	for c, i := range MaglevTable(names, weights, m) {
 		out[c] = backends[i].id
 	}
 	return out
 }
 
-// MaglevTable returns a table of m slots (m prime, larger than len(names)) holding
-// indexes into names, by Maglev's population (Eisenbud et al., NSDI 2016):
-// each backend walks its own permutation of the slots (offset and skip from
-// two hashes of its name) and backends take turns claiming their next free
-// slot. Every backend gets m/len(names) slots, give or take one, and
-// removing one backend reassigns mostly the slots it held. With weights
-// (nil: all 1), backend i claims weights[i] slots per turn, so its share is
-// proportional to its weight; a weight of 0 claims none. At least one
-// weight must be positive.
+// MaglevTable returns a table of m slots (m prime, larger than len(names))
+// holding indexes into names, by Maglev's population (Eisenbud et al.,
+// NSDI 2016): each backend walks its own permutation of the slots (offset
+// and skip from two hashes of its name) and backends take turns claiming
+// their next free slot. Every backend gets m/len(names) slots, give or
+// take one, and removing one backend reassigns mostly the slots it held.
+// The XDP balancer (xdplb) builds its tables with it too.
+//
+// Weights (nil: all 1), as Cilium's weighted Maglev: in each round every
+// backend earns its weight in credit and claims a slot only when it has
+// earned the largest weight's worth, so a backend of weight w claims in
+// w/max of the rounds and ends with a share of the table proportional to
+// w; a weight of 0 claims none. Equal weights claim in every round: the
+// unweighted table. At least one weight must be positive.
 func MaglevTable(names []string, weights []uint32, m int) []int {
 	n := len(names)
-	offset := make([]uint64, n)
-	skip := make([]uint64, n)
-	next := make([]uint64, n)
-	for i, name := range names {
-		offset[i] = hash64(name, "maglev-offset") % uint64(m)
-		skip[i] = hash64(name, "maglev-skip")%uint64(m-1) + 1
-	}
-	weight := func(i int) uint32 {
+	weight := func(i int) uint64 {
 		if weights == nil {
 			return 1
 		}
-		return weights[i]
+		return uint64(weights[i])
+	}
+	offset := make([]uint64, n)
+	skip := make([]uint64, n)
+	next := make([]uint64, n)
+	credit := make([]uint64, n)
+	var maxW uint64
+	for i, name := range names {
+		maxW = max(maxW, weight(i))
+		offset[i] = hash64(name, "maglev-offset") % uint64(m)
+		skip[i] = hash64(name, "maglev-skip")%uint64(m-1) + 1
 	}
 	owner := make([]int, m)
 	for i := range owner {
 		owner[i] = -1
 	}
+	if maxW == 0 {
+		return owner
+	}
 	filled := 0
 	for filled < m {
 		for i := 0; i < n && filled < m; i++ {
-			for w := weight(i); w > 0 && filled < m; w-- {
-				c := (offset[i] + next[i]*skip[i]) % uint64(m)
-				for owner[c] >= 0 {
-					next[i]++
-					c = (offset[i] + next[i]*skip[i]) % uint64(m)
-				}
-				owner[c] = i
-				next[i]++
-				filled++
+			credit[i] += weight(i)
+			if credit[i] < maxW {
+				continue
 			}
+			credit[i] -= maxW
+			c := (offset[i] + next[i]*skip[i]) % uint64(m)
+			for owner[c] >= 0 {
+				next[i]++
+				c = (offset[i] + next[i]*skip[i]) % uint64(m)
+			}
+			owner[c] = i
+			next[i]++
+			filled++
 		}
 	}
 	return owner
@@ -69,4 +84,33 @@ func hash64(s, seed string) uint64 {
 	h.Write([]byte(seed))
 	h.Write([]byte(s))
 	return h.Sum64()
+}
+
+// weightedTable fills random mode's table of m slots: each backend gets a
+// share of slots proportional to its weight, interleaved (smooth weighted
+// round robin) so that any stretch of the table holds the same proportions. The program indexes
+// it uniformly (prandom, or a hash of the socket cookie).
+func weightedTable(backends []backend, m int) []uint32 {
+	var sum int
+	for _, b := range backends {
+		sum += int(weightOf(b.weight))
+	}
+	// Smooth weighted round robin (nginx's): every step each backend
+	// earns its weight, the richest is chosen and pays the sum. Over sum
+	// steps each backend is chosen exactly weight times; over m steps,
+	// within one of m*w/sum.
+	cur := make([]int, len(backends))
+	out := make([]uint32, m)
+	for s := range out {
+		best := 0
+		for i, b := range backends {
+			cur[i] += int(weightOf(b.weight))
+			if cur[i] > cur[best] {
+				best = i
+			}
+		}
+		cur[best] -= sum
+		out[s] = backends[best].id
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package lb
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -8,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -29,7 +32,7 @@ const (
 
 // pinnedMaps are the maps pinned by name: every map of the programs but
 // the loader's constants.
-var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters}
+var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters, bpf.LbMapRanges, bpf.LbMapAffinity, bpf.LbMapBeSockets}
 
 // linkPins are the names of the pinned links, one per program.
 func linkPins() []string {
@@ -229,7 +232,7 @@ func (l *LB) readState() error {
 		if v.Mode == modeValue(Maglev) {
 			mode = Maglev
 		}
-		l.services[key] = &service{id: v.Id, mode: mode}
+		l.services[key] = &service{id: v.Id, mode: mode, affinity: time.Duration(v.AffinityMs) * time.Millisecond}
 		l.ids[v.Id] = true
 		byID[v.Id] = key
 	}
@@ -257,7 +260,7 @@ func (l *LB) readState() error {
 		if id >= l.nextBE {
 			l.nextBE = id + 1
 		}
-		key, ok := byID[uint32(b.Pad[0])]
+		key, ok := byID[uint32(b.Owner)]
 		if !ok {
 			orphans = append(orphans, id)
 			continue
@@ -268,7 +271,50 @@ func (l *LB) readState() error {
 		}
 		s := l.services[key]
 		s.backends = append(s.backends, backend{id: id,
-			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Pad[1] != 0})
+			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Draining&1 != 0, quarantined: b.Draining&2 != 0,
+			weight: weightOf(b.Weight)})
+	}
+	// Source ranges, by service id; those of no service go.
+	var (
+		rk     bpf.LbRangeKey
+		rv     uint8
+		stray  []bpf.LbRangeKey
+		ranges = map[uint32][]netip.Prefix{}
+	)
+	rit := l.objs.Ranges.Iterate()
+	for rit.Next(&rk, &rv) {
+		var be [4]byte
+		binary.NativeEndian.PutUint32(be[:], rk.SvcId)
+		sid := binary.BigEndian.Uint32(be[:])
+		var a16 [16]byte
+		for i, w := range rk.Addr.W {
+			binaryPutNative(a16[4*i:], w)
+		}
+		a := netip.AddrFrom16(a16)
+		bits := int(rk.Prefixlen) - 32
+		if a.Is4In6() {
+			a, bits = a.Unmap(), bits-96
+		}
+		p, err := a.Prefix(bits)
+		if _, ok := byID[sid]; !ok || err != nil {
+			stray = append(stray, rk)
+			continue
+		}
+		ranges[sid] = append(ranges[sid], p)
+	}
+	if err := rit.Err(); err != nil {
+		return fmt.Errorf("read pinned source ranges: %w", err)
+	}
+	for sid, ps := range ranges {
+		slices.SortFunc(ps, func(a, b netip.Prefix) int {
+			return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+		})
+		l.services[byID[sid]].ranges = ps
+	}
+	for _, k := range stray {
+		if err := l.objs.Ranges.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete a source range of no service: %w", err)
+		}
 	}
 	// Tables first, then the backends they might name.
 	var tid uint32

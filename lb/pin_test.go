@@ -113,7 +113,7 @@ func TestPinnedRestart(t *testing.T) {
 		t.Errorf("second StartPinned did not adopt the pinned balancer")
 	}
 	got, _ := s2.Service(vip4Key())
-	want := []Backend{{Addr: bes[0], Draining: true}, {Addr: bes[1]}}
+	want := []Backend{{Addr: bes[0], Draining: true, Weight: DefaultWeight}, {Addr: bes[1], Weight: DefaultWeight}}
 	if len(got.Backends) != 2 || got.Backends[0] != want[0] || got.Backends[1] != want[1] {
 		t.Errorf("after the restart: backends %v, want %v", got.Backends, want)
 	}

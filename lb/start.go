@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -28,6 +29,24 @@ type Started struct {
 	Adopted bool
 	// Notes are things the caller should log (kept settings, cleanups).
 	Notes []string
+	// Overrides are the services the configuration file set otherwise
+	// than the adopted balancer ran them (changes made through the API
+	// since the last start do not survive it; each is also in Notes).
+	Overrides []string
+
+	stopHealth context.CancelFunc
+	healthDone chan struct{}
+}
+
+// startHealth runs the health checks of the services that have one until
+// Close.
+func (s *Started) startHealth() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopHealth, s.healthDone = cancel, make(chan struct{})
+	go func() {
+		defer close(s.healthDone)
+		s.RunHealth(ctx, nil)
+	}()
 }
 
 // Start validates cfg whole, resolves its cgroup (mounting a private
@@ -69,6 +88,7 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 			if err := s.adopt(cfg, svcs); err != nil {
 				return nil, errors.Join(err, s.unmount())
 			}
+			s.startHealth()
 			return s, nil
 		}
 	}
@@ -112,6 +132,7 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 			return fail(fmt.Errorf("publish the pins: %w", err))
 		}
 	}
+	s.startHealth()
 	return s, nil
 }
 
@@ -144,6 +165,12 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 	if err := l.adoptLinks(s.PinDir); err != nil {
 		return errors.Join(err, l.Close())
 	}
+	// The file is the source of truth at a start: say what it undoes of
+	// the running balancer (API changes since the last start, above all).
+	for _, o := range overrides(l.Services(), svcs) {
+		s.Overrides = append(s.Overrides, o)
+		s.Notes = append(s.Notes, "the configuration file overrides the running balancer: "+o)
+	}
 	draining, err := l.ReplaceServices(svcs)
 	if err != nil {
 		return errors.Join(fmt.Errorf("apply the configured services to the pinned balancer: %w", err), l.Close())
@@ -162,6 +189,10 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 func (s *Started) Close() error {
 	if s == nil {
 		return nil
+	}
+	if s.stopHealth != nil {
+		s.stopHealth()
+		<-s.healthDone
 	}
 	return errors.Join(s.LB.Close(), s.unmount())
 }

@@ -11,26 +11,59 @@ import (
 )
 
 func init() {
-	commands["lb"] = command{"lb list | lb add|drain|remove SERVICE BACKEND...: the socket balancer's services (API)", runLB}
+	commands["lb"] = command{"lb list | lb add|drain|remove SERVICE BACKEND... | lb create|replace [flags] SERVICE BACKEND[@W]... | lb delete SERVICE | lb mode SERVICE MODE: the socket balancer's services (API)", runLB}
 }
+
+const lbUsage = "lb: want `lb list`, `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`, " +
+	"`lb create|replace [-mode M] [-source-range P]... [-affinity D] [-drain ADDR:PORT]... PROTO/VIP:PORT ADDR:PORT[@W]...`, " +
+	"`lb delete PROTO/VIP:PORT` or `lb mode PROTO/VIP:PORT random|maglev`"
+
+// strings is a repeatable string flag.
+type stringsFlag []string
+
+func (f *stringsFlag) String() string     { return strings.Join(*f, ",") }
+func (f *stringsFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 // runLB: `shield lb list`, `shield lb add tcp/198.18.0.100:80 198.18.0.13:8080`.
 func runLB(ctx context.Context, args []string) error {
-	if subHelp(args, "lb: want `lb list` or `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`"+" (`shield lb SUB -h` shows its flags)") {
+	if subHelp(args, lbUsage+" (`shield lb SUB -h` shows its flags; lb list shows the list)") {
 		return nil
 	}
-	if len(args) == 0 || !map[string]bool{"list": true, "add": true, "drain": true, "remove": true}[args[0]] {
-		return usagef("lb: want `lb list` or `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`")
+	subs := map[string]bool{"list": true, "add": true, "drain": true, "remove": true, "create": true, "replace": true, "delete": true, "mode": true}
+	if len(args) == 0 || !subs[args[0]] {
+		return usagef("%s", lbUsage)
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("lb "+sub, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
+	var spec api.LBServiceSpec
+	var ranges, drain stringsFlag
+	if sub == "create" || sub == "replace" {
+		fs.StringVar(&spec.Mode, "mode", "random", "random or maglev")
+		fs.Var(&ranges, "source-range", "a client prefix admitted (repeatable; none: every client)")
+		fs.StringVar(&spec.AffinityTimeout, "affinity", "", "session affinity's idle timeout (10m); empty: off")
+		if sub == "replace" {
+			fs.Var(&drain, "drain", "a backend that drains (repeatable)")
+		}
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return helpOK(err)
 	}
-	if sub != "list" && fs.NArg() < 2 {
-		return usagef("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
+	switch sub {
+	case "delete":
+		if fs.NArg() != 1 {
+			return usagef("lb delete: want PROTO/VIP:PORT")
+		}
+	case "mode":
+		if fs.NArg() != 2 {
+			return usagef("lb mode: want PROTO/VIP:PORT and random or maglev")
+		}
+	case "list":
+	default:
+		if fs.NArg() < 2 {
+			return usagef("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
+		}
 	}
 	cl, err := cf.client(sub != "list")
 	if err != nil {
@@ -50,7 +83,22 @@ func runLB(ctx context.Context, args []string) error {
 		printLB(r)
 		return nil
 	}
-	s, err := cl.LBChange(ctx, sub, fs.Arg(0), fs.Args()[1:])
+	var s api.LBService
+	switch sub {
+	case "create", "replace":
+		spec.Service, spec.Backends, spec.SourceRanges, spec.Draining = fs.Arg(0), fs.Args()[1:], ranges, drain
+		s, err = cl.LBService(ctx, sub, spec)
+	case "delete":
+		if err := cl.LBDelete(ctx, fs.Arg(0)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "deleted %s\n", fs.Arg(0))
+		return nil
+	case "mode":
+		s, err = cl.LBMode(ctx, fs.Arg(0), fs.Arg(1))
+	default:
+		s, err = cl.LBChange(ctx, sub, fs.Arg(0), fs.Args()[1:])
+	}
 	if err != nil {
 		return err
 	}
@@ -63,17 +111,28 @@ func runLB(ctx context.Context, args []string) error {
 
 func printLB(r api.LBResponse) {
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tMODE\tBACKENDS\tTRANSLATED\tNO BACKEND")
+	fmt.Fprintln(tw, "SERVICE\tMODE\tBACKENDS\tSOURCE RANGES\tTRANSLATED\tNO BACKEND\tDENIED")
 	for _, s := range r.Services {
 		var bs []string
 		for _, b := range s.Backends {
-			if b.State == "draining" {
-				bs = append(bs, b.Addr+" (draining)")
-			} else {
-				bs = append(bs, b.Addr)
+			a := b.Addr
+			if b.Weight > 1 {
+				a += fmt.Sprintf("@%d", b.Weight)
 			}
+			if b.State != "active" {
+				a += " (" + b.State + ")"
+			}
+			bs = append(bs, a)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Service, s.Mode, strings.Join(bs, ", "), s.Translated, s.NoBackend)
+		ranges := "any"
+		if len(s.SourceRanges) > 0 {
+			ranges = strings.Join(s.SourceRanges, ", ")
+		}
+		mode := s.Mode
+		if s.AffinityTimeout != "" {
+			mode += " (affinity " + s.AffinityTimeout + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\n", s.Service, mode, strings.Join(bs, ", "), ranges, s.Translated, s.NoBackend, s.Denied)
 	}
 	tw.Flush()
 	switch {

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/lb"
@@ -88,4 +91,68 @@ func TestLBCLI(t *testing.T) {
 	if _, err := run(false, "add", "tcp/198.18.1.1:80", "198.18.2.9:8080"); err == nil || !strings.Contains(err.Error(), "operator token") {
 		t.Errorf("lb add without a token: %v, want a refusal asking for the token", err)
 	}
+}
+
+// TestLBCLIServices runs `shield lb create|mode|replace|delete`: a whole
+// service through the API, refusals naming every problem at once.
+func TestLBCLIServices(t *testing.T) {
+	testutil.Root(t)
+	for _, k := range []string{envAPI, envToken, envTokenFile} {
+		t.Setenv(k, "")
+	}
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
+	require.NoError(t, err)
+	defer sh.Close()
+	l, err := lb.Load(lb.Options{ReverseSize: 1024})
+	require.NoError(t, err)
+	defer l.Close()
+	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	defer srv.Close()
+	serveAdmin(t, srv.Config.Handler)
+	tok := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
+	run := func(sub string, rest ...string) (string, error) {
+		t.Helper()
+		var out bytes.Buffer
+		stdout = &out
+		defer func() { stdout = os.Stdout }()
+		err := commands["lb"].run(context.Background(), append([]string{sub, "-api", srv.URL, "-token-file", tok}, rest...))
+		return out.String(), err
+	}
+	const svc = "udp/198.18.1.1:53"
+	out, err := run("create", "-mode", "maglev", "-source-range", "198.18.0.0/24", "-affinity", "10m", svc, "198.18.2.1:53@3", "198.18.2.2:53")
+	require.NoError(t, err)
+	assert.Contains(t, out, "maglev (affinity 10m0s)")
+	assert.Contains(t, out, "198.18.2.1:53@3, 198.18.2.2:53")
+	assert.Contains(t, out, "198.18.0.0/24")
+	k := lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 53, Proto: lb.UDP}
+	got, ok := l.Service(k)
+	require.True(t, ok)
+	assert.Equal(t, lb.Maglev, got.Mode)
+
+	// Every problem of a bad create at once, and nothing created.
+	_, err = run("create", "-mode", "fast", "-source-range", "198.18.0.1/24", "-affinity", "48h", "udp/198.18.1.9:53", "198.18.2.9:53@1000", "198.18.2.8:53")
+	if assert.Error(t, err) {
+		for _, want := range []string{"400 Bad Request", "fewer than 100", "did you mean 198.18.0.0/24", "unknown mode", "affinity timeout"} {
+			assert.Contains(t, err.Error(), want, "a bad create names every problem")
+		}
+	}
+	assert.Len(t, l.Services(), 1, "a refused create changed the services")
+
+	out, err = run("mode", svc, "random")
+	require.NoError(t, err)
+	assert.Contains(t, out, "random (affinity 10m0s)")
+	out, err = run("replace", "-drain", "198.18.2.2:53", svc, "198.18.2.2:53", "198.18.2.3:53@2")
+	require.NoError(t, err)
+	assert.Contains(t, out, "198.18.2.2:53 (draining), 198.18.2.3:53@2")
+	assert.Contains(t, out, "any", "replace without -source-range: every client")
+	_, err = run("create", svc, "198.18.2.1:53")
+	assert.ErrorContains(t, err, "already exists")
+	out, err = run("delete", svc)
+	require.NoError(t, err)
+	assert.Contains(t, out, "deleted "+svc)
+	assert.Empty(t, l.Services())
+	_, err = run("delete", svc)
+	assert.ErrorContains(t, err, "unknown service")
 }
