@@ -13,6 +13,7 @@ pkgs=(
 	nftables                 # shield nft -apply, its test, the study's baseline, the balancer's DNAT comparison
 	gnuplot-nox              # the study's plots (shieldlab study)
 	shellcheck               # make lint: actionlint checks the workflow's scripts with it
+	chromium fonts-dejavu-core # the workbench's browser test (workbench/browser_test.go)
 )
 # Hosted CI installs each job's packages itself (.github/workflows/ci.yml).
 if [ "${SHIELD_SKIP_DEPS:-}" = 1 ]; then

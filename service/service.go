@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/workbench"
 )
 
 // Log attribute keys of the service's lifecycle logs.
@@ -89,6 +90,16 @@ type Config struct {
 	LB lb.Config
 	// L7 is the L7 proxy and its fast path ([l7]; none when empty).
 	L7 l7.Section
+	// Workbench is the live page ([workbench]; off unless Enabled).
+	Workbench Workbench
+}
+
+// Workbench configures the live page served under workbench.Prefix beside
+// the API. Off, the API serves exactly its own routes.
+type Workbench struct {
+	Enabled bool
+	// Config: its Token is the API's (set by the service).
+	workbench.Config
 }
 
 // API configures the service's HTTP API.
@@ -370,7 +381,8 @@ func (s *Service) serve() {
 	if topTimeout <= 0 {
 		topTimeout = api.DefaultTopTimeout
 	}
-	s.hs = httpServer(gate(srv, srv.Authenticated), topTimeout+WriteTimeout, s.log)
+	h, authed := Handler(srv, a.Shield, cfg, s.log.With(keyIface, a.Iface))
+	s.hs = httpServer(gate(h, authed), topTimeout+WriteTimeout, s.log)
 	if s.adm != nil {
 		s.serveOn(s.adm)
 	}
@@ -555,4 +567,23 @@ func readableSecrets(cfg Config) []string {
 		}
 	}
 	return keys
+}
+
+// Handler is what the service serves: the API alone, or with the workbench
+// enabled, the page under workbench.Prefix and the API everywhere else.
+// authed says whether a request is the operator's or a signed-in
+// visitor's (the connection guard keeps its slot).
+func Handler(srv *api.Server, src workbench.Source, cfg Config, log *slog.Logger) (h http.Handler, authed func(*http.Request) bool) {
+	if !cfg.Workbench.Enabled {
+		return srv, srv.Authenticated
+	}
+	wc := cfg.Workbench.Config
+	wc.Token = cfg.API.Token
+	wc.Logger = log
+	wb := workbench.New(src, wc)
+	log.Info("workbench enabled", keyListen, workbench.Prefix, "anonymous_view", !wc.NoAnonymous)
+	mux := http.NewServeMux()
+	mux.Handle(workbench.Prefix, wb)
+	mux.Handle("/", srv)
+	return mux, func(r *http.Request) bool { return srv.Authenticated(r) || wb.SignedIn(r) }
 }
