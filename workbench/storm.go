@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -176,10 +177,8 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 		return err
 	}
 	out.Close()
-	args := []string{"storm", "-short", "-sources", scenario, "-duration", r.cfg.Phase.String(), "-progress-json", "-json", out.Name()}
-	if contrast {
-		args = append(args, "-contrast")
-	}
+	args := []string{"storm", "-short", "-sources", scenario, "-duration", r.cfg.Phase.String(),
+		"-contrast=" + strconv.FormatBool(contrast), "-progress-json", "-json", out.Name()}
 	ctx, stop := context.WithTimeout(context.Background(), r.cfg.Timeout)
 	cmd := exec.CommandContext(ctx, r.bin, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
