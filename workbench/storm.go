@@ -75,6 +75,9 @@ type StormConfig struct {
 	PerHour int
 	// Phase is each phase's length (the storm's -duration).
 	Phase time.Duration
+	// LockPath is the storm lock's file (flock.StormLockPath when empty:
+	// the one e2e.LockStorms takes).
+	LockPath string
 	// Timeout ends a storm that runs longer (its namespaces are removed
 	// by the storm itself on SIGINT, or by the next one).
 	Timeout time.Duration
@@ -131,7 +134,10 @@ func newStormRunner(cfg StormConfig, log *slog.Logger) *stormRunner {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultStormTimeout
 	}
-	r := &stormRunner{cfg: cfg, lockPath: flock.StormLockPath(), log: log, state: StormState{Phases: []string{}}}
+	if cfg.LockPath == "" {
+		cfg.LockPath = flock.StormLockPath()
+	}
+	r := &stormRunner{cfg: cfg, lockPath: cfg.LockPath, log: log, state: StormState{Phases: []string{}}}
 	r.bin, r.binErr = FindLab(cfg.Binary)
 	return r
 }

@@ -169,6 +169,7 @@
       text("signin-msg", "");
       connect();
     } catch (err) {
+      $("signin-token").value = "";
       text("signin-msg", "Sign-in refused: " + err.message);
     }
   });
