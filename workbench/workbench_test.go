@@ -70,6 +70,10 @@ func newTest(t *testing.T, cfg Config, tls bool) *tenv {
 		cfg.Interval = 100 * time.Millisecond
 	}
 	cfg.Logger = slog.New(slog.DiscardHandler)
+	if cfg.Storm.LockPath == "" {
+		// Not the machine's: another process's storm or study holds it.
+		cfg.Storm.LockPath = filepath.Join(t.TempDir(), "storm.lock")
+	}
 	wb := New(src, cfg)
 	var srv *httptest.Server
 	if tls {
