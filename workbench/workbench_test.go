@@ -370,3 +370,18 @@ func TestStormRefusals(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
 	waitStorm(t, e.wb)
 }
+
+// TestEventsOutliveServerTimeouts: the service's http.Server has read
+// and write timeouts (30 s and the top timeout + 10 s); a live stream
+// must not end at them (the browser would reconnect every half minute).
+func TestEventsOutliveServerTimeouts(t *testing.T) {
+	wb := New(&fakeSource{}, Config{Token: token, Interval: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Storm: StormConfig{LockPath: filepath.Join(t.TempDir(), "lock")}})
+	srv := httptest.NewUnstartedServer(wb)
+	srv.Config.ReadTimeout, srv.Config.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	srv.Start()
+	t.Cleanup(srv.Close)
+	start := time.Now()
+	readEvents(t, srv.Client(), srv.URL+Prefix+"events", 15, func(int, Sample) {})
+	require.Greater(t, time.Since(start), time.Second, "15 samples 100 ms apart on one stream")
+}
