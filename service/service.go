@@ -150,6 +150,7 @@ type Service struct {
 	quitOnce sync.Once
 
 	stopOwn context.CancelFunc // ends WatchOwn
+	stopWB  func()             // stops the workbench's storm, if any
 
 	health    health
 	detached  atomic.Bool   // Detach was called
@@ -381,7 +382,8 @@ func (s *Service) serve() {
 	if topTimeout <= 0 {
 		topTimeout = api.DefaultTopTimeout
 	}
-	h, authed := Handler(srv, a.Shield, cfg, s.log.With(keyIface, a.Iface))
+	h, authed, stopWB := Handler(srv, a.Shield, cfg, s.log.With(keyIface, a.Iface))
+	s.stopWB = stopWB
 	s.hs = httpServer(gate(h, authed), topTimeout+WriteTimeout, s.log)
 	if s.adm != nil {
 		s.serveOn(s.adm)
@@ -518,6 +520,9 @@ func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.quitOnce.Do(func() { close(s.quit) })
 		<-s.done
+		if s.stopWB != nil {
+			s.stopWB()
+		}
 		if s.stopOwn != nil {
 			s.stopOwn()
 		}
@@ -572,10 +577,11 @@ func readableSecrets(cfg Config) []string {
 // Handler is what the service serves: the API alone, or with the workbench
 // enabled, the page under workbench.Prefix and the API everywhere else.
 // authed says whether a request is the operator's or a signed-in
-// visitor's (the connection guard keeps its slot).
-func Handler(srv *api.Server, src workbench.Source, cfg Config, log *slog.Logger) (h http.Handler, authed func(*http.Request) bool) {
+// visitor's (the connection guard keeps its slot); stop ends what the
+// workbench runs (a storm), once nothing is served.
+func Handler(srv *api.Server, src workbench.Source, cfg Config, log *slog.Logger) (h http.Handler, authed func(*http.Request) bool, stop func()) {
 	if !cfg.Workbench.Enabled {
-		return srv, srv.Authenticated
+		return srv, srv.Authenticated, func() {}
 	}
 	wc := cfg.Workbench.Config
 	wc.Token = cfg.API.Token
@@ -585,5 +591,5 @@ func Handler(srv *api.Server, src workbench.Source, cfg Config, log *slog.Logger
 	mux := http.NewServeMux()
 	mux.Handle(workbench.Prefix, wb)
 	mux.Handle("/", srv)
-	return mux, func(r *http.Request) bool { return srv.Authenticated(r) || wb.SignedIn(r) }
+	return mux, func(r *http.Request) bool { return srv.Authenticated(r) || wb.SignedIn(r) }, wb.Close
 }

@@ -61,14 +61,14 @@ func TestWorkbenchOff(t *testing.T) {
 		}
 		return fmt.Sprintf("%d %v %s", res.StatusCode, res.Header, b)
 	}
-	off, _ := Handler(srv, sh, cfg, log)
+	off, _, _ := Handler(srv, sh, cfg, log)
 	for _, r := range reqs {
 		require.Equal(t, answer(srv, r.method, r.path, r.body), answer(off, r.method, r.path, r.body), "%s %s", r.method, r.path)
 	}
 	require.Contains(t, answer(off, "GET", "/workbench/", ""), "no such endpoint")
 
 	cfg.Workbench.Enabled = true
-	on, _ := Handler(srv, sh, cfg, log)
+	on, _, _ := Handler(srv, sh, cfg, log)
 	for _, r := range reqs {
 		same := answer(srv, r.method, r.path, r.body) == answer(on, r.method, r.path, r.body)
 		require.Equal(t, !strings.HasPrefix(r.path, workbench.Prefix), same, "%s %s", r.method, r.path)

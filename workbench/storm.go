@@ -19,6 +19,10 @@ import (
 	"github.com/xdpshield/xdpshield/internal/flock"
 )
 
+// killGrace is how long a storm has to end after SIGINT before its
+// process group is killed.
+var killGrace = 15 * time.Second
+
 // LabBinary is the lab's binary the page runs a storm with.
 const LabBinary = "shieldlab"
 
@@ -122,6 +126,23 @@ type stormRunner struct {
 	mu     sync.Mutex
 	state  StormState
 	result []byte
+	// stop ends the running storm; done is closed when it has ended.
+	stop   context.CancelFunc
+	done   chan struct{}
+	closed bool
+}
+
+// close stops a running storm (SIGINT to its group: it removes its
+// namespaces) and waits for it to end; no storm starts after it.
+func (r *stormRunner) close() {
+	r.mu.Lock()
+	r.closed = true
+	stop, done := r.stop, r.done
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
 }
 
 func newStormRunner(cfg StormConfig, log *slog.Logger) *stormRunner {
@@ -162,15 +183,18 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.closed {
+		return fmt.Errorf("%w: the service is stopping", errUnavailable)
+	}
 	if r.state.Running {
 		return errBusy
 	}
 	// The storm takes the lock itself (e2e.LockStorms) and would wait
 	// for it: only see that it is free now. A done context makes Take try
 	// once.
-	done, cancel := context.WithCancel(context.Background())
+	probe, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, release, err := flock.Take(done, []string{r.lockPath}, 0o600, nil)
+	_, release, err := flock.Take(probe, []string{r.lockPath}, 0o600, nil)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return errBusy
@@ -190,7 +214,8 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	// SIGINT to the group: the storm removes its namespaces on it.
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGINT) }
-	cmd.WaitDelay = 20 * time.Second
+	grace := killGrace
+	cmd.WaitDelay = grace + 5*time.Second
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		stop()
@@ -203,10 +228,24 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 		os.Remove(out.Name())
 		return fmt.Errorf("start %s: %w", r.bin, err)
 	}
+	r.stop, r.done = stop, make(chan struct{})
+	ended := r.done
 	r.state = StormState{Running: true, Scenario: scenario, Contrast: contrast, Started: time.Now().UnixMilli(), Phases: []string{}}
 	r.result = nil
 	r.log.Info("workbench storm started", "scenario", scenario, "contrast", contrast, "pid", cmd.Process.Pid)
+	pid := cmd.Process.Pid
 	go func() {
+		// What SIGINT leaves running after killGrace is killed, the
+		// whole group (a child holding stdout would hold Wait).
+		<-ctx.Done()
+		select {
+		case <-ended:
+		case <-time.After(grace):
+			syscall.Kill(-pid, syscall.SIGKILL)
+		}
+	}()
+	go func() {
+		defer close(ended)
 		defer stop()
 		defer os.Remove(out.Name())
 		sc := bufio.NewScanner(stdout)
@@ -241,8 +280,11 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 		if werr != nil && r.state.Error == "" && len(r.state.Failed) == 0 {
 			r.state.Error = strings.TrimSpace(werr.Error() + ": " + stderr.String())
 		}
-		if ctx.Err() != nil {
+		switch {
+		case errors.Is(ctx.Err(), context.DeadlineExceeded):
 			r.state.Error = fmt.Sprintf("stopped after %s (workbench storm timeout)", r.cfg.Timeout)
+		case ctx.Err() != nil:
+			r.state.Error = "stopped: the service is stopping"
 		}
 		r.log.Info("workbench storm ended", "ok", r.state.OK, "err", r.state.Error)
 	}()

@@ -124,6 +124,10 @@ func writeError(rw http.ResponseWriter, code int, err error) {
 	writeJSON(rw, code, map[string]string{"error": err.Error()})
 }
 
+// Close stops a running storm and waits for it to end (the service
+// calls it when it stops); no storm starts after it.
+func (w *Workbench) Close() { w.storm.close() }
+
 // SignedIn reports whether r carries a live session's cookie.
 func (w *Workbench) SignedIn(r *http.Request) bool { return w.ses.with(r, time.Now(), nil) }
 

@@ -385,3 +385,32 @@ func TestEventsOutliveServerTimeouts(t *testing.T) {
 	readEvents(t, srv.Client(), srv.URL+Prefix+"events", 15, func(int, Sample) {})
 	require.Greater(t, time.Since(start), time.Second, "15 samples 100 ms apart on one stream")
 }
+
+// TestCloseStopsStorm: Close (the service stopping) ends a running storm
+// with SIGINT to its group, waits for it, and refuses new ones.
+func TestCloseStopsStorm(t *testing.T) {
+	dir := t.TempDir()
+	lab := filepath.Join(dir, "shieldlab")
+	marker := filepath.Join(dir, "interrupted")
+	require.NoError(t, os.WriteFile(lab, []byte("#!/bin/sh\ntrap 'echo > "+marker+"; exit 1' INT\necho '{\"phase\":\"baseline\"}'\nsleep 30 &\nwait\n"), 0o755))
+	// sh's background sleep ignores SIGINT and holds stdout: the group
+	// is killed after the grace.
+	old := killGrace
+	killGrace = time.Second
+	t.Cleanup(func() { killGrace = old })
+	e := newTest(t, Config{Storm: StormConfig{Binary: lab}}, false)
+	c := e.client(t)
+	info := signIn(t, e, c, token)
+	resp, body := do(t, c, "POST", e.srv.URL+Prefix+"storm", info.CSRF, `{"scenario":"few"}`)
+	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
+	require.Eventually(t, func() bool { return len(e.wb.storm.snapshot().Phases) == 1 }, 5*time.Second, 20*time.Millisecond)
+	start := time.Now()
+	e.wb.Close()
+	require.Less(t, time.Since(start), 10*time.Second)
+	st := e.wb.storm.snapshot()
+	require.False(t, st.Running)
+	require.Contains(t, st.Error, "service is stopping")
+	require.FileExists(t, marker, "the storm got SIGINT")
+	resp, _ = do(t, c, "POST", e.srv.URL+Prefix+"storm", info.CSRF, `{"scenario":"few"}`)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+}
