@@ -195,6 +195,7 @@ func TestBrowser(t *testing.T) {
 
 	// A phone-sized window: nothing wider than the screen.
 	require.NoError(t, chromedp.Do(ctx, chromedp.EmulateViewport(390, 844)))
+	time.Sleep(time.Second) // the charts redraw at the next sample
 	wider := evalBool(t, ctx, `document.documentElement.scrollWidth > window.innerWidth`)
 	assert.False(t, wider, "horizontal scrolling at phone width")
 	shot(t, ctx, "phone")

@@ -20,6 +20,9 @@
   // chart draws series ([{label, color, pts, right}]) on a canvas: a left
   // axis in unitL and, for series marked right, a right axis in unitR.
   function chart(canvas, series, unitL, unitR) {
+    // Drawn at the size shown, so the labels stay legible on a phone.
+    const cw = Math.max(280, Math.round(canvas.clientWidth || canvas.width));
+    if (canvas.width !== cw) { canvas.width = cw; canvas.height = Math.max(180, Math.min(260, Math.round(cw * 0.3))); }
     const ctx = canvas.getContext("2d");
     const W = canvas.width, H = canvas.height, L = 56, R = unitR ? 56 : 12, T = 22, B = 24;
     ctx.clearRect(0, 0, W, H);
