@@ -136,7 +136,7 @@ func TestPageSelfContained(t *testing.T) {
 }
 
 // readEvents reads n samples from the live stream.
-func readEvents(t *testing.T, c *http.Client, url string, n int, each func(int, Sample)) {
+func readEvents(t *testing.T, c *http.Client, url string, n int, each func(int, Sample), stop ...func() bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -158,6 +158,9 @@ func readEvents(t *testing.T, c *http.Client, url string, n int, each func(int, 
 		require.NoError(t, json.Unmarshal([]byte(data), &s))
 		each(i, s)
 		i++
+		if len(stop) > 0 && stop[0]() {
+			return
+		}
 	}
 	require.Equal(t, n, i, "samples read")
 }
@@ -324,13 +327,16 @@ func TestStorm(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, resp.StatusCode, body)
 	resp, _ = do(t, c, "POST", e.srv.URL+Prefix+"storm", info.CSRF, `{"scenario":"few"}`)
 	require.Equal(t, http.StatusConflict, resp.StatusCode, "one at a time")
+	// The stream until the storm is over (at most 100 samples, 10 s).
 	var maxDrop float64
-	readEvents(t, c, e.srv.URL+Prefix+"events", 5, func(_ int, s Sample) {
+	over := false
+	readEvents(t, c, e.srv.URL+Prefix+"events", 100, func(_ int, s Sample) {
 		require.NotNil(t, s.Storm)
 		if s.Storm.Now != nil {
 			maxDrop = max(maxDrop, s.Storm.Now.DropPPS["rate_limited"])
 		}
-	})
+		over = over || s.Storm.Done
+	}, func() bool { return over })
 	st := waitStorm(t, e.wb)
 	assert.Equal(t, []string{"baseline", "few-sources"}, st.Phases)
 	assert.True(t, st.OK)
