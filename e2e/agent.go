@@ -102,6 +102,7 @@ type clientStart struct {
 }
 
 type peekAnswer struct {
+	P50   [numKinds]time.Duration `json:"p50"`
 	P99   [numKinds]time.Duration `json:"p99"`
 	Reqs  int                     `json:"requests"`
 	Fails int                     `json:"failures"`
@@ -214,7 +215,7 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 			return
 		}
 		var a peekAnswer
-		a.P99, a.Reqs, a.Fails = s.Peek()
+		a.P50, a.P99, a.Reqs, a.Fails = s.Peek()
 		json.NewEncoder(w).Encode(a)
 	})
 	err = serveAgent(ctx, dir, mux, log)
@@ -410,14 +411,14 @@ func (s *remoteStorm) Switch(start bool) (*Samples, error) {
 	return smp, nil
 }
 
-func (s *remoteStorm) Peek() (p99 [numKinds]time.Duration, reqs, fails int) {
+func (s *remoteStorm) Peek() (p50, p99 [numKinds]time.Duration, reqs, fails int) {
 	var a peekAnswer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	if err := s.c.call(ctx, "GET", "/peek", nil, nil, &a); err != nil {
-		return p99, 0, 0
+		return p50, p99, 0, 0
 	}
-	return a.P99, a.Reqs, a.Fails
+	return a.P50, a.P99, a.Reqs, a.Fails
 }
 
 // Close leaves the generators and client to the agent's end (its

@@ -227,9 +227,9 @@ func (c *Client) Stop() {
 	c.wg.Wait()
 }
 
-// peek returns the p99 of each kind so far in the phase, with the request
-// and failure counts.
-func (r *Recorder) peek() (p99 [numKinds]time.Duration, reqs, fails int) {
+// peek returns the p50 and p99 of each kind so far in the phase, with the
+// request and failure counts.
+func (r *Recorder) peek() (p50, p99 [numKinds]time.Duration, reqs, fails int) {
 	r.mu.Lock()
 	s := r.cur
 	var lat [numKinds][]time.Duration
@@ -242,7 +242,8 @@ func (r *Recorder) peek() (p99 [numKinds]time.Duration, reqs, fails int) {
 	}
 	r.mu.Unlock()
 	for k := range lat {
+		p50[k] = Quantile(lat[k], 0.5)
 		p99[k] = Quantile(lat[k], 0.99)
 	}
-	return p99, reqs, fails
+	return p50, p99, reqs, fails
 }

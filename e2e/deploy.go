@@ -68,7 +68,7 @@ type StormSide interface {
 	Switch(start bool) (*Samples, error)
 	// Peek is the phase in progress so far: p99 per kind, requests,
 	// failures.
-	Peek() (p99 [numKinds]time.Duration, reqs, fails int)
+	Peek() (p50, p99 [numKinds]time.Duration, reqs, fails int)
 	Close() error
 }
 
@@ -180,7 +180,9 @@ func (s *localStorm) StartClient(caPEM []byte, cfg ClientConfig, targets ...neti
 
 func (s *localStorm) Switch(start bool) (*Samples, error) { return s.rec.Switch(start), nil }
 
-func (s *localStorm) Peek() (p99 [numKinds]time.Duration, reqs, fails int) { return s.rec.peek() }
+func (s *localStorm) Peek() (p50, p99 [numKinds]time.Duration, reqs, fails int) {
+	return s.rec.peek()
+}
 
 func (s *localStorm) Close() error {
 	if s.client != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/xdpshield/xdpshield/internal/flock"
@@ -14,7 +12,7 @@ import (
 // stormLock is the file whose flock serialises storms (and the study's
 // measurements) across processes: a storm's latency budget, or a study's
 // throughput, means nothing while another storm shares the machine's cores.
-var stormLock = filepath.Join(os.TempDir(), "xdpshield-storm.lock")
+var stormLock = flock.StormLockPath()
 
 // LockStorms waits (until ctx is done) for no other storm to run on the
 // machine and returns the release. The kernel drops the lock of a process

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteJSON writes v (a storm's Result, a study's results) to path,
@@ -139,4 +140,37 @@ func rateName(r uint64) string {
 		return "full speed"
 	}
 	return Human(float64(r)) + " pps"
+}
+
+// ProgressJSON is p as one line of `shieldlab storm -progress-json` (the
+// workbench reads it: workbench.StormProgress), latencies in ms by kind.
+func ProgressJSON(p Progress) []byte {
+	ms := func(d [numKinds]time.Duration) map[string]float64 {
+		m := map[string]float64{}
+		for k := range numKinds {
+			m[k.String()] = float64(d[k].Microseconds()) / 1000
+		}
+		return m
+	}
+	drop := p.DropPPS
+	if drop == nil {
+		drop = map[string]float64{}
+	}
+	b, _ := json.Marshal(struct {
+		Phase    string             `json:"phase"`
+		Shield   bool               `json:"shield"`
+		Elapsed  float64            `json:"elapsed_seconds"`
+		Length   float64            `json:"length_seconds"`
+		SentPPS  float64            `json:"sent_pps"`
+		PassPPS  float64            `json:"pass_pps"`
+		DropPPS  map[string]float64 `json:"drop_pps"`
+		P50Ms    map[string]float64 `json:"p50_ms"`
+		P99Ms    map[string]float64 `json:"p99_ms"`
+		Requests int                `json:"requests"`
+		Failures int                `json:"failures"`
+		APIOK    bool               `json:"api_ok"`
+		Sources  int                `json:"sources"`
+	}{p.Phase, p.Shield, p.Elapsed.Seconds(), p.Length.Seconds(), p.SentPPS, p.PassPPS, drop,
+		ms(p.P50), ms(p.P99), p.Requests, p.Failures, p.APIOK, p.Sources})
+	return b
 }

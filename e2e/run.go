@@ -467,7 +467,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 				}
 				p.PassPPS = float64(d.Verdict(shield.Pass)) / dt
 			}
-			p.P99, p.Requests, p.Failures = r.storm.Peek()
+			p.P50, p.P99, p.Requests, p.Failures = r.storm.Peek()
 			tableMu.Lock()
 			p.Sources = ph.Table.End
 			tableMu.Unlock()

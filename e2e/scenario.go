@@ -238,7 +238,7 @@ type Progress struct {
 	SentPPS  float64
 	DropPPS  map[string]float64 // by reason
 	PassPPS  float64
-	P99      [numKinds]time.Duration
+	P50, P99 [numKinds]time.Duration
 	Requests int
 	Failures int
 	APIOK    bool

@@ -19,6 +19,7 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/xdplb"
+	"github.com/xdpshield/xdpshield/workbench"
 )
 
 // Log attribute keys of the service's lifecycle logs.
@@ -98,6 +99,16 @@ type Config struct {
 	// through Chain, whose verdict stands. It takes the shield's one
 	// `next` slot, so it excludes [xdplb] VIPs.
 	Chain string
+	// Workbench is the live page ([workbench]; off unless Enabled).
+	Workbench Workbench
+}
+
+// Workbench configures the live page served under workbench.Prefix beside
+// the API. Off, the API serves exactly its own routes.
+type Workbench struct {
+	Enabled bool
+	// Config: its Token is the API's (set by the service).
+	workbench.Config
 }
 
 // API configures the service's HTTP API.
@@ -150,6 +161,7 @@ type Service struct {
 	quitOnce sync.Once
 
 	stopOwn context.CancelFunc // ends WatchOwn
+	stopWB  func()             // stops the workbench's storm, if any
 
 	health    health
 	detached  atomic.Bool   // Detach was called
@@ -386,7 +398,9 @@ func (s *Service) serve() {
 	if topTimeout <= 0 {
 		topTimeout = api.DefaultTopTimeout
 	}
-	s.hs = httpServer(gate(srv, srv.Authenticated), topTimeout+WriteTimeout, s.log)
+	h, authed, stopWB := Handler(srv, a.Shield, cfg, s.log.With(keyIface, a.Iface))
+	s.stopWB = stopWB
+	s.hs = httpServer(gate(h, authed), topTimeout+WriteTimeout, s.log)
 	if s.adm != nil {
 		s.serveOn(s.adm)
 	}
@@ -522,6 +536,9 @@ func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
 		s.quitOnce.Do(func() { close(s.quit) })
 		<-s.done
+		if s.stopWB != nil {
+			s.stopWB()
+		}
 		if s.stopOwn != nil {
 			s.stopOwn()
 		}
@@ -571,4 +588,24 @@ func readableSecrets(cfg Config) []string {
 		}
 	}
 	return keys
+}
+
+// Handler is what the service serves: the API alone, or with the workbench
+// enabled, the page under workbench.Prefix and the API everywhere else.
+// authed says whether a request is the operator's or a signed-in
+// visitor's (the connection guard keeps its slot); stop ends what the
+// workbench runs (a storm), once nothing is served.
+func Handler(srv *api.Server, src workbench.Source, cfg Config, log *slog.Logger) (h http.Handler, authed func(*http.Request) bool, stop func()) {
+	if !cfg.Workbench.Enabled {
+		return srv, srv.Authenticated, func() {}
+	}
+	wc := cfg.Workbench.Config
+	wc.Token = cfg.API.Token
+	wc.Logger = log
+	wb := workbench.New(src, wc)
+	log.Info("workbench enabled", keyListen, workbench.Prefix, "anonymous_view", !wc.NoAnonymous)
+	mux := http.NewServeMux()
+	mux.Handle(workbench.Prefix, wb)
+	mux.Handle("/", srv)
+	return mux, func(r *http.Request) bool { return srv.Authenticated(r) || wb.SignedIn(r) }, wb.Close
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/workbench"
 )
 
 // keyPos is where a key is written in the configuration file.
@@ -216,6 +217,18 @@ func printCheck(w io.Writer, path string, cfg config, set settings) {
 		row("l7", "%s, %d routes, %d rbac rules", cfg.L7.Listen, len(cfg.L7.Routes), len(cfg.L7.RBAC))
 	} else {
 		row("l7", "off")
+	}
+	if w := cfg.Workbench; w.Enabled {
+		storms := "storms with " + w.Shieldlab
+		if lab, err := workbench.FindLab(w.Shieldlab); err != nil {
+			storms = "no storms: " + err.Error()
+		} else if w.Shieldlab == "" {
+			storms = "storms with " + lab
+		}
+		row("workbench", "%s://%s%s, read-only view %s, sessions %s; %s", scheme, cfg.API.Listen, workbench.Prefix,
+			onOff[w.AnonymousView], w.SessionTTL.Duration, storms)
+	} else {
+		row("workbench", "off")
 	}
 	row("log", "%s, %s", cfg.Log.Level, cfg.Log.Format)
 }

@@ -19,6 +19,7 @@ import (
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/xdplb"
+	"github.com/xdpshield/xdpshield/workbench"
 )
 
 // config is the service's configuration file (TOML; docs/shield.example.toml
@@ -74,6 +75,22 @@ type config struct {
 	// [[xdplb.vip]], [[xdplb.vip.backend]]; xdplb.Config). None without
 	// VIPs.
 	XDPLB xdplb.Config `toml:"xdplb"`
+	// Workbench is the live page (docs/workbench.md); off by default.
+	Workbench struct {
+		Enabled bool `toml:"enabled"`
+		// CredentialFile holds a sign-in secret for the page besides
+		// the operator token (mode 0600, as the token file).
+		CredentialFile string `toml:"credential_file"`
+		// AnonymousView shows the live counters without signing in.
+		AnonymousView bool     `toml:"anonymous_view"`
+		SessionTTL    duration `toml:"session_ttl"`
+		// Shieldlab is the lab binary storms run with (default: beside
+		// shield, else in PATH).
+		Shieldlab     string   `toml:"shieldlab"`
+		StormsPerHour int      `toml:"storms_per_hour"`
+		StormPhase    duration `toml:"storm_phase"`
+		StormTimeout  duration `toml:"storm_timeout"`
+	} `toml:"workbench"`
 }
 
 // duration reads "5s"-style TOML strings.
@@ -108,6 +125,11 @@ func defaultConfig() config {
 	c.Log.Level = "info"
 	c.Log.Format = "text"
 	c.LB = lb.DefaultConfig()
+	c.Workbench.AnonymousView = true
+	c.Workbench.SessionTTL = duration{workbench.DefaultSessionTTL}
+	c.Workbench.StormsPerHour = workbench.DefaultPerHour
+	c.Workbench.StormPhase = duration{workbench.DefaultStormPhase}
+	c.Workbench.StormTimeout = duration{workbench.DefaultStormTimeout}
 	return c
 }
 
@@ -170,6 +192,8 @@ type settings struct {
 	allow  []netip.Prefix
 	deny   []netip.Prefix
 	token  string
+	// credential is the workbench's own sign-in secret.
+	credential string
 }
 
 var clocks = map[string]shield.Clock{"jiffies": shield.ClockJiffies, "ktime": shield.ClockKtime}
@@ -255,6 +279,9 @@ func (c *config) validate() (settings, error) {
 			errs = append(errs, fmt.Errorf("api.token_file: %w", err))
 		}
 	}
+	if err := c.validateWorkbench(&s); err != nil {
+		errs = append(errs, err)
+	}
 	// What the service checks before it binds or attaches anything: the
 	// address, and that an exposed API is protected.
 	if err := svc.ValidateAPI(c.apiConfig(s.token)); err != nil {
@@ -323,4 +350,48 @@ func readToken(path string, mine bool) (string, error) {
 		return "", fmt.Errorf("token in %s contains whitespace", path)
 	}
 	return tok, nil
+}
+
+// validateWorkbench checks [workbench] (only when enabled: a disabled
+// section changes nothing) and reads its credential.
+func (c *config) validateWorkbench(s *settings) error {
+	w := &c.Workbench
+	if !w.Enabled {
+		return nil
+	}
+	var errs []error
+	if w.AnonymousView && c.API.AuthReads {
+		errs = append(errs, errors.New("workbench.anonymous_view: the API needs the token to read (api.auth_reads); the page would show without one what the API does not: set anonymous_view = false"))
+	}
+	if w.SessionTTL.Duration < time.Minute || w.SessionTTL.Duration > 24*time.Hour {
+		errs = append(errs, fmt.Errorf("workbench.session_ttl: %s out of range [1m, 24h]", w.SessionTTL.Duration))
+	}
+	if w.StormsPerHour < 1 || w.StormsPerHour > 60 {
+		errs = append(errs, fmt.Errorf("workbench.storms_per_hour: %d out of range [1, 60]", w.StormsPerHour))
+	}
+	if w.StormPhase.Duration < time.Second || w.StormPhase.Duration > 30*time.Second {
+		errs = append(errs, fmt.Errorf("workbench.storm_phase: %s out of range [1s, 30s]", w.StormPhase.Duration))
+	}
+	if w.StormTimeout.Duration < 10*time.Second || w.StormTimeout.Duration > 15*time.Minute {
+		errs = append(errs, fmt.Errorf("workbench.storm_timeout: %s out of range [10s, 15m]", w.StormTimeout.Duration))
+	}
+	if w.CredentialFile != "" {
+		var err error
+		if s.credential, err = readServiceTokenFile(w.CredentialFile); err != nil {
+			errs = append(errs, fmt.Errorf("workbench.credential_file: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// workbenchConfig is the service's workbench configuration.
+func (c *config) workbenchConfig(credential string) svc.Workbench {
+	w := c.Workbench
+	return svc.Workbench{Enabled: w.Enabled, Config: workbench.Config{
+		Credential:  credential,
+		NoAnonymous: !w.AnonymousView,
+		SessionTTL:  w.SessionTTL.Duration,
+		Storm: workbench.StormConfig{Binary: w.Shieldlab, PerHour: w.StormsPerHour,
+			Phase: w.StormPhase.Duration, Timeout: w.StormTimeout.Duration},
+	}}
 }

@@ -169,6 +169,16 @@ func TestConfigErrors(t *testing.T) {
 		// Every problem at once, each naming its key.
 		{"l7 two errors", "iface = \"eth0\"\n" + strings.Replace(strings.Replace(l7Conf, `action = "deny"`, `action = "drop"`, 1), "198.18.0.2:9001", "x", 1), "l7.route[0].backends[0]: \"x\" is not IP:port\nl7.rbac[0].action"},
 		{"lb unknown key", "iface = \"eth0\"\n[[lb.service]]\nvip = \"198.18.0.100\"\nweight = 1", "unknown keys: lb.service.weight"},
+		// Issue 29: the workbench, checked only when enabled.
+		{"workbench", "iface = \"eth0\"\n[api]\ntoken_file = \"" + tok + "\"\n[workbench]\nenabled = true\ncredential_file = \"" + tok + "\"", ""},
+		{"workbench off, bad values", "iface = \"eth0\"\n[api]\ntoken_file = \"" + tok + "\"\n[workbench]\nsession_ttl = \"1s\"", ""},
+		{"workbench anonymous with auth_reads", "iface = \"eth0\"\n[api]\nauth_reads = true\ntoken_file = \"" + tok + "\"\n[workbench]\nenabled = true", "workbench.anonymous_view: the API needs the token to read"},
+		{"workbench auth_reads, no anonymous", "iface = \"eth0\"\n[api]\nauth_reads = true\ntoken_file = \"" + tok + "\"\n[workbench]\nenabled = true\nanonymous_view = false", ""},
+		{"workbench ttl", "iface = \"eth0\"\n[workbench]\nenabled = true\nsession_ttl = \"25h\"", "workbench.session_ttl: 25h0m0s out of range"},
+		{"workbench storms", "iface = \"eth0\"\n[workbench]\nenabled = true\nstorms_per_hour = 0", "workbench.storms_per_hour: 0 out of range"},
+		{"workbench phase", "iface = \"eth0\"\n[workbench]\nenabled = true\nstorm_phase = \"1m\"", "workbench.storm_phase: 1m0s out of range"},
+		{"workbench timeout", "iface = \"eth0\"\n[workbench]\nenabled = true\nstorm_timeout = \"1s\"", "workbench.storm_timeout: 1s out of range"},
+		{"workbench loose credential", "iface = \"eth0\"\n[workbench]\nenabled = true\ncredential_file = \"" + loose + "\"", "workbench.credential_file: token file"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

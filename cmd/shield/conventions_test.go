@@ -182,9 +182,14 @@ func TestCheckSummary(t *testing.T) {
 		"  protected        tcp/443\n",
 		"  keyed by         IPv4 /32, IPv6 /64\n",
 		"  deny list        1 prefixes\n",
+		"  workbench        off\n",
 	} {
 		assert.Contains(t, out, want)
 	}
+	// -workbench turns it on; a missing lab binary is said, not fatal.
+	code, out, errw = runShield(t, "serve", "-check", "-config", cfg, "-workbench")
+	require.Equal(t, exitOK, code, errw)
+	assert.Contains(t, out, "  workbench        http://127.0.0.1:9470/workbench/, read-only view on, sessions 1h0m0s; ")
 }
 
 // TestCheckNamesLine: an invalid configuration file is reported with the

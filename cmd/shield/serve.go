@@ -56,6 +56,7 @@ func runServe(ctx context.Context, args []string) error {
 	tlsKey := fs.String("tls-key", "", "PEM private key of -tls-cert")
 	adoptPins := fs.Bool("adopt-pins", false, "adopt pins that cannot be shown to be this network namespace's (kernels before 5.14 give no namespace cookie)")
 	adminDir := fs.String("admin-dir", "", "directory of the admin socket the CLI uses locally (default "+svc.DefaultAdminDir+")")
+	wb := fs.Bool("workbench", false, "serve the live page under /workbench/ (docs/workbench.md)")
 	expose := fs.Bool("dangerously-expose-api", false, "serve a non-loopback -listen without TLS or without the token on reads")
 	// Hidden: the container lane proves a capability is needed by the
 	// kernel's refusal, not only by this check.
@@ -105,6 +106,8 @@ func runServe(ctx context.Context, args []string) error {
 				cfg.API.AdminDir = *adminDir
 			case "dangerously-expose-api":
 				cfg.API.DangerouslyExpose = *expose
+			case "workbench":
+				cfg.Workbench.Enabled = *wb
 			}
 		})
 		set, err := cfg.validate()
@@ -146,7 +149,8 @@ func runServe(ctx context.Context, args []string) error {
 // flagKeys are the configuration keys serve's flags set.
 var flagKeys = map[string]string{"iface": "iface", "mode": "mode", "listen": "api.listen", "token-file": "api.token_file",
 	"pin-root": "pin_root", "table-size": "table_size", "log-format": "log.format", "tls-cert": "api.tls_cert",
-	"tls-key": "api.tls_key", "admin-dir": "api.admin_dir", "dangerously-expose-api": "api.dangerously_expose"}
+	"tls-key": "api.tls_key", "admin-dir": "api.admin_dir", "dangerously-expose-api": "api.dangerously_expose",
+	"workbench": "workbench.enabled"}
 
 func tokenState(path string) string {
 	if path == "" {
@@ -238,5 +242,6 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		L7:                cfg.L7,
 		XDPLB:             cfg.XDPLB,
 		Chain:             cfg.Chain,
+		Workbench:         cfg.workbenchConfig(set.credential),
 	}
 }

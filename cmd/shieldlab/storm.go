@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -45,6 +46,7 @@ func runStorm(ctx context.Context, args []string) error {
 	short := fs.Bool("short", false, "the VM matrix's scaled-down storm (e2e.ShortConfig): 3 s phases, 10k frames/s, tight limits; other flags apply on top")
 	fs.Float64Var(&cfg.UDPCapacity, "udp-capacity", cfg.UDPCapacity, "requests/s the edge's datagram service answers")
 	quiet := fs.Bool("quiet", false, "no live progress line")
+	progressJSON := fs.Bool("progress-json", false, "progress as JSON lines on stdout (the workbench reads them), every half second; the table goes to stderr")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
 	}
@@ -80,7 +82,16 @@ func runStorm(ctx context.Context, args []string) error {
 	_, terr := unix.IoctlGetTermios(int(os.Stderr.Fd()), unix.TCGETS)
 	tty := terr == nil
 	last := ""
-	if !*quiet {
+	out := os.Stdout
+	if *progressJSON {
+		out, tty = os.Stderr, false
+		var mu sync.Mutex
+		cfg.Progress = func(p e2e.Progress) {
+			mu.Lock()
+			defer mu.Unlock()
+			os.Stdout.Write(append(e2e.ProgressJSON(p), '\n'))
+		}
+	} else if !*quiet {
 		cfg.Progress = func(p e2e.Progress) {
 			line := e2e.ProgressLine(p)
 			if tty {
@@ -96,11 +107,11 @@ func runStorm(ctx context.Context, args []string) error {
 		}
 	}
 	res, err := e2e.Run(ctx, cfg)
-	if tty && !*quiet {
+	if tty && !*quiet && !*progressJSON {
 		fmt.Fprint(os.Stderr, "\r\033[K")
 	}
 	if res != nil {
-		e2e.PrintTable(os.Stdout, res)
+		e2e.PrintTable(out, res)
 		if *jsonPath != "" {
 			if jerr := e2e.WriteJSON(*jsonPath, res); jerr != nil {
 				err = errors.Join(err, jerr)

@@ -1,0 +1,12 @@
+package workbench
+
+import (
+	"context"
+
+	"github.com/xdpshield/xdpshield/internal/flock"
+)
+
+// takeLock holds path as another storm's process would (e2e.LockStorms).
+func takeLock(path string) (int, func(), error) {
+	return flock.Take(context.Background(), []string{path}, 0o600, nil)
+}
