@@ -35,9 +35,10 @@ test-priv: ## the privileged pass of all but the storms, packages side by side (
 # The storms run alone: go test ./... runs packages side by side, and a
 # storm's latency budget would then measure cmd/shield's million-source
 # tests as much as the shield.
-test-storm: ## the namespace storms (root), alone
+test-storm: ## the namespace storms (root), alone; then the workbench's browser test with the real storm started from the page
 	@ci/deps.sh
 	$(GO) test -count=1 -timeout 20m ./e2e
+	WORKBENCH_REAL_STORM=1 $(GO) test -count=1 -timeout 10m -run '^TestBrowser$$' ./workbench
 
 container-images: ## the shield, edge and storm images FROM scratch (static binaries) on the engine DOCKER_HOST names
 	@mkdir -p out/container

@@ -45,9 +45,10 @@ func TestBrowser(t *testing.T) {
 	}
 	// The storm: a stand-in printing what `shieldlab storm
 	// -progress-json` prints (e2e.TestProgressJSON holds the two to one
-	// format), so the test neither waits for the machine's storm lock
-	// (the study's tests take it) nor adds a storm's minute to CI; with
-	// WORKBENCH_REAL_STORM=1 the lab's own binary, built here.
+	// format), so that beside other packages' tests it waits for no
+	// storm lock (the study's tests take it); with WORKBENCH_REAL_STORM=1
+	// the lab's own binary, built here: `make test-storm` runs it so,
+	// alone, after the storms (CI does).
 	lab := filepath.Join(t.TempDir(), "shieldlab")
 	if os.Getenv("WORKBENCH_REAL_STORM") == "1" {
 		build := exec.Command("go", "build", "-o", lab, "../cmd/shieldlab")
