@@ -209,6 +209,12 @@ func (d *diffEnv) exchange(t testing.TB, addr string, chunks [][]byte, want int,
 			break
 		}
 	}
+	// The answer to a HEAD has no body (llhttp's sample.md:47 waited
+	// 10 s for one).
+	first := ""
+	if len(chunks) > 0 && bytes.HasPrefix(bytes.Join(chunks, nil), []byte("HEAD ")) {
+		first = "HEAD"
+	}
 	var out []response
 	for want < 0 || len(out) < want {
 		wait := idle
@@ -216,7 +222,11 @@ func (d *diffEnv) exchange(t testing.TB, addr string, chunks [][]byte, want int,
 			wait = 10 * time.Second
 		}
 		c.SetReadDeadline(time.Now().Add(wait))
-		r := readResponses(br, 1)
+		m := ""
+		if len(out) == 0 {
+			m = first
+		}
+		r := readResponsesTo(br, []string{m})
 		if len(r) == 0 {
 			break
 		}
