@@ -60,7 +60,7 @@ func (fp *FastPath) kernelConn(cc *clientConn) (bpf.L7Conn, bool) {
 // for; then it empties the pool slot.
 func (fp *FastPath) respond(cc *clientConn, b int, up net.Conn, upCookie uint64) {
 	br := bufio.NewReader(up)
-	answered := true // the request owed here (if any) has had no byte written
+	untouched := true // the request owed here (if any) has had no byte written
 	for {
 		resp, err := http.ReadResponse(br, nil) // the kernel takes GET, POST, PUT, DELETE: never HEAD
 		if err != nil {
@@ -78,21 +78,32 @@ func (fp *FastPath) respond(cc *clientConn, b int, up net.Conn, upCookie uint64)
 			// goes to it any more.
 			fp.unpool(cc, b, up)
 		}
-		answered = false
-		werr := fp.writeResponse(cc, resp)
+		untouched = false
+		var counted bool
+		werr := fp.writeResponse(cc, resp, func() {
+			// The last bytes are still to be sent, the client socket's
+			// writes held (wmu): counting now lets the kernel take the
+			// client's next request, which a closed-loop client sends
+			// on reading them, while what answers it waits for wmu.
+			if final {
+				fp.responded(cc)
+				counted = true
+			}
+		})
 		resp.Body.Close()
+		untouched = counted
 		if werr != nil {
 			fp.logf("conn %d: relaying a response of backend %d: %v", cc.cookie, b, werr)
 			cc.Conn.Close() // a partial response: the client must not wait for its rest
-			fp.responded(cc)
-			answered = true
+			if !counted {
+				fp.responded(cc)
+			}
+			untouched = true
 			break
 		}
 		if !final {
 			continue
 		}
-		answered = true
-		fp.responded(cc)
 		if closing {
 			break
 		}
@@ -101,7 +112,7 @@ func (fp *FastPath) respond(cc *clientConn, b int, up net.Conn, upCookie uint64)
 	up.Close() // no redirect to it succeeds from here
 	fp.forgetPeer(upCookie)
 	if fp.owed(cc, upCookie) {
-		if answered {
+		if untouched {
 			// Closed before answering: the proxy answers 502 then
 			// (its ErrorHandler); so does the fast path.
 			gw := &http.Response{StatusCode: http.StatusBadGateway, ProtoMajor: 1, ProtoMinor: 1,
@@ -158,7 +169,8 @@ func (fp *FastPath) responded(cc *clientConn) {
 // writeResponse writes resp to cc's client as the proxy would: the
 // hop-by-hop headers removed, the status text the standard one, framed by
 // its length or else chunked.
-func (fp *FastPath) writeResponse(cc *clientConn, resp *http.Response) error {
+// last runs before the last bytes are sent, the client's writes held.
+func (fp *FastPath) writeResponse(cc *clientConn, resp *http.Response, last func()) error {
 	h := resp.Header
 	for _, v := range h["Connection"] {
 		for _, name := range strings.Split(v, ",") {
@@ -182,6 +194,7 @@ func (fp *FastPath) writeResponse(cc *clientConn, resp *http.Response) error {
 	if err := out.Write(bw); err != nil {
 		return err
 	}
+	last()
 	return bw.Flush()
 }
 
