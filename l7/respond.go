@@ -23,6 +23,10 @@ import (
 // while one is at a backend (busy) is answered after it. So a
 // connection's responses leave in its requests' order on every path.
 //
+// The pooled sockets are read on every kernel, with TCP relays (5.10)
+// too: no stream parser runs on them (none is attached to the upstreams
+// sockhash), so a read takes nothing a parser waits for (relay.go watch).
+//
 // The cost, against the kernel redirecting responses itself: a read and
 // a write in user space per response (docs/l7.md, "Order").
 
