@@ -177,6 +177,12 @@ func (d *diffEnv) settle(t testing.TB) {
 // ends, or idle passes without a byte.
 func (d *diffEnv) exchange(t testing.TB, addr string, chunks [][]byte, want int, idle time.Duration) []response {
 	t.Helper()
+	return d.exchangeFirst(t, addr, chunks, want, idle, 0)
+}
+
+// exchangeFirst is exchange awaiting the first answer at least firstWait.
+func (d *diffEnv) exchangeFirst(t testing.TB, addr string, chunks [][]byte, want int, idle, firstWait time.Duration) []response {
+	t.Helper()
 	c, err := d.e.dial(t.Context(), "tcp", addr)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
@@ -218,6 +224,9 @@ func (d *diffEnv) exchange(t testing.TB, addr string, chunks [][]byte, want int,
 	var out []response
 	for want < 0 || len(out) < want {
 		wait := idle
+		if len(out) == 0 {
+			wait = max(wait, firstWait)
+		}
 		if want >= 0 {
 			wait = 10 * time.Second
 		}
