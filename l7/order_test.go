@@ -82,6 +82,7 @@ func (t *teeSwitch) Read(p []byte) (int, error) {
 func TestL7ResponseOrder(t *testing.T) {
 	d := newDiffEnv(t)
 	u1, u2 := d.users[0], d.users[1]
+	require.NotEqual(t, u1, u2, "two users on two backends")
 	get := func(path, user string) string {
 		return "GET " + path + " HTTP/1.1\r\nHost: a.test\r\nX-User: " + user + "\r\n\r\n"
 	}
