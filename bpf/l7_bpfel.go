@@ -22,6 +22,10 @@ type L7Conn struct {
 	Route       uint32
 	MsgLen      uint32
 	PassedBytes uint64
+	Fast        uint64
+	FastUp      uint64
+	Crlf        uint32
+	Pad         uint32
 }
 
 type L7Ctl struct {
@@ -29,6 +33,7 @@ type L7Ctl struct {
 	Expected uint64
 	SrcMask  uint32
 	Pad      uint32
+	Done     uint64
 }
 
 type L7Policy struct {
@@ -123,8 +128,6 @@ const (
 	L7MapScratch      = "scratch"
 	L7MapUpstreams    = "upstreams"
 	L7ProgL7Parse     = "l7_parse"
-	L7ProgL7UpParse   = "l7_up_parse"
-	L7ProgL7UpVerdict = "l7_up_verdict"
 	L7ProgL7Verdict   = "l7_verdict"
 	L7VarHaveLookup   = "have_lookup"
 	L7VarPassRedirect = "pass_redirect"
@@ -173,10 +176,8 @@ type L7Specs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type L7ProgramSpecs struct {
-	L7Parse     *ebpf.ProgramSpec `ebpf:"l7_parse"`
-	L7UpParse   *ebpf.ProgramSpec `ebpf:"l7_up_parse"`
-	L7UpVerdict *ebpf.ProgramSpec `ebpf:"l7_up_verdict"`
-	L7Verdict   *ebpf.ProgramSpec `ebpf:"l7_verdict"`
+	L7Parse   *ebpf.ProgramSpec `ebpf:"l7_parse"`
+	L7Verdict *ebpf.ProgramSpec `ebpf:"l7_verdict"`
 }
 
 // L7MapSpecs contains maps before they are loaded into the kernel.
@@ -267,17 +268,13 @@ type L7Variables struct {
 //
 // It can be passed to LoadL7Objects or ebpf.CollectionSpec.LoadAndAssign.
 type L7Programs struct {
-	L7Parse     *ebpf.Program `ebpf:"l7_parse"`
-	L7UpParse   *ebpf.Program `ebpf:"l7_up_parse"`
-	L7UpVerdict *ebpf.Program `ebpf:"l7_up_verdict"`
-	L7Verdict   *ebpf.Program `ebpf:"l7_verdict"`
+	L7Parse   *ebpf.Program `ebpf:"l7_parse"`
+	L7Verdict *ebpf.Program `ebpf:"l7_verdict"`
 }
 
 func (p *L7Programs) Close() error {
 	return _L7Close(
 		p.L7Parse,
-		p.L7UpParse,
-		p.L7UpVerdict,
 		p.L7Verdict,
 	)
 }

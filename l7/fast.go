@@ -34,11 +34,12 @@ const (
 	ReasonResponse
 	ReasonRedirectGone
 	ReasonUnknown
+	ReasonCRLF
 	numReasons
 )
 
 var reasonNames = [...]string{"fast", "miss", "deny", "noroute", "busy", "unparsed", "policy",
-	"sticky", "sticky_more", "response", "redirect_gone", "unknown"}
+	"sticky", "sticky_more", "response", "redirect_gone", "unknown", "crlf"}
 
 func (r Reason) String() string {
 	if r >= 0 && int(r) < len(reasonNames) {
@@ -55,13 +56,13 @@ type FastCounters struct {
 }
 
 // Slow is the number of requests passed to the proxy (every reason but
-// fast, response, unknown and sticky_more, which counts later data of a
+// fast, response, unknown, crlf and sticky_more, which counts later data of a
 // connection already passed).
 func (c FastCounters) Slow() uint64 {
 	var n uint64
 	for r := Reason(0); r < numReasons; r++ {
 		switch r {
-		case ReasonFast, ReasonResponse, ReasonUnknown, ReasonStickyMore:
+		case ReasonFast, ReasonResponse, ReasonUnknown, ReasonStickyMore, ReasonCRLF:
 		default:
 			n += c.Reasons[r]
 		}
@@ -116,6 +117,7 @@ type FastPath struct {
 	routeBase  map[string]uint64
 	routeOff   [MaxRoutes]uint64
 	dropped    atomic.Uint64 // pooled sockets dropped by policy changes
+	responses  atomic.Uint64 // responses to fast requests relayed (respond.go)
 }
 
 // kernelPolicy compiles p into the data plane's form; enabled false (with
@@ -245,8 +247,6 @@ func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
 	for _, a := range []link.RawAttachProgramOptions{
 		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Parse, Attach: ebpf.AttachSkSKBStreamParser},
 		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Verdict, Attach: ebpf.AttachSkSKBStreamVerdict},
-		{Target: fp.objs.Upstreams.FD(), Program: fp.objs.L7UpParse, Attach: ebpf.AttachSkSKBStreamParser},
-		{Target: fp.objs.Upstreams.FD(), Program: fp.objs.L7UpVerdict, Attach: ebpf.AttachSkSKBStreamVerdict},
 	} {
 		if err := link.RawAttachProgram(a); err != nil {
 			fp.Close()
@@ -309,6 +309,9 @@ func (fp *FastPath) Counters() (FastCounters, error) {
 		for _, v := range per {
 			sum += v
 		}
+		if i == int(ReasonResponse) {
+			sum += fp.responses.Load() // relayed in user space (respond.go)
+		}
 		if i < int(numReasons) {
 			c.Reasons[i] = sum
 		} else {
@@ -351,7 +354,7 @@ func (fp *FastPath) logf(format string, args ...any) {
 // accept puts an accepted client connection into the data plane: its state,
 // its source mask, then the sockhash (so the parser finds the state).
 func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
-	cc := &clientConn{Conn: c, pooled: map[int]net.Conn{}}
+	cc := &clientConn{Conn: c, fp: fp, pooled: map[int]net.Conn{}, progress: make(chan struct{})}
 	ap, err := addrPort(c.RemoteAddr())
 	if err != nil {
 		return nil, err
@@ -361,8 +364,8 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	// known (fp.conns) before the next change starts.
 	fp.polMu.Lock()
 	defer fp.polMu.Unlock()
-	cc.mask = srcMask(fp.px.Policy(), cc.src)
-	mask := cc.mask
+	mask := srcMask(fp.px.Policy(), cc.src)
+	cc.mask.Store(mask)
 	err = socket(c, func(fd int, cookie uint64) error {
 		cc.cookie = cookie
 		if fp.Relay {
@@ -430,9 +433,20 @@ func (fp *FastPath) idle(cc *clientConn) {
 	if fp.shut {
 		return
 	}
-	if err := fp.objs.Ctls.Update(cc.cookie, bpf.L7Ctl{Expected: cc.handled.Load(), SrcMask: cc.mask}, ebpf.UpdateExist); err != nil {
+	cc.expected.Store(cc.handled.Load())
+	if err := fp.writeCtl(cc); err != nil {
 		fp.logf("ctl of %d: %v", cc.cookie, err)
 	}
+}
+
+// writeCtl writes cc's control as it stands: requests the proxy answered,
+// responses relayed (respond.go), source mask. Every writer writes it
+// whole, one at a time (cc.ctlMu), so none undoes another's field.
+func (fp *FastPath) writeCtl(cc *clientConn) error {
+	cc.ctlMu.Lock()
+	defer cc.ctlMu.Unlock()
+	return fp.objs.Ctls.Update(cc.cookie, bpf.L7Ctl{Expected: cc.expected.Load(), Done: cc.done.Load(),
+		SrcMask: cc.mask.Load()}, ebpf.UpdateExist)
 }
 
 func (fp *FastPath) fill(cc *clientConn, b int) error {
@@ -482,37 +496,11 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 	}
 	cc.pooled[b] = up
 	cc.mu.Unlock()
-	// Every byte the backend sends is redirected to the client: a read
-	// returns only at the backend's close, which empties the pool slot.
-	// Where the watchers do not read (watchPoll: 5.10), neither is the
-	// pooled socket read: a read there takes response bytes the parser
-	// has not run on (relay.go watch); its end is awaited instead.
-	go func() {
-		if fp.watchPoll {
-			awaitEnd(up)
-		} else {
-			buf := make([]byte, 1)
-			for {
-				n, err := up.Read(buf)
-				fp.stray.Add(uint64(n))
-				if err != nil {
-					break
-				}
-			}
-		}
-		fp.mu.Lock()
-		cc.mu.Lock()
-		if cc.pooled[b] == up && !fp.shut { // not dropped by a policy change (dropPooled)
-			fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
-			delete(cc.pooled, b)
-		}
-		cc.mu.Unlock()
-		if !fp.shut {
-			fp.objs.Peer.Delete(upCookie)
-		}
-		fp.mu.Unlock()
-		up.Close()
-	}()
+	cc.hasPool.Store(true)
+	// Every response the backend sends is read here, framed and written
+	// to the client in order (respond.go); the pool slot empties at the
+	// backend's close.
+	go fp.respond(cc, b, up, upCookie)
 	return nil
 }
 
@@ -567,7 +555,7 @@ func (fp *FastPath) settled() bool {
 		if fp.objs.Conns.Lookup(cookie, &c) != nil || fp.objs.Ctls.Lookup(cookie, &ctl) != nil {
 			continue
 		}
-		if c.Sticky == 0 && c.Passed != ctl.Expected {
+		if c.Sticky == 0 && (c.Passed != ctl.Expected || c.Fast != ctl.Done) {
 			return false
 		}
 	}

@@ -97,7 +97,7 @@ func (d *diffEnv) handover(t *testing.T, pair string, step int, forget bool) boo
 	}
 	defer c.Close()
 	br := bufio.NewReader(c)
-	io.WriteString(c, warmup)
+	io.WriteString(c, warmup(d.users[0]))
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if w := readResponses(br, 1); len(w) != 1 || w[0].Status != 200 {
 		t.Errorf("warm-up: %v", w)
@@ -127,7 +127,7 @@ func (d *diffEnv) handover(t *testing.T, pair string, step int, forget bool) boo
 	c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	late := readResponses(br, 2-len(r))
 	t.Errorf("pieces of %d bytes: %d answers %v; sent %d bytes; %s; 3 s later: %v",
-		step, len(r), r, len(warmup)+len(pair), state, late)
+		step, len(r), r, len(warmup(d.users[0]))+len(pair), state, late)
 	return false
 }
 

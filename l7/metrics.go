@@ -19,7 +19,7 @@ var (
 	descNoRoute = prometheus.NewDesc("shield_l7_no_route_total",
 		"Requests answered 404: no route matched.", nil, nil)
 	descReasons = prometheus.NewDesc("shield_l7_fast_path_messages_total",
-		"Messages the kernel's fast path judged, by outcome: fast (redirected), response (a backend's bytes redirected back), and each reason a request went to the proxy (miss, deny, noroute, busy, unparsed, policy, sticky, sticky_more, redirect_gone, unknown).",
+		"Messages the kernel's fast path judged, by outcome: fast (redirected), response (a response to a redirected request relayed back), crlf (CR/LF after a redirected POST, dropped), and each reason a request went to the proxy (miss, deny, noroute, busy, unparsed, policy, sticky, sticky_more, redirect_gone, unknown).",
 		[]string{"reason"}, nil)
 	descFast = prometheus.NewDesc("shield_l7_fast_path",
 		"1 when the kernel's fast path is attached and holds the policy, 0 when the Go proxy alone serves.", nil, nil)

@@ -98,6 +98,13 @@ func NewProxy(p *Policy, dial Dialer) *Proxy {
 		ModifyResponse: func(r *http.Response) error {
 			j := r.Request.Context().Value(verdictKey{}).(judged)
 			j.st.routes[j.v.Route].class[min(r.StatusCode/100, 5)].Add(1)
+			// A miss fills the pool with one socket to the backend it
+			// went to (issue 24, finding 7: before, one to every backend
+			// of the route), unless the backend closes its connections
+			// after each response: one connection per request at most.
+			if cc, _ := r.Request.Context().Value(ctxKey{}).(*clientConn); cc != nil && !r.Close {
+				cc.want(j.v.Backend)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -188,13 +195,6 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.routes[v.Route].requests.Add(1)
-	if cc != nil {
-		// A miss fills the pool for the whole route, so the next request
-		// of this connection to any of its backends can take the fast path.
-		for _, b := range st.p.routes[v.Route].ids {
-			cc.want(b)
-		}
-	}
 	px.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), verdictKey{}, judged{v, st, req.Path})))
 }
 
@@ -271,12 +271,25 @@ func (px *Proxy) Serve(s *http.Server, l net.Listener) error {
 // clientConn is an accepted client connection known to the data plane.
 type clientConn struct {
 	net.Conn
+	fp      *FastPath
 	cookie  uint64
 	src     netip.Addr    // the client's address
-	mask    uint32        // source mask of the policy in force (FastPath.polMu)
+	mask    atomic.Uint32 // source mask of the policy in force (written under FastPath.polMu)
 	handled atomic.Uint64 // requests the proxy read on it
-	read    atomic.Uint64 // bytes the proxy read from it
-	stray   atomic.Uint64 // bytes the relay's watcher read off the client socket itself (relay.go watch)
+	// Order (respond.go): expected is the proxy's answered count last
+	// given to the kernel, done the responses to redirected requests
+	// relayed; ctlMu orders the writes of the kernel's ctl; wmu the
+	// writes to the client socket; progress is closed (and replaced,
+	// under mu) at each response relayed; hasPool: a pooled socket was
+	// ever made (before, no request was redirected).
+	expected atomic.Uint64
+	done     atomic.Uint64
+	ctlMu    sync.Mutex
+	wmu      sync.Mutex
+	progress chan struct{}
+	hasPool  atomic.Bool
+	read     atomic.Uint64 // bytes the proxy read from it
+	stray    atomic.Uint64 // bytes the relay's watcher read off the client socket itself (relay.go watch)
 
 	relay *relay // where the kernel hands messages over, when FastPath.Relay (relay.go)
 

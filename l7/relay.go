@@ -434,8 +434,24 @@ func (cc *clientConn) SetDeadline(t time.Time) error {
 	return cc.Conn.SetDeadline(t)
 }
 
-// Close closes the client socket and the relay.
+// Write writes what the proxy answers once the responses owed to the
+// requests the kernel redirected before have been relayed (respond.go).
+func (cc *clientConn) Write(p []byte) (int, error) {
+	if cc.fp != nil {
+		cc.fp.awaitOwed(cc)
+	}
+	cc.wmu.Lock()
+	defer cc.wmu.Unlock()
+	return cc.Conn.Write(p)
+}
+
+// Close closes the client socket and the relay, once the responses owed
+// to requests the kernel redirected have been relayed (the proxy closes
+// after its last answer; theirs come before it).
 func (cc *clientConn) Close() error {
+	if cc.fp != nil {
+		cc.fp.awaitOwed(cc)
+	}
 	err := cc.Conn.Close()
 	if cc.relay != nil {
 		err = errors.Join(err, cc.relay.close())

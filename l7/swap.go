@@ -121,13 +121,8 @@ func (fp *FastPath) install(old, p *Policy) error {
 	fp.mu.Unlock()
 	var errs []error
 	for _, cc := range conns {
-		cc.mask = srcMask(p, cc.src)
-		var ctl bpf.L7Ctl
-		if err := fp.objs.Ctls.Lookup(cc.cookie, &ctl); err != nil {
-			continue // closed meanwhile
-		}
-		ctl.SrcMask = cc.mask
-		if err := fp.objs.Ctls.Update(cc.cookie, ctl, ebpf.UpdateExist); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		cc.mask.Store(srcMask(p, cc.src))
+		if err := fp.writeCtl(cc); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("ctl of %d: %w", cc.cookie, err))
 		}
 	}
