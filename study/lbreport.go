@@ -45,11 +45,11 @@ func ReportLB(w io.Writer, r *Results) {
 		}
 	}
 	if len(l.Moved) > 0 {
-		fmt.Fprintln(w, "\nNew flows that change backend when the last of n backends goes (the balancer's 4,093-slot Maglev table, computed; hashing modulo n is nftables' `jhash ... mod n` DNAT map). Established flows keep theirs through state (xdplb's connection table, conntrack) unless they were on the removed backend.")
-		fmt.Fprintln(w, "\n| backends n | Maglev (xdplb) | ideal 1/n | modulo n |")
-		fmt.Fprintln(w, "|---:|---:|---:|---:|")
+		fmt.Fprintln(w, "\nNew flows that change backend when the last of n backends goes (the balancer's 4,093-slot Maglev table, computed; a hash modulo n as a plain hash-mod design does; nftables' `jhash ... mod n` DNAT map is no modulo: nft_jhash scales the hash into n ranges, reciprocal_scale). Established flows keep theirs through state (xdplb's connection table, conntrack) unless they were on the removed backend.")
+		fmt.Fprintln(w, "\n| backends n | Maglev (xdplb) | ideal 1/n | nftables jhash mod n | hash modulo n |")
+		fmt.Fprintln(w, "|---:|---:|---:|---:|---:|")
 		for _, m := range l.Moved {
-			fmt.Fprintf(w, "| %d | %.3f | %.3f | %.3f |\n", m.N, m.Maglev, 1/float64(m.N), m.Modulo)
+			fmt.Fprintf(w, "| %d | %.3f | %.3f | %.3f | %.3f |\n", m.N, m.Maglev, 1/float64(m.N), m.NFT, m.Modulo)
 		}
 	}
 	for _, s := range l.Skipped {

@@ -60,11 +60,14 @@ func (c *LBCell) GeneratorBound(floor *LBCell) bool {
 }
 
 // Moved is the share of new flows that change backend when one of N
-// backends goes: Maglev (xdplb's table) against hashing modulo N.
+// backends goes: Maglev (xdplb's table) against a hash modulo N and
+// against nftables' `jhash ... mod N`, which is no modulo: nft_jhash
+// scales the hash into N ranges (reciprocal_scale, (h*N)>>32).
 type Moved struct {
 	N      int     `json:"backends"`
 	Maglev float64 `json:"maglev"`
 	Modulo float64 `json:"modulo"`
+	NFT    float64 `json:"nft_jhash"`
 }
 
 // LBResults are the xdplb section.
@@ -170,7 +173,16 @@ func movedShares() []Moved {
 				mod++
 			}
 		}
-		out = append(out, Moved{N: n, Maglev: float64(moved) / float64(len(before)), Modulo: float64(mod) / float64(len(before))})
+		// nft_jhash: reciprocal_scale over hashes spread evenly.
+		const grid = 1 << 16
+		scaled := 0
+		for i := range uint64(grid) {
+			h := i << 16
+			if h*uint64(n)>>32 != h*uint64(n-1)>>32 {
+				scaled++
+			}
+		}
+		out = append(out, Moved{N: n, Maglev: float64(moved) / float64(len(before)), Modulo: float64(mod) / float64(len(before)), NFT: float64(scaled) / grid})
 	}
 	return out
 }

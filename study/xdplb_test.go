@@ -30,6 +30,10 @@ func TestLBMissing(t *testing.T) {
 	for _, m := range r.Moved {
 		assert.InDelta(t, 1/float64(m.N), m.Maglev, 0.05, "Maglev, n=%d", m.N)
 		assert.Greater(t, m.Modulo, 0.5, "modulo, n=%d", m.N)
+		// n ranges made n-1 move about half the flows whatever n (n=3:
+		// 1/6+1/3; nft itself in xdplb's TestCompareBalancers: 158 of 300).
+		assert.InDelta(t, 0.5, m.NFT, 0.001, "nft jhash, n=%d", m.N)
+		assert.Greater(t, m.NFT, m.Maglev, "nft jhash moves more than Maglev, n=%d", m.N)
 	}
 
 	r.Cell("xdplb", "ipv6").Samples[0].DropPPS = 0
