@@ -14,6 +14,7 @@ pkgs=(
 	gnuplot-nox              # the study's plots (shieldlab study)
 	shellcheck               # make lint: actionlint checks the workflow's scripts with it
 	haproxy nginx-light xdp-tools # the study's peers (issue 31): L7 proxies, xdp-filter
+	ipvsadm                  # the balancer study's IPVS row (xdplb TestCompareBalancers, in a VM)
 )
 # Hosted CI installs each job's packages itself (.github/workflows/ci.yml).
 if [ "${SHIELD_SKIP_DEPS:-}" = 1 ]; then
