@@ -16,6 +16,7 @@ pkgs=(
 	haproxy nginx-light xdp-tools # the study's peers (issue 31): L7 proxies, xdp-filter
 	systemd-container        # systemd-nspawn: dist/systemd's unit under a real systemd
 	chromium fonts-dejavu-core # the workbench's browser test (workbench/browser_test.go)
+	ipvsadm                  # the balancer study's IPVS row (xdplb TestCompareBalancers, in a VM)
 )
 # Hosted CI installs each job's packages itself (.github/workflows/ci.yml).
 if [ "${SHIELD_SKIP_DEPS:-}" = 1 ]; then

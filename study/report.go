@@ -287,6 +287,9 @@ func Report(w io.Writer, r *Results, plots []string) {
 	if r.ran(SectionLists) {
 		ReportLists(w, r)
 	}
+	if r.ran(SectionXDPLB) {
+		ReportLB(w, r)
+	}
 	if len(plots) > 0 {
 		fmt.Fprintln(w, "\n## Plots")
 		for _, p := range plots {

@@ -47,6 +47,7 @@ type Results struct {
 	Sections     []string      `json:"sections,omitempty"` // the sections run (empty: every one, as before -only)
 	L7           *L7Results    `json:"l7_peers,omitempty"`
 	Lists        *ListResults  `json:"lists,omitempty"`
+	LB           *LBResults    `json:"xdplb,omitempty"`
 	Notes        []string      `json:"notes"`
 	Error        string        `json:"error,omitempty"`
 }
@@ -446,6 +447,9 @@ func (r *Results) finish() {
 	if r.Lists != nil {
 		r.Lists.finish()
 	}
+	if r.LB != nil {
+		r.LB.finish()
+	}
 }
 
 // ran reports whether section was run.
@@ -512,6 +516,9 @@ func (r *Results) Missing() []string {
 	}
 	if r.ran(SectionLists) {
 		out = append(out, r.Lists.missing()...)
+	}
+	if r.ran(SectionXDPLB) {
+		out = append(out, r.LB.missing()...)
 	}
 	if !r.ran(SectionMain) {
 		return out

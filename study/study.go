@@ -52,10 +52,11 @@ const (
 	SectionMain  = "main"  // legitimate traffic and drop capacity against nftables, and the benchmarks
 	SectionPeers = "peers" // the L7 fast path beside the Go proxy, HAProxy and nginx
 	SectionLists = "lists" // large deny lists: the shield beside xdp-filter and the XDP_DROP floor
+	SectionXDPLB = "xdplb" // the XDP layer-4 balancer's packet rate beside the XDP_DROP and XDP_TX floors
 )
 
 // Sections are every section, in the order of a run.
-var Sections = []string{SectionMain, SectionPeers, SectionLists}
+var Sections = []string{SectionMain, SectionPeers, SectionLists, SectionXDPLB}
 
 func (o Options) sections() ([]string, error) {
 	if len(o.Only) == 0 {
@@ -206,9 +207,13 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if lists {
 		steps += s.listSteps()
 	}
+	lbs := slices.Contains(secs, SectionXDPLB)
+	if lbs {
+		steps += s.lbSteps()
+	}
 	s.bar = newBar(opt.Progress, opt.Lines, steps)
 	defer s.close()
-	if main || lists {
+	if main || lists || lbs {
 		if err := s.setup(); err != nil {
 			return nil, err
 		}
@@ -221,6 +226,9 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	}
 	if err == nil && lists {
 		err = s.listSection(ctx)
+	}
+	if err == nil && lbs {
+		err = s.lbSection(ctx)
 	}
 	s.bar.done()
 	if err != nil {

@@ -1,0 +1,405 @@
+package study
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/sim"
+	"github.com/xdpshield/xdpshield/xdplb"
+)
+
+// LBTargets are what the xdplb section puts on edge0, in the order of a run:
+// the XDP_DROP floor, the XDP_TX floor (the frame sent back out unmodified)
+// and the balancer (match the VIP, pick a backend, encapsulate, XDP_TX)
+// with 65,536 flows (most frames a new flow for its CPU's connection
+// table: an LRU insert) and with 16 (every frame a connection-table hit).
+var LBTargets = []string{"drop", "tx", "xdplb", "xdplb-16"}
+
+// lbFlows is how many flows (sources) each target is sent.
+func lbFlows(target string) uint32 {
+	if target == "xdplb-16" {
+		return 16
+	}
+	return e2e.MaxMany4
+}
+
+// lbBackends is how many backends the balanced VIP has (never reached: the
+// encapsulated frames go back out edge0 to storm0, which drops them).
+const lbBackends = 4
+
+// LBCell is one (target, family) over every run. In its samples, Dropped
+// is what the target handled: dropped, sent back, or balanced.
+type LBCell struct {
+	Target  string       `json:"target"`
+	Family  string       `json:"family"`
+	Samples []DropSample `json:"runs"`
+	// Reasons are xdplb's counters over each run (its decisions).
+	Reasons []map[string]uint64 `json:"xdplb_reasons,omitempty"`
+	GenPPS  Stat                `json:"generator_pps"` // sent / seconds: the generator's own rate
+	SeenPPS Stat                `json:"seen_pps"`
+	DonePPS Stat                `json:"handled_pps"`
+	PerCPU  Stat                `json:"handled_per_softirq_cpu_second"`
+}
+
+// GeneratorBound reports whether the generator's own rate (what it sends
+// into the XDP_DROP floor, floor) is not well above what c handled
+// (within 10%): the figure is then the generator's, not the target's.
+// The floor itself always is.
+func (c *LBCell) GeneratorBound(floor *LBCell) bool {
+	return floor != nil && c.DonePPS.Median >= 0.9*floor.GenPPS.Median
+}
+
+// Moved is the share of new flows that change backend when one of N
+// backends goes: Maglev (xdplb's table) against a hash modulo N and
+// against nftables' `jhash ... mod N`, which is no modulo: nft_jhash
+// scales the hash into N ranges (reciprocal_scale, (h*N)>>32).
+type Moved struct {
+	N      int     `json:"backends"`
+	Maglev float64 `json:"maglev"`
+	Modulo float64 `json:"modulo"`
+	NFT    float64 `json:"nft_jhash"`
+}
+
+// LBResults are the xdplb section.
+type LBResults struct {
+	Cells   []*LBCell `json:"cells"`
+	Moved   []Moved   `json:"moved"`
+	Skipped []string  `json:"skipped,omitempty"`
+}
+
+// Cell returns a cell, nil when not measured.
+func (r *LBResults) Cell(target, family string) *LBCell {
+	if r == nil {
+		return nil
+	}
+	for _, c := range r.Cells {
+		if c.Target == target && c.Family == family {
+			return c
+		}
+	}
+	return nil
+}
+
+func (r *LBResults) cell(target, family string) *LBCell {
+	if c := r.Cell(target, family); c != nil {
+		return c
+	}
+	c := &LBCell{Target: target, Family: family}
+	r.Cells = append(r.Cells, c)
+	return c
+}
+
+func (r *LBResults) finish() {
+	for _, c := range r.Cells {
+		col := func(f func(DropSample) float64) Stat {
+			var xs []float64
+			for _, s := range c.Samples {
+				xs = append(xs, f(s))
+			}
+			return statOf(xs)
+		}
+		c.GenPPS = col(func(s DropSample) float64 { return float64(s.Sent) / s.Seconds })
+		c.SeenPPS = col(func(s DropSample) float64 { return s.SeenPPS })
+		c.DonePPS = col(func(s DropSample) float64 { return s.DropPPS })
+		c.PerCPU = col(func(s DropSample) float64 { return s.DropsPerCPUSec })
+	}
+}
+
+func (r *LBResults) missing() []string {
+	if r == nil {
+		return []string{"xdplb: not measured"}
+	}
+	var out []string
+	for _, t := range LBTargets {
+		for _, fam := range ListFamilies {
+			c := r.Cell(t, fam)
+			switch {
+			case c == nil || len(c.Samples) == 0:
+				out = append(out, fmt.Sprintf("xdplb %s %s: not measured", t, fam))
+			case c.DonePPS.Median <= 0:
+				out = append(out, fmt.Sprintf("xdplb %s %s: nothing handled", t, fam))
+			}
+		}
+	}
+	for _, m := range r.Moved {
+		// Maglev's disruption bound (Eisenbud et al., NSDI 2016, 3.4): the
+		// removed backend's share moves, little more.
+		if m.Maglev < 1/float64(m.N)-0.01 || m.Maglev > 1/float64(m.N)+0.05 {
+			out = append(out, fmt.Sprintf("xdplb moved n=%d: Maglev moved %.3f of the flows, not about 1/n", m.N, m.Maglev))
+		}
+	}
+	return out
+}
+
+// lbRuns: -quick makes one run (it checks that every target handled
+// frames, nothing more).
+func (s *study) lbRuns() int {
+	if s.opt.Quick {
+		return 1
+	}
+	return s.opt.Runs
+}
+
+func (s *study) lbSteps() int { return s.lbRuns() * len(ListFamilies) * len(LBTargets) }
+
+// movedShares computes, for n backends of which the last goes, the share
+// of the balancer's table (new flows) whose backend changes, and what
+// hashing modulo n (nftables' `jhash ... mod n`) moves.
+func movedShares() []Moved {
+	var out []Moved
+	for _, n := range []int{3, 5, 10} {
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("198.18.1.%d", i+1)
+		}
+		before := lb.MaglevTable(names, nil, xdplb.RingSize)
+		after := lb.MaglevTable(names[:n-1], nil, xdplb.RingSize)
+		moved, mod := 0, 0
+		for i := range before {
+			if names[before[i]] != names[after[i]] {
+				moved++
+			}
+			if i%n != i%(n-1) {
+				mod++
+			}
+		}
+		// nft_jhash: reciprocal_scale over hashes spread evenly.
+		const grid = 1 << 16
+		scaled := 0
+		for i := range uint64(grid) {
+			h := i << 16
+			if h*uint64(n)>>32 != h*uint64(n-1)>>32 {
+				scaled++
+			}
+		}
+		out = append(out, Moved{N: n, Maglev: float64(moved) / float64(len(before)), Modulo: float64(mod) / float64(len(before)), NFT: float64(scaled) / grid})
+	}
+	return out
+}
+
+// lbSection measures each target's packet rate on edge0 from the
+// generator's UDP frames to the edge's datagram port (the VIP).
+func (s *study) lbSection(ctx context.Context) error {
+	res := &LBResults{Moved: movedShares()}
+	s.res.LB = res
+	// storm0 drops what edge0 sends back (XDP_TX): a veth delivers XDP_TX
+	// frames to a peer that runs NAPI, and this keeps them out of the
+	// storm namespace's stack. It also repairs what the encapsulation
+	// wrote over the generator's frame, see repairProgram.
+	back, err := repairProgram(s.top.EdgeMAC, s.top.StormMAC)
+	if err != nil {
+		return err
+	}
+	defer back.Close()
+	var bl link.Link
+	if err := s.top.Storm.Do(func() (err error) {
+		bl, err = link.AttachXDP(link.XDPOptions{Program: back, Interface: s.top.StormIfindex})
+		return err
+	}); err != nil {
+		return fmt.Errorf("xdplb: XDP_DROP on storm0: %w", err)
+	}
+	defer bl.Close()
+	for run := range s.lbRuns() {
+		for _, fam := range ListFamilies {
+			for i := range LBTargets {
+				t := LBTargets[(i+run)%len(LBTargets)]
+				tpl, err := s.listTemplate(fam, int(lbFlows(t)))
+				if err != nil {
+					return err
+				}
+				s.bar.step(fmt.Sprintf("run %d/%d xdplb %s %s", run+1, s.lbRuns(), fam, t))
+				if err := s.lbRate(ctx, run, res.cell(t, fam), t, tpl); err != nil {
+					return fmt.Errorf("xdplb %s %s: %w", t, fam, err)
+				}
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// repairProgram drops every frame, after writing the template's Ethernet
+// header back where it was in the ones xdplb encapsulated (IPIP: 20 bytes
+// after the outer frame's start, IP6IP6: 40). The live-frames generator
+// recycles its pages with whatever was written into them (bpf/storm.c
+// rewrites only the source and checksums), and the encapsulation writes
+// the outer IP header over the frame's own Ethernet header: without the
+// repair, the generator's next frames from those pages are not IP, and
+// the balancer passes them to the stack (measured: 0.37 Mpps sent, 3% of
+// it balanced). The inner packet is left as it was sent.
+func repairProgram(edge, storm net.HardwareAddr) (*ebpf.Program, error) {
+	le32 := func(b []byte) int32 { return int32(binary.LittleEndian.Uint32(b)) }
+	le16 := func(b []byte) int16 { return int16(binary.LittleEndian.Uint16(b)) }
+	ins := asm.Instructions{
+		asm.LoadMem(asm.R2, asm.R1, 0, asm.Word), // data
+		asm.LoadMem(asm.R3, asm.R1, 4, asm.Word), // data_end
+		asm.Mov.Reg(asm.R4, asm.R2),
+		asm.Add.Imm(asm.R4, 14+40+14),
+		asm.JGT.Reg(asm.R4, asm.R3, "drop"),
+		asm.LoadMem(asm.R5, asm.R2, 12, asm.Half), // EtherType, as stored
+		asm.JEq.Imm(asm.R5, 0x0008, "v4"),
+		asm.JEq.Imm(asm.R5, int32(0xdd86), "v6"),
+		asm.Ja.Label("drop"),
+		asm.LoadMem(asm.R6, asm.R2, 14+9, asm.Byte).WithSymbol("v4"), // protocol
+		asm.JNE.Imm(asm.R6, 4, "drop"),                               // not IPIP: not encapsulated
+		asm.Add.Imm(asm.R2, 20),
+		asm.Ja.Label("fix"),
+		asm.LoadMem(asm.R6, asm.R2, 14+6, asm.Byte).WithSymbol("v6"), // next header
+		asm.JNE.Imm(asm.R6, 41, "drop"),                              // not IP6IP6
+		asm.Add.Imm(asm.R2, 40),
+		asm.StoreImm(asm.R2, 0, int64(le32(edge[0:4])), asm.Word).WithSymbol("fix"),
+		asm.StoreImm(asm.R2, 4, int64(le16(edge[4:6])), asm.Half),
+		asm.StoreImm(asm.R2, 6, int64(le32(storm[0:4])), asm.Word),
+		asm.StoreImm(asm.R2, 10, int64(le16(storm[4:6])), asm.Half),
+		asm.StoreMem(asm.R2, 12, asm.R5, asm.Half), // the inner family's, same as the outer
+		asm.Mov.Imm(asm.R0, int32(sim.Drop)).WithSymbol("drop"),
+		asm.Return(),
+	}
+	return ebpf.NewProgram(&ebpf.ProgramSpec{Name: "xdp_lb_repair", Type: ebpf.XDP, License: "GPL", Instructions: ins})
+}
+
+// txProgram returns XDP_TX: the frame goes back out unmodified.
+func txProgram() (*ebpf.Program, error) {
+	return ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "xdp_tx_ref", Type: ebpf.XDP, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 3), asm.Return()},
+	})
+}
+
+// lbConfig balances the edge's datagram port on Edge4 and Edge6 over
+// lbBackends addresses nobody holds, encapsulated towards storm0.
+func (s *study) lbConfig() xdplb.Config {
+	var b4, b6 []xdplb.Backend
+	for i := range lbBackends {
+		b4 = append(b4, xdplb.Backend{Addr: netip.AddrFrom4([4]byte{198, 18, 210, byte(i + 1)})})
+		b6 = append(b6, xdplb.Backend{Addr: netip.MustParseAddr(fmt.Sprintf("2001:db8:210::%d", i+1))})
+	}
+	return xdplb.Config{NextHop: xdplb.MAC(s.top.StormMAC), Source4: e2e.Edge4, Source6: e2e.Edge6, MTU: 1500,
+		VIPs: []xdplb.VIP{
+			{Addr: e2e.Edge4, Port: e2e.DatagramPort, Proto: "udp", Backends: b4},
+			{Addr: e2e.Edge6, Port: e2e.DatagramPort, Proto: "udp", Backends: b6},
+		}}
+}
+
+func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, tpl e2e.Template) error {
+	var prog *ebpf.Program
+	var count func() (uint64, error)
+	var reasons func() (map[string]uint64, error)
+	switch target {
+	case "drop", "tx":
+		var err error
+		if target == "drop" {
+			prog, err = sim.DropProgram()
+		} else {
+			prog, err = txProgram()
+		}
+		if err != nil {
+			return err
+		}
+		defer prog.Close()
+	case "xdplb", "xdplb-16":
+		b, err := xdplb.Load()
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if err := b.Apply(s.lbConfig()); err != nil {
+			return err
+		}
+		prog = b.Program()
+		reasons = func() (map[string]uint64, error) {
+			st, err := b.Stats()
+			return st.Reasons, err
+		}
+		count = func() (uint64, error) {
+			r, err := reasons()
+			return r["tx"], err
+		}
+	default:
+		return fmt.Errorf("unknown xdplb target %q", target)
+	}
+	var l link.Link
+	if err := s.top.Edge.Do(func() (err error) {
+		l, err = link.AttachXDP(link.XDPOptions{Program: prog, Interface: s.top.EdgeIfindex})
+		return err
+	}); err != nil {
+		return err
+	}
+	defer l.Close()
+	var d0 uint64
+	if count != nil {
+		var err error
+		if d0, err = count(); err != nil {
+			return err
+		}
+	}
+	v0, err := s.top.VethStats()
+	if err != nil {
+		return err
+	}
+	cpu0, err := s.edge.machine()
+	if err != nil {
+		return err
+	}
+	phase := s.opt.DropPhase
+	if s.opt.Quick {
+		phase /= 2
+	}
+	start := time.Now()
+	per, err := fullSpeed(ctx, s.gen, []e2e.Template{tpl}, nil, phase)
+	secs := time.Since(start).Seconds()
+	if err != nil {
+		return err
+	}
+	if err := sleep(ctx, 300*time.Millisecond); err != nil {
+		return err
+	}
+	cpu1, err := s.edge.machine()
+	if err != nil {
+		return err
+	}
+	v1, err := s.top.VethStats()
+	if err != nil {
+		return err
+	}
+	d := DropSample{Run: run, Seconds: secs, Sent: per[0]}
+	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
+	d.Seen = d.Sent - min(d.Refused, d.Sent)
+	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
+	d.BusyCPU = cpu1.busy - cpu0.busy
+	if count == nil {
+		d.Dropped = d.Seen
+	} else {
+		d1, err := count()
+		if err != nil {
+			return err
+		}
+		d.Dropped = d1 - d0
+	}
+	if reasons != nil {
+		r, err := reasons()
+		if err != nil {
+			return err
+		}
+		c.Reasons = append(c.Reasons, r)
+	}
+	d.SeenPPS = float64(d.Seen) / secs
+	d.DropPPS = float64(d.Dropped) / secs
+	if d.SoftirqCPU > 0 {
+		d.DropsPerCPUSec = float64(d.Dropped) / d.SoftirqCPU
+	}
+	c.Samples = append(c.Samples, d)
+	return nil
+}
