@@ -89,6 +89,8 @@ struct vip {
 struct backend {
 	__u32 addr[4]; /* outer destination; IPv4 in addr[0]; network order */
 	__u32 flags;   /* LB_V6, LB_PRESENT */
+	__u32 gen;     /* generation of this id: new each time user space gives
+			* the id to a (VIP, backend) pair */
 };
 
 /* A flow, as the client sent it; the connection table's key and the words
@@ -106,6 +108,7 @@ struct flow {
 struct conn {
 	__u32 backend; /* backend id chosen when the flow was first seen */
 	__u32 vip;     /* the VIP's id, for a table walk */
+	__u32 gen;     /* backend.gen when learnt: a reused id is not this */
 };
 
 /* Configuration that changes at run time (one entry). */
@@ -245,16 +248,20 @@ static __always_inline __u32 flow_hash(const struct flow *f)
 /* The backend for flow at vip: the connection table's, while that backend
  * lives, else the live ring's slot (and the table learns it). Returns the
  * backend id or -1. */
-static __always_inline int choose(struct flow *f, const struct vip *v, struct backend **out)
+static __always_inline int choose(struct flow *f, const struct vip *v, struct backend **out, int learn)
 {
 	struct conn *c = bpf_map_lookup_elem(&conns, f);
 	struct backend *b;
 	__u32 id;
 
-	if (c) {
+	/* A backend id names one (VIP, backend) pair; an entry learnt for
+	 * another VIP id or an earlier generation of the id (removed, then
+	 * given to another pair) is stale: the ring decides, else the flow
+	 * could go to a backend of another service. */
+	if (c && c->vip == v->id) {
 		id = c->backend;
 		b = bpf_map_lookup_elem(&backends, &id);
-		if (b && (b->flags & LB_PRESENT) && (b->flags & LB_V6) == f->v6) {
+		if (b && (b->flags & LB_PRESENT) && (b->flags & LB_V6) == f->v6 && b->gen == c->gen) {
 			count(LB_CONN_HIT, 0);
 			*out = b;
 			return id;
@@ -270,8 +277,12 @@ static __always_inline int choose(struct flow *f, const struct vip *v, struct ba
 	b = bpf_map_lookup_elem(&backends, &id);
 	if (!b || !(b->flags & LB_PRESENT) || (b->flags & LB_V6) != f->v6)
 		return -1;
-	struct conn nc = {.backend = id, .vip = v->id};
-	bpf_map_update_elem(&conns, f, &nc, BPF_ANY);
+	/* ICMP errors do not learn: anyone can forge one, and a forged flow
+	 * must not take a connection table entry. */
+	if (learn) {
+		struct conn nc = {.backend = id, .vip = v->id, .gen = b->gen};
+		bpf_map_update_elem(&conns, f, &nc, BPF_ANY);
+	}
 	*out = b;
 	return id;
 }
@@ -288,7 +299,11 @@ static __always_inline __u16 csum_fold(__u32 s)
 static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cfg, const struct backend *b,
 				  __u16 inner_len, __u8 tos)
 {
-	if ((__u32)inner_len + sizeof(struct iphdr) > cfg->mtu)
+	/* The frame's length, not the header's claim: a forged short tot_len
+	 * must not carry a frame past the MTU into XDP_TX (dropped unseen). */
+	__u32 wire = ctx->data_end - ctx->data - sizeof(struct ethhdr);
+
+	if (wire + sizeof(struct iphdr) > cfg->mtu)
 		return count(LB_TOO_BIG, XDP_PASS);
 	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct iphdr)))
 		return count(LB_ADJUST_FAIL, XDP_PASS);
@@ -330,7 +345,9 @@ static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cf
 static __always_inline int encap6(struct xdp_md *ctx, const struct lb_config *cfg, const struct backend *b,
 				  __u16 inner_len, __u8 tc, __u32 hash)
 {
-	if ((__u32)inner_len + sizeof(struct ipv6hdr) > cfg->mtu)
+	__u32 wire = ctx->data_end - ctx->data - sizeof(struct ethhdr);
+
+	if (wire + sizeof(struct ipv6hdr) > cfg->mtu)
 		return count(LB_TOO_BIG, XDP_PASS);
 	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct ipv6hdr)))
 		return count(LB_ADJUST_FAIL, XDP_PASS);
@@ -385,7 +402,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct flow *f, struct vi
 	if (!cfg)
 		return count(LB_NOT_VIP, XDP_PASS);
 	struct backend *b = 0;
-	int id = choose(f, v, &b);
+	int id = choose(f, v, &b, reason == LB_TX);
 	if (id < 0 || !b)
 		return count(LB_NO_BACKEND, XDP_DROP);
 	__u32 vid = v->id;
@@ -412,6 +429,12 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 	__u16 len = bpf_ntohs(ip->tot_len);
 	void *l4 = ip + 1;
 
+	/* The header's length must fit the frame (Ethernet may pad it) and
+	 * hold at least the ports: else the backend would get a packet whose
+	 * outer length lies. */
+	if (len < sizeof(*ip) + 4 || (void *)ip + len > data_end)
+		return count(LB_MALFORMED, XDP_PASS);
+
 	if (ip->protocol == IPPROTO_ICMP) {
 		/* Fragmentation needed, about a packet a backend sent from the VIP
 		 * to a client: the quoted header is VIP -> client. */
@@ -421,6 +444,11 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 		if ((void *)(in + 1) > data_end)
 			return count(LB_NOT_VIP, XDP_PASS);
 		if (ic->type != ICMP_DEST_UNREACH || ic->code != ICMP_FRAG_NEEDED || in->ihl != 5)
+			return count(LB_NOT_VIP, XDP_PASS);
+		/* The error goes to the quoted packet's source, the VIP: one
+		 * addressed elsewhere (the edge itself, a passer-by) is not the
+		 * balancer's to steer. */
+		if (ip->daddr != in->saddr)
 			return count(LB_NOT_VIP, XDP_PASS);
 		if (ports(in + 1, data_end, &f.dport, &f.sport))
 			return count(LB_MALFORMED, XDP_PASS);
@@ -453,7 +481,11 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 
 	if ((void *)(ip6 + 1) > data_end)
 		return count(LB_MALFORMED, XDP_PASS);
-	__u16 len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	__u32 len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+
+	/* payload_len 0 (a jumbogram's) or past the frame: not balanced. */
+	if (len < sizeof(*ip6) + 4 || (void *)ip6 + len > data_end)
+		return count(LB_MALFORMED, XDP_PASS);
 	__u8 tc = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	void *l4 = ip6 + 1;
 
@@ -466,6 +498,11 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 		if (ic->type != ICMPV6_PKT_TOOBIG)
 			return count(LB_NOT_VIP, XDP_PASS);
 		if (in->nexthdr != IPPROTO_TCP && in->nexthdr != IPPROTO_UDP)
+			return count(LB_NOT_VIP, XDP_PASS);
+		if (ip6->daddr.in6_u.u6_addr32[0] != in->saddr.in6_u.u6_addr32[0] ||
+		    ip6->daddr.in6_u.u6_addr32[1] != in->saddr.in6_u.u6_addr32[1] ||
+		    ip6->daddr.in6_u.u6_addr32[2] != in->saddr.in6_u.u6_addr32[2] ||
+		    ip6->daddr.in6_u.u6_addr32[3] != in->saddr.in6_u.u6_addr32[3])
 			return count(LB_NOT_VIP, XDP_PASS);
 		if (ports(in + 1, data_end, &f.dport, &f.sport))
 			return count(LB_MALFORMED, XDP_PASS);

@@ -17,12 +17,14 @@ type XdplbBackend struct {
 	_     structs.HostLayout
 	Addr  [4]uint32
 	Flags uint32
+	Gen   uint32
 }
 
 type XdplbConn struct {
 	_       structs.HostLayout
 	Backend uint32
 	Vip     uint32
+	Gen     uint32
 }
 
 type XdplbContract struct {
