@@ -190,3 +190,29 @@ func TestAttackCarelessConfig(t *testing.T) {
 		assert.Error(t, c.Validate(), name)
 	}
 }
+
+// TestAttackReplaceAllVIPs: an Apply that replaces many VIPs by as many
+// others. The vips hash holds MaxVIPs; adding the new ones before
+// removing the old failed half-way (E2BIG), leaving some new VIPs live
+// and the rest of the configuration unapplied.
+func TestAttackReplaceAllVIPs(t *testing.T) {
+	many := func(third byte) xdplb.Config {
+		c := config(backends(b4...))
+		c.VIPs = nil
+		for i := 0; i < xdplb.MaxVIPs; i++ {
+			c.VIPs = append(c.VIPs, xdplb.VIP{Addr: netip.AddrFrom4([4]byte{198, 18, third, byte(i + 1)}), Port: 80, Proto: "tcp", Backends: backends(b4...)})
+		}
+		return c
+	}
+	b := load(t, many(100))
+	require.NoError(t, b.Apply(many(101)), "replace %d VIPs by %d others", xdplb.MaxVIPs, xdplb.MaxVIPs)
+	for _, third := range []byte{100, 101} {
+		p := pkt{client(1), netip.AddrFrom4([4]byte{198, 18, third, 64}), 40050, 80, "tcp", 0}
+		act, _ := run(t, b.Program(), frame(t, p))
+		want := sim.TX
+		if third == 100 {
+			want = sim.Pass
+		}
+		assert.Equal(t, want, act, "packet to %s", p.dst)
+	}
+}

@@ -253,6 +253,17 @@ func (b *Balancer) Apply(cfg Config) error {
 		}
 	}
 
+	// VIPs no longer configured go first: the vips hash holds MaxVIPs,
+	// so adding before removing failed half-way when the old and new sets
+	// together passed it, and a new VIP may take a removed one's id and
+	// rings, which must not be live while they are rewritten.
+	for _, v := range b.cfg.VIPs {
+		if _, ok := vipIDs[v.String()]; !ok {
+			if err := b.objs.Vips.Delete(vipKey(v)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("remove vip %s: %w", v, err)
+			}
+		}
+	}
 	vips := map[string]*vipState{}
 	for _, v := range cfg.VIPs {
 		name := v.String()
@@ -282,13 +293,6 @@ func (b *Balancer) Apply(cfg Config) error {
 			return fmt.Errorf("swap in table of %s: %w", name, err)
 		}
 		vips[name] = st
-	}
-	for _, v := range b.cfg.VIPs {
-		if vips[v.String()] == nil {
-			if err := b.objs.Vips.Delete(vipKey(v)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("remove vip %s: %w", v, err)
-			}
-		}
 	}
 	for m, id := range b.ids {
 		// An id given to a new pair in this Apply is not the old one's
