@@ -64,6 +64,7 @@ enum lb_reason {
 	LB_ICMP_TX,      /* ICMP too-big for a VIP sent to its flow's backend */
 	LB_CONN_HIT,     /* of LB_TX and LB_ICMP_TX: backend from the conn table */
 	LB_ADJUST_FAIL,  /* bpf_xdp_adjust_head refused: pass */
+	LB_VIP_SOURCE,   /* sent from a VIP's own address and port: pass */
 	LB_REASON_MAX,
 };
 
@@ -398,6 +399,15 @@ static __always_inline int balance(struct xdp_md *ctx, struct flow *f, struct vi
 
 	if (!v)
 		return count(LB_NOT_VIP, XDP_PASS);
+	/* No client speaks from a VIP's address and port: such a packet is
+	 * forged, or a backend's answer to another VIP (a request forged
+	 * from VIP 2 to VIP 1), which balanced would bounce between two
+	 * UDP services' backends through this edge without end. */
+	struct vip_key sk = {.port = f->sport, .proto = k->proto, .flags = k->flags};
+
+	__builtin_memcpy(sk.addr, f->src, sizeof(sk.addr));
+	if (reason == LB_TX && bpf_map_lookup_elem(&vips, &sk))
+		return count(LB_VIP_SOURCE, XDP_PASS);
 	struct lb_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return count(LB_NOT_VIP, XDP_PASS);

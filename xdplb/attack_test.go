@@ -216,3 +216,26 @@ func TestAttackReplaceAllVIPs(t *testing.T) {
 		assert.Equal(t, want, act, "packet to %s", p.dst)
 	}
 }
+
+// TestAttackVIPToVIP: a request forged from one VIP's address and port
+// to another (or the same) VIP. Balanced, the backend's answer goes to
+// the source VIP and is balanced again: two UDP echo-like services bounce
+// it through the edge without end. No client speaks from a VIP's address
+// and port: such packets pass unbalanced, counted as vip_source.
+func TestAttackVIPToVIP(t *testing.T) {
+	b := load(t, config(backends(b4...)))
+	for _, p := range []pkt{
+		{vip4, vip4, 80, 80, "tcp", 10},
+		{vip6, vip6, 53, 53, "udp", 10},
+	} {
+		in := frame(t, p)
+		before := stats(t, b).Reasons["vip_source"]
+		act, out := run(t, b.Program(), in)
+		assert.Equal(t, sim.Pass, act, "from %s:%d to %s:%d", p.src, p.sport, p.dst, p.dport)
+		assert.True(t, bytes.Equal(in, out), "frame unchanged")
+		assert.Equal(t, before+1, stats(t, b).Reasons["vip_source"], "vip_source")
+		p.sport++ // the VIP's address from another port: a client, balanced
+		act, _ = run(t, b.Program(), frame(t, p))
+		assert.Equal(t, sim.TX, act, "from %s:%d", p.src, p.sport)
+	}
+}

@@ -19,6 +19,7 @@ var Reasons = [bpf.XdplbLbReasonLB_REASON_MAX]string{
 	bpf.XdplbLbReasonLB_ICMP_TX:     "icmp_tx",
 	bpf.XdplbLbReasonLB_CONN_HIT:    "conn_hit",
 	bpf.XdplbLbReasonLB_ADJUST_FAIL: "adjust_fail",
+	bpf.XdplbLbReasonLB_VIP_SOURCE:  "vip_source",
 }
 
 // Count is packets and bytes (of the inner IP packets) summed over CPUs.
