@@ -40,6 +40,7 @@ struct icmp_head {
 	__u32 rest; /* unused; next-hop MTU for frag-needed / MTU for too-big */
 };
 
+#define IP_DF 0x4000 /* Don't Fragment, in iphdr.frag_off (host order) */
 #define ICMP_DEST_UNREACH 3
 #define ICMP_FRAG_NEEDED 4
 #define ICMPV6_PKT_TOOBIG 2
@@ -298,7 +299,7 @@ static __always_inline __u16 csum_fold(__u32 s)
 /* Encapsulates the IPv4 packet of inner_len bytes in IPIP to b and
  * returns XDP_TX, or a pass with its reason. */
 static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cfg, const struct backend *b,
-				  __u16 inner_len, __u8 tos)
+				  __u16 inner_len, __u8 tos, __u16 df)
 {
 	/* The frame's length, not the header's claim: a forged short tot_len
 	 * must not carry a frame past the MTU into XDP_TX (dropped unseen). */
@@ -325,7 +326,7 @@ static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cf
 	ip->tos = tos;
 	ip->tot_len = bpf_htons(inner_len + sizeof(struct iphdr));
 	ip->id = 0;
-	ip->frag_off = 0;
+	ip->frag_off = df; /* the inner DF, as RFC 2003 3.1 requires */
 	ip->ttl = 64;
 	ip->protocol = IPPROTO_IPIP;
 	ip->check = 0;
@@ -392,7 +393,7 @@ static __always_inline int ports(void *l4, void *data_end, __u16 *sport, __u16 *
 }
 
 static __always_inline int balance(struct xdp_md *ctx, struct flow *f, struct vip_key *k, __u16 inner_len, __u8 tos,
-				   __u32 reason)
+				   __u16 df, __u32 reason)
 {
 	__u32 zero = 0;
 	struct vip *v = bpf_map_lookup_elem(&vips, k);
@@ -416,7 +417,7 @@ static __always_inline int balance(struct xdp_md *ctx, struct flow *f, struct vi
 	if (id < 0 || !b)
 		return count(LB_NO_BACKEND, XDP_DROP);
 	__u32 vid = v->id;
-	int act = f->v6 ? encap6(ctx, cfg, b, inner_len, tos, flow_hash(f)) : encap4(ctx, cfg, b, inner_len, tos);
+	int act = f->v6 ? encap6(ctx, cfg, b, inner_len, tos, flow_hash(f)) : encap4(ctx, cfg, b, inner_len, tos, df);
 	if (act != XDP_TX)
 		return act;
 	add(&vip_stats, vid, inner_len);
@@ -468,7 +469,7 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 		k.addr[0] = in->saddr;
 		k.port = f.dport;
 		k.proto = in->protocol;
-		return balance(ctx, &f, &k, len, ip->tos, LB_ICMP_TX);
+		return balance(ctx, &f, &k, len, ip->tos, ip->frag_off & bpf_htons(IP_DF), LB_ICMP_TX);
 	}
 	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
 		return count(LB_NOT_VIP, XDP_PASS);
@@ -480,7 +481,7 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 	k.addr[0] = ip->daddr;
 	k.port = f.dport;
 	k.proto = ip->protocol;
-	return balance(ctx, &f, &k, len, ip->tos, LB_TX);
+	return balance(ctx, &f, &k, len, ip->tos, ip->frag_off & bpf_htons(IP_DF), LB_TX);
 }
 
 static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
@@ -522,7 +523,7 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 		f.proto = in->nexthdr;
 		k.port = f.dport;
 		k.proto = in->nexthdr;
-		return balance(ctx, &f, &k, len, tc, LB_ICMP_TX);
+		return balance(ctx, &f, &k, len, tc, 0, LB_ICMP_TX);
 	}
 	/* Extension headers (fragments among them) are not followed. */
 	if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
@@ -535,7 +536,7 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 	f.proto = ip6->nexthdr;
 	k.port = f.dport;
 	k.proto = ip6->nexthdr;
-	return balance(ctx, &f, &k, len, tc, LB_TX);
+	return balance(ctx, &f, &k, len, tc, 0, LB_TX);
 }
 
 SEC("xdp")

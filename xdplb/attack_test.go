@@ -239,3 +239,22 @@ func TestAttackVIPToVIP(t *testing.T) {
 		assert.Equal(t, sim.TX, act, "from %s:%d", p.src, p.sport)
 	}
 }
+
+// TestAttackOuterDF: RFC 2003 section 3.1: when the inner header has
+// Don't Fragment set, the outer header must have it too; without it a
+// router on the way fragments the outer packet instead of telling the
+// client (path MTU discovery through the tunnel breaks).
+func TestAttackOuterDF(t *testing.T) {
+	b := load(t, config(backends(b4...)))
+	p := pkt{netip.MustParseAddr("198.18.50.60"), vip4, 40060, 80, "tcp", 100}
+	in := frame(t, p) // ipLayers sets DF
+	act, out := run(t, b.Program(), in)
+	require.Equal(t, sim.TX, act)
+	e := decode(t, out)
+	require.NotNil(t, e.ip4, "outer IPv4")
+	assert.Equal(t, layers.IPv4DontFragment, e.ip4.Flags&layers.IPv4DontFragment, "outer DF, inner has DF")
+	in[14+6] &^= 0x40 // clear the inner DF (the checksum does not matter here)
+	act, out = run(t, b.Program(), in)
+	require.Equal(t, sim.TX, act)
+	assert.Zero(t, decode(t, out).ip4.Flags&layers.IPv4DontFragment, "outer DF, inner without DF")
+}
