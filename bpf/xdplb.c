@@ -40,6 +40,12 @@ struct icmp_head {
 	__u32 rest; /* unused; next-hop MTU for frag-needed / MTU for too-big */
 };
 
+/* IPv6 extension headers the balancer steps over, and how many. */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_DEST 60
+#define MAX_EXT6 4
+
 #define IP_DF 0x4000 /* Don't Fragment, in iphdr.frag_off (host order) */
 #define ICMP_DEST_UNREACH 3
 #define ICMP_FRAG_NEEDED 4
@@ -57,7 +63,7 @@ enum lb_limits {
 enum lb_reason {
 	LB_NOT_IP = 0,   /* not IPv4/IPv6 over Ethernet (VLANs included): pass */
 	LB_MALFORMED,    /* truncated header: pass */
-	LB_FRAGMENT,     /* IPv4 fragment or IPv6 extension header: pass */
+	LB_FRAGMENT,     /* IPv4 options or fragment; IPv6 fragment, AH, routing in transit or a chain past MAX_EXT6: pass */
 	LB_NOT_VIP,      /* no virtual service at the destination: pass */
 	LB_TX,           /* balanced: encapsulated and transmitted */
 	LB_TOO_BIG,      /* too big to encapsulate within the MTU: pass */
@@ -525,17 +531,35 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 		k.proto = in->nexthdr;
 		return balance(ctx, &f, &k, len, tc, 0, LB_ICMP_TX);
 	}
-	/* Extension headers (fragments among them) are not followed. */
-	if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
+	/* Hop-by-hop, destination options and a routing header with no
+	 * segment left (the destination is final) are stepped over, at most
+	 * MAX_EXT6 of them (RFC 8200 4.1); a fragment header, AH or a routing
+	 * header still on its way is not balanced. */
+	__u8 nh = ip6->nexthdr;
+
+#pragma unroll
+	for (int i = 0; i < MAX_EXT6; i++) {
+		if (nh != NEXTHDR_HOP && nh != NEXTHDR_DEST && nh != NEXTHDR_ROUTING)
+			break;
+		__u8 *h = l4;
+
+		if ((void *)(h + 4) > data_end)
+			return count(LB_MALFORMED, XDP_PASS);
+		if (nh == NEXTHDR_ROUTING && h[3] != 0)
+			return count(LB_FRAGMENT, XDP_PASS);
+		nh = h[0];
+		l4 += ((__u32)h[1] + 1) * 8;
+	}
+	if (nh != IPPROTO_TCP && nh != IPPROTO_UDP)
 		return count(LB_FRAGMENT, XDP_PASS);
 	if (ports(l4, data_end, &f.sport, &f.dport))
 		return count(LB_MALFORMED, XDP_PASS);
 	__builtin_memcpy(f.src, &ip6->saddr, 16);
 	__builtin_memcpy(f.dst, &ip6->daddr, 16);
 	__builtin_memcpy(k.addr, &ip6->daddr, 16);
-	f.proto = ip6->nexthdr;
+	f.proto = nh;
 	k.port = f.dport;
-	k.proto = ip6->nexthdr;
+	k.proto = nh;
 	return balance(ctx, &f, &k, len, tc, 0, LB_TX);
 }
 

@@ -258,3 +258,64 @@ func TestAttackOuterDF(t *testing.T) {
 	require.Equal(t, sim.TX, act)
 	assert.Zero(t, decode(t, out).ip4.Flags&layers.IPv4DontFragment, "outer DF, inner without DF")
 }
+
+// TestAttackIPv6ExtensionHeaders: extension headers before UDP (RFC 8200
+// 4.3 hop-by-hop, 4.6 destination options, 4.4 routing). The destination
+// is final, and the ports are found, after hop-by-hop, destination
+// options and a routing header with no segment left: balanced. A routing
+// header with segments left (the destination is not final yet), a
+// fragment header (later fragments carry no ports) and a chain longer
+// than four headers pass unbalanced.
+func TestAttackIPv6ExtensionHeaders(t *testing.T) {
+	b := load(t, config(backends(b4...)))
+	c := netip.MustParseAddr("2001:db8:50::70")
+	hop := []byte{0, 0, 1, 4, 0, 0, 0, 0}   // next, len 0, PadN of 4 (RFC 8200 4.2)
+	dst := []byte{0, 0, 1, 4, 0, 0, 0, 0}   // the same layout
+	rt0 := []byte{0, 2, 0, 0, 0, 0, 0, 0}   // type 0, segments left 0, one address follows
+	rt1 := []byte{0, 2, 0, 1, 0, 0, 0, 0}   // segments left 1
+	frag := []byte{0, 0, 0, 1, 0, 0, 0, 42} // offset 0, more fragments
+	type ext struct {
+		nh   uint8
+		body []byte
+	}
+	cases := []struct {
+		name string
+		exts []ext
+		want sim.Action
+	}{
+		{"hop-by-hop", []ext{{0, hop}}, sim.TX},
+		{"destination options", []ext{{60, dst}}, sim.TX},
+		{"hop-by-hop, routing (0 left), destination", []ext{{0, hop}, {43, append(rt0, make([]byte, 16)...)}, {60, dst}}, sim.TX},
+		{"routing, 1 segment left", []ext{{43, append(rt1, make([]byte, 16)...)}}, sim.Pass},
+		{"fragment (first)", []ext{{44, frag}}, sim.Pass},
+		{"five destination options", []ext{{60, dst}, {60, dst}, {60, dst}, {60, dst}, {60, dst}}, sim.Pass},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pkt{c, vip6, uint16(40070 + i), 53, "udp", 20} // 12 bytes or more: gopacket decodes port 53 as DNS
+			ls := ipLayers(t, p)
+			ip := ls[0].(*layers.IPv6)
+			var chain []byte
+			for j, e := range tc.exts {
+				h := append([]byte(nil), e.body...)
+				h[0] = 17 // UDP after the last
+				if j+1 < len(tc.exts) {
+					h[0] = tc.exts[j+1].nh
+				}
+				chain = append(chain, h...)
+			}
+			ip.NextHeader = layers.IPProtocol(tc.exts[0].nh)
+			eth := &layers.Ethernet{SrcMAC: clientMAC, DstMAC: edgeMAC, EthernetType: layers.EthernetTypeIPv6}
+			in := serialize(t, eth, ip, gopacket.Payload(append(chain, serialize(t, ls[1:]...)...)))
+			act, out := run(t, b.Program(), in)
+			require.Equal(t, tc.want, act, "action")
+			if act != sim.TX {
+				return
+			}
+			e := decode(t, out)
+			assert.Equal(t, in[14:], e.inner, "inner packet unchanged")
+			table := b.Table(dns6)
+			assert.Equal(t, table[xdplb.FlowHash(p.src, p.dst, p.sport, p.dport, 17)%uint32(xdplb.RingSize)], e.dst(t), "backend: the flow's slot")
+		})
+	}
+}
