@@ -40,6 +40,13 @@ struct icmp_head {
 	__u32 rest; /* unused; next-hop MTU for frag-needed / MTU for too-big */
 };
 
+/* IPv6 extension headers the balancer steps over, and how many. */
+#define NEXTHDR_HOP 0
+#define NEXTHDR_ROUTING 43
+#define NEXTHDR_DEST 60
+#define MAX_EXT6 4
+
+#define IP_DF 0x4000 /* Don't Fragment, in iphdr.frag_off (host order) */
 #define ICMP_DEST_UNREACH 3
 #define ICMP_FRAG_NEEDED 4
 #define ICMPV6_PKT_TOOBIG 2
@@ -56,7 +63,7 @@ enum lb_limits {
 enum lb_reason {
 	LB_NOT_IP = 0,   /* not IPv4/IPv6 over Ethernet (VLANs included): pass */
 	LB_MALFORMED,    /* truncated header: pass */
-	LB_FRAGMENT,     /* IPv4 fragment or IPv6 extension header: pass */
+	LB_FRAGMENT,     /* IPv4 options or fragment; IPv6 fragment, AH, routing in transit or a chain past MAX_EXT6: pass */
 	LB_NOT_VIP,      /* no virtual service at the destination: pass */
 	LB_TX,           /* balanced: encapsulated and transmitted */
 	LB_TOO_BIG,      /* too big to encapsulate within the MTU: pass */
@@ -64,6 +71,7 @@ enum lb_reason {
 	LB_ICMP_TX,      /* ICMP too-big for a VIP sent to its flow's backend */
 	LB_CONN_HIT,     /* of LB_TX and LB_ICMP_TX: backend from the conn table */
 	LB_ADJUST_FAIL,  /* bpf_xdp_adjust_head refused: pass */
+	LB_VIP_SOURCE,   /* sent from a VIP's own address and port: pass */
 	LB_REASON_MAX,
 };
 
@@ -89,6 +97,8 @@ struct vip {
 struct backend {
 	__u32 addr[4]; /* outer destination; IPv4 in addr[0]; network order */
 	__u32 flags;   /* LB_V6, LB_PRESENT */
+	__u32 gen;     /* generation of this id: new each time user space gives
+			* the id to a (VIP, backend) pair */
 };
 
 /* A flow, as the client sent it; the connection table's key and the words
@@ -106,6 +116,7 @@ struct flow {
 struct conn {
 	__u32 backend; /* backend id chosen when the flow was first seen */
 	__u32 vip;     /* the VIP's id, for a table walk */
+	__u32 gen;     /* backend.gen when learnt: a reused id is not this */
 };
 
 /* Configuration that changes at run time (one entry). */
@@ -245,16 +256,20 @@ static __always_inline __u32 flow_hash(const struct flow *f)
 /* The backend for flow at vip: the connection table's, while that backend
  * lives, else the live ring's slot (and the table learns it). Returns the
  * backend id or -1. */
-static __always_inline int choose(struct flow *f, const struct vip *v, struct backend **out)
+static __always_inline int choose(struct flow *f, const struct vip *v, struct backend **out, int learn)
 {
 	struct conn *c = bpf_map_lookup_elem(&conns, f);
 	struct backend *b;
 	__u32 id;
 
-	if (c) {
+	/* A backend id names one (VIP, backend) pair; an entry learnt for
+	 * another VIP id or an earlier generation of the id (removed, then
+	 * given to another pair) is stale: the ring decides, else the flow
+	 * could go to a backend of another service. */
+	if (c && c->vip == v->id) {
 		id = c->backend;
 		b = bpf_map_lookup_elem(&backends, &id);
-		if (b && (b->flags & LB_PRESENT) && (b->flags & LB_V6) == f->v6) {
+		if (b && (b->flags & LB_PRESENT) && (b->flags & LB_V6) == f->v6 && b->gen == c->gen) {
 			count(LB_CONN_HIT, 0);
 			*out = b;
 			return id;
@@ -270,8 +285,12 @@ static __always_inline int choose(struct flow *f, const struct vip *v, struct ba
 	b = bpf_map_lookup_elem(&backends, &id);
 	if (!b || !(b->flags & LB_PRESENT) || (b->flags & LB_V6) != f->v6)
 		return -1;
-	struct conn nc = {.backend = id, .vip = v->id};
-	bpf_map_update_elem(&conns, f, &nc, BPF_ANY);
+	/* ICMP errors do not learn: anyone can forge one, and a forged flow
+	 * must not take a connection table entry. */
+	if (learn) {
+		struct conn nc = {.backend = id, .vip = v->id, .gen = b->gen};
+		bpf_map_update_elem(&conns, f, &nc, BPF_ANY);
+	}
 	*out = b;
 	return id;
 }
@@ -286,9 +305,13 @@ static __always_inline __u16 csum_fold(__u32 s)
 /* Encapsulates the IPv4 packet of inner_len bytes in IPIP to b and
  * returns XDP_TX, or a pass with its reason. */
 static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cfg, const struct backend *b,
-				  __u16 inner_len, __u8 tos)
+				  __u16 inner_len, __u8 tos, __u16 df)
 {
-	if ((__u32)inner_len + sizeof(struct iphdr) > cfg->mtu)
+	/* The frame's length, not the header's claim: a forged short tot_len
+	 * must not carry a frame past the MTU into XDP_TX (dropped unseen). */
+	__u32 wire = ctx->data_end - ctx->data - sizeof(struct ethhdr);
+
+	if (wire + sizeof(struct iphdr) > cfg->mtu)
 		return count(LB_TOO_BIG, XDP_PASS);
 	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct iphdr)))
 		return count(LB_ADJUST_FAIL, XDP_PASS);
@@ -309,7 +332,7 @@ static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cf
 	ip->tos = tos;
 	ip->tot_len = bpf_htons(inner_len + sizeof(struct iphdr));
 	ip->id = 0;
-	ip->frag_off = 0;
+	ip->frag_off = df; /* the inner DF, as RFC 2003 3.1 requires */
 	ip->ttl = 64;
 	ip->protocol = IPPROTO_IPIP;
 	ip->check = 0;
@@ -330,7 +353,9 @@ static __always_inline int encap4(struct xdp_md *ctx, const struct lb_config *cf
 static __always_inline int encap6(struct xdp_md *ctx, const struct lb_config *cfg, const struct backend *b,
 				  __u16 inner_len, __u8 tc, __u32 hash)
 {
-	if ((__u32)inner_len + sizeof(struct ipv6hdr) > cfg->mtu)
+	__u32 wire = ctx->data_end - ctx->data - sizeof(struct ethhdr);
+
+	if (wire + sizeof(struct ipv6hdr) > cfg->mtu)
 		return count(LB_TOO_BIG, XDP_PASS);
 	if (bpf_xdp_adjust_head(ctx, -(int)sizeof(struct ipv6hdr)))
 		return count(LB_ADJUST_FAIL, XDP_PASS);
@@ -374,22 +399,31 @@ static __always_inline int ports(void *l4, void *data_end, __u16 *sport, __u16 *
 }
 
 static __always_inline int balance(struct xdp_md *ctx, struct flow *f, struct vip_key *k, __u16 inner_len, __u8 tos,
-				   __u32 reason)
+				   __u16 df, __u32 reason)
 {
 	__u32 zero = 0;
 	struct vip *v = bpf_map_lookup_elem(&vips, k);
 
 	if (!v)
 		return count(LB_NOT_VIP, XDP_PASS);
+	/* No client speaks from a VIP's address and port: such a packet is
+	 * forged, or a backend's answer to another VIP (a request forged
+	 * from VIP 2 to VIP 1), which balanced would bounce between two
+	 * UDP services' backends through this edge without end. */
+	struct vip_key sk = {.port = f->sport, .proto = k->proto, .flags = k->flags};
+
+	__builtin_memcpy(sk.addr, f->src, sizeof(sk.addr));
+	if (reason == LB_TX && bpf_map_lookup_elem(&vips, &sk))
+		return count(LB_VIP_SOURCE, XDP_PASS);
 	struct lb_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return count(LB_NOT_VIP, XDP_PASS);
 	struct backend *b = 0;
-	int id = choose(f, v, &b);
+	int id = choose(f, v, &b, reason == LB_TX);
 	if (id < 0 || !b)
 		return count(LB_NO_BACKEND, XDP_DROP);
 	__u32 vid = v->id;
-	int act = f->v6 ? encap6(ctx, cfg, b, inner_len, tos, flow_hash(f)) : encap4(ctx, cfg, b, inner_len, tos);
+	int act = f->v6 ? encap6(ctx, cfg, b, inner_len, tos, flow_hash(f)) : encap4(ctx, cfg, b, inner_len, tos, df);
 	if (act != XDP_TX)
 		return act;
 	add(&vip_stats, vid, inner_len);
@@ -412,6 +446,12 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 	__u16 len = bpf_ntohs(ip->tot_len);
 	void *l4 = ip + 1;
 
+	/* The header's length must fit the frame (Ethernet may pad it) and
+	 * hold at least the ports: else the backend would get a packet whose
+	 * outer length lies. */
+	if (len < sizeof(*ip) + 4 || (void *)ip + len > data_end)
+		return count(LB_MALFORMED, XDP_PASS);
+
 	if (ip->protocol == IPPROTO_ICMP) {
 		/* Fragmentation needed, about a packet a backend sent from the VIP
 		 * to a client: the quoted header is VIP -> client. */
@@ -422,6 +462,11 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 			return count(LB_NOT_VIP, XDP_PASS);
 		if (ic->type != ICMP_DEST_UNREACH || ic->code != ICMP_FRAG_NEEDED || in->ihl != 5)
 			return count(LB_NOT_VIP, XDP_PASS);
+		/* The error goes to the quoted packet's source, the VIP: one
+		 * addressed elsewhere (the edge itself, a passer-by) is not the
+		 * balancer's to steer. */
+		if (ip->daddr != in->saddr)
+			return count(LB_NOT_VIP, XDP_PASS);
 		if (ports(in + 1, data_end, &f.dport, &f.sport))
 			return count(LB_MALFORMED, XDP_PASS);
 		f.src[0] = in->daddr;
@@ -430,7 +475,7 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 		k.addr[0] = in->saddr;
 		k.port = f.dport;
 		k.proto = in->protocol;
-		return balance(ctx, &f, &k, len, ip->tos, LB_ICMP_TX);
+		return balance(ctx, &f, &k, len, ip->tos, ip->frag_off & bpf_htons(IP_DF), LB_ICMP_TX);
 	}
 	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
 		return count(LB_NOT_VIP, XDP_PASS);
@@ -442,7 +487,7 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 	k.addr[0] = ip->daddr;
 	k.port = f.dport;
 	k.proto = ip->protocol;
-	return balance(ctx, &f, &k, len, ip->tos, LB_TX);
+	return balance(ctx, &f, &k, len, ip->tos, ip->frag_off & bpf_htons(IP_DF), LB_TX);
 }
 
 static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
@@ -453,7 +498,11 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 
 	if ((void *)(ip6 + 1) > data_end)
 		return count(LB_MALFORMED, XDP_PASS);
-	__u16 len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	__u32 len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+
+	/* payload_len 0 (a jumbogram's) or past the frame: not balanced. */
+	if (len < sizeof(*ip6) + 4 || (void *)ip6 + len > data_end)
+		return count(LB_MALFORMED, XDP_PASS);
 	__u8 tc = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 	void *l4 = ip6 + 1;
 
@@ -467,6 +516,11 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 			return count(LB_NOT_VIP, XDP_PASS);
 		if (in->nexthdr != IPPROTO_TCP && in->nexthdr != IPPROTO_UDP)
 			return count(LB_NOT_VIP, XDP_PASS);
+		if (ip6->daddr.in6_u.u6_addr32[0] != in->saddr.in6_u.u6_addr32[0] ||
+		    ip6->daddr.in6_u.u6_addr32[1] != in->saddr.in6_u.u6_addr32[1] ||
+		    ip6->daddr.in6_u.u6_addr32[2] != in->saddr.in6_u.u6_addr32[2] ||
+		    ip6->daddr.in6_u.u6_addr32[3] != in->saddr.in6_u.u6_addr32[3])
+			return count(LB_NOT_VIP, XDP_PASS);
 		if (ports(in + 1, data_end, &f.dport, &f.sport))
 			return count(LB_MALFORMED, XDP_PASS);
 		__builtin_memcpy(f.src, &in->daddr, 16);
@@ -475,20 +529,38 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 		f.proto = in->nexthdr;
 		k.port = f.dport;
 		k.proto = in->nexthdr;
-		return balance(ctx, &f, &k, len, tc, LB_ICMP_TX);
+		return balance(ctx, &f, &k, len, tc, 0, LB_ICMP_TX);
 	}
-	/* Extension headers (fragments among them) are not followed. */
-	if (ip6->nexthdr != IPPROTO_TCP && ip6->nexthdr != IPPROTO_UDP)
+	/* Hop-by-hop, destination options and a routing header with no
+	 * segment left (the destination is final) are stepped over, at most
+	 * MAX_EXT6 of them (RFC 8200 4.1); a fragment header, AH or a routing
+	 * header still on its way is not balanced. */
+	__u8 nh = ip6->nexthdr;
+
+#pragma unroll
+	for (int i = 0; i < MAX_EXT6; i++) {
+		if (nh != NEXTHDR_HOP && nh != NEXTHDR_DEST && nh != NEXTHDR_ROUTING)
+			break;
+		__u8 *h = l4;
+
+		if ((void *)(h + 4) > data_end)
+			return count(LB_MALFORMED, XDP_PASS);
+		if (nh == NEXTHDR_ROUTING && h[3] != 0)
+			return count(LB_FRAGMENT, XDP_PASS);
+		nh = h[0];
+		l4 += ((__u32)h[1] + 1) * 8;
+	}
+	if (nh != IPPROTO_TCP && nh != IPPROTO_UDP)
 		return count(LB_FRAGMENT, XDP_PASS);
 	if (ports(l4, data_end, &f.sport, &f.dport))
 		return count(LB_MALFORMED, XDP_PASS);
 	__builtin_memcpy(f.src, &ip6->saddr, 16);
 	__builtin_memcpy(f.dst, &ip6->daddr, 16);
 	__builtin_memcpy(k.addr, &ip6->daddr, 16);
-	f.proto = ip6->nexthdr;
+	f.proto = nh;
 	k.port = f.dport;
-	k.proto = ip6->nexthdr;
-	return balance(ctx, &f, &k, len, tc, LB_TX);
+	k.proto = nh;
+	return balance(ctx, &f, &k, len, tc, 0, LB_TX);
 }
 
 SEC("xdp")

@@ -17,12 +17,14 @@ type XdplbBackend struct {
 	_     structs.HostLayout
 	Addr  [4]uint32
 	Flags uint32
+	Gen   uint32
 }
 
 type XdplbConn struct {
 	_       structs.HostLayout
 	Backend uint32
 	Vip     uint32
+	Gen     uint32
 }
 
 type XdplbContract struct {
@@ -86,7 +88,8 @@ const (
 	XdplbLbReasonLB_ICMP_TX     XdplbLbReason = 7
 	XdplbLbReasonLB_CONN_HIT    XdplbLbReason = 8
 	XdplbLbReasonLB_ADJUST_FAIL XdplbLbReason = 9
-	XdplbLbReasonLB_REASON_MAX  XdplbLbReason = 10
+	XdplbLbReasonLB_VIP_SOURCE  XdplbLbReason = 10
+	XdplbLbReasonLB_REASON_MAX  XdplbLbReason = 11
 )
 
 type XdplbVip struct {

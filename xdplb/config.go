@@ -123,7 +123,20 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%d VIPs: at most %d", len(c.VIPs), MaxVIPs))
 	}
 	seen := map[string]bool{}
-	backends := map[netip.Addr]bool{}
+	pairs := 0
+	// Addresses a backend must not have: a VIP's (the frame would come
+	// back to the balancer and black-hole) or the outer source's (sent to
+	// itself).
+	own := map[netip.Addr]string{}
+	for _, v := range c.VIPs {
+		own[v.Addr] = "a VIP's address"
+	}
+	if c.Source4.IsValid() {
+		own[c.Source4] = "source4"
+	}
+	if c.Source6.IsValid() {
+		own[c.Source6] = "source6"
+	}
 	for _, v := range c.VIPs {
 		name := v.String()
 		if !v.Addr.IsValid() || v.Addr.Is4In6() {
@@ -153,11 +166,17 @@ func (c Config) Validate() error {
 				errs = append(errs, fmt.Errorf("vip %s: backend %s: not of the VIP's family", name, b.Addr))
 				continue
 			}
+			if what, ok := own[b.Addr]; ok {
+				errs = append(errs, fmt.Errorf("vip %s: backend %s is %s", name, b.Addr, what))
+			}
+			if !b.Addr.IsGlobalUnicast() {
+				errs = append(errs, fmt.Errorf("vip %s: backend %s: not a unicast address", name, b.Addr))
+			}
 			if mine[b.Addr] {
 				errs = append(errs, fmt.Errorf("vip %s: backend %s given twice", name, b.Addr))
 			}
 			mine[b.Addr] = true
-			backends[b.Addr] = true
+			pairs++
 			if b.Weight > MaxWeight {
 				errs = append(errs, fmt.Errorf("vip %s: backend %s: weight %d, at most %d", name, b.Addr, b.Weight, MaxWeight))
 			}
@@ -169,8 +188,9 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("vip %s: no backend takes new flows (all drained or none)", name))
 		}
 	}
-	if len(backends) > MaxBackends {
-		errs = append(errs, fmt.Errorf("%d backends: at most %d", len(backends), MaxBackends))
+	// Each (VIP, backend) pair holds an id of its own.
+	if pairs > MaxBackends {
+		errs = append(errs, fmt.Errorf("%d backends over all VIPs: at most %d", pairs, MaxBackends))
 	}
 	return errors.Join(errs...)
 }

@@ -19,6 +19,7 @@ var Reasons = [bpf.XdplbLbReasonLB_REASON_MAX]string{
 	bpf.XdplbLbReasonLB_ICMP_TX:     "icmp_tx",
 	bpf.XdplbLbReasonLB_CONN_HIT:    "conn_hit",
 	bpf.XdplbLbReasonLB_ADJUST_FAIL: "adjust_fail",
+	bpf.XdplbLbReasonLB_VIP_SOURCE:  "vip_source",
 }
 
 // Count is packets and bytes (of the inner IP packets) summed over CPUs.
@@ -63,12 +64,16 @@ func (b *Balancer) Stats() (Stats, error) {
 		}
 		s.VIPs[name] = sum(per)
 	}
-	for addr, id := range b.ids {
+	// A backend of several VIPs holds one id per VIP: its counts add up.
+	for m, id := range b.ids {
 		var per []bpf.XdplbLbCount
 		if err := b.objs.BackendStats.Lookup(id, &per); err != nil {
-			return Stats{}, fmt.Errorf("read stats of %s: %w", addr, err)
+			return Stats{}, fmt.Errorf("read stats of %s: %w", m.addr, err)
 		}
-		s.Backends[addr] = sum(per)
+		c, n := s.Backends[m.addr], sum(per)
+		c.Packets += n.Packets
+		c.Bytes += n.Bytes
+		s.Backends[m.addr] = c
 	}
 	return s, nil
 }

@@ -25,7 +25,18 @@ type Balancer struct {
 	objs bpf.XdplbObjects
 	cfg  Config
 	vips map[string]*vipState // by VIP.String()
-	ids  map[netip.Addr]uint32
+	// ids holds the backend id of each (VIP, backend) pair: an id is a
+	// membership, so a connection table entry names a backend of its own
+	// VIP only, and gen tells a reused id from the one an entry learnt.
+	ids  map[member]uint32
+	gen  uint32 // last generation given to an id (the entries' gen)
+	cpus int    // possible CPUs, for per-CPU values
+}
+
+// member is a backend of one VIP.
+type member struct {
+	vip  string
+	addr netip.Addr
 }
 
 type vipState struct {
@@ -45,7 +56,10 @@ func Load() (*Balancer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load xdplb spec: %w", err)
 	}
-	b := &Balancer{vips: map[string]*vipState{}, ids: map[netip.Addr]uint32{}}
+	b := &Balancer{vips: map[string]*vipState{}, ids: map[member]uint32{}}
+	if b.cpus, err = ebpf.PossibleCPU(); err != nil {
+		return nil, fmt.Errorf("possible cpus: %w", err)
+	}
 	if err := bpf.Load(spec, nil, &b.objs, nil); err != nil {
 		return nil, fmt.Errorf("load xdplb: %w", err)
 	}
@@ -153,23 +167,44 @@ func (b *Balancer) Apply(cfg Config) error {
 	defer b.mu.Unlock()
 
 	// Ids: kept for what stays, the lowest free for what is new.
-	ids := map[netip.Addr]uint32{}
+	// A new pair prefers an id no old pair holds: the old rings stay live
+	// until each VIP's swap below, and must not meet a new backend there.
+	ids := map[member]uint32{}
+	fresh := map[member]bool{}
 	used := map[uint32]bool{}
+	old := map[uint32]bool{}
+	for _, id := range b.ids {
+		old[id] = true
+	}
 	for _, v := range cfg.VIPs {
 		for _, be := range v.Backends {
-			if id, ok := b.ids[be.Addr]; ok {
-				ids[be.Addr] = id
+			m := member{v.String(), be.Addr}
+			if id, ok := b.ids[m]; ok {
+				ids[m] = id
 				used[id] = true
 			}
 		}
 	}
 	for _, v := range cfg.VIPs {
 		for _, be := range v.Backends {
-			if _, ok := ids[be.Addr]; !ok {
-				id, _ := firstFree(used, MaxBackends)
-				ids[be.Addr] = id
-				used[id] = true
+			m := member{v.String(), be.Addr}
+			if _, ok := ids[m]; ok {
+				continue
 			}
+			taken := map[uint32]bool{}
+			for id := range old {
+				taken[id] = true
+			}
+			for id := range used {
+				taken[id] = true
+			}
+			id, ok := firstFree(taken, MaxBackends)
+			if !ok {
+				id, _ = firstFree(used, MaxBackends)
+			}
+			ids[m] = id
+			used[id] = true
+			fresh[m] = true
 		}
 	}
 	vipIDs := map[string]uint32{}
@@ -200,16 +235,35 @@ func (b *Balancer) Apply(cfg Config) error {
 	if err := b.objs.Config.Put(uint32(0), &c); err != nil {
 		return fmt.Errorf("write xdplb config: %w", err)
 	}
-	for addr, id := range ids {
-		be := bpf.XdplbBackend{Addr: addrWords(addr), Flags: uint32(bpf.XdplbLbFlagLB_PRESENT)}
-		if addr.Is6() {
+	for m, id := range ids {
+		if !fresh[m] {
+			continue
+		}
+		b.gen++
+		be := bpf.XdplbBackend{Addr: addrWords(m.addr), Flags: uint32(bpf.XdplbLbFlagLB_PRESENT), Gen: b.gen}
+		if m.addr.Is6() {
 			be.Flags |= uint32(bpf.XdplbLbFlagLB_V6)
 		}
+		zero := make([]bpf.XdplbLbCount, b.cpus)
+		if err := b.objs.BackendStats.Put(id, zero); err != nil {
+			return fmt.Errorf("reset stats of backend %s: %w", m.addr, err)
+		}
 		if err := b.objs.Backends.Put(id, &be); err != nil {
-			return fmt.Errorf("write backend %s: %w", addr, err)
+			return fmt.Errorf("write backend %s: %w", m.addr, err)
 		}
 	}
 
+	// VIPs no longer configured go first: the vips hash holds MaxVIPs,
+	// so adding before removing failed half-way when the old and new sets
+	// together passed it, and a new VIP may take a removed one's id and
+	// rings, which must not be live while they are rewritten.
+	for _, v := range b.cfg.VIPs {
+		if _, ok := vipIDs[v.String()]; !ok {
+			if err := b.objs.Vips.Delete(vipKey(v)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("remove vip %s: %w", v, err)
+			}
+		}
+	}
 	vips := map[string]*vipState{}
 	for _, v := range cfg.VIPs {
 		name := v.String()
@@ -229,7 +283,7 @@ func (b *Balancer) Apply(cfg Config) error {
 		st.table = make([]netip.Addr, RingSize)
 		for slot, i := range lb.MaglevTable(names, weights, RingSize) {
 			keys[slot] = base + uint32(slot)
-			vals[slot] = ids[v.Backends[i].Addr]
+			vals[slot] = ids[member{name, v.Backends[i].Addr}]
 			st.table[slot] = v.Backends[i].Addr
 		}
 		if err := putAll(b.objs.Rings, keys, vals); err != nil {
@@ -240,17 +294,12 @@ func (b *Balancer) Apply(cfg Config) error {
 		}
 		vips[name] = st
 	}
-	for _, v := range b.cfg.VIPs {
-		if vips[v.String()] == nil {
-			if err := b.objs.Vips.Delete(vipKey(v)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return fmt.Errorf("remove vip %s: %w", v, err)
-			}
-		}
-	}
-	for addr, id := range b.ids {
-		if _, ok := ids[addr]; !ok {
+	for m, id := range b.ids {
+		// An id given to a new pair in this Apply is not the old one's
+		// to clear.
+		if _, ok := ids[m]; !ok && !used[id] {
 			if err := b.objs.Backends.Put(id, &bpf.XdplbBackend{}); err != nil {
-				return fmt.Errorf("remove backend %s: %w", addr, err)
+				return fmt.Errorf("remove backend %s of %s: %w", m.addr, m.vip, err)
 			}
 		}
 	}
