@@ -14,8 +14,10 @@ import (
 // TestMaglevDisruption: removing one of n backends moves the new-flow
 // choice of about 1/n of the table (the removed backend's slots, Maglev's
 // near-minimal disruption, Eisenbud et al. NSDI 2016 section 3.4), where
-// hashing modulo n (nftables' `jhash ... mod n` DNAT maps) moves about
-// (n-1)/n. Established flows keep their backend in both through state
+// hashing modulo n moves about (n-1)/n. (nftables' `jhash ... mod n` is
+// not a modulo: it splits the hash range into n, so removing one of n
+// moves about half whatever n; xdplb's TestCompareBalancers measures it.)
+// Established flows keep their backend in both through state
 // (the connection table, conntrack); this is what new flows see, and
 // what every flow sees after the state is lost.
 func TestMaglevDisruption(t *testing.T) {
