@@ -29,7 +29,9 @@ var Seeds = []Seed{
 		// and the admission bucket filled at start then refilled.
 		Want: "TestConcurrentAccuracy"},
 	{Name: "take-below-one-token", Area: "bucket arithmetic", File: "bpf/shield.c",
-		Old: "if (b->credit < TOKEN)", New: "if (b->credit < 0)",
+		// take_level: a tracked source's bucket (take() has the same
+		// test for the admission bucket).
+		Old: "if (b->credit < TOKEN)\n\t\treturn 0;\n\t/* No fetching add", New: "if (b->credit < 0)\n\t\treturn 0;\n\t/* No fetching add",
 		Want: "TestBurstThenRefill"},
 	{Name: "admission-ignored", Area: "admission", File: "bpf/shield.c",
 		Old: "if (!adm || !take(adm, alim, now, cas))", New: "if (!adm || (0 && !take(adm, alim, now, cas)))",
