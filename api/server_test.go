@@ -41,7 +41,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("PUT good limits = %d %s, want 200", code, body)
 	}
 	before := e.state(t)
-	if len(before.lists["allow4"]) == 0 || len(before.lists["deny6"]) == 0 {
+	if len(before.lists["in4"]) == 0 || len(before.lists["in6"]) == 0 {
 		t.Fatalf("state() saw no list entries: %v", before.lists)
 	}
 	t.Logf("state guarded: config slot %d, list maps %d", before.configSlot, len(before.lists))
@@ -152,11 +152,11 @@ func TestChangesLogged(t *testing.T) {
 	if want := []string{"198.18.0.0/24", "2001:db8::/48"}; !slices.Equal(r.Prefixes, want) || !slices.Equal(r.Added, want) {
 		t.Errorf("Add = %+v, want prefixes and added %v", r, want)
 	}
-	if len(st.lists["deny4"]) != 0 {
-		t.Fatalf("deny4 had entries before Add")
+	if len(st.lists["in4"]) != 0 {
+		t.Fatalf("the IPv4 verdict trie in force had entries before Add")
 	}
-	if st := e.state(t); len(st.lists["deny4"]) != 1 || len(st.lists["deny6"]) != 1 {
-		t.Errorf("deny maps = %v, want one entry each in deny4 and deny6", st.lists)
+	if st := e.state(t); len(st.lists["in4"]) != 1 || len(st.lists["in6"]) != 1 {
+		t.Errorf("verdict tries = %v, want one entry each in force for IPv4 and IPv6", st.lists)
 	}
 	r, err = c.Remove(ctx, shield.DenyList, []string{"2001:db8::/48"})
 	if err != nil {

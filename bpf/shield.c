@@ -4,7 +4,7 @@
  * shield: the XDP rate-limiting program of xdpshield.
  *
  * One packet: parse (Ethernet, up to two VLAN tags, IPv4/IPv6 source) ->
- * allow list -> deny list -> per-source token bucket (unknown sources go
+ * allow list -> deny list (one lookup) -> per-source token bucket (unknown sources go
  * through the admission bucket first) -> per-CPU counter -> PASS or DROP.
  * Anything the parser does not recognise passes: the shield limits, it does
  * not filter protocols.
@@ -76,7 +76,7 @@ struct limit {
 /* config.flags */
 enum config_flag {
 	CONFIG_DRY_RUN = 1 << 0, /* count would-be limit/admission drops, pass them */
-	CONFIG_ALLOW4 = 1 << 1,  /* allow4 has entries; with DENY4: lists4 is looked up */
+	CONFIG_ALLOW4 = 1 << 1,  /* the allow list has IPv4 entries: the verdict trie is looked up */
 	CONFIG_ALLOW6 = 1 << 2,
 	CONFIG_DENY4 = 1 << 3,
 	CONFIG_DENY6 = 1 << 4,
@@ -85,6 +85,7 @@ enum config_flag {
 	CONFIG_PROTECT = 1 << 7,       /* protected destinations are named; else all are */
 	CONFIG_PROTECT_ICMP = 1 << 8,  /* ICMP and ICMPv6 are protected */
 	CONFIG_PROTECT_ADDR = 1 << 9,  /* *_addr_ports has bits: protected_dsts is looked up */
+	CONFIG_LISTS_B = 1 << 10,      /* the lists in force are lists4_b/lists6_b, else lists4/lists6 */
 	/* Bits from here up are user space's, never read here: the loader
 	 * records the clock (clock_mode + 1) the state was written with. */
 	CONFIG_CLOCK_SHIFT = 24,
@@ -244,32 +245,16 @@ struct {
 	__type(value, __u64); /* 64 slots */
 } presence SEC(".maps");
 
-/* Allow and deny lists as the operator wrote them (one trie per list and
- * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
- * keeps them as the record of membership; the program reads lists4/lists6. */
+/* Capacity of the allow and deny lists (they live in the verdict tries
+ * below, which are also their record). */
 enum list_capacity {
 	MAX_LIST_ENTRIES = 65536, /* per list and family */
 	MAX_OWN_ENTRIES = 4096,   /* own4_addrs, own6_addrs */
 };
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, MAX_LIST_ENTRIES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lpm4_key);
-	__type(value, __u8);
-} allow4 SEC(".maps"), deny4 SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, MAX_LIST_ENTRIES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lpm6_key);
-	__type(value, __u8);
-} allow6 SEC(".maps"), deny6 SEC(".maps");
-
-/* The machine's own addresses, as the service found them (records, like
- * allow4/deny4; the program compares config.own4/own6, or reads
- * lists4/lists6 for a family with more than OWN_INLINE). */
+/* The machine's own addresses, as the service found them (a record; the
+ * program compares config.own4/own6, or finds LIST_OWN in the verdict
+ * tries for a family with more than OWN_INLINE). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_OWN_ENTRIES);
@@ -302,11 +287,22 @@ struct {
  * an address contains that address's longest match, so the address is
  * allowed iff an allow prefix contains the match: the loader computes that
  * per entry. One lookup decides both lists, and allow wins over deny even
- * when the deny prefix is the more specific. */
+ * when the deny prefix is the more specific.
+ *
+ * Two generations, A (lists4/lists6) and B (lists4_b/lists6_b): the
+ * configuration's CONFIG_LISTS_B says which one is in force. A change is
+ * written whole into the other generation, then put in force by the one
+ * swap of the configuration (config_map): a packet, and a crash of the
+ * writer at any point, sees the old lists or the new ones, never a mix.
+ * The generation in force is also the record of the lists (LIST_IN_*
+ * bits): there is nothing to roll back. */
 enum list_verdict {
-	LIST_ALLOW = 1, /* an allow prefix covers the entry: pass, never limited */
-	LIST_DENY = 2,  /* only deny prefixes cover it: drop */
-	LIST_OWN = 3,   /* an own address (a host prefix): spoofed from the wire */
+	LIST_ALLOW = 1,    /* an allow prefix covers the entry: pass, never limited */
+	LIST_DENY = 2,     /* only deny prefixes cover it: drop */
+	LIST_OWN = 3,      /* an own address (a host prefix): spoofed from the wire */
+	LIST_VERDICT = 3,  /* the bits above: what the program reads */
+	LIST_IN_ALLOW = 4, /* the prefix is on the allow list (the record) */
+	LIST_IN_DENY = 8,  /* the prefix is on the deny list */
 };
 #define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES)
 struct {
@@ -314,16 +310,16 @@ struct {
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm4_key);
-	__type(value, __u8); /* LIST_ALLOW or LIST_DENY */
-} lists4 SEC(".maps");
+	__type(value, __u8); /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
+} lists4 SEC(".maps"), lists4_b SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm6_key);
-	__type(value, __u8); /* LIST_ALLOW or LIST_DENY */
-} lists6 SEC(".maps");
+	__type(value, __u8); /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
+} lists6 SEC(".maps"), lists6_b SEC(".maps");
 
 /* The configuration lives in an inner array that user space replaces whole:
  * the outer slot is swapped atomically and a running program keeps the map it
@@ -481,7 +477,10 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 		if (!in_region(cfg->regions6, bpf_ntohl(((const __u32 *)pkt->src)[0]) & 0xffff))
 			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
-		v = bpf_map_lookup_elem(&lists6, &k);
+		if (flags & CONFIG_LISTS_B)
+			v = bpf_map_lookup_elem(&lists6_b, &k);
+		else
+			v = bpf_map_lookup_elem(&lists6, &k);
 	} else {
 		struct lpm4_key k = {.prefixlen = 32};
 
@@ -490,9 +489,12 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 		if (!in_region(cfg->regions4, bpf_ntohl(((const __u32 *)pkt->src)[3]) >> 16))
 			return 0;
 		__builtin_memcpy(k.addr, &pkt->src[12], 4);
-		v = bpf_map_lookup_elem(&lists4, &k);
+		if (flags & CONFIG_LISTS_B)
+			v = bpf_map_lookup_elem(&lists4_b, &k);
+		else
+			v = bpf_map_lookup_elem(&lists4, &k);
 	}
-	return v ? *v : 0;
+	return v ? *v & LIST_VERDICT : 0;
 }
 
 /* mapped says whether an IPv6 source is IPv4-mapped (::ffff:0:0/96). */

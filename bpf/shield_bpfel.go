@@ -65,6 +65,7 @@ const (
 	ShieldConfigFlagCONFIG_PROTECT      ShieldConfigFlag = 128
 	ShieldConfigFlagCONFIG_PROTECT_ICMP ShieldConfigFlag = 256
 	ShieldConfigFlagCONFIG_PROTECT_ADDR ShieldConfigFlag = 512
+	ShieldConfigFlagCONFIG_LISTS_B      ShieldConfigFlag = 1024
 	ShieldConfigFlagCONFIG_CLOCK_SHIFT  ShieldConfigFlag = 24
 )
 
@@ -105,9 +106,12 @@ const (
 type ShieldListVerdict uint32
 
 const (
-	ShieldListVerdictLIST_ALLOW ShieldListVerdict = 1
-	ShieldListVerdictLIST_DENY  ShieldListVerdict = 2
-	ShieldListVerdictLIST_OWN   ShieldListVerdict = 3
+	ShieldListVerdictLIST_ALLOW    ShieldListVerdict = 1
+	ShieldListVerdictLIST_DENY     ShieldListVerdict = 2
+	ShieldListVerdictLIST_OWN      ShieldListVerdict = 3
+	ShieldListVerdictLIST_VERDICT  ShieldListVerdict = 3
+	ShieldListVerdictLIST_IN_ALLOW ShieldListVerdict = 4
+	ShieldListVerdictLIST_IN_DENY  ShieldListVerdict = 8
 )
 
 type ShieldLpm4Key struct {
@@ -187,14 +191,12 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ShieldMapAdmission      = "admission"
-	ShieldMapAllow4         = "allow4"
-	ShieldMapAllow6         = "allow6"
 	ShieldMapConfigMap      = "config_map"
 	ShieldMapCounters       = "counters"
-	ShieldMapDeny4          = "deny4"
-	ShieldMapDeny6          = "deny6"
 	ShieldMapLists4         = "lists4"
+	ShieldMapLists4B        = "lists4_b"
 	ShieldMapLists6         = "lists6"
+	ShieldMapLists6B        = "lists6_b"
 	ShieldMapOwn4Addrs      = "own4_addrs"
 	ShieldMapOwn6Addrs      = "own6_addrs"
 	ShieldMapPresence       = "presence"
@@ -267,14 +269,12 @@ type ShieldProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldMapSpecs struct {
 	Admission     *ebpf.MapSpec `ebpf:"admission"`
-	Allow4        *ebpf.MapSpec `ebpf:"allow4"`
-	Allow6        *ebpf.MapSpec `ebpf:"allow6"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Deny4         *ebpf.MapSpec `ebpf:"deny4"`
-	Deny6         *ebpf.MapSpec `ebpf:"deny6"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
+	Lists4B       *ebpf.MapSpec `ebpf:"lists4_b"`
 	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
+	Lists6B       *ebpf.MapSpec `ebpf:"lists6_b"`
 	Own4Addrs     *ebpf.MapSpec `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
 	Presence      *ebpf.MapSpec `ebpf:"presence"`
@@ -319,14 +319,12 @@ func (o *ShieldObjects) Close() error {
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldMaps struct {
 	Admission     *ebpf.Map `ebpf:"admission"`
-	Allow4        *ebpf.Map `ebpf:"allow4"`
-	Allow6        *ebpf.Map `ebpf:"allow6"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	Counters      *ebpf.Map `ebpf:"counters"`
-	Deny4         *ebpf.Map `ebpf:"deny4"`
-	Deny6         *ebpf.Map `ebpf:"deny6"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
+	Lists4B       *ebpf.Map `ebpf:"lists4_b"`
 	Lists6        *ebpf.Map `ebpf:"lists6"`
+	Lists6B       *ebpf.Map `ebpf:"lists6_b"`
 	Own4Addrs     *ebpf.Map `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
 	Presence      *ebpf.Map `ebpf:"presence"`
@@ -337,14 +335,12 @@ type ShieldMaps struct {
 func (m *ShieldMaps) Close() error {
 	return _ShieldClose(
 		m.Admission,
-		m.Allow4,
-		m.Allow6,
 		m.ConfigMap,
 		m.Counters,
-		m.Deny4,
-		m.Deny6,
 		m.Lists4,
+		m.Lists4B,
 		m.Lists6,
+		m.Lists6B,
 		m.Own4Addrs,
 		m.Own6Addrs,
 		m.Presence,
