@@ -97,8 +97,8 @@ func (e *env) do(t *testing.T, method, path, token, body string) (int, string) {
 }
 
 // state is everything a change could touch, read from the maps themselves:
-// the configuration in force and every entry of every list map (the
-// both generations of the verdict tries, and the one in force), as raw bytes.
+// the configuration in force and every entry of every list map (both
+// generations of the verdict tries, and the one in force), as raw bytes.
 type state struct {
 	config     bpf.ShieldConfig
 	configSlot ebpf.MapID
