@@ -477,10 +477,17 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 		if (!in_region(cfg->regions6, bpf_ntohl(((const __u32 *)pkt->src)[0]) & 0xffff))
 			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
-		if (flags & CONFIG_LISTS_B)
+		/* Two call sites (the asm keeps clang from merging them into
+		 * one with either map): a site that sees one map is made a
+		 * direct call of the trie's lookup by the verifier, one that
+		 * sees two stays the generic helper, an indirect call. */
+		if (flags & CONFIG_LISTS_B) {
 			v = bpf_map_lookup_elem(&lists6_b, &k);
-		else
+			asm volatile("/* lists6_b */" : "+r"(v));
+		} else {
 			v = bpf_map_lookup_elem(&lists6, &k);
+			asm volatile("/* lists6 */" : "+r"(v));
+		}
 	} else {
 		struct lpm4_key k = {.prefixlen = 32};
 
@@ -489,10 +496,13 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 		if (!in_region(cfg->regions4, bpf_ntohl(((const __u32 *)pkt->src)[3]) >> 16))
 			return 0;
 		__builtin_memcpy(k.addr, &pkt->src[12], 4);
-		if (flags & CONFIG_LISTS_B)
+		if (flags & CONFIG_LISTS_B) {
 			v = bpf_map_lookup_elem(&lists4_b, &k);
-		else
+			asm volatile("/* lists4_b */" : "+r"(v));
+		} else {
 			v = bpf_map_lookup_elem(&lists4, &k);
+			asm volatile("/* lists4 */" : "+r"(v));
+		}
 	}
 	return v ? *v & LIST_VERDICT : 0;
 }
