@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth gate-speed-clean commits
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench bench-live study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-teeth gate-speed-clean commits
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go 
 
 bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
+
+bench-live: ## live XDP path (veth + live-frames generator, namespaces) beside test_run, ns/frame per program (~90 s, root)
+	$(GO) test -run '^$$' -bench LiveCost -benchtime 5x ./e2e
 
 study: ## the cost study, as root (about 11 min here): out/study, and docs/study.md with its plots
 	@ci/deps.sh

@@ -829,11 +829,15 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (src) {
 		struct bucket *b = class == CLASS_PROTECTED ? &src->bucket : &src->unprotected;
 
+		/* The source's counts are statistics: plain increments, not
+		 * locked ones (a locked add is ~5 ns here, and this line is
+		 * written anyway). Two CPUs adding at once may lose one; the
+		 * limits are kept by the bucket's atomic debit, not by these. */
 		if (take(b, lim, now, cas)) {
-			__sync_fetch_and_add(&src->passed, 1);
+			src->passed += 1;
 			return account(VERDICT_PASS, ok, pkt.proto);
 		}
-		__sync_fetch_and_add(&src->dropped, 1);
+		src->dropped += 1;
 		return account(limited, over, pkt.proto);
 	}
 
