@@ -24,6 +24,9 @@ var (
 	descPackets = prometheus.NewDesc("shield_packets_total",
 		"Packets seen by the XDP program, by verdict, reason and protocol (summed over CPUs).",
 		[]string{"verdict", "reason", "proto"}, nil)
+	descBytes = prometheus.NewDesc("shield_bytes_total",
+		"Bytes of the packets shield_packets_total counts (whole frames from the Ethernet header), by verdict, reason and protocol (summed over CPUs).",
+		[]string{"verdict", "reason", "proto"}, nil)
 	descTracked = prometheus.NewDesc("shield_sources_tracked",
 		"Sources in the per-source table.", nil, nil)
 	descCapacity = prometheus.NewDesc("shield_sources_capacity",
@@ -54,7 +57,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descBuild} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descBuild} {
 		ch <- d
 	}
 }
@@ -68,6 +71,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			for _, r := range shield.Reasons() {
 				for _, p := range shield.Protos() {
 					ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue,
+						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
+				}
+			}
+		}
+	}
+	if cnt, err := sh.Bytes(); err != nil {
+		ch <- prometheus.NewInvalidMetric(descBytes, err)
+	} else {
+		for _, v := range shield.Verdicts() {
+			for _, r := range shield.Reasons() {
+				for _, p := range shield.Protos() {
+					ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue,
 						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
 				}
 			}

@@ -446,6 +446,11 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	bytes, err := s.sh.Bytes()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	n, err := s.sourceCount(r.Context())
 	if err != nil {
 		s.fail(w, err)
@@ -460,7 +465,7 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		resp.Verdicts[v.String()] = c.Verdict(v)
 		for _, rs := range shield.Reasons() {
 			for _, p := range shield.Protos() {
-				resp.Packets = append(resp.Packets, PacketCount{v.String(), rs.String(), p.String(), c[v][rs][p]})
+				resp.Packets = append(resp.Packets, PacketCount{Verdict: v.String(), Reason: rs.String(), Proto: p.String(), Packets: c[v][rs][p], Bytes: bytes[v][rs][p]})
 			}
 		}
 	}

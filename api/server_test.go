@@ -312,6 +312,30 @@ func TestMetricsPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Metrics: %v", err)
 	}
+	// Bytes beside packets (issue 28): the frames' whole length.
+	frameLen := len(udp4("198.18.5.5"))
+	for _, want := range []string{
+		fmt.Sprintf(`shield_bytes_total{proto="udp",reason="deny",verdict="drop"} %d`, 2*frameLen),
+		fmt.Sprintf(`shield_bytes_total{proto="udp",reason="unprotected",verdict="pass"} %d`, frameLen),
+		`shield_bytes_total{proto="tcp",reason="spoofed",verdict="drop"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	cr, err := c.Counters(ctx)
+	if err != nil {
+		t.Fatalf("Counters: %v", err)
+	}
+	var denied api.PacketCount
+	for _, pc := range cr.Packets {
+		if pc.Verdict == "drop" && pc.Reason == "deny" && pc.Proto == "udp" {
+			denied = pc
+		}
+	}
+	if denied.Packets != 2 || denied.Bytes != uint64(2*frameLen) {
+		t.Errorf("GET /v1/counters drop/deny/udp = %+v, want 2 packets, %d bytes", denied, 2*frameLen)
+	}
 	for _, want := range []string{
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
 		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP to an ephemeral port: return traffic

@@ -13,6 +13,7 @@ type PacketCount struct {
 	Reason  string `json:"reason"`
 	Proto   string `json:"proto"`
 	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"` // the frames' whole length, from the Ethernet header
 }
 
 // SourceStats says how full the per-source table is.

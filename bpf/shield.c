@@ -201,6 +201,16 @@ struct {
 	__type(value, __u64); /* packets */
 } counters SEC(".maps");
 
+/* The bytes of those packets (the frame from its Ethernet header), same
+ * index: a map of its own so pinned counters of earlier versions stay
+ * usable. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64); /* bytes */
+} byte_counters SEC(".maps");
+
 /*
  * Per-source buckets: a set-associative table, an array of sets of WAYS
  * ways (kernel 5.5+ for BPF_F_MMAPABLE: user space reads it through a
@@ -446,13 +456,16 @@ static __always_inline int take(struct bucket *b, const struct limit *l, __u64 n
 	return 1;
 }
 
-static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
+static __always_inline int account(__u64 len, __u32 verdict, __u32 reason, __u32 proto)
 {
 	__u32 idx = (verdict * REASON_MAX + reason) * PROTO_MAX + proto;
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
 
 	if (c)
 		*c += 1;
+	c = bpf_map_lookup_elem(&byte_counters, &idx);
+	if (c)
+		*c += len;
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
@@ -764,6 +777,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
 	/* Zeroed: parse leaves fields unset on some paths, and clang then reads
 	 * a spill slot no path wrote, which 6.1's verifier refuses for shield
 	 * ("invalid read from stack R10 off=-168"; 6.18 accepts it). */
@@ -773,14 +787,14 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 
 	reason = parse(data, data_end, &pkt);
 	if (reason != REASON_OK)
-		return account(VERDICT_PASS, reason, PROTO_OTHER);
+		return account(len, VERDICT_PASS, reason, PROTO_OTHER);
 
 	void *inner = bpf_map_lookup_elem(&config_map, &zero);
 	if (!inner)
-		return account(VERDICT_PASS, REASON_OK, pkt.proto); /* not configured yet */
+		return account(len, VERDICT_PASS, REASON_OK, pkt.proto); /* not configured yet */
 	struct config *cfg = bpf_map_lookup_elem(inner, &zero);
 	if (!cfg)
-		return account(VERDICT_PASS, REASON_OK, pkt.proto);
+		return account(len, VERDICT_PASS, REASON_OK, pkt.proto);
 	__u32 flags = cfg->flags;
 	__u32 limited = flags & CONFIG_DRY_RUN ? VERDICT_PASS : VERDICT_DROP;
 
@@ -788,19 +802,19 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	 * (Linux's IPv6 input drops it, ip6_rcv_core), and judging it as the
 	 * IPv4 address would let anyone spend that address's bucket. */
 	if (pkt.is_v6 && mapped(&pkt))
-		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 	if (own(&pkt, cfg))
-		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 
 	int list = listed(&pkt, cfg, flags);
 	/* From the wire, the machine's own address is forged. (On loopback the
 	 * machine talks to itself: there the service names no own address.) */
 	if (list == LIST_OWN)
-		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 	if (list == LIST_ALLOW)
-		return account(VERDICT_PASS, REASON_ALLOW, pkt.proto);
+		return account(len, VERDICT_PASS, REASON_ALLOW, pkt.proto);
 	if (list == LIST_DENY)
-		return account(VERDICT_DROP, REASON_DENY, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_DENY, pkt.proto);
 
 	int class = class_of(&pkt, cfg);
 	const struct limit *lim = class == CLASS_PROTECTED ? &cfg->source : &cfg->unprotected;
@@ -835,10 +849,10 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 		 * limits are kept by the bucket's atomic debit, not by these. */
 		if (take(b, lim, now, cas)) {
 			src->passed += 1;
-			return account(VERDICT_PASS, ok, pkt.proto);
+			return account(len, VERDICT_PASS, ok, pkt.proto);
 		}
 		src->dropped += 1;
-		return account(limited, over, pkt.proto);
+		return account(len, limited, over, pkt.proto);
 	}
 
 	/* A stranger: admitted only while its class's admission bucket has a
@@ -848,12 +862,12 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	struct bucket *adm = bpf_map_lookup_elem(&admission, &idx);
 	const struct limit *alim = class == CLASS_PROTECTED ? &cfg->admission : &cfg->unprotected_admission;
 	if (!adm || !take(adm, alim, now, cas))
-		return account(limited, REASON_ADMISSION, pkt.proto);
+		return account(len, limited, REASON_ADMISSION, pkt.proto);
 
 	if (!set)
 		set = bpf_map_lookup_elem(&sources, &si);
 	if (!set || !insert(set, &key, cfg, now, class))
-		return account(VERDICT_PASS, ok, pkt.proto); /* admitted, not tracked */
+		return account(len, VERDICT_PASS, ok, pkt.proto); /* admitted, not tracked */
 	/* After the insertion: a walk of the table that misses it began
 	 * after it, so after the filter it refills was cleared
 	 * (Shield.RefreshFilter), and these bits stay. */
@@ -868,7 +882,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 				__sync_fetch_and_or(w, bit);
 		}
 	}
-	return account(VERDICT_PASS, ok, pkt.proto);
+	return account(len, VERDICT_PASS, ok, pkt.proto);
 }
 
 /* shield is the program to attach (kernel 5.12+: cmpxchg refills). */

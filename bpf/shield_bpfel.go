@@ -191,6 +191,7 @@ const (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	ShieldMapAdmission      = "admission"
+	ShieldMapByteCounters   = "byte_counters"
 	ShieldMapConfigMap      = "config_map"
 	ShieldMapCounters       = "counters"
 	ShieldMapLists4         = "lists4"
@@ -269,6 +270,7 @@ type ShieldProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldMapSpecs struct {
 	Admission     *ebpf.MapSpec `ebpf:"admission"`
+	ByteCounters  *ebpf.MapSpec `ebpf:"byte_counters"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
@@ -319,6 +321,7 @@ func (o *ShieldObjects) Close() error {
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldMaps struct {
 	Admission     *ebpf.Map `ebpf:"admission"`
+	ByteCounters  *ebpf.Map `ebpf:"byte_counters"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
@@ -335,6 +338,7 @@ type ShieldMaps struct {
 func (m *ShieldMaps) Close() error {
 	return _ShieldClose(
 		m.Admission,
+		m.ByteCounters,
 		m.ConfigMap,
 		m.Counters,
 		m.Lists4,

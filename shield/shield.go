@@ -515,6 +515,10 @@ func (s *Shield) SetTime(ns uint64) error {
 // Counters reads the packet counters, summed over CPUs.
 func (s *Shield) Counters() (Counters, error) { return readCounters(s.objs.Counters) }
 
+// Bytes reads the bytes of the packets Counters counts (each frame's whole
+// length, from its Ethernet header), summed over CPUs, in the same shape.
+func (s *Shield) Bytes() (Counters, error) { return readCounters(s.objs.ByteCounters) }
+
 // pinnedSeed reads the hash seed of the configuration pinned in dir; ok is
 // false when none is pinned there (or dir is "").
 func pinnedSeed(dir string) (seed uint64, ok bool, err error) {
