@@ -563,7 +563,16 @@ func (s *Server) getList(w http.ResponseWriter, r *http.Request, l shield.List) 
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(ps)})
+	hits, err := s.sh.ListHits(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	resp := ListResponse{List: l.String(), Prefixes: prefixStrings(ps), Hits: make(map[string]uint64, len(ps))}
+	for _, p := range ps {
+		resp.Hits[p.String()] = hits[p]
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // prefixes decodes and validates a whole batch.

@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
@@ -440,4 +442,66 @@ func TestConcurrentListChangesReportTheirOwn(t *testing.T) {
 	if got, err := e.sh.List(shield.DenyList); err != nil || len(got) != workers*per {
 		t.Errorf("List(deny) = %d prefixes, %v; want %d", len(got), err, workers*per)
 	}
+}
+
+// TestListHits (issue 28): each list entry's hit count, the packets whose
+// longest listed match it is, in GET /v1/deny and /v1/allow and in
+// /metrics. A change of the lists keeps the counts of the prefixes it
+// keeps; a prefix taken off and put back starts from zero.
+func TestListHits(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	c := e.client()
+	ctx := context.Background()
+	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/16", "198.18.5.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Add(ctx, shield.AllowList, []string{"198.18.7.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(src string, n int) {
+		for range n {
+			if _, err := e.sh.Program().Run(&ebpf.RunOptions{Data: udp4(src), Repeat: 1}); err != nil {
+				t.Fatalf("run program: %v", err)
+			}
+		}
+	}
+	send("198.18.1.1", 2)
+	send("198.18.5.5", 3)
+	send("198.18.7.7", 1)
+	send("198.19.0.1", 4) // on no list
+	hits := func(list string) map[string]uint64 {
+		t.Helper()
+		code, body := e.do(t, "GET", "/v1/"+list, bearer, "")
+		require.Equal(t, 200, code, body)
+		var r struct {
+			Hits map[string]uint64 `json:"hits"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &r), body)
+		return r.Hits
+	}
+	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 2, "198.18.5.0/24": 3}, hits("deny"), "deny hits")
+	assert.Equal(t, map[string]uint64{"198.18.7.0/24": 1}, hits("allow"), "allow hits")
+	text, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	for _, want := range []string{
+		`shield_list_hits_total{list="deny",prefix="198.18.5.0/24"} 3`,
+		`shield_list_hits_total{list="allow",prefix="198.18.7.0/24"} 1`,
+	} {
+		assert.True(t, strings.Contains(text, want), "metrics lack %q", want)
+	}
+
+	// A change keeps the counts of what it keeps.
+	if _, err := c.Add(ctx, shield.DenyList, []string{"2001:db8::/32"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Remove(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	send("198.18.1.2", 1)
+	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "2001:db8::/32": 0}, hits("deny"), "deny hits after two changes")
+	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	send("198.18.5.5", 1)
+	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "198.18.5.0/24": 1, "2001:db8::/32": 0}, hits("deny"), "a prefix put back starts from zero")
 }

@@ -260,6 +260,11 @@ struct {
 enum list_capacity {
 	MAX_LIST_ENTRIES = 65536, /* per list and family */
 	MAX_OWN_ENTRIES = 4096,   /* own4_addrs, own6_addrs */
+	/* Hit counters of the verdict tries' entries (rule_hits): one per
+	 * entry of one family's trie; both families share them, and entries
+	 * beyond are not counted (list_value.rule is NO_RULE). */
+	MAX_RULES = 2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES,
+	NO_RULE = 0xffffffff,
 };
 
 /* The machine's own addresses, as the service found them (a record; the
@@ -315,12 +320,17 @@ enum list_verdict {
 	LIST_IN_DENY = 8,  /* the prefix is on the deny list */
 };
 #define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES)
+struct list_value {
+	__u32 rule;   /* the entry's hit counter in rule_hits, or NO_RULE */
+	__u8 verdict; /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
+	__u8 _pad[3];
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm4_key);
-	__type(value, __u8); /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
+	__type(value, struct list_value);
 } lists4 SEC(".maps"), lists4_b SEC(".maps");
 
 struct {
@@ -328,8 +338,19 @@ struct {
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm6_key);
-	__type(value, __u8); /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
+	__type(value, struct list_value);
 } lists6 SEC(".maps"), lists6_b SEC(".maps");
+
+/* Packets whose longest listed match was an entry, per entry
+ * (list_value.rule) and CPU: per-CPU, so a flood on one deny prefix
+ * never bounces a shared line between CPUs. User space keeps an entry's
+ * rule across changes and zeroes a rule before giving it to a new entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+} rule_hits SEC(".maps");
 
 /* The configuration lives in an inner array that user space replaces whole:
  * the outer slot is swapped atomically and a running program keeps the map it
@@ -478,9 +499,9 @@ static __always_inline int in_region(const __u64 *bits, __u32 r)
 /* listed returns LIST_ALLOW, LIST_DENY, LIST_OWN or 0 (none of them). A
  * family whose lists and own addresses are all empty costs no lookup, and
  * neither does an address in a region no list prefix reaches. */
-static __always_inline int listed(const struct packet *pkt, const struct config *cfg, __u32 flags)
+static __always_inline int listed(const struct packet *pkt, const struct config *cfg, __u32 flags, __u32 *rule)
 {
-	__u8 *v;
+	struct list_value *v;
 
 	if (pkt->is_v6) {
 		struct lpm6_key k = {.prefixlen = 128};
@@ -517,7 +538,10 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 			asm volatile("/* lists4 */" : "+r"(v));
 		}
 	}
-	return v ? *v & LIST_VERDICT : 0;
+	if (!v)
+		return 0;
+	*rule = v->rule;
+	return v->verdict & LIST_VERDICT;
 }
 
 /* mapped says whether an IPv6 source is IPv4-mapped (::ffff:0:0/96). */
@@ -806,15 +830,24 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	if (own(&pkt, cfg))
 		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 
-	int list = listed(&pkt, cfg, flags);
-	/* From the wire, the machine's own address is forged. (On loopback the
-	 * machine talks to itself: there the service names no own address.) */
-	if (list == LIST_OWN)
-		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
-	if (list == LIST_ALLOW)
-		return account(len, VERDICT_PASS, REASON_ALLOW, pkt.proto);
-	if (list == LIST_DENY)
+	__u32 rule = NO_RULE;
+	int list = listed(&pkt, cfg, flags, &rule);
+
+	if (list) {
+		/* The entry that decided counts the packet (rule_hits). */
+		__u64 *hits = bpf_map_lookup_elem(&rule_hits, &rule);
+
+		if (hits)
+			*hits += 1;
+		/* From the wire, the machine's own address is forged. (On
+		 * loopback the machine talks to itself: there the service
+		 * names no own address.) */
+		if (list == LIST_OWN)
+			return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		if (list == LIST_ALLOW)
+			return account(len, VERDICT_PASS, REASON_ALLOW, pkt.proto);
 		return account(len, VERDICT_DROP, REASON_DENY, pkt.proto);
+	}
 
 	int class = class_of(&pkt, cfg);
 	const struct limit *lim = class == CLASS_PROTECTED ? &cfg->source : &cfg->unprotected;

@@ -101,7 +101,16 @@ type ShieldListCapacity uint32
 const (
 	ShieldListCapacityMAX_LIST_ENTRIES ShieldListCapacity = 65536
 	ShieldListCapacityMAX_OWN_ENTRIES  ShieldListCapacity = 4096
+	ShieldListCapacityMAX_RULES        ShieldListCapacity = 135168
+	ShieldListCapacityNO_RULE          ShieldListCapacity = 4294967295
 )
+
+type ShieldListValue struct {
+	_       structs.HostLayout
+	Rule    uint32
+	Verdict uint8
+	Pad     [3]uint8
+}
 
 type ShieldListVerdict uint32
 
@@ -202,6 +211,7 @@ const (
 	ShieldMapOwn6Addrs      = "own6_addrs"
 	ShieldMapPresence       = "presence"
 	ShieldMapProtectedDsts  = "protected_dsts"
+	ShieldMapRuleHits       = "rule_hits"
 	ShieldMapSources        = "sources"
 	ShieldProgClockProbe    = "clock_probe"
 	ShieldProgShield        = "shield"
@@ -281,6 +291,7 @@ type ShieldMapSpecs struct {
 	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
 	Presence      *ebpf.MapSpec `ebpf:"presence"`
 	ProtectedDsts *ebpf.MapSpec `ebpf:"protected_dsts"`
+	RuleHits      *ebpf.MapSpec `ebpf:"rule_hits"`
 	Sources       *ebpf.MapSpec `ebpf:"sources"`
 }
 
@@ -332,6 +343,7 @@ type ShieldMaps struct {
 	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
 	Presence      *ebpf.Map `ebpf:"presence"`
 	ProtectedDsts *ebpf.Map `ebpf:"protected_dsts"`
+	RuleHits      *ebpf.Map `ebpf:"rule_hits"`
 	Sources       *ebpf.Map `ebpf:"sources"`
 }
 
@@ -349,6 +361,7 @@ func (m *ShieldMaps) Close() error {
 		m.Own6Addrs,
 		m.Presence,
 		m.ProtectedDsts,
+		m.RuleHits,
 		m.Sources,
 	)
 }

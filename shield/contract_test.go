@@ -152,6 +152,7 @@ func TestContract(t *testing.T) {
 		}
 		valued(t, "list_capacity", map[string]uint64{
 			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
+			"MAX_RULES": uint64(maxRules), "NO_RULE": uint64(noRule),
 		})
 		for _, m := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
 			if got := spec.Maps[m].MaxEntries; got != uint32(2*maxListEntries+maxOwn) {

@@ -182,6 +182,11 @@ func TestMigrateOldListPins(t *testing.T) {
 	})
 	pin("allow4", lpm(8), func(*ebpf.Map) {})
 	pin("deny6", lpm(20), func(*ebpf.Map) {})
+	// main's verdict trie: a one-byte value (no hit counter), made afresh.
+	require.NoError(t, os.Remove(filepath.Join(dir, bpf.ShieldMapLists4)))
+	pin(bpf.ShieldMapLists4, ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 1, MaxEntries: 2*65536 + 4096, Flags: 1}, func(m *ebpf.Map) {
+		require.NoError(t, m.Put(bpf.ShieldLpm4Key{Prefixlen: 24, Addr: kept.Addr().As4()}, uint8(verdictDeny)))
+	})
 	pin(journalPin, ebpf.MapSpec{Type: ebpf.Hash, KeySize: 20, ValueSize: 1, MaxEntries: 16}, func(m *ebpf.Map) {
 		k := journalKey{List: uint8(DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
 		require.NoError(t, m.Put(k, journalAdded))

@@ -112,6 +112,25 @@ func (t trie) each(fn func(netip.Prefix, uint8)) error {
 	return it.Err()
 }
 
+// eachEntry calls fn for every entry of a verdict trie.
+func (t trie) eachEntry(fn func(netip.Prefix, bpf.ShieldListValue)) error {
+	var v bpf.ShieldListValue
+	if t.v6 {
+		var k bpf.ShieldLpm6Key
+		it := t.m.Iterate()
+		for it.Next(&k, &v) {
+			fn(netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)), v)
+		}
+		return it.Err()
+	}
+	var k bpf.ShieldLpm4Key
+	it := t.m.Iterate()
+	for it.Next(&k, &v) {
+		fn(netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)), v)
+	}
+	return it.Err()
+}
+
 func (t trie) list() ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	err := t.each(func(p netip.Prefix, _ uint8) { out = append(out, p) })
@@ -349,7 +368,8 @@ func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip
 func (s *Shield) commitLists(allow, deny []netip.Prefix, own []netip.Addr) error {
 	_, looked := ownSplit(own)
 	next := s.gen ^ 1
-	if err := s.writeGeneration(next, wantVerdicts(allow, deny, looked...)); err != nil {
+	rules, err := s.writeGeneration(next, wantVerdicts(allow, deny, looked...))
+	if err != nil {
 		return err
 	}
 	oldAllow, oldDeny, oldGen := s.snap[AllowList].Load(), s.snap[DenyList].Load(), s.gen
@@ -365,15 +385,22 @@ func (s *Shield) commitLists(allow, deny []netip.Prefix, own []netip.Addr) error
 		s.gen = oldGen
 		return err
 	}
+	s.rules.Store(&rules)
 	return nil
 }
 
-// writeGeneration makes verdict generation gen (not in force) hold want:
-// entries it holds that want does not are deleted, the others written.
-func (s *Shield) writeGeneration(gen uint32, want map[netip.Prefix]uint8) error {
-	have, err := s.readVerdicts(gen)
+// writeGeneration makes verdict generation gen (not in force) hold want,
+// each entry with its hit counter (assignRules): entries it holds that
+// want does not are deleted, the others written. It returns the entries'
+// rules.
+func (s *Shield) writeGeneration(gen uint32, want map[netip.Prefix]uint8) (map[netip.Prefix]uint32, error) {
+	have, err := s.readEntries(gen)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	rules, err := s.assignRules(want)
+	if err != nil {
+		return nil, err
 	}
 	v4, v6 := s.verdictTries(gen)
 	pick := func(p netip.Prefix) trie {
@@ -388,19 +415,128 @@ func (s *Shield) writeGeneration(gen uint32, want map[netip.Prefix]uint8) error 
 		}
 		t := pick(p)
 		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete verdict of %s: %w", p, err)
+			return nil, fmt.Errorf("delete verdict of %s: %w", p, err)
 		}
 	}
 	for p, v := range want {
-		if cur, ok := have[p]; ok && cur == v {
+		val := bpf.ShieldListValue{Rule: rules[p], Verdict: v}
+		if cur, ok := have[p]; ok && cur.Rule == val.Rule && cur.Verdict == val.Verdict {
 			continue
 		}
 		t := pick(p)
-		if err := t.m.Put(t.key(p), v); err != nil {
-			return fmt.Errorf("write verdict of %s: %w", p, err)
+		if err := t.m.Put(t.key(p), val); err != nil {
+			return nil, fmt.Errorf("write verdict of %s: %w", p, err)
+		}
+	}
+	return rules, nil
+}
+
+// maxRules and noRule are MAX_RULES and NO_RULE in bpf/shield.c.
+const (
+	maxRules = uint32(bpf.ShieldListCapacityMAX_RULES)
+	noRule   = uint32(bpf.ShieldListCapacityNO_RULE)
+)
+
+// assignRules gives every entry of want its hit counter in rule_hits: an
+// entry in force keeps its own, a new one gets the lowest counter no entry
+// in force uses (the generation in force may still count into it until
+// the swap), zeroed first. Entries beyond maxRules are not counted.
+func (s *Shield) assignRules(want map[netip.Prefix]uint8) (map[netip.Prefix]uint32, error) {
+	var cur map[netip.Prefix]uint32
+	if p := s.rules.Load(); p != nil {
+		cur = *p
+	}
+	out := make(map[netip.Prefix]uint32, len(want))
+	used := make(map[uint32]bool, len(cur)+len(want))
+	for _, r := range cur {
+		used[r] = true
+	}
+	var fresh []netip.Prefix
+	for p := range want {
+		if r, ok := cur[p]; ok && r != noRule {
+			out[p] = r
+			continue
+		}
+		fresh = append(fresh, p)
+	}
+	sortPrefixes(fresh)
+	var zeroed []uint32
+	next := uint32(0)
+	for _, p := range fresh {
+		for next < maxRules && used[next] {
+			next++
+		}
+		if next >= maxRules {
+			out[p] = noRule
+			continue
+		}
+		used[next] = true
+		out[p] = next
+		zeroed = append(zeroed, next)
+	}
+	if err := s.zeroRules(zeroed); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// zeroRules zeroes the hit counters rs on every CPU: one batch where the
+// kernel has them for per-CPU arrays, a write each elsewhere.
+func (s *Shield) zeroRules(rs []uint32) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	_, err = s.objs.RuleHits.BatchUpdate(rs, make([]uint64, len(rs)*cpus), nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("zero hit counters: %w", err)
+	}
+	zero := make([]uint64, cpus)
+	for _, r := range rs {
+		if err := s.objs.RuleHits.Put(r, zero); err != nil {
+			return fmt.Errorf("zero hit counter %d: %w", r, err)
 		}
 	}
 	return nil
+}
+
+// ListHits returns, for every prefix of list l, the packets whose longest
+// listed match it was (summed over CPUs) since it was put on the list. A
+// prefix on both lists is one entry: both lists show its hits. It takes
+// no lock.
+func (s *Shield) ListHits(l List) (map[netip.Prefix]uint64, error) {
+	ps, err := s.listLocked(l)
+	if err != nil {
+		return nil, err
+	}
+	var rules map[netip.Prefix]uint32
+	if p := s.rules.Load(); p != nil {
+		rules = *p
+	}
+	out := make(map[netip.Prefix]uint64, len(ps))
+	var per []uint64
+	for _, p := range ps {
+		r, ok := rules[p]
+		if !ok || r == noRule {
+			out[p] = 0
+			continue
+		}
+		if err := s.objs.RuleHits.Lookup(r, &per); err != nil {
+			return nil, fmt.Errorf("read hits of %s: %w", p, err)
+		}
+		var n uint64
+		for _, x := range per {
+			n += x
+		}
+		out[p] = n
+	}
+	return out, nil
 }
 
 // listFlags says which lists and own addresses the program must look up
@@ -622,18 +758,45 @@ func wantVerdicts(allow, deny []netip.Prefix, own ...netip.Addr) map[netip.Prefi
 	return out
 }
 
-// readVerdicts returns what verdict generation gen holds.
-func (s *Shield) readVerdicts(gen uint32) (map[netip.Prefix]uint8, error) {
-	out := map[netip.Prefix]uint8{}
-	put := func(p netip.Prefix, v uint8) { out[p] = v }
+// readEntries returns what verdict generation gen holds.
+func (s *Shield) readEntries(gen uint32) (map[netip.Prefix]bpf.ShieldListValue, error) {
+	out := map[netip.Prefix]bpf.ShieldListValue{}
+	put := func(p netip.Prefix, v bpf.ShieldListValue) { out[p] = v }
 	v4, v6 := s.verdictTries(gen)
-	if err := v4.each(put); err != nil {
+	if err := v4.eachEntry(put); err != nil {
 		return nil, fmt.Errorf("read IPv4 verdicts: %w", err)
 	}
-	if err := v6.each(put); err != nil {
+	if err := v6.eachEntry(put); err != nil {
 		return nil, fmt.Errorf("read IPv6 verdicts: %w", err)
 	}
 	return out, nil
+}
+
+// readVerdicts returns the verdicts (LIST_* | LIST_IN_*) of generation gen.
+func (s *Shield) readVerdicts(gen uint32) (map[netip.Prefix]uint8, error) {
+	es, err := s.readEntries(gen)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Prefix]uint8, len(es))
+	for p, v := range es {
+		out[p] = v.Verdict
+	}
+	return out, nil
+}
+
+// loadRules reads the hit counters of the entries in force.
+func (s *Shield) loadRules() error {
+	es, err := s.readEntries(s.gen)
+	if err != nil {
+		return err
+	}
+	rules := make(map[netip.Prefix]uint32, len(es))
+	for p, v := range es {
+		rules[p] = v.Rule
+	}
+	s.rules.Store(&rules)
+	return nil
 }
 
 // settleLists puts the lists of the snapshots, with the own addresses, in

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xdpshield/xdpshield/bpf"
 )
 
 // Before the verdict generations (bpf/shield.c, lists4_b), the lists were
@@ -142,4 +144,30 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 	o.allow, o.deny = prefixesOf(sets[AllowList]), prefixesOf(sets[DenyList])
 	slices.Reverse(o.paths) // the journal first
 	return o, nil
+}
+
+// dropOldVerdictPins unpins verdict tries of an earlier layout (a one-byte
+// value, before the entries had hit counters) so that Load makes them
+// afresh: their content is derived from the lists' record (the old
+// membership tries, read by takeOldLists), and a program still attached
+// keeps its own reference to the old ones.
+func dropOldVerdictPins(dir string, spec *ebpf.CollectionSpec) error {
+	for _, name := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
+		path := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		incompatible := spec.Maps[name].Compatible(m) != nil
+		m.Close()
+		if incompatible {
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("unpin the old verdict trie %s: %w", path, err)
+			}
+		}
+	}
+	return nil
 }

@@ -128,6 +128,8 @@ type Shield struct {
 	// gen is the verdict generation the configuration in force names
 	// (CONFIG_LISTS_B): 0 lists4/lists6, 1 lists4_b/lists6_b (lists.go).
 	gen uint32
+	// rules are the hit counters (rule_hits) of the entries in force.
+	rules atomic.Pointer[map[netip.Prefix]uint32]
 	// The presence filter (presence.go): the one in force and the hash's
 	// key, both written into every configuration; filterMu orders
 	// refreshes; presence maps both filters (presenceMap the mapping).
@@ -259,6 +261,11 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 	}
+	if opts.PinPath != "" {
+		if err := dropOldVerdictPins(opts.PinPath, spec); err != nil {
+			return nil, err
+		}
+	}
 	closeOld := func() {
 		if oldSources != nil {
 			oldSources.Close()
@@ -319,6 +326,10 @@ func Load(opts Options) (*Shield, error) {
 		s.snap[AllowList].Store(&oldLists.allow)
 		s.snap[DenyList].Store(&oldLists.deny)
 	} else if err := s.loadSnapshots(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.loadRules(); err != nil {
 		s.Close()
 		return nil, err
 	}
