@@ -36,7 +36,14 @@ func crashRemoved(n int) []netip.Prefix {
 // list turns its lookup off with one flag: that would hide a mix).
 var crashKept = netip.MustParsePrefix("198.19.200.1/32")
 
-const crashN = 30000
+// crashN is the issue's 30,000 removals; -short (the VM matrix, under
+// emulation, where 30,000 took 196 s on 5.10) removes 3,000.
+func crashN() int {
+	if testing.Short() {
+		return 3000
+	}
+	return 30000
+}
 
 // TestKillMidListChange (issue 23, finding 8): a kill -9 of the process
 // making a list change, at the moment the change starts to show in the
@@ -53,6 +60,7 @@ func TestKillMidListChange(t *testing.T) {
 		return
 	}
 	dir := pinDir(t)
+	crashN := crashN()
 	l := DefaultLimits()
 	l.DryRun = true // limits pass: only the deny list drops
 	s := loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
@@ -66,7 +74,7 @@ func TestKillMidListChange(t *testing.T) {
 	kept := frame4(crashKept.Addr().String())
 	require.Equal(t, uint32(xdpDrop), run(t, s, frames[0]), "a listed source before the change")
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestKillMidListChange$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillMidListChange$", "-test.count=1", fmt.Sprintf("-test.short=%v", testing.Short()))
 	cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
@@ -142,7 +150,7 @@ func crashChild(t *testing.T, dir string) {
 	s, err := Load(Options{PinPath: dir, Limits: l, Clock: ClockVirtual, TableSize: 4096})
 	require.NoError(t, err, "child Load")
 	fmt.Println("changing")
-	_, err = s.Remove(DenyList, crashRemoved(crashN))
+	_, err = s.Remove(DenyList, crashRemoved(crashN()))
 	require.NoError(t, err, "child Remove")
 	time.Sleep(time.Minute)
 }
