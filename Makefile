@@ -4,7 +4,7 @@ GO ?= go
 export PATH := $(PATH):/usr/local/go/bin
 KERNELS ?= 5.10 6.1 6.12 7.2
 
-.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-update-from gate-teeth gate-speed-clean commits
+.PHONY: help demo build test test-unpriv test-priv test-storm generate check-generate lint bench bench-live study study-quick vmtest soak kernels-repin container-images container-test gate gate-update gate-update-from gate-teeth gate-speed-clean commits
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
@@ -84,6 +84,9 @@ bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per pat
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
 	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
 	out/bin/shieldlab live-bench
+
+bench-live: ## live XDP path (veth + live-frames generator, namespaces) beside test_run, ns/frame per program (~90 s, root)
+	$(GO) test -run '^$$' -bench LiveCost -benchtime 5x ./e2e
 
 study: ## the cost study, as root (about 18 min here with the peers and lists sections): out/study, and docs/study.md with its plots
 	@ci/deps.sh

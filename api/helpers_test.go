@@ -97,16 +97,17 @@ func (e *env) do(t *testing.T, method, path, token, body string) (int, string) {
 }
 
 // state is everything a change could touch, read from the maps themselves:
-// the configuration in force and every entry of every list map (the
-// membership tries and the program's verdict tries), as raw bytes.
+// the configuration in force and every entry of every list map (both
+// generations of the verdict tries, and the one in force), as raw bytes.
 type state struct {
 	config     bpf.ShieldConfig
 	configSlot ebpf.MapID
 	lists      map[string][]string
 }
 
-// listMaps are the pinned maps that hold list entries.
-var listMaps = []string{bpf.ShieldMapAllow4, bpf.ShieldMapAllow6, bpf.ShieldMapDeny4, bpf.ShieldMapDeny6, bpf.ShieldMapLists4, bpf.ShieldMapLists6}
+// listMaps are the pinned maps that hold list entries: both generations
+// of the verdict tries.
+var listMaps = []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B}
 
 func (e *env) state(t *testing.T) state {
 	t.Helper()
@@ -137,6 +138,12 @@ func (e *env) state(t *testing.T) state {
 		}
 		slices.Sort(st.lists[name])
 	}
+	// The generation in force, as "in4" and "in6".
+	in4, in6 := bpf.ShieldMapLists4, bpf.ShieldMapLists6
+	if st.config.Flags&uint32(bpf.ShieldConfigFlagCONFIG_LISTS_B) != 0 {
+		in4, in6 = bpf.ShieldMapLists4B, bpf.ShieldMapLists6B
+	}
+	st.lists["in4"], st.lists["in6"] = st.lists[in4], st.lists[in6]
 	return st
 }
 

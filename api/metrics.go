@@ -1,8 +1,11 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"runtime"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +27,9 @@ var (
 	descPackets = prometheus.NewDesc("shield_packets_total",
 		"Packets seen by the XDP program, by verdict, reason and protocol (summed over CPUs).",
 		[]string{"verdict", "reason", "proto"}, nil)
+	descBytes = prometheus.NewDesc("shield_bytes_total",
+		"Bytes of the packets shield_packets_total counts (whole frames from the Ethernet header), by verdict, reason and protocol (summed over CPUs).",
+		[]string{"verdict", "reason", "proto"}, nil)
 	descTracked = prometheus.NewDesc("shield_sources_tracked",
 		"Sources in the per-source table.", nil, nil)
 	descCapacity = prometheus.NewDesc("shield_sources_capacity",
@@ -42,10 +48,45 @@ var (
 		"1 when the shield counts would-be drops and passes them.", nil, nil)
 	descList = prometheus.NewDesc("shield_list_prefixes",
 		"Prefixes on the allow and deny lists.", []string{"list", "family"}, nil)
+	descListHits = prometheus.NewDesc("shield_list_hits_total",
+		"Packets whose longest listed match was this prefix, per list; only prefixes with hits, at most maxHitSeries per list, the most hit first.",
+		[]string{"list", "prefix"}, nil)
 	descBuild = prometheus.NewDesc("shield_build_info",
 		"Build of the running shield service; the value is always 1.",
 		[]string{"version", "revision", "goversion"}, nil)
 )
+
+// maxHitSeries bounds shield_list_hits_total's series per list: a list may
+// hold 131,072 prefixes, more series than a scrape should carry.
+const maxHitSeries = 1000
+
+// collectHits sends the hit counts of list l's most hit prefixes.
+func collectHits(ch chan<- prometheus.Metric, sh *shield.Shield, l shield.List) {
+	hits, err := sh.ListHits(l)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(descListHits, err)
+		return
+	}
+	type hit struct {
+		p string
+		n uint64
+	}
+	var hs []hit
+	for p, n := range hits {
+		if n > 0 {
+			hs = append(hs, hit{p.String(), n})
+		}
+	}
+	slices.SortFunc(hs, func(a, b hit) int {
+		if a.n != b.n {
+			return cmp.Compare(b.n, a.n)
+		}
+		return strings.Compare(a.p, b.p)
+	})
+	for _, h := range hs[:min(len(hs), maxHitSeries)] {
+		ch <- prometheus.MustNewConstMetric(descListHits, prometheus.CounterValue, float64(h.n), l.String(), h.p)
+	}
+}
 
 // collector reads the program's maps at scrape time.
 type collector struct {
@@ -54,7 +95,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descBuild} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descListHits, descBuild} {
 		ch <- d
 	}
 }
@@ -73,6 +114,20 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
+	if cnt, err := sh.Bytes(); err != nil {
+		ch <- prometheus.NewInvalidMetric(descBytes, err)
+	} else {
+		for _, v := range shield.Verdicts() {
+			for _, r := range shield.Reasons() {
+				for _, p := range shield.Protos() {
+					ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue,
+						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
+				}
+			}
+		}
+	}
+	collectHits(ch, sh, shield.AllowList)
+	collectHits(ch, sh, shield.DenyList)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	if n, err := c.s.sourceCount(ctx); err != nil {

@@ -448,6 +448,11 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	bytes, err := s.sh.Bytes()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	n, err := s.sourceCount(r.Context())
 	if err != nil {
 		s.fail(w, err)
@@ -462,7 +467,7 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		resp.Verdicts[v.String()] = c.Verdict(v)
 		for _, rs := range shield.Reasons() {
 			for _, p := range shield.Protos() {
-				resp.Packets = append(resp.Packets, PacketCount{v.String(), rs.String(), p.String(), c[v][rs][p]})
+				resp.Packets = append(resp.Packets, PacketCount{Verdict: v.String(), Reason: rs.String(), Proto: p.String(), Packets: c[v][rs][p], Bytes: bytes[v][rs][p]})
 			}
 		}
 	}
@@ -560,7 +565,16 @@ func (s *Server) getList(w http.ResponseWriter, r *http.Request, l shield.List) 
 		s.fail(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, ListResponse{List: l.String(), Prefixes: prefixStrings(ps)})
+	hits, err := s.sh.ListHits(l)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	resp := ListResponse{List: l.String(), Prefixes: prefixStrings(ps), Hits: make(map[string]uint64, len(ps))}
+	for _, p := range ps {
+		resp.Hits[p.String()] = hits[p]
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // prefixes decodes and validates a whole batch.

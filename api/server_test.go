@@ -43,7 +43,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("PUT good limits = %d %s, want 200", code, body)
 	}
 	before := e.state(t)
-	if len(before.lists["allow4"]) == 0 || len(before.lists["deny6"]) == 0 {
+	if len(before.lists["in4"]) == 0 || len(before.lists["in6"]) == 0 {
 		t.Fatalf("state() saw no list entries: %v", before.lists)
 	}
 	t.Logf("state guarded: config slot %d, list maps %d", before.configSlot, len(before.lists))
@@ -154,11 +154,11 @@ func TestChangesLogged(t *testing.T) {
 	if want := []string{"198.18.0.0/24", "2001:db8::/48"}; !slices.Equal(r.Prefixes, want) || !slices.Equal(r.Added, want) {
 		t.Errorf("Add = %+v, want prefixes and added %v", r, want)
 	}
-	if len(st.lists["deny4"]) != 0 {
-		t.Fatalf("deny4 had entries before Add")
+	if len(st.lists["in4"]) != 0 {
+		t.Fatalf("the IPv4 verdict trie in force had entries before Add")
 	}
-	if st := e.state(t); len(st.lists["deny4"]) != 1 || len(st.lists["deny6"]) != 1 {
-		t.Errorf("deny maps = %v, want one entry each in deny4 and deny6", st.lists)
+	if st := e.state(t); len(st.lists["in4"]) != 1 || len(st.lists["in6"]) != 1 {
+		t.Errorf("verdict tries = %v, want one entry each in force for IPv4 and IPv6", st.lists)
 	}
 	r, err = c.Remove(ctx, shield.DenyList, []string{"2001:db8::/48"})
 	if err != nil {
@@ -314,6 +314,30 @@ func TestMetricsPromtool(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Metrics: %v", err)
 	}
+	// Bytes beside packets (issue 28): the frames' whole length.
+	frameLen := len(udp4("198.18.5.5"))
+	for _, want := range []string{
+		fmt.Sprintf(`shield_bytes_total{proto="udp",reason="deny",verdict="drop"} %d`, 2*frameLen),
+		fmt.Sprintf(`shield_bytes_total{proto="udp",reason="unprotected",verdict="pass"} %d`, frameLen),
+		`shield_bytes_total{proto="tcp",reason="spoofed",verdict="drop"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	cr, err := c.Counters(ctx)
+	if err != nil {
+		t.Fatalf("Counters: %v", err)
+	}
+	var denied api.PacketCount
+	for _, pc := range cr.Packets {
+		if pc.Verdict == "drop" && pc.Reason == "deny" && pc.Proto == "udp" {
+			denied = pc
+		}
+	}
+	if denied.Packets != 2 || denied.Bytes != uint64(2*frameLen) {
+		t.Errorf("GET /v1/counters drop/deny/udp = %+v, want 2 packets, %d bytes", denied, 2*frameLen)
+	}
 	for _, want := range []string{
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
 		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP to an ephemeral port: return traffic
@@ -441,4 +465,66 @@ func TestMetricsIfaceLabel(t *testing.T) {
 	} {
 		assert.Contains(t, text, want)
 	}
+}
+
+// TestListHits (issue 28): each list entry's hit count, the packets whose
+// longest listed match it is, in GET /v1/deny and /v1/allow and in
+// /metrics. A change of the lists keeps the counts of the prefixes it
+// keeps; a prefix taken off and put back starts from zero.
+func TestListHits(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	c := e.client()
+	ctx := context.Background()
+	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/16", "198.18.5.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Add(ctx, shield.AllowList, []string{"198.18.7.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	send := func(src string, n int) {
+		for range n {
+			if _, err := sim.Run(e.sh.Program(), udp4(src)); err != nil {
+				t.Fatalf("run program: %v", err)
+			}
+		}
+	}
+	send("198.18.1.1", 2)
+	send("198.18.5.5", 3)
+	send("198.18.7.7", 1)
+	send("198.19.0.1", 4) // on no list
+	hits := func(list string) map[string]uint64 {
+		t.Helper()
+		code, body := e.do(t, "GET", "/v1/"+list, bearer, "")
+		require.Equal(t, 200, code, body)
+		var r struct {
+			Hits map[string]uint64 `json:"hits"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(body), &r), body)
+		return r.Hits
+	}
+	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 2, "198.18.5.0/24": 3}, hits("deny"), "deny hits")
+	assert.Equal(t, map[string]uint64{"198.18.7.0/24": 1}, hits("allow"), "allow hits")
+	text, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	for _, want := range []string{
+		`shield_list_hits_total{list="deny",prefix="198.18.5.0/24"} 3`,
+		`shield_list_hits_total{list="allow",prefix="198.18.7.0/24"} 1`,
+	} {
+		assert.True(t, strings.Contains(text, want), "metrics lack %q", want)
+	}
+
+	// A change keeps the counts of what it keeps.
+	if _, err := c.Add(ctx, shield.DenyList, []string{"2001:db8::/32"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Remove(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	send("198.18.1.2", 1)
+	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "2001:db8::/32": 0}, hits("deny"), "deny hits after two changes")
+	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
+		t.Fatal(err)
+	}
+	send("198.18.5.5", 1)
+	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "198.18.5.0/24": 1, "2001:db8::/32": 0}, hits("deny"), "a prefix put back starts from zero")
 }

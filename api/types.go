@@ -13,6 +13,7 @@ type PacketCount struct {
 	Reason  string `json:"reason"`
 	Proto   string `json:"proto"`
 	Packets uint64 `json:"packets"`
+	Bytes   uint64 `json:"bytes"` // the frames' whole length, from the Ethernet header
 }
 
 // SourceStats says how full the per-source table is.
@@ -59,6 +60,9 @@ type ListResponse struct {
 	Prefixes []string `json:"prefixes"`
 	Added    []string `json:"added,omitempty"`
 	Removed  []string `json:"removed,omitempty"`
+	// Hits (GET only): per prefix, the packets whose longest listed match
+	// it was since it was put on the list.
+	Hits map[string]uint64 `json:"hits,omitempty"`
 }
 
 // ErrorResponse is the body of every 4xx and 5xx answer.

@@ -5,7 +5,7 @@ package bpf
 // installs them), so `make check-generate` can ask for the committed objects
 // byte for byte.
 
-//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type config -type source -type source_set -type bucket -type limit -type src_key -type lpm4_key -type lpm6_key -type dst_key -type reason -type proto -type verdict -type credit -type clock -type config_flag -type traffic_class -type list_capacity -type dst_capacity -type list_verdict Shield shield.c
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type config -type source -type source_set -type bucket -type limit -type src_key -type lpm4_key -type lpm6_key -type list_value -type dst_key -type reason -type proto -type verdict -type credit -type clock -type config_flag -type traffic_class -type list_capacity -type dst_capacity -type list_verdict Shield shield.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" Storm storm.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type svc_key -type svc -type backend -type addr -type xlat -type sock_lb -type range_key Lb lb.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" LbDestroy lb_destroy.c

@@ -4,7 +4,7 @@
  * shield: the XDP rate-limiting program of xdpshield.
  *
  * One packet: parse (Ethernet, up to two VLAN tags, IPv4/IPv6 source) ->
- * allow list -> deny list -> per-source token bucket (unknown sources go
+ * allow list -> deny list (one lookup) -> per-source token bucket (unknown sources go
  * through the admission bucket first) -> per-CPU counter -> PASS or DROP.
  * Anything the parser does not recognise passes: the shield limits, it does
  * not filter protocols.
@@ -76,7 +76,7 @@ struct limit {
 /* config.flags */
 enum config_flag {
 	CONFIG_DRY_RUN = 1 << 0, /* count would-be limit/admission drops, pass them */
-	CONFIG_ALLOW4 = 1 << 1,  /* allow4 has entries; with DENY4: lists4 is looked up */
+	CONFIG_ALLOW4 = 1 << 1,  /* the allow list has IPv4 entries: the verdict trie is looked up */
 	CONFIG_ALLOW6 = 1 << 2,
 	CONFIG_DENY4 = 1 << 3,
 	CONFIG_DENY6 = 1 << 4,
@@ -85,7 +85,8 @@ enum config_flag {
 	CONFIG_PROTECT = 1 << 7,       /* protected destinations are named; else all are */
 	CONFIG_PROTECT_ICMP = 1 << 8,  /* ICMP and ICMPv6 are protected */
 	CONFIG_PROTECT_ADDR = 1 << 9,  /* *_addr_ports has bits: protected_dsts is looked up */
-	CONFIG_AGGREGATE = 1 << 10,    /* aggregates has entries: looked up for protected packets */
+	CONFIG_LISTS_B = 1 << 10,      /* the lists in force are lists4_b/lists6_b, else lists4/lists6 */
+	CONFIG_AGGREGATE = 1 << 11,    /* aggregates has entries: looked up for protected packets */
 	/* Bits from here up are user space's, never read here: the loader
 	 * records the clock (clock_mode + 1) the state was written with. */
 	CONFIG_CLOCK_SHIFT = 24,
@@ -201,6 +202,16 @@ struct {
 	__type(value, __u64); /* packets */
 } counters SEC(".maps");
 
+/* The bytes of those packets (the frame from its Ethernet header), same
+ * index: a map of its own so pinned counters of earlier versions stay
+ * usable. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_COUNTERS);
+	__type(key, __u32);
+	__type(value, __u64); /* bytes */
+} byte_counters SEC(".maps");
+
 /*
  * Per-source buckets: a set-associative table, an array of sets of WAYS
  * ways (kernel 5.5+ for BPF_F_MMAPABLE: user space reads it through a
@@ -245,32 +256,21 @@ struct {
 	__type(value, __u64); /* 64 slots */
 } presence SEC(".maps");
 
-/* Allow and deny lists as the operator wrote them (one trie per list and
- * family; LPM tries need BPF_F_NO_PREALLOC; the value is unused). The loader
- * keeps them as the record of membership; the program reads lists4/lists6. */
+/* Capacity of the allow and deny lists (they live in the verdict tries
+ * below, which are also their record). */
 enum list_capacity {
 	MAX_LIST_ENTRIES = 65536, /* per list and family */
 	MAX_OWN_ENTRIES = 4096,   /* own4_addrs, own6_addrs */
+	/* Hit counters of the verdict tries' entries (rule_hits): one per
+	 * entry of one family's trie; both families share them, and entries
+	 * beyond are not counted (list_value.rule is NO_RULE). */
+	MAX_RULES = 2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES,
+	NO_RULE = 0xffffffff,
 };
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, MAX_LIST_ENTRIES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lpm4_key);
-	__type(value, __u8);
-} allow4 SEC(".maps"), deny4 SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, MAX_LIST_ENTRIES);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, struct lpm6_key);
-	__type(value, __u8);
-} allow6 SEC(".maps"), deny6 SEC(".maps");
-
-/* The machine's own addresses, as the service found them (records, like
- * allow4/deny4; the program compares config.own4/own6, or reads
- * lists4/lists6 for a family with more than OWN_INLINE). */
+/* The machine's own addresses, as the service found them (a record; the
+ * program compares config.own4/own6, or finds LIST_OWN in the verdict
+ * tries for a family with more than OWN_INLINE). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_OWN_ENTRIES);
@@ -303,28 +303,55 @@ struct {
  * an address contains that address's longest match, so the address is
  * allowed iff an allow prefix contains the match: the loader computes that
  * per entry. One lookup decides both lists, and allow wins over deny even
- * when the deny prefix is the more specific. */
+ * when the deny prefix is the more specific.
+ *
+ * Two generations, A (lists4/lists6) and B (lists4_b/lists6_b): the
+ * configuration's CONFIG_LISTS_B says which one is in force. A change is
+ * written whole into the other generation, then put in force by the one
+ * swap of the configuration (config_map): a packet, and a crash of the
+ * writer at any point, sees the old lists or the new ones, never a mix.
+ * The generation in force is also the record of the lists (LIST_IN_*
+ * bits): there is nothing to roll back. */
 enum list_verdict {
-	LIST_ALLOW = 1, /* an allow prefix covers the entry: pass, never limited */
-	LIST_DENY = 2,  /* only deny prefixes cover it: drop */
-	LIST_OWN = 3,   /* an own address (a host prefix): spoofed from the wire */
+	LIST_ALLOW = 1,    /* an allow prefix covers the entry: pass, never limited */
+	LIST_DENY = 2,     /* only deny prefixes cover it: drop */
+	LIST_OWN = 3,      /* an own address (a host prefix): spoofed from the wire */
+	LIST_VERDICT = 3,  /* the bits above: what the program reads */
+	LIST_IN_ALLOW = 4, /* the prefix is on the allow list (the record) */
+	LIST_IN_DENY = 8,  /* the prefix is on the deny list */
 };
 #define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES)
+struct list_value {
+	__u32 rule;   /* the entry's hit counter in rule_hits, or NO_RULE */
+	__u8 verdict; /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
+	__u8 _pad[3];
+};
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm4_key);
-	__type(value, __u8); /* LIST_ALLOW or LIST_DENY */
-} lists4 SEC(".maps");
+	__type(value, struct list_value);
+} lists4 SEC(".maps"), lists4_b SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
 	__uint(max_entries, MAX_VERDICT_ENTRIES);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, struct lpm6_key);
-	__type(value, __u8); /* LIST_ALLOW or LIST_DENY */
-} lists6 SEC(".maps");
+	__type(value, struct list_value);
+} lists6 SEC(".maps"), lists6_b SEC(".maps");
+
+/* Packets whose longest listed match was an entry, per entry
+ * (list_value.rule) and CPU: per-CPU, so a flood on one deny prefix
+ * never bounces a shared line between CPUs. User space keeps an entry's
+ * rule across changes and zeroes a rule before giving it to a new entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__type(value, __u64);
+} rule_hits SEC(".maps");
 
 /* The configuration lives in an inner array that user space replaces whole:
  * the outer slot is swapped atomically and a running program keeps the map it
@@ -534,13 +561,16 @@ static __always_inline int take_level(struct bucket *b, const struct limit *l, _
 	return 1 + (int)((__u64)(b->credit - (__s64)(l->cap >> 1)) >> 63);
 }
 
-static __always_inline int account(__u32 verdict, __u32 reason, __u32 proto)
+static __always_inline int account(__u64 len, __u32 verdict, __u32 reason, __u32 proto)
 {
 	__u32 idx = (verdict * REASON_MAX + reason) * PROTO_MAX + proto;
 	__u64 *c = bpf_map_lookup_elem(&counters, &idx);
 
 	if (c)
 		*c += 1;
+	c = bpf_map_lookup_elem(&byte_counters, &idx);
+	if (c)
+		*c += len;
 	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
 }
 
@@ -553,9 +583,9 @@ static __always_inline int in_region(const __u64 *bits, __u32 r)
 /* listed returns LIST_ALLOW, LIST_DENY, LIST_OWN or 0 (none of them). A
  * family whose lists and own addresses are all empty costs no lookup, and
  * neither does an address in a region no list prefix reaches. */
-static __always_inline int listed(const struct packet *pkt, const struct config *cfg, __u32 flags)
+static __always_inline int listed(const struct packet *pkt, const struct config *cfg, __u32 flags, __u32 *rule)
 {
-	__u8 *v;
+	struct list_value *v;
 
 	if (pkt->is_v6) {
 		struct lpm6_key k = {.prefixlen = 128};
@@ -565,7 +595,17 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 		if (!in_region(cfg->regions6, bpf_ntohl(((const __u32 *)pkt->src)[0]) & 0xffff))
 			return 0;
 		__builtin_memcpy(k.addr, pkt->src, 16);
-		v = bpf_map_lookup_elem(&lists6, &k);
+		/* Two call sites (the asm keeps clang from merging them into
+		 * one with either map): a site that sees one map is made a
+		 * direct call of the trie's lookup by the verifier, one that
+		 * sees two stays the generic helper, an indirect call. */
+		if (flags & CONFIG_LISTS_B) {
+			v = bpf_map_lookup_elem(&lists6_b, &k);
+			asm volatile("/* lists6_b */" : "+r"(v));
+		} else {
+			v = bpf_map_lookup_elem(&lists6, &k);
+			asm volatile("/* lists6 */" : "+r"(v));
+		}
 	} else {
 		struct lpm4_key k = {.prefixlen = 32};
 
@@ -574,9 +614,18 @@ static __always_inline int listed(const struct packet *pkt, const struct config 
 		if (!in_region(cfg->regions4, bpf_ntohl(((const __u32 *)pkt->src)[3]) >> 16))
 			return 0;
 		__builtin_memcpy(k.addr, &pkt->src[12], 4);
-		v = bpf_map_lookup_elem(&lists4, &k);
+		if (flags & CONFIG_LISTS_B) {
+			v = bpf_map_lookup_elem(&lists4_b, &k);
+			asm volatile("/* lists4_b */" : "+r"(v));
+		} else {
+			v = bpf_map_lookup_elem(&lists4, &k);
+			asm volatile("/* lists4 */" : "+r"(v));
+		}
 	}
-	return v ? *v : 0;
+	if (!v)
+		return 0;
+	*rule = v->rule;
+	return v->verdict & LIST_VERDICT;
 }
 
 /* mapped says whether an IPv6 source is IPv4-mapped (::ffff:0:0/96). */
@@ -836,6 +885,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__u64 len = data_end - data;
 	/* Zeroed: parse leaves fields unset on some paths, and clang then reads
 	 * a spill slot no path wrote, which 6.1's verifier refuses for shield
 	 * ("invalid read from stack R10 off=-168"; 6.18 accepts it). */
@@ -845,14 +895,14 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 
 	reason = parse(data, data_end, &pkt);
 	if (reason != REASON_OK)
-		return account(VERDICT_PASS, reason, PROTO_OTHER);
+		return account(len, VERDICT_PASS, reason, PROTO_OTHER);
 
 	void *inner = bpf_map_lookup_elem(&config_map, &zero);
 	if (!inner)
-		return account(VERDICT_PASS, REASON_OK, pkt.proto); /* not configured yet */
+		return account(len, VERDICT_PASS, REASON_OK, pkt.proto); /* not configured yet */
 	struct config *cfg = bpf_map_lookup_elem(inner, &zero);
 	if (!cfg)
-		return account(VERDICT_PASS, REASON_OK, pkt.proto);
+		return account(len, VERDICT_PASS, REASON_OK, pkt.proto);
 	__u32 flags = cfg->flags;
 	__u32 limited = flags & CONFIG_DRY_RUN ? VERDICT_PASS : VERDICT_DROP;
 
@@ -860,19 +910,28 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	 * (Linux's IPv6 input drops it, ip6_rcv_core), and judging it as the
 	 * IPv4 address would let anyone spend that address's bucket. */
 	if (pkt.is_v6 && mapped(&pkt))
-		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 	if (own(&pkt, cfg))
-		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
 
-	int list = listed(&pkt, cfg, flags);
-	/* From the wire, the machine's own address is forged. (On loopback the
-	 * machine talks to itself: there the service names no own address.) */
-	if (list == LIST_OWN)
-		return account(VERDICT_DROP, REASON_SPOOFED, pkt.proto);
-	if (list == LIST_ALLOW)
-		return account(VERDICT_PASS, REASON_ALLOW, pkt.proto);
-	if (list == LIST_DENY)
-		return account(VERDICT_DROP, REASON_DENY, pkt.proto);
+	__u32 rule = NO_RULE;
+	int list = listed(&pkt, cfg, flags, &rule);
+
+	if (list) {
+		/* The entry that decided counts the packet (rule_hits). */
+		__u64 *hits = bpf_map_lookup_elem(&rule_hits, &rule);
+
+		if (hits)
+			*hits += 1;
+		/* From the wire, the machine's own address is forged. (On
+		 * loopback the machine talks to itself: there the service
+		 * names no own address.) */
+		if (list == LIST_OWN)
+			return account(len, VERDICT_DROP, REASON_SPOOFED, pkt.proto);
+		if (list == LIST_ALLOW)
+			return account(len, VERDICT_PASS, REASON_ALLOW, pkt.proto);
+		return account(len, VERDICT_DROP, REASON_DENY, pkt.proto);
+	}
 
 	int class = class_of(&pkt, cfg);
 	const struct limit *lim = class == CLASS_PROTECTED ? &cfg->source : &cfg->unprotected;
@@ -907,32 +966,35 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 		/* Under an aggregate limit a source that keeps its own bucket
 		 * below half full (one sending at or over its rate: a flood's
 		 * source) is shed with the strangers; one well within its rate
-		 * is served first. */
+		 * is served first. The source's counts are statistics: plain
+		 * increments, not locked ones (a locked add is ~5 ns here, and
+		 * this line is written anyway). Two CPUs adding at once may
+		 * lose one; the limits are kept by the bucket's atomic debit. */
 		int t = take_level(b, lim, now, cas);
 
 		if (t && (cas ? aggregate_cas(agg_key, now, t >> 1, agg_gate) : aggregate_compat(agg_key, now, t >> 1, agg_gate))) {
-			__sync_fetch_and_add(&src->passed, 1);
-			return account(VERDICT_PASS, ok, pkt.proto);
+			src->passed += 1;
+			return account(len, VERDICT_PASS, ok, pkt.proto);
 		}
-		__sync_fetch_and_add(&src->dropped, 1);
-		return account(limited, over, pkt.proto);
+		src->dropped += 1;
+		return account(len, limited, over, pkt.proto);
 	}
 
 	/* A stranger: admitted only while its class's admission bucket has a
 	 * token, so a forged flood neither fills the table nor gets a burst per
 	 * forged address. Refused strangers are not inserted. */
 	if (!(cas ? aggregate_cas(agg_key, now, 1, agg_gate) : aggregate_compat(agg_key, now, 1, agg_gate)))
-		return account(limited, REASON_ADMISSION, pkt.proto);
+		return account(len, limited, REASON_ADMISSION, pkt.proto);
 	__u32 idx = class;
 	struct bucket *adm = bpf_map_lookup_elem(&admission, &idx);
 	const struct limit *alim = class == CLASS_PROTECTED ? &cfg->admission : &cfg->unprotected_admission;
 	if (!adm || !take(adm, alim, now, cas))
-		return account(limited, REASON_ADMISSION, pkt.proto);
+		return account(len, limited, REASON_ADMISSION, pkt.proto);
 
 	if (!set)
 		set = bpf_map_lookup_elem(&sources, &si);
 	if (!set || !insert(set, &key, cfg, now, class))
-		return account(VERDICT_PASS, ok, pkt.proto); /* admitted, not tracked */
+		return account(len, VERDICT_PASS, ok, pkt.proto); /* admitted, not tracked */
 	/* After the insertion: a walk of the table that misses it began
 	 * after it, so after the filter it refills was cleared
 	 * (Shield.RefreshFilter), and these bits stay. */
@@ -947,7 +1009,7 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 				__sync_fetch_and_or(w, bit);
 		}
 	}
-	return account(VERDICT_PASS, ok, pkt.proto);
+	return account(len, VERDICT_PASS, ok, pkt.proto);
 }
 
 /* next holds the program a passed packet goes on to (the XDP balancer,

@@ -79,7 +79,8 @@ const (
 	ShieldConfigFlagCONFIG_PROTECT      ShieldConfigFlag = 128
 	ShieldConfigFlagCONFIG_PROTECT_ICMP ShieldConfigFlag = 256
 	ShieldConfigFlagCONFIG_PROTECT_ADDR ShieldConfigFlag = 512
-	ShieldConfigFlagCONFIG_AGGREGATE    ShieldConfigFlag = 1024
+	ShieldConfigFlagCONFIG_LISTS_B      ShieldConfigFlag = 1024
+	ShieldConfigFlagCONFIG_AGGREGATE    ShieldConfigFlag = 2048
 	ShieldConfigFlagCONFIG_CLOCK_SHIFT  ShieldConfigFlag = 24
 )
 
@@ -115,14 +116,26 @@ type ShieldListCapacity uint32
 const (
 	ShieldListCapacityMAX_LIST_ENTRIES ShieldListCapacity = 65536
 	ShieldListCapacityMAX_OWN_ENTRIES  ShieldListCapacity = 4096
+	ShieldListCapacityMAX_RULES        ShieldListCapacity = 135168
+	ShieldListCapacityNO_RULE          ShieldListCapacity = 4294967295
 )
+
+type ShieldListValue struct {
+	_       structs.HostLayout
+	Rule    uint32
+	Verdict uint8
+	Pad     [3]uint8
+}
 
 type ShieldListVerdict uint32
 
 const (
-	ShieldListVerdictLIST_ALLOW ShieldListVerdict = 1
-	ShieldListVerdictLIST_DENY  ShieldListVerdict = 2
-	ShieldListVerdictLIST_OWN   ShieldListVerdict = 3
+	ShieldListVerdictLIST_ALLOW    ShieldListVerdict = 1
+	ShieldListVerdictLIST_DENY     ShieldListVerdict = 2
+	ShieldListVerdictLIST_OWN      ShieldListVerdict = 3
+	ShieldListVerdictLIST_VERDICT  ShieldListVerdict = 3
+	ShieldListVerdictLIST_IN_ALLOW ShieldListVerdict = 4
+	ShieldListVerdictLIST_IN_DENY  ShieldListVerdict = 8
 )
 
 type ShieldLpm4Key struct {
@@ -203,19 +216,19 @@ const (
 const (
 	ShieldMapAdmission      = "admission"
 	ShieldMapAggregates     = "aggregates"
-	ShieldMapAllow4         = "allow4"
-	ShieldMapAllow6         = "allow6"
+	ShieldMapByteCounters   = "byte_counters"
 	ShieldMapConfigMap      = "config_map"
 	ShieldMapCounters       = "counters"
-	ShieldMapDeny4          = "deny4"
-	ShieldMapDeny6          = "deny6"
 	ShieldMapLists4         = "lists4"
+	ShieldMapLists4B        = "lists4_b"
 	ShieldMapLists6         = "lists6"
+	ShieldMapLists6B        = "lists6_b"
 	ShieldMapNext           = "next"
 	ShieldMapOwn4Addrs      = "own4_addrs"
 	ShieldMapOwn6Addrs      = "own6_addrs"
 	ShieldMapPresence       = "presence"
 	ShieldMapProtectedDsts  = "protected_dsts"
+	ShieldMapRuleHits       = "rule_hits"
 	ShieldMapSources        = "sources"
 	ShieldProgClockProbe    = "clock_probe"
 	ShieldProgShield        = "shield"
@@ -285,19 +298,19 @@ type ShieldProgramSpecs struct {
 type ShieldMapSpecs struct {
 	Admission     *ebpf.MapSpec `ebpf:"admission"`
 	Aggregates    *ebpf.MapSpec `ebpf:"aggregates"`
-	Allow4        *ebpf.MapSpec `ebpf:"allow4"`
-	Allow6        *ebpf.MapSpec `ebpf:"allow6"`
+	ByteCounters  *ebpf.MapSpec `ebpf:"byte_counters"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
-	Deny4         *ebpf.MapSpec `ebpf:"deny4"`
-	Deny6         *ebpf.MapSpec `ebpf:"deny6"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
+	Lists4B       *ebpf.MapSpec `ebpf:"lists4_b"`
 	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
+	Lists6B       *ebpf.MapSpec `ebpf:"lists6_b"`
 	Next          *ebpf.MapSpec `ebpf:"next"`
 	Own4Addrs     *ebpf.MapSpec `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
 	Presence      *ebpf.MapSpec `ebpf:"presence"`
 	ProtectedDsts *ebpf.MapSpec `ebpf:"protected_dsts"`
+	RuleHits      *ebpf.MapSpec `ebpf:"rule_hits"`
 	Sources       *ebpf.MapSpec `ebpf:"sources"`
 }
 
@@ -339,19 +352,19 @@ func (o *ShieldObjects) Close() error {
 type ShieldMaps struct {
 	Admission     *ebpf.Map `ebpf:"admission"`
 	Aggregates    *ebpf.Map `ebpf:"aggregates"`
-	Allow4        *ebpf.Map `ebpf:"allow4"`
-	Allow6        *ebpf.Map `ebpf:"allow6"`
+	ByteCounters  *ebpf.Map `ebpf:"byte_counters"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	Counters      *ebpf.Map `ebpf:"counters"`
-	Deny4         *ebpf.Map `ebpf:"deny4"`
-	Deny6         *ebpf.Map `ebpf:"deny6"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
+	Lists4B       *ebpf.Map `ebpf:"lists4_b"`
 	Lists6        *ebpf.Map `ebpf:"lists6"`
+	Lists6B       *ebpf.Map `ebpf:"lists6_b"`
 	Next          *ebpf.Map `ebpf:"next"`
 	Own4Addrs     *ebpf.Map `ebpf:"own4_addrs"`
 	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
 	Presence      *ebpf.Map `ebpf:"presence"`
 	ProtectedDsts *ebpf.Map `ebpf:"protected_dsts"`
+	RuleHits      *ebpf.Map `ebpf:"rule_hits"`
 	Sources       *ebpf.Map `ebpf:"sources"`
 }
 
@@ -359,19 +372,19 @@ func (m *ShieldMaps) Close() error {
 	return _ShieldClose(
 		m.Admission,
 		m.Aggregates,
-		m.Allow4,
-		m.Allow6,
+		m.ByteCounters,
 		m.ConfigMap,
 		m.Counters,
-		m.Deny4,
-		m.Deny6,
 		m.Lists4,
+		m.Lists4B,
 		m.Lists6,
+		m.Lists6B,
 		m.Next,
 		m.Own4Addrs,
 		m.Own6Addrs,
 		m.Presence,
 		m.ProtectedDsts,
+		m.RuleHits,
 		m.Sources,
 	)
 }

@@ -236,8 +236,9 @@ func claimPins(root, iface string, adoptUnverified bool) (notes []string, err er
 		"`shield detach -iface %s` drops them", dir, iface)
 }
 
-// ownedPins are the names Attach pins in a pin directory: the link, the
-// change journal and every map of the program that is pinned by name. Detach removes these and only
+// ownedPins are the names Attach pins in a pin directory: the link, every
+// map of the program that is pinned by name, and those of older versions
+// (the lists' own tries and change journal, oldlists.go). Detach removes these and only
 // these.
 func ownedPins() (map[string]bool, error) {
 	spec, err := bpf.LoadShield()
@@ -245,6 +246,9 @@ func ownedPins() (map[string]bool, error) {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
 	names := map[string]bool{linkPin: true, journalPin: true, oldSourcesPin: true}
+	for _, n := range oldListNames {
+		names[n.name] = true
+	}
 	for name := range spec.Maps {
 		if filepath.Ext(name) == "" {
 			names[name] = true

@@ -112,9 +112,9 @@ func TestContract(t *testing.T) {
 			"CONFIG_DRY_RUN": uint64(flagDryRun), "CONFIG_ALLOW4": uint64(flagAllow4), "CONFIG_ALLOW6": uint64(flagAllow6),
 			"CONFIG_DENY4": uint64(flagDeny4), "CONFIG_DENY6": uint64(flagDeny6), "CONFIG_OWN4": uint64(flagOwn4),
 			"CONFIG_OWN6": uint64(flagOwn6), "CONFIG_PROTECT": uint64(flagProtect), "CONFIG_PROTECT_ICMP": uint64(flagProtectICMP),
-			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_AGGREGATE": uint64(flagAggregate), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
+			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_LISTS_B": uint64(flagListsB), "CONFIG_AGGREGATE": uint64(flagAggregate), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
 		})
-		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr, flagAggregate} {
+		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr, flagListsB, flagAggregate} {
 			if f>>clockShift != 0 {
 				t.Errorf("flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
 			}
@@ -123,7 +123,13 @@ func TestContract(t *testing.T) {
 	t.Run("list_verdict", func(t *testing.T) {
 		valued(t, "list_verdict", map[string]uint64{
 			"LIST_ALLOW": uint64(verdictAllow), "LIST_DENY": uint64(verdictDeny), "LIST_OWN": uint64(verdictOwn),
+			"LIST_VERDICT": uint64(verdictMask), "LIST_IN_ALLOW": uint64(inAllow), "LIST_IN_DENY": uint64(inDeny),
 		})
+		for _, b := range []uint8{inAllow, inDeny} {
+			if b&verdictMask != 0 {
+				t.Errorf("list bit %#x overlaps the verdict the program reads (%#x)", b, verdictMask)
+			}
+		}
 	})
 	t.Run("traffic_class", func(t *testing.T) {
 		valued(t, "traffic_class", map[string]uint64{
@@ -149,10 +155,11 @@ func TestContract(t *testing.T) {
 		}
 		valued(t, "list_capacity", map[string]uint64{
 			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
+			"MAX_RULES": uint64(maxRules), "NO_RULE": uint64(noRule),
 		})
-		for _, m := range []string{bpf.ShieldMapAllow4, bpf.ShieldMapAllow6, bpf.ShieldMapDeny4, bpf.ShieldMapDeny6} {
-			if got := spec.Maps[m].MaxEntries; got != uint32(maxListEntries) {
-				t.Errorf("%s MaxEntries = %d, want %d", m, got, maxListEntries)
+		for _, m := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
+			if got := spec.Maps[m].MaxEntries; got != uint32(2*maxListEntries+maxOwn) {
+				t.Errorf("%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*maxListEntries+maxOwn)
 			}
 		}
 		for _, m := range []string{bpf.ShieldMapOwn4Addrs, bpf.ShieldMapOwn6Addrs} {

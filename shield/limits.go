@@ -335,9 +335,11 @@ const (
 	flagProtectICMP = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ICMP)
 	flagProtectAddr = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ADDR)
 	flagAggregate   = uint32(bpf.ShieldConfigFlagCONFIG_AGGREGATE)
+	flagListsB      = uint32(bpf.ShieldConfigFlagCONFIG_LISTS_B)
 
-	// listFlagsMask are the flags that follow the lists' contents.
-	listFlagsMask = flagAllow4 | flagAllow6 | flagDeny4 | flagDeny6 | flagOwn4 | flagOwn6
+	// listFlagsMask are the flags that follow the lists' contents, and
+	// the verdict generation in force.
+	listFlagsMask = flagAllow4 | flagAllow6 | flagDeny4 | flagDeny6 | flagOwn4 | flagOwn6 | flagListsB
 )
 
 // clockShift places the clock + 1 in the top byte of the config flags

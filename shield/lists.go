@@ -3,6 +3,7 @@ package shield
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -81,16 +82,8 @@ func parsePrefix(s string) (netip.Prefix, error) {
 }
 
 type trie struct {
-	m    *ebpf.Map
-	flag uint32
-	v6   bool
-}
-
-func (s *Shield) tries(l List) (v4, v6 trie) {
-	if l == AllowList {
-		return trie{s.objs.Allow4, flagAllow4, false}, trie{s.objs.Allow6, flagAllow6, true}
-	}
-	return trie{s.objs.Deny4, flagDeny4, false}, trie{s.objs.Deny6, flagDeny6, true}
+	m  *ebpf.Map
+	v6 bool
 }
 
 func (t trie) key(p netip.Prefix) any {
@@ -103,6 +96,25 @@ func (t trie) key(p netip.Prefix) any {
 // each calls fn for every entry of the trie.
 func (t trie) each(fn func(netip.Prefix, uint8)) error {
 	var v uint8
+	if t.v6 {
+		var k bpf.ShieldLpm6Key
+		it := t.m.Iterate()
+		for it.Next(&k, &v) {
+			fn(netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)), v)
+		}
+		return it.Err()
+	}
+	var k bpf.ShieldLpm4Key
+	it := t.m.Iterate()
+	for it.Next(&k, &v) {
+		fn(netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)), v)
+	}
+	return it.Err()
+}
+
+// eachEntry calls fn for every entry of a verdict trie.
+func (t trie) eachEntry(fn func(netip.Prefix, bpf.ShieldListValue)) error {
+	var v bpf.ShieldListValue
 	if t.v6 {
 		var k bpf.ShieldLpm6Key
 		it := t.m.Iterate()
@@ -137,31 +149,42 @@ func (s *Shield) listLocked(l List) ([]netip.Prefix, error) {
 	if p := s.snap[l].Load(); p != nil {
 		return slices.Clone(*p), nil
 	}
-	return s.readList(l)
+	return []netip.Prefix{}, nil
 }
 
-// loadSnapshots reads both lists from their tries into the snapshots List
-// answers from. The service is the only writer of the tries (the pin
-// directory's lock), so the snapshots stay true once read.
+// loadSnapshots reads both lists from the verdict generation in force
+// (their record) into the snapshots List answers from. The service is the
+// only writer of the tries (the pin directory's lock), so the snapshots
+// stay true once read.
 func (s *Shield) loadSnapshots() error {
-	for _, l := range []List{AllowList, DenyList} {
-		ps, err := s.readList(l)
-		if err != nil {
-			return err
-		}
-		s.snap[l].Store(&ps)
+	allow, deny, err := s.readLists(s.gen)
+	if err != nil {
+		return err
 	}
+	s.snap[AllowList].Store(&allow)
+	s.snap[DenyList].Store(&deny)
 	return nil
 }
 
-// setSnapshot makes the prefixes of have list l's snapshot.
-func (s *Shield) setSnapshot(l List, have map[netip.Prefix]bool) {
-	ps := make([]netip.Prefix, 0, len(have))
-	for p := range have {
-		ps = append(ps, p)
+// readLists reads the two lists from the LIST_IN_* bits of verdict
+// generation gen.
+func (s *Shield) readLists(gen uint32) (allow, deny []netip.Prefix, err error) {
+	vs, err := s.readVerdicts(gen)
+	if err != nil {
+		return nil, nil, err
 	}
-	sortPrefixes(ps)
-	s.snap[l].Store(&ps)
+	allow, deny = []netip.Prefix{}, []netip.Prefix{}
+	for p, v := range vs {
+		if v&inAllow != 0 {
+			allow = append(allow, p)
+		}
+		if v&inDeny != 0 {
+			deny = append(deny, p)
+		}
+	}
+	sortPrefixes(allow)
+	sortPrefixes(deny)
+	return allow, deny, nil
 }
 
 func sortPrefixes(ps []netip.Prefix) {
@@ -171,22 +194,6 @@ func sortPrefixes(ps []netip.Prefix) {
 		}
 		return x.Bits() - y.Bits()
 	})
-}
-
-// readList reads list l from its tries.
-func (s *Shield) readList(l List) ([]netip.Prefix, error) {
-	v4, v6 := s.tries(l)
-	a, err := v4.list()
-	if err != nil {
-		return nil, fmt.Errorf("list %s (IPv4): %w", l, err)
-	}
-	b, err := v6.list()
-	if err != nil {
-		return nil, fmt.Errorf("list %s (IPv6): %w", l, err)
-	}
-	out := append(a, b...)
-	sortPrefixes(out)
-	return out, nil
 }
 
 // listedLocked returns the prefixes of list l as a set.
@@ -200,6 +207,26 @@ func (s *Shield) listedLocked(l List) (map[netip.Prefix]bool, error) {
 		have[p] = true
 	}
 	return have, nil
+}
+
+// prefixesOf returns the prefixes of have, sorted.
+func prefixesOf(have map[netip.Prefix]bool) []netip.Prefix {
+	ps := make([]netip.Prefix, 0, len(have))
+	for p := range have {
+		ps = append(ps, p)
+	}
+	sortPrefixes(ps)
+	return ps
+}
+
+// withList returns the two lists with list l replaced by ps.
+func (s *Shield) withList(l List, ps []netip.Prefix) (allow, deny []netip.Prefix) {
+	allow, _ = s.listLocked(AllowList)
+	deny, _ = s.listLocked(DenyList)
+	if l == AllowList {
+		return ps, deny
+	}
+	return allow, ps
 }
 
 // ListChange is what one Add or Remove did, read under the same lock as
@@ -271,50 +298,16 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 		return nil, inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
 	}
 
-	// The intent first: a crash from here on is rolled back at the next
-	// load, so the batch is in force whole or not at all.
-	j, err := s.beginJournal(l, journalAdded, fresh)
+	if len(fresh) == 0 {
+		return fresh, nil // nothing new: nothing to put in force
+	}
+	own, err := s.ownLocked()
 	if err != nil {
 		return nil, err
 	}
-	v4, v6 := s.tries(l)
-	one := uint8(1)
-	for i, p := range fresh {
-		t := v4
-		if !p.Addr().Is4() {
-			t = v6
-		}
-		if err := t.m.Put(t.key(p), one); err != nil {
-			if s.removeLocked(l, fresh[:i]) == nil {
-				j.commit()
-			}
-			return nil, fmt.Errorf("add %s to %s list: %w", p, l, err)
-		}
-	}
-	old := s.snap[l].Load()
-	s.setSnapshot(l, have)
-	if err := s.syncVerdicts(); err != nil {
-		err2 := s.removeLocked(l, fresh)
-		s.snap[l].Store(old)
-		if err2 == nil {
-			err2 = s.syncVerdicts()
-		}
-		if err2 == nil {
-			err2 = s.republish()
-		}
-		if err2 != nil {
-			err = errors.Join(err, fmt.Errorf("undo: %w", err2))
-		} else {
-			j.commit()
-		}
+	allow, deny := s.withList(l, prefixesOf(have))
+	if err := s.commitLists(allow, deny, own); err != nil {
 		return nil, fmt.Errorf("add to %s list: %w", l, err)
-	}
-	// Entries first, then the flag that makes the program look them up.
-	if err := s.publish(s.limits); err != nil {
-		return nil, err
-	}
-	if err := j.commit(); err != nil {
-		return nil, err
 	}
 	return fresh, nil
 }
@@ -354,76 +347,203 @@ func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip
 	if len(missing) > 0 {
 		return nil, inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
 	}
-	// The flag goes first when a trie empties, then the entries.
-	flags, err := s.flagsWith(l, have)
+	own, err := s.ownLocked()
 	if err != nil {
 		return nil, err
 	}
-	j, err := s.beginJournal(l, journalRemoved, gone)
-	if err != nil {
-		return nil, err
-	}
-	if err := s.publishFlags(s.limits, flags); err != nil {
-		return nil, err
-	}
-	if err := s.removeLocked(l, gone); err != nil {
-		s.loadSnapshots()
-		return nil, err
-	}
-	s.setSnapshot(l, have)
-	if err := s.syncVerdicts(); err != nil {
-		return nil, err
-	}
-	if err := s.republish(); err != nil {
-		return nil, err
-	}
-	if err := j.commit(); err != nil {
-		return nil, err
+	allow, deny := s.withList(l, prefixesOf(have))
+	if err := s.commitLists(allow, deny, own); err != nil {
+		return nil, fmt.Errorf("remove from %s list: %w", l, err)
 	}
 	return gone, nil
 }
 
-func (s *Shield) removeLocked(l List, prefixes []netip.Prefix) error {
-	v4, v6 := s.tries(l)
-	var errs []error
-	for _, p := range prefixes {
-		t := v4
-		if !p.Addr().Is4() {
-			t = v6
-		}
-		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			errs = append(errs, fmt.Errorf("remove %s from %s list: %w", p, l, err))
-		}
+// commitLists puts allow, deny and the own addresses own in force at once:
+// their verdicts are written whole into the verdict generation not in
+// force, which the next configuration (one swap of config_map) names. A
+// crash before the swap leaves the old lists in force and on record; after
+// it, the new ones: never a mix, and nothing to roll back. On an error
+// before the swap nothing in force changed. Callers hold s.mu (or own s
+// exclusively).
+func (s *Shield) commitLists(allow, deny []netip.Prefix, own []netip.Addr) error {
+	_, looked := ownSplit(own)
+	next := s.gen ^ 1
+	rules, err := s.writeGeneration(next, wantVerdicts(allow, deny, looked...))
+	if err != nil {
+		return err
 	}
-	return errors.Join(errs...)
+	oldAllow, oldDeny, oldGen := s.snap[AllowList].Load(), s.snap[DenyList].Load(), s.gen
+	allow, deny = slices.Clone(allow), slices.Clone(deny)
+	sortPrefixes(allow)
+	sortPrefixes(deny)
+	s.snap[AllowList].Store(&allow)
+	s.snap[DenyList].Store(&deny)
+	s.gen = next
+	if err := s.publishOwn(s.limits, own); err != nil {
+		s.snap[AllowList].Store(oldAllow)
+		s.snap[DenyList].Store(oldDeny)
+		s.gen = oldGen
+		return err
+	}
+	s.rules.Store(&rules)
+	return nil
 }
 
-// flagsWith computes the list flags as they will be once list l holds
-// exactly `remaining`.
-func (s *Shield) flagsWith(l List, remaining map[netip.Prefix]bool) (uint32, error) {
-	flags, err := s.listFlags()
+// writeGeneration makes verdict generation gen (not in force) hold want,
+// each entry with its hit counter (assignRules): entries it holds that
+// want does not are deleted, the others written. It returns the entries'
+// rules.
+func (s *Shield) writeGeneration(gen uint32, want map[netip.Prefix]uint8) (map[netip.Prefix]uint32, error) {
+	have, err := s.readEntries(gen)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	v4, v6 := s.tries(l)
-	flags &^= v4.flag | v6.flag
-	for p := range remaining {
+	rules, err := s.assignRules(want)
+	if err != nil {
+		return nil, err
+	}
+	v4, v6 := s.verdictTries(gen)
+	pick := func(p netip.Prefix) trie {
 		if p.Addr().Is4() {
-			flags |= v4.flag
-		} else {
-			flags |= v6.flag
+			return v4
+		}
+		return v6
+	}
+	for p := range have {
+		if _, ok := want[p]; ok {
+			continue
+		}
+		t := pick(p)
+		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, fmt.Errorf("delete verdict of %s: %w", p, err)
 		}
 	}
-	return flags, nil
+	for p, v := range want {
+		val := bpf.ShieldListValue{Rule: rules[p], Verdict: v}
+		if cur, ok := have[p]; ok && cur.Rule == val.Rule && cur.Verdict == val.Verdict {
+			continue
+		}
+		t := pick(p)
+		if err := t.m.Put(t.key(p), val); err != nil {
+			return nil, fmt.Errorf("write verdict of %s: %w", p, err)
+		}
+	}
+	return rules, nil
 }
 
-// listFlags says which tries hold entries.
-func (s *Shield) listFlags() (uint32, error) {
-	var flags uint32
-	own, err := s.ownLocked()
-	if err != nil {
-		return 0, err
+// maxRules and noRule are MAX_RULES and NO_RULE in bpf/shield.c.
+const (
+	maxRules = uint32(bpf.ShieldListCapacityMAX_RULES)
+	noRule   = uint32(bpf.ShieldListCapacityNO_RULE)
+)
+
+// assignRules gives every entry of want its hit counter in rule_hits: an
+// entry in force keeps its own, a new one gets the lowest counter no entry
+// in force uses (the generation in force may still count into it until
+// the swap), zeroed first. Entries beyond maxRules are not counted.
+func (s *Shield) assignRules(want map[netip.Prefix]uint8) (map[netip.Prefix]uint32, error) {
+	var cur map[netip.Prefix]uint32
+	if p := s.rules.Load(); p != nil {
+		cur = *p
 	}
+	out := make(map[netip.Prefix]uint32, len(want))
+	used := make(map[uint32]bool, len(cur)+len(want))
+	for _, r := range cur {
+		used[r] = true
+	}
+	var fresh []netip.Prefix
+	for p := range want {
+		if r, ok := cur[p]; ok && r != noRule {
+			out[p] = r
+			continue
+		}
+		fresh = append(fresh, p)
+	}
+	sortPrefixes(fresh)
+	var zeroed []uint32
+	next := uint32(0)
+	for _, p := range fresh {
+		for next < maxRules && used[next] {
+			next++
+		}
+		if next >= maxRules {
+			out[p] = noRule
+			continue
+		}
+		used[next] = true
+		out[p] = next
+		zeroed = append(zeroed, next)
+	}
+	if err := s.zeroRules(zeroed); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// zeroRules zeroes the hit counters rs on every CPU: one batch where the
+// kernel has them for per-CPU arrays, a write each elsewhere.
+func (s *Shield) zeroRules(rs []uint32) error {
+	if len(rs) == 0 {
+		return nil
+	}
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return err
+	}
+	_, err = s.objs.RuleHits.BatchUpdate(rs, make([]uint64, len(rs)*cpus), nil)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, ebpf.ErrNotSupported) {
+		return fmt.Errorf("zero hit counters: %w", err)
+	}
+	zero := make([]uint64, cpus)
+	for _, r := range rs {
+		if err := s.objs.RuleHits.Put(r, zero); err != nil {
+			return fmt.Errorf("zero hit counter %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// ListHits returns, for every prefix of list l, the packets whose longest
+// listed match it was (summed over CPUs) since it was put on the list. A
+// prefix on both lists is one entry: both lists show its hits. It takes
+// no lock.
+func (s *Shield) ListHits(l List) (map[netip.Prefix]uint64, error) {
+	ps, err := s.listLocked(l)
+	if err != nil {
+		return nil, err
+	}
+	var rules map[netip.Prefix]uint32
+	if p := s.rules.Load(); p != nil {
+		rules = *p
+	}
+	out := make(map[netip.Prefix]uint64, len(ps))
+	var per []uint64
+	for _, p := range ps {
+		r, ok := rules[p]
+		if !ok || r == noRule {
+			out[p] = 0
+			continue
+		}
+		if err := s.objs.RuleHits.Lookup(r, &per); err != nil {
+			return nil, fmt.Errorf("read hits of %s: %w", p, err)
+		}
+		var n uint64
+		for _, x := range per {
+			n += x
+		}
+		out[p] = n
+	}
+	return out, nil
+}
+
+// listFlags says which lists and own addresses the program must look up
+// in the verdict tries (the lists as their snapshots hold them, and own)
+// and which verdict generation is in force.
+func (s *Shield) listFlags(own []netip.Addr) uint32 {
+	var flags uint32
 	_, looked := ownSplit(own)
 	for _, a := range looked {
 		if a.Is4() {
@@ -433,21 +553,28 @@ func (s *Shield) listFlags() (uint32, error) {
 		}
 	}
 	for _, l := range []List{AllowList, DenyList} {
-		v4, v6 := s.tries(l)
-		for _, t := range []trie{v4, v6} {
-			var k []byte
-			if err := t.m.NextKey(nil, &k); err == nil {
-				flags |= t.flag
-			} else if !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return 0, fmt.Errorf("inspect %s list: %w", l, err)
+		f4, f6 := flagAllow4, flagAllow6
+		if l == DenyList {
+			f4, f6 = flagDeny4, flagDeny6
+		}
+		if p := s.snap[l].Load(); p != nil {
+			for _, q := range *p {
+				if q.Addr().Is4() {
+					flags |= f4
+				} else {
+					flags |= f6
+				}
 			}
 		}
 	}
-	return flags, nil
+	if s.gen == 1 {
+		flags |= flagListsB
+	}
+	return flags
 }
 
 func (s *Shield) ownTries() (v4, v6 trie) {
-	return trie{s.objs.Own4Addrs, flagOwn4, false}, trie{s.objs.Own6Addrs, flagOwn6, true}
+	return trie{s.objs.Own4Addrs, false}, trie{s.objs.Own6Addrs, true}
 }
 
 // ownInline is OWN_INLINE in bpf/shield.c: the config's inline own
@@ -555,12 +682,15 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 			return nil, nil, fmt.Errorf("add own address %s: %w", a, err)
 		}
 	}
-	// Added entries and their verdicts first, then the flags; removed
-	// ones after the flags.
-	if err := s.syncVerdicts(); err != nil {
-		return nil, nil, err
-	}
-	if err := s.publish(s.limits); err != nil {
+	// Added entries first (the record), then the lists' verdicts and the
+	// configuration with the new set at once, then removed entries.
+	next := slices.Clone(have)
+	next = slices.DeleteFunc(next, func(a netip.Addr) bool { return slices.Contains(removed, a) })
+	next = append(next, added...)
+	slices.SortFunc(next, netip.Addr.Compare)
+	allow, _ := s.listLocked(AllowList)
+	deny, _ := s.listLocked(DenyList)
+	if err := s.commitLists(allow, deny, next); err != nil {
 		return nil, nil, err
 	}
 	for _, a := range removed {
@@ -569,35 +699,34 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 			return nil, nil, fmt.Errorf("remove own address %s: %w", a, err)
 		}
 	}
-	if len(removed) > 0 {
-		if err := s.publish(s.limits); err != nil {
-			return nil, nil, err
-		}
-		if err := s.syncVerdicts(); err != nil {
-			return nil, nil, err
-		}
-		if err := s.republish(); err != nil {
-			return nil, nil, err
-		}
-	}
 	return added, removed, nil
 }
 
-// Verdicts in the verdict tries lists4/lists6: LIST_* in bpf/shield.c, as
-// bpf2go emits them.
+// Verdicts in the verdict tries: LIST_* in bpf/shield.c, as bpf2go emits
+// them. The low bits are the verdict the program reads; inAllow and inDeny
+// record the lists themselves.
 const (
 	verdictAllow = uint8(bpf.ShieldListVerdictLIST_ALLOW)
 	verdictDeny  = uint8(bpf.ShieldListVerdictLIST_DENY)
 	verdictOwn   = uint8(bpf.ShieldListVerdictLIST_OWN)
+	verdictMask  = uint8(bpf.ShieldListVerdictLIST_VERDICT)
+	inAllow      = uint8(bpf.ShieldListVerdictLIST_IN_ALLOW)
+	inDeny       = uint8(bpf.ShieldListVerdictLIST_IN_DENY)
 )
 
-func (s *Shield) verdictTries() (v4, v6 trie) {
+// verdictTries are the tries of verdict generation gen: 0 is lists4 and
+// lists6, 1 lists4_b and lists6_b (CONFIG_LISTS_B).
+func (s *Shield) verdictTries(gen uint32) (v4, v6 trie) {
+	if gen == 1 {
+		return trie{m: s.objs.Lists4B}, trie{m: s.objs.Lists6B, v6: true}
+	}
 	return trie{m: s.objs.Lists4}, trie{m: s.objs.Lists6, v6: true}
 }
 
 // wantVerdicts is what the verdict tries must hold for the two lists: every
 // prefix of either, valued allow when an allow prefix contains it (itself
-// included), deny otherwise. The program looks up an address's longest
+// included), deny otherwise, with inAllow and inDeny saying which lists
+// hold the prefix itself (the record of the lists). The program looks up an address's longest
 // match; every listed prefix containing the address contains that match, so
 // this gives "allow wins over deny" at any prefix length. Own addresses
 // (host prefixes, the longest match of themselves) are valued own whatever
@@ -607,104 +736,89 @@ func wantVerdicts(allow, deny []netip.Prefix, own ...netip.Addr) map[netip.Prefi
 	out := make(map[netip.Prefix]uint8, len(allow)+len(deny))
 	for _, p := range allow {
 		allowed[p] = true
-		out[p] = verdictAllow
+		out[p] = verdictAllow | inAllow
 	}
 	for _, p := range deny {
 		if out[p] != 0 {
+			out[p] |= inDeny
 			continue
 		}
-		out[p] = verdictDeny
+		out[p] = verdictDeny | inDeny
 		for b := range p.Bits() {
 			if allowed[netip.PrefixFrom(p.Addr(), b).Masked()] {
-				out[p] = verdictAllow
+				out[p] = verdictAllow | inDeny
 				break
 			}
 		}
 	}
 	for _, a := range own {
-		out[netip.PrefixFrom(a, a.BitLen())] = verdictOwn
+		p := netip.PrefixFrom(a, a.BitLen())
+		out[p] = out[p]&^verdictMask | verdictOwn
 	}
 	return out
 }
 
-// readVerdicts returns what the verdict tries hold.
-func (s *Shield) readVerdicts() (map[netip.Prefix]uint8, error) {
-	out := map[netip.Prefix]uint8{}
-	put := func(p netip.Prefix, v uint8) { out[p] = v }
-	v4, v6 := s.verdictTries()
-	if err := v4.each(put); err != nil {
+// readEntries returns what verdict generation gen holds.
+func (s *Shield) readEntries(gen uint32) (map[netip.Prefix]bpf.ShieldListValue, error) {
+	out := map[netip.Prefix]bpf.ShieldListValue{}
+	put := func(p netip.Prefix, v bpf.ShieldListValue) { out[p] = v }
+	v4, v6 := s.verdictTries(gen)
+	if err := v4.eachEntry(put); err != nil {
 		return nil, fmt.Errorf("read IPv4 verdicts: %w", err)
 	}
-	if err := v6.each(put); err != nil {
+	if err := v6.eachEntry(put); err != nil {
 		return nil, fmt.Errorf("read IPv6 verdicts: %w", err)
 	}
 	return out, nil
 }
 
-// syncVerdicts makes the verdict tries match the lists: allow verdicts are
-// written first, then deny verdicts, then stale entries are deleted, so a
-// change widens what is allowed before it narrows anything. Callers hold
-// s.mu (or own s exclusively).
-func (s *Shield) syncVerdicts() error {
-	allow, err := s.listLocked(AllowList)
+// readVerdicts returns the verdicts (LIST_* | LIST_IN_*) of generation gen.
+func (s *Shield) readVerdicts(gen uint32) (map[netip.Prefix]uint8, error) {
+	es, err := s.readEntries(gen)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Prefix]uint8, len(es))
+	for p, v := range es {
+		out[p] = v.Verdict
+	}
+	return out, nil
+}
+
+// loadRules reads the hit counters of the entries in force.
+func (s *Shield) loadRules() error {
+	es, err := s.readEntries(s.gen)
 	if err != nil {
 		return err
 	}
-	deny, err := s.listLocked(DenyList)
-	if err != nil {
-		return err
+	rules := make(map[netip.Prefix]uint32, len(es))
+	for p, v := range es {
+		rules[p] = v.Rule
 	}
+	s.rules.Store(&rules)
+	return nil
+}
+
+// settleLists puts the lists of the snapshots, with the own addresses, in
+// force when the generation in force holds anything else (own addresses
+// changed, or pins of a layout before the generations): a no-op on a
+// fresh load and on pins this version wrote.
+func (s *Shield) settleLists() error {
 	own, err := s.ownLocked()
 	if err != nil {
 		return err
 	}
+	allow, _ := s.listLocked(AllowList)
+	deny, _ := s.listLocked(DenyList)
 	_, looked := ownSplit(own)
-	want := wantVerdicts(allow, deny, looked...)
-	have, err := s.readVerdicts()
+	have, err := s.readVerdicts(s.gen)
 	if err != nil {
 		return err
 	}
-	v4, v6 := s.verdictTries()
-	pick := func(p netip.Prefix) trie {
-		if p.Addr().Is4() {
-			return v4
-		}
-		return v6
-	}
-	for _, pass := range []uint8{verdictOwn, verdictAllow, verdictDeny} {
-		for p, v := range want {
-			if v != pass || have[p] == v {
-				continue
-			}
-			t := pick(p)
-			s.verdictsMoved = true
-			if err := t.m.Put(t.key(p), v); err != nil {
-				return fmt.Errorf("write verdict of %s: %w", p, err)
-			}
-		}
-	}
-	for p := range have {
-		if _, ok := want[p]; ok {
-			continue
-		}
-		t := pick(p)
-		s.verdictsMoved = true
-		if err := t.m.Delete(t.key(p)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete verdict of %s: %w", p, err)
-		}
-	}
-	return nil
-}
-
-// republish swaps the configuration in again when the verdict tries
-// changed since the last swap, so its region bitmaps (regions) follow
-// them: a swap made before the tries lost entries kept their regions,
-// which costs lookups, never verdicts. Callers hold s.mu.
-func (s *Shield) republish() error {
-	if !s.verdictsMoved {
+	if maps.Equal(have, wantVerdicts(allow, deny, looked...)) {
 		return nil
 	}
-	return s.publish(s.limits)
+	return s.commitLists(allow, deny, own)
 }
 
 // regionWords mirrors REGION_WORDS in bpf/shield.c.

@@ -125,9 +125,11 @@ type Shield struct {
 	// maps was freed without waiting for an RCU grace period, while a
 	// program on another CPU could still be reading it.
 	prev *ebpf.Map
-	// verdictsMoved says the verdict tries changed since the last swap
-	// (syncVerdicts, republish).
-	verdictsMoved bool
+	// gen is the verdict generation the configuration in force names
+	// (CONFIG_LISTS_B): 0 lists4/lists6, 1 lists4_b/lists6_b (lists.go).
+	gen uint32
+	// rules are the hit counters (rule_hits) of the entries in force.
+	rules atomic.Pointer[map[netip.Prefix]uint32]
 	// The presence filter (presence.go): the one in force and the hash's
 	// key, both written into every configuration; filterMu orders
 	// refreshes; presence maps both filters (presenceMap the mapping).
@@ -148,8 +150,8 @@ type Shield struct {
 	tableMap    []byte
 	tableClosed bool // Close unmapped it: no new mapping
 
-	pinPath   string     // where the change journal is pinned (journal.go); "" unpinned
-	recovered *Recovery  // what Load rolled back
+	pinPath   string     // the pin directory; "" unpinned
+	recovered *Recovery  // what Load rolled back of an old version's journal (oldlists.go)
 	migrated  *Migration // what Load copied from a pinned table of another layout or size
 }
 
@@ -259,6 +261,11 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 	}
+	if opts.PinPath != "" {
+		if err := dropOldVerdictPins(opts.PinPath, spec); err != nil {
+			return nil, err
+		}
+	}
 	closeOld := func() {
 		if oldSources != nil {
 			oldSources.Close()
@@ -297,24 +304,32 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}()
 	s.pinPath = opts.PinPath
-	if s.pinPath != "" {
-		if err := s.rollback(); err != nil {
-			s.Close()
-			return nil, err
-		}
-	}
-	if err := s.loadSnapshots(); err != nil {
-		s.Close()
-		return nil, err
-	}
 	cfg, ok, err := s.readConfig()
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	// Adopted lists are rewritten into the verdict tries the program reads
-	// (a no-op when they already match, and on a fresh load).
-	if err := s.syncVerdicts(); err != nil {
+	if ok && cfg.Flags&flagListsB != 0 {
+		s.gen = 1
+	}
+	// Pins of a version before the verdict generations hold the lists in
+	// tries of their own: read from there (after rolling back a change a
+	// crash interrupted), put in force below, then unpinned.
+	var oldLists *oldListPins
+	if s.pinPath != "" {
+		if oldLists, err = s.takeOldLists(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if oldLists != nil {
+		s.snap[AllowList].Store(&oldLists.allow)
+		s.snap[DenyList].Store(&oldLists.deny)
+	} else if err := s.loadSnapshots(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.loadRules(); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -345,11 +360,9 @@ func Load(opts Options) (*Shield, error) {
 			s.Close()
 			return nil, err
 		}
-		// A rollback may have refilled a trie whose flag was cleared, and
-		// the region bitmaps follow the verdict tries (republish).
 		// The ephemeral ports are this namespace's, whatever the pins say
 		// (pins written before they were hold 0, 0: none).
-		if s.recovered != nil || s.verdictsMoved || cfg.EphLo != s.eph.Lo || cfg.EphHi != s.eph.Hi {
+		if cfg.EphLo != s.eph.Lo || cfg.EphHi != s.eph.Hi {
 			if err := s.publish(s.limits); err != nil {
 				s.Close()
 				return nil, err
@@ -363,6 +376,18 @@ func Load(opts Options) (*Shield, error) {
 		}
 	} else {
 		if err := s.start(opts.Limits); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	// Lists the generation in force does not hold as they are (adopted
+	// from old pins, own addresses changed) are put in force whole.
+	if err := s.settleLists(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if oldLists != nil {
+		if err := oldLists.remove(); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -511,6 +536,10 @@ func (s *Shield) SetTime(ns uint64) error {
 // Counters reads the packet counters, summed over CPUs.
 func (s *Shield) Counters() (Counters, error) { return readCounters(s.objs.Counters) }
 
+// Bytes reads the bytes of the packets Counters counts (each frame's whole
+// length, from its Ethernet header), summed over CPUs, in the same shape.
+func (s *Shield) Bytes() (Counters, error) { return readCounters(s.objs.ByteCounters) }
+
 // pinnedSeed reads the hash seed of the configuration pinned in dir; ok is
 // false when none is pinned there (or dir is "").
 func pinnedSeed(dir string) (seed uint64, ok bool, err error) {
@@ -553,31 +582,28 @@ func readConfigOf(m *ebpf.Map) (bpf.ShieldConfig, bool, error) {
 	return cfg, true, nil
 }
 
-// publish writes l with the current list flags into a fresh inner map and
+// publish writes l with the lists in force into a fresh inner map and
 // swaps it in. Callers hold s.mu (or own s exclusively).
 func (s *Shield) publish(l Limits) error {
-	flags, err := s.listFlags()
+	own, err := s.ownLocked()
 	if err != nil {
 		return err
 	}
-	return s.publishFlags(l, flags)
+	return s.publishOwn(l, own)
 }
 
-func (s *Shield) publishFlags(l Limits, flags uint32) error {
+// publishOwn is publish with own as the own addresses: the snapshots of
+// the lists, own and s.gen must be what verdict generation s.gen holds.
+func (s *Shield) publishOwn(l Limits, own []netip.Addr) error {
 	inner, err := ebpf.NewMap(s.innerSpec)
 	if err != nil {
 		return fmt.Errorf("create config map: %w", err)
 	}
 	defer inner.Close()
-	own, err := s.ownLocked()
-	if err != nil {
-		return err
-	}
 	inline, looked := ownSplit(own)
-	cfg := l.config(flags, s.clock, inline)
+	cfg := l.config(s.listFlags(own), s.clock, inline)
 	cfg.EphLo, cfg.EphHi = s.eph.Lo, s.eph.Hi
-	// The lists as their snapshots hold them: in a removal, still with
-	// the prefixes being removed (republish drops them after).
+	// The lists as their snapshots hold them.
 	var listed []netip.Prefix
 	for _, l := range []List{AllowList, DenyList} {
 		if ps := s.snap[l].Load(); ps != nil {
@@ -615,7 +641,6 @@ func (s *Shield) publishFlags(l Limits, flags uint32) error {
 	}
 	s.prev = old
 	s.limits = l
-	s.verdictsMoved = false
 	for _, k := range stale {
 		if err := s.objs.ProtectedDsts.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("remove protected destination: %w", err)

@@ -299,10 +299,9 @@ func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
 }
 
-// TestListChangeAtomicAcrossKill (issue 10, finding 4): kill -9 of the
-// service while it writes a batch of 60,000 deny prefixes. After the
-// restart the batch is in force whole or not at all, and a rollback is
-// logged.
+// TestListChangeAtomicAcrossKill (issue 10, finding 4; issue 23, finding
+// 8): kill -9 of the service while it writes a batch of 60,000 deny
+// prefixes. After the restart the batch is in force whole or not at all.
 func TestListChangeAtomicAcrossKill(t *testing.T) {
 	l := newLab(t, "kill")
 	cfg := filepath.Join(t.TempDir(), "shield.toml")
@@ -315,23 +314,45 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 	for i := range batch {
 		batch[i] = netip.AddrFrom4([4]byte{198, 19, byte(i >> 8), byte(i)}).String() + "/32"
 	}
-	// The deny trie, watched from here: the first entry of the batch
-	// means the service is writing it.
-	var deny4 *ebpf.Map
-	waitFor(t, "the pinned deny4 map", func() bool {
-		ms, _ := filepath.Glob(filepath.Join(l.pinRoot, "*", "va", bpf.ShieldMapDeny4))
-		if old := filepath.Join(l.pinRoot, "va", bpf.ShieldMapDeny4); len(ms) == 0 {
-			ms = []string{old}
+	// The two generations of the IPv4 verdict trie, watched from here,
+	// both empty (no list, own addresses inline): the first entry in
+	// either means the service is writing the batch.
+	var tries []*ebpf.Map
+	waitFor(t, "the pinned verdict tries", func() bool {
+		for _, m := range tries {
+			m.Close()
 		}
-		m, err := ebpf.LoadPinnedMap(ms[0], nil)
-		deny4 = m
-		return err == nil
+		tries = nil
+		for _, name := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists4B} {
+			ms, _ := filepath.Glob(filepath.Join(l.pinRoot, "*", "va", name))
+			if len(ms) == 0 {
+				ms = []string{filepath.Join(l.pinRoot, "va", name)}
+			}
+			m, err := ebpf.LoadPinnedMap(ms[0], nil)
+			if err != nil {
+				return false
+			}
+			tries = append(tries, m)
+		}
+		return true
 	})
-	defer deny4.Close()
+	defer func() {
+		for _, m := range tries {
+			m.Close()
+		}
+	}()
+	written := func() bool {
+		var k []byte
+		for _, m := range tries {
+			if m.NextKey(nil, &k) == nil {
+				return true
+			}
+		}
+		return false
+	}
 	go l.client.Add(context.Background(), shield.DenyList, batch)
-	var k []byte
 	deadline := time.Now().Add(30 * time.Second)
-	for deny4.NextKey(nil, &k) != nil {
+	for !written() {
 		if time.Now().After(deadline) {
 			t.Fatal("the batch did not start within 30 s")
 		}
@@ -355,9 +376,7 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 	}
 	switch {
 	case inForce == 0:
-		if !strings.Contains(s2.out.String(), "rolled back") {
-			t.Errorf("the interrupted batch was rolled back, but no line says so:\n%s", s2.out)
-		}
+		t.Logf("the batch was not in force when killed")
 	case inForce == n:
 		t.Logf("the batch was complete when killed")
 	default:

@@ -1,0 +1,173 @@
+package shield
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xdpshield/xdpshield/bpf"
+)
+
+// Before the verdict generations (bpf/shield.c, lists4_b), the lists were
+// kept in membership tries of their own, pinned as allow4, allow6, deny4
+// and deny6, and a change was written entry by entry with its intent
+// pinned as "journal" for a rollback after a crash. Load reads such pins
+// once, rolls back an interrupted change, puts the lists in force in the
+// new layout and unpins them: from then on a change is in force whole
+// or not at all without a journal.
+const journalPin = "journal"
+
+// oldListNames are the old membership tries' pins: list and family.
+var oldListNames = []struct {
+	name string
+	l    List
+	v6   bool
+}{{"allow4", AllowList, false}, {"allow6", AllowList, true}, {"deny4", DenyList, false}, {"deny6", DenyList, true}}
+
+// Journal operations of the old layout: what the change did to the prefix.
+const (
+	journalAdded   uint8 = 1 // rollback removes it
+	journalRemoved uint8 = 2 // rollback puts it back
+)
+
+// journalKey is one prefix of an old layout's change (20 bytes).
+type journalKey struct {
+	List uint8
+	Bits uint8
+	Is4  uint8
+	_    uint8
+	Addr [16]byte
+}
+
+// Recovery says what Load rolled back of a change a crash interrupted in
+// a version before the verdict generations.
+type Recovery struct {
+	Added, Removed map[List]int // prefixes taken off again, put back
+}
+
+func (r Recovery) String() string {
+	return fmt.Sprintf("rolled back a list change a crash interrupted: %d allow and %d deny prefixes it had added taken off again, "+
+		"%d allow and %d deny prefixes it had removed put back",
+		r.Added[AllowList], r.Added[DenyList], r.Removed[AllowList], r.Removed[DenyList])
+}
+
+// Recovered reports what Load rolled back, if anything.
+func (s *Shield) Recovered() (Recovery, bool) {
+	if s.recovered == nil {
+		return Recovery{}, false
+	}
+	return *s.recovered, true
+}
+
+// oldListPins are the lists read from the old layout's pins.
+type oldListPins struct {
+	allow, deny []netip.Prefix
+	paths       []string // to unpin once the lists are in force
+}
+
+// remove unpins the old layout's tries and journal.
+func (o *oldListPins) remove() error {
+	for _, p := range o.paths {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("unpin the old list %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// takeOldLists reads the lists from the old layout's pins in s.pinPath,
+// with an interrupted change rolled back; nil when there are none.
+func (s *Shield) takeOldLists() (*oldListPins, error) {
+	sets := map[List]map[netip.Prefix]bool{AllowList: {}, DenyList: {}}
+	o := &oldListPins{}
+	for _, n := range oldListNames {
+		path := filepath.Join(s.pinPath, n.name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open the old list %s: %w", path, err)
+		}
+		o.paths = append(o.paths, path)
+		err = trie{m, n.v6}.each(func(p netip.Prefix, _ uint8) { sets[n.l][p] = true })
+		m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read the old list %s: %w", path, err)
+		}
+	}
+	path := filepath.Join(s.pinPath, journalPin)
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("open the old change journal %s: %w", path, err)
+	default:
+		defer m.Close()
+		o.paths = append(o.paths, path)
+		r := Recovery{Added: map[List]int{}, Removed: map[List]int{}}
+		var k journalKey
+		var op uint8
+		it := m.Iterate()
+		for it.Next(&k, &op) {
+			l := List(k.List)
+			if l != AllowList && l != DenyList {
+				continue
+			}
+			a := netip.AddrFrom16(k.Addr)
+			if k.Is4 == 1 {
+				a = a.Unmap()
+			}
+			p := netip.PrefixFrom(a, int(k.Bits))
+			switch op {
+			case journalAdded:
+				delete(sets[l], p)
+				r.Added[l]++
+			case journalRemoved:
+				sets[l][p] = true
+				r.Removed[l]++
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, fmt.Errorf("read the old change journal: %w", err)
+		}
+		s.recovered = &r
+	}
+	if len(o.paths) == 0 {
+		return nil, nil
+	}
+	o.allow, o.deny = prefixesOf(sets[AllowList]), prefixesOf(sets[DenyList])
+	slices.Reverse(o.paths) // the journal first
+	return o, nil
+}
+
+// dropOldVerdictPins unpins verdict tries of an earlier layout (a one-byte
+// value, before the entries had hit counters) so that Load makes them
+// afresh: their content is derived from the lists' record (the old
+// membership tries, read by takeOldLists), and a program still attached
+// keeps its own reference to the old ones.
+func dropOldVerdictPins(dir string, spec *ebpf.CollectionSpec) error {
+	for _, name := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
+		path := filepath.Join(dir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		incompatible := spec.Maps[name].Compatible(m) != nil
+		m.Close()
+		if incompatible {
+			if err := os.Remove(path); err != nil {
+				return fmt.Errorf("unpin the old verdict trie %s: %w", path, err)
+			}
+		}
+	}
+	return nil
+}
