@@ -35,8 +35,10 @@ func TestRenderValidates(t *testing.T) {
 			c := good
 			tc.mod(&c)
 			_, err := nft.Render(c)
-			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
-				t.Fatalf("Render(%+v) = %v, want error containing %q", c, err, tc.want)
+			if tc.want == "" {
+				require.NoError(t, err, "Render(%+v)", c)
+			} else {
+				require.ErrorContains(t, err, tc.want, "Render(%+v)", c)
 			}
 		})
 	}
@@ -50,9 +52,7 @@ func TestRenderClassesAndKeys(t *testing.T) {
 		KeyPrefix4:  24, KeyPrefix6: 64,
 		Own: []netip.Prefix{netip.MustParsePrefix("198.18.0.1/32")}}
 	s, err := nft.Render(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, want := range []string{
 		`devices = { "eth0", "eth1" }`,
 		"elements = { tcp . 443 }",
@@ -70,14 +70,11 @@ func TestRenderClassesAndKeys(t *testing.T) {
 		`ip saddr @own4 counter name "c_spoofed" drop`,
 		`ip6 saddr ::ffff:0.0.0.0/96 counter name "c_spoofed" drop`,
 	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("Render lacks %q:\n%s", want, s)
-		}
+		assert.Contains(t, s, want, "Render lacks %q", want)
 	}
 	c.Unprotected = nft.Class{}
-	if _, err := nft.Render(c); err == nil || !strings.Contains(err.Error(), "unprotected") {
-		t.Errorf("Render with protected destinations and no unprotected limits = %v, want an error", err)
-	}
+	_, err = nft.Render(c)
+	assert.ErrorContains(t, err, "unprotected", "Render with protected destinations and no unprotected limits")
 }
 
 func TestRenderDryRun(t *testing.T) {
@@ -85,19 +82,13 @@ func TestRenderDryRun(t *testing.T) {
 		Deny: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}}
 	c.Limits.DryRun = true
 	s, err := nft.Render(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, line := range strings.Split(s, "\n") {
 		if strings.Contains(line, `"c_limit"`) || strings.Contains(line, `"c_admission"`) {
-			if strings.Contains(line, "drop") {
-				t.Errorf("dry run: %q drops", strings.TrimSpace(line))
-			}
+			assert.NotContains(t, line, "drop", "dry run: %q drops", strings.TrimSpace(line))
 		}
 	}
-	if !strings.Contains(s, `@deny4 counter name "c_deny" drop`) {
-		t.Errorf("dry run: deny must still drop:\n%s", s)
-	}
+	assert.Contains(t, s, `@deny4 counter name "c_deny" drop`, "dry run: deny must still drop")
 }
 
 // TestRulesetInNamespace applies the twin on the edge end of a storm
@@ -115,14 +106,10 @@ func TestRulesetInNamespace(t *testing.T) {
 		testutil.SkipOrFail(t, "nft not installed (ci/deps.sh installs nftables)")
 	}
 	top, err := e2e.NewTopology()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { top.Close() })
 	gen, err := e2e.NewPacketGenerator(top.Storm, top.StormIfindex)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer gen.Close()
 	run := nft.Command(top.Edge.Command)
 	ctx := context.Background()
@@ -187,47 +174,31 @@ func TestRulesetInNamespace(t *testing.T) {
 				tc.mod(&cfg)
 			}
 			rs, err := nft.Render(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := nft.Check(ctx, run, rs); err != nil {
-				t.Fatalf("nft -c refuses the ruleset: %v\n%s", err, rs)
-			}
+			require.NoError(t, err)
+			require.NoError(t, nft.Check(ctx, run, rs), "nft -c refuses the ruleset:\n%s", rs)
 			// The links' counters before the table exists: whatever the
 			// table counts, they count too.
 			before, err := top.VethStats()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := nft.Apply(ctx, run, rs); err != nil { // a fresh table: fresh counters and sets
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
+			require.NoError(t, nft.Apply(ctx, run, rs)) // a fresh table: fresh counters and sets
 			t.Cleanup(func() { nft.Delete(ctx, run, "") })
 			dst := e2e.Edge4
 			if tc.flow.First.Is6() {
 				dst = e2e.Edge6
 			}
 			tpl, err := e2e.BuildTemplate(tc.flow, top.StormMAC, top.EdgeMAC, dst)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			start := time.Now()
 			per, err := e2e.Storm(ctx, gen, e2e.StormSpec{Templates: []e2e.Template{tpl}, Duration: 20 * time.Second, MaxFrames: uint64(tc.frames)}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			time.Sleep(200 * time.Millisecond) // the ring drains
 			elapsed := time.Since(start).Seconds()
 			// Counters first: a frame they count was received before the
 			// links' counters are read.
 			c, err := nft.ReadCounters(ctx, run, "")
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			after, err := top.VethStats()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			// Ours: what the generator handed over minus what the link
 			// refused. The edge's link also receives a few frames of its
 			// own (neighbour discovery), counted as ok or not at all.
@@ -240,17 +211,11 @@ func TestRulesetInNamespace(t *testing.T) {
 				total += n
 			}
 			t.Logf("sent and arrived %d (the edge's links received %d) in %.2fs, counters %v", arrived, rx, elapsed, c)
-			if arrived < uint64(tc.frames)/2 {
-				t.Fatalf("only %d of %d frames arrived: nothing to judge", arrived, tc.frames)
-			}
-			if total < arrived || total > rx {
-				t.Errorf("counters total %d, want at least the %d frames of ours and at most the %d the edge's links received", total, arrived, rx)
-			}
+			require.GreaterOrEqual(t, arrived, uint64(tc.frames)/2, "only %d of %d frames arrived: nothing to judge", arrived, tc.frames)
+			assert.Truef(t, total >= arrived && total <= rx, "counters total %d, want at least the %d frames of ours and at most the %d the edge's links received", total, arrived, rx)
 			switch {
 			case tc.want.counter != "":
-				if got := c[tc.want.counter]; got < arrived {
-					t.Errorf("counter %s = %d, want every arrived frame, %d", tc.want.counter, got, arrived)
-				}
+				assert.GreaterOrEqual(t, c[tc.want.counter], arrived, "counter %s, want every arrived frame", tc.want.counter)
 			case tc.want.limited:
 				pass, drop := nft.CounterOK, nft.CounterLimit
 				rate, burst := tc.limits.Rate, tc.limits.Burst
@@ -259,24 +224,14 @@ func TestRulesetInNamespace(t *testing.T) {
 					rate, burst = cfg.Unprotected.Rate, cfg.Unprotected.Burst
 				}
 				maxPass := uint64(float64(burst) + float64(rate)*elapsed + 2)
-				if c[pass] > maxPass || c[pass] < burst {
-					t.Errorf("%s = %d, want between the burst %d and burst + rate * %.2fs = %d", pass, c[pass], burst, elapsed, maxPass)
-				}
-				if c[drop]+maxPass < arrived {
-					t.Errorf("%s = %d, want at least %d arrived - %d passable", drop, c[drop], arrived, maxPass)
-				}
+				assert.Truef(t, c[pass] <= maxPass && c[pass] >= burst, "%s = %d, want between the burst %d and burst + rate * %.2fs = %d", pass, c[pass], burst, elapsed, maxPass)
+				assert.GreaterOrEqualf(t, c[drop]+maxPass, arrived, "%s = %d, want at least %d arrived - %d passable", drop, c[drop], arrived, maxPass)
 			case tc.want.admitted:
 				maxAdmit := uint64(float64(tc.limits.AdmissionBurst) + float64(tc.limits.AdmissionRate)*elapsed + 2)
-				if c[nft.CounterAdmission]+maxAdmit < arrived {
-					t.Errorf("admission = %d, want at least %d arrived - %d admissible", c[nft.CounterAdmission], arrived, maxAdmit)
-				}
+				assert.GreaterOrEqualf(t, c[nft.CounterAdmission]+maxAdmit, arrived, "admission = %d, want at least %d arrived - %d admissible", c[nft.CounterAdmission], arrived, maxAdmit)
 				n, err := nft.SetSize(ctx, run, "", "sources4")
-				if err != nil {
-					t.Fatal(err)
-				}
-				if uint64(n) > maxAdmit || n < int(tc.limits.AdmissionBurst) {
-					t.Errorf("sources4 holds %d strangers, want between the admission burst %d and %d", n, tc.limits.AdmissionBurst, maxAdmit)
-				}
+				require.NoError(t, err)
+				assert.Truef(t, uint64(n) <= maxAdmit && n >= int(tc.limits.AdmissionBurst), "sources4 holds %d strangers, want between the admission burst %d and %d", n, tc.limits.AdmissionBurst, maxAdmit)
 			}
 		})
 	}

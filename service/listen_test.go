@@ -5,9 +5,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestConnectionsBounded (issue 10, finding 5): 40 clients that never read
@@ -15,9 +17,7 @@ import (
 // connections, and one more is accepted only when one closes.
 func TestConnectionsBounded(t *testing.T) {
 	inner, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ln := newGuardSized(inner, nil, 2, 2, 0, func(c net.Conn) string { return c.RemoteAddr().String() })
 	defer ln.Close()
 	accepted := make(chan net.Conn, 3)
@@ -32,9 +32,7 @@ func TestConnectionsBounded(t *testing.T) {
 	}()
 	for range 3 {
 		c, err := net.Dial("tcp4", inner.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer c.Close()
 	}
 	var held []net.Conn
@@ -43,12 +41,12 @@ func TestConnectionsBounded(t *testing.T) {
 		case c := <-accepted:
 			held = append(held, c)
 		case <-time.After(5 * time.Second):
-			t.Fatal("the first two connections were not accepted")
+			require.Fail(t, "the first two connections were not accepted")
 		}
 	}
 	select {
 	case <-accepted:
-		t.Fatal("a third connection was accepted with two open and a bound of two")
+		require.Fail(t, "a third connection was accepted with two open and a bound of two")
 	case <-time.After(200 * time.Millisecond):
 	}
 	held[0].Close()
@@ -56,7 +54,7 @@ func TestConnectionsBounded(t *testing.T) {
 	case c := <-accepted:
 		c.Close()
 	case <-time.After(5 * time.Second):
-		t.Fatal("the third connection was not accepted after one closed")
+		require.Fail(t, "the third connection was not accepted after one closed")
 	}
 	held[1].Close()
 }
@@ -75,28 +73,22 @@ func TestWriteDeadline(t *testing.T) {
 		wrote <- err
 	})
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := httpServer(h, 300*time.Millisecond, slog.New(slog.DiscardHandler))
 	go srv.Serve(ln)
 	defer srv.Close()
 	c, err := net.Dial("tcp4", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	c.(*net.TCPConn).SetReadBuffer(4096)
 	fmt.Fprint(c, "GET / HTTP/1.1\r\nHost: api\r\n\r\n")
 	start := time.Now()
 	select {
 	case err := <-wrote:
-		if err == nil {
-			t.Fatal("the answer's 256 MiB were written to a client that never read")
-		}
+		require.Error(t, err, "the answer's 256 MiB were written to a client that never read")
 		t.Logf("the answer was cut off after %v: %v", time.Since(start).Round(time.Millisecond), err)
 	case <-time.After(10 * time.Second):
-		t.Fatal("a client that never reads held its answer for 10 s against a write bound of 300 ms")
+		require.Fail(t, "a client that never reads held its answer for 10 s against a write bound of 300 ms")
 	}
 }
 
@@ -118,11 +110,10 @@ func TestValidateAPI(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := ValidateAPI(tc.api)
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("ValidateAPI(%+v) = %v, want nil", tc.api, err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("ValidateAPI(%+v) = %v, want an error with %q", tc.api, err, tc.want)
+			if tc.want == "" {
+				assert.NoError(t, err, "ValidateAPI(%+v)", tc.api)
+			} else {
+				assert.ErrorContains(t, err, tc.want, "ValidateAPI(%+v)", tc.api)
 			}
 		})
 	}

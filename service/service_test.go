@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/api"
@@ -28,22 +30,14 @@ import (
 func TestStartAndClose(t *testing.T) {
 	testutil.Root(t)
 	a, err := topo.New("svc-a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { a.Close() })
 	b, err := topo.New("svc-b")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { b.Close() })
-	if err := topo.Veth(a, "sva", b, "svb"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, topo.Veth(a, "sva", b, "svb"))
 	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-service-%d", os.Getpid()))
-	if err := shield.EnsureBPFFS(root); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, shield.EnsureBPFFS(root))
 	t.Cleanup(func() {
 		a.Do(func() error { return shield.Detach(root, "sva") })
 		os.RemoveAll(root)
@@ -58,13 +52,11 @@ func TestStartAndClose(t *testing.T) {
 	start := func() *Service {
 		t.Helper()
 		var s *Service
-		if err := a.Do(func() error {
+		require.NoError(t, a.Do(func() error {
 			var err error
 			s, err = Start(context.Background(), cfg, log)
 			return err
-		}); err != nil {
-			t.Fatalf("Start: %v", err)
-		}
+		}), "Start")
 		return s
 	}
 	s := start()
@@ -78,28 +70,20 @@ func TestStartAndClose(t *testing.T) {
 			})
 			return c, err
 		}}}}
-	if h, err := cl.Health(context.Background()); err != nil || !h.Healthy {
-		t.Errorf("Health = %+v, %v; want healthy", h, err)
+	if h, err := cl.Health(context.Background()); assert.NoError(t, err, "Health") {
+		assert.True(t, h.Healthy, "Health = %+v, want healthy", h)
 	}
-	if l, err := cl.List(context.Background(), shield.DenyList); err != nil || len(l.Prefixes) != 1 {
-		t.Errorf("deny list = %+v, %v; want the configured prefix", l, err)
+	if l, err := cl.List(context.Background(), shield.DenyList); assert.NoError(t, err, "deny list") {
+		assert.Len(t, l.Prefixes, 1, "deny list = %+v, want the configured prefix", l)
 	}
 	prog := s.Attachment().Program
-	if err := s.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	if got := attachedProgram(t, a, "sva"); got != uint32(prog) {
-		t.Errorf("after Close, sva runs program %d, want %d (the pinned link keeps it)", got, prog)
-	}
+	require.NoError(t, s.Close(), "Close")
+	assert.Equal(t, uint32(prog), attachedProgram(t, a, "sva"), "after Close, the program sva runs (the pinned link keeps it)")
 	s2 := start()
 	defer s2.Close()
-	if !s2.Attachment().Adopted {
-		t.Error("the second Start did not adopt the pinned link")
-	}
+	assert.True(t, s2.Attachment().Adopted, "the second Start did not adopt the pinned link")
 	dir := s2.Attachment().PinDir
-	if l, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); err != nil {
-		t.Errorf("no pinned link in %s: %v", dir, err)
-	} else {
+	if l, err := link.LoadPinnedLink(filepath.Join(dir, "link"), nil); assert.NoError(t, err, "no pinned link in %s", dir) {
 		l.Close()
 	}
 }
@@ -107,7 +91,7 @@ func TestStartAndClose(t *testing.T) {
 func attachedProgram(t *testing.T, ns *topo.NS, dev string) uint32 {
 	t.Helper()
 	var id uint32
-	if err := ns.Do(func() error {
+	require.NoError(t, ns.Do(func() error {
 		l, err := netlink.LinkByName(dev)
 		if err != nil {
 			return err
@@ -116,8 +100,6 @@ func attachedProgram(t *testing.T, ns *topo.NS, dev string) uint32 {
 			id = x.ProgId
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	return id
 }

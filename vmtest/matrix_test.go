@@ -5,9 +5,11 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -73,9 +75,7 @@ FAIL
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := ParseTestOutput(strings.Split(tt.in, "\n"))
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ParseTestOutput() =\n%+v\nwant\n%+v", got, tt.want)
-			}
+			require.Equal(t, tt.want, got, "ParseTestOutput()")
 		})
 	}
 }
@@ -104,31 +104,21 @@ func sampleReport() *Report {
 
 func TestRender(t *testing.T) {
 	var buf bytes.Buffer
-	if err := sampleReport().Render(&buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sampleReport().Render(&buf))
 	golden := filepath.Join("testdata", "matrix.golden")
 	if *update {
-		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(golden, buf.Bytes(), 0o644))
 	}
 	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -run TestRender -update)", err)
-	}
-	if got := buf.String(); got != string(want) {
-		t.Fatalf("Render() mismatch (-want +got):\n--- want\n%s\n+++ got\n%s", want, got)
-	}
+	require.NoError(t, err, "run go test -run TestRender -update")
+	require.Equal(t, string(want), buf.String(), "Render() mismatch")
 }
 
 func TestSkipDiffs(t *testing.T) {
 	got := sampleReport().SkipDiffs
 	want := []SkipDiff{{Package: "github.com/xdpshield/xdpshield/e2e", Test: "TestStorm/live",
 		SkippedOn: map[string]string{"5.10": "BPF_F_TEST_XDP_LIVE_FRAMES needs kernel 5.18+"}, PassedOn: []string{"7.2"}}}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("skipDiffs() = %+v, want %+v", got, want)
-	}
+	require.Equal(t, want, got, "skipDiffs()")
 }
 
 func TestCellFill(t *testing.T) {
@@ -147,9 +137,7 @@ func TestCellFill(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Cell
 			c.fill(tt.run)
-			if c.Status != tt.status {
-				t.Fatalf("fill(%+v).Status = %q, want %q", tt.run, c.Status, tt.status)
-			}
+			require.Equal(t, tt.status, c.Status, "fill(%+v).Status", tt.run)
 		})
 	}
 }
@@ -162,8 +150,6 @@ func TestWorse(t *testing.T) {
 		{ExitRunTimeout, ExitPass, ExitRunTimeout},
 	}
 	for _, tt := range tests {
-		if got := worse(tt.a, tt.b); got != tt.want {
-			t.Errorf("worse(%v, %v) = %v, want %v", tt.a, tt.b, got, tt.want)
-		}
+		assert.Equal(t, tt.want, worse(tt.a, tt.b), "worse(%v, %v)", tt.a, tt.b)
 	}
 }

@@ -1,19 +1,19 @@
 package vmtest
 
 import (
-	"github.com/xdpshield/xdpshield/vmtest/kernels"
-
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
 )
 
 func TestCPIO(t *testing.T) {
@@ -26,19 +26,13 @@ func TestCPIO(t *testing.T) {
 	c.Symlink("bin/sh", "busybox")
 	c.CharDev("dev/console", 5, 1)
 	c.File("init", 0o755, []byte("#!/bin/sh\n"))
-	if err := c.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, c.Close())
 	cmd := exec.Command("cpio", "-t", "-v")
 	cmd.Stdin = &buf
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("cpio -t: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "cpio -t\n%s", out)
 	for _, want := range []string{"bin\n", "bin/x\n", "bin/sh -> busybox", "dev/console", "init\n"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("cpio -tv output lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, string(out), want, "cpio -tv output lacks %q", want)
 	}
 }
 
@@ -50,9 +44,7 @@ func TestShellQuote(t *testing.T) {
 		"":                  "''",
 	}
 	for in, want := range tests {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %s, want %s", in, got, want)
-		}
+		assert.Equal(t, want, shellQuote(in), "shellQuote(%q)", in)
 	}
 }
 
@@ -77,9 +69,7 @@ func TestInitScript(t *testing.T) {
 		"say EXIT $rc",
 		"say PHASE init $up0", "phase mounts", "phase modules", "phase tests",
 	} {
-		if !strings.Contains(s, want) {
-			t.Errorf("init script lacks %q:\n%s", want, s)
-		}
+		assert.Contains(t, s, want, "init script lacks %q", want)
 	}
 }
 
@@ -97,16 +87,13 @@ func TestLockVMSlots(t *testing.T) {
 		var unlocks []func()
 		for range tc.free {
 			u, err := LockSlot(context.Background(), dir, tc.slots, log)
-			if err != nil {
-				t.Fatalf("LockSlot(%d slots) = %v", tc.slots, err)
-			}
+			require.NoError(t, err, "LockSlot(%d slots)", tc.slots)
 			unlocks = append(unlocks, u)
 		}
 		got := make(chan func(), 1)
 		go func() {
 			u, err := LockSlot(context.Background(), dir, tc.slots, log)
-			if err != nil {
-				t.Errorf("LockSlot(%d slots), waiting = %v", tc.slots, err)
+			if !assert.NoError(t, err, "LockSlot(%d slots), waiting", tc.slots) {
 				u = func() {}
 			}
 			got <- u
@@ -114,7 +101,7 @@ func TestLockVMSlots(t *testing.T) {
 		select {
 		case u := <-got:
 			u()
-			t.Fatalf("LockSlot(%d slots) took a slot while %d VMs held them all", tc.slots, tc.free)
+			require.Fail(t, "took a slot while all were held", "LockSlot(%d slots) took a slot while %d VMs held them all", tc.slots, tc.free)
 		case <-time.After(600 * time.Millisecond):
 		}
 		unlocks[0]()
@@ -122,7 +109,7 @@ func TestLockVMSlots(t *testing.T) {
 		case u := <-got:
 			u()
 		case <-time.After(5 * time.Second):
-			t.Fatalf("LockSlot(%d slots) still waiting 5 s after a slot was freed", tc.slots)
+			require.Fail(t, "still waiting", "LockSlot(%d slots) still waiting 5 s after a slot was freed", tc.slots)
 		}
 		for _, u := range unlocks[1:] {
 			u()
@@ -130,15 +117,12 @@ func TestLockVMSlots(t *testing.T) {
 	}
 	// Every slot held: the wait ends with its context.
 	u, err := LockSlot(context.Background(), dir, 1, log)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer u()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	if _, err := LockSlot(ctx, dir, 1, log); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("LockSlot(all held) = %v, want the context's deadline", err)
-	}
+	_, err = LockSlot(ctx, dir, 1, log)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "LockSlot(all held)")
 }
 
 // TestPrefixWriter: whole lines, each prefixed, a line split over writes
@@ -147,11 +131,9 @@ func TestPrefixWriter(t *testing.T) {
 	var b bytes.Buffer
 	w := PrefixWriter(&b, "[k] ")
 	for _, s := range []string{"one\ntw", "o\n", "", "three", "\nfour\n"} {
-		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
-			t.Fatalf("Write(%q) = %d, %v, want %d, nil", s, n, err, len(s))
-		}
+		n, err := w.Write([]byte(s))
+		require.NoError(t, err, "Write(%q)", s)
+		require.Equal(t, len(s), n, "Write(%q)", s)
 	}
-	if got, want := b.String(), "[k] one\n[k] two\n[k] three\n[k] four\n"; got != want {
-		t.Errorf("PrefixWriter output = %q, want %q", got, want)
-	}
+	assert.Equal(t, "[k] one\n[k] two\n[k] three\n[k] four\n", b.String(), "PrefixWriter output")
 }

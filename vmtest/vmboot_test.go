@@ -1,18 +1,19 @@
 package vmtest
 
 import (
-	"github.com/xdpshield/xdpshield/vmtest/kernels"
-
 	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/vmtest/kernels"
 )
 
 // needVM skips VM tests in -short mode, and skips (or fails, with
@@ -43,39 +44,29 @@ func TestBrokenProgramOn510(t *testing.T) {
 		Output: &live,
 	}
 	rep, code, err := m.Run(context.Background())
-	if err != nil {
-		t.Fatalf("Matrix.Run() error = %v\n%s", err, live.String())
-	}
+	require.NoError(t, err, "Matrix.Run()\n%s", live.String())
 	var out bytes.Buffer
-	if err := rep.Render(&out); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, rep.Render(&out))
 	t.Logf("matrix:\n%s", out.String())
-	if code != ExitTestFailure {
-		t.Fatalf("Matrix.Run() code = %v, want %v\n%s", code, ExitTestFailure, live.String())
-	}
+	require.Equal(t, ExitTestFailure, code, "Matrix.Run() code\n%s", live.String())
 	for _, want := range []string{
 		"github.com/xdpshield/xdpshield/vmtest/testdata/broken  0/1/0",
 		"[5.10] github.com/xdpshield/xdpshield/vmtest/testdata/broken TestCoarseClockWithoutProbe",
 		"call unknown#160",
 		"invalid func unknown#160",
 	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("matrix output lacks %q", want)
-		}
+		assert.Contains(t, out.String(), want, "matrix output lacks %q", want)
 	}
-	if k := rep.Kernels[0]; k.BootToFirstTestSeconds <= 0 || k.Release != "5.10.0-32-cloud-amd64" {
-		t.Errorf("kernel report = %+v, want a boot figure and release 5.10.0-32-cloud-amd64", k)
-	}
+	k := rep.Kernels[0]
+	assert.Positive(t, k.BootToFirstTestSeconds, "kernel report = %+v, want a boot figure", k)
+	assert.Equal(t, "5.10.0-32-cloud-amd64", k.Release, "kernel report = %+v, want release 5.10.0-32-cloud-amd64", k)
 }
 
 // writeScript writes a guest "test binary" that is a busybox sh script.
 func writeScript(t *testing.T, body string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "script.test")
-	if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(p, []byte("#!/bin/sh\n"+body+"\n"), 0o755))
 	return p
 }
 
@@ -85,17 +76,11 @@ func writeScript(t *testing.T, body string) string {
 func TestExitCodes(t *testing.T) {
 	c := needVM(t)
 	l, _, err := kernels.LoadLock(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	pin, err := l.Find("5.10")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	k, err := c.Fetch(context.Background(), pin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tests := []struct {
 		name        string
 		script      string
@@ -120,12 +105,8 @@ func TestExitCodes(t *testing.T) {
 				Runs:        []Run{{Name: "script", Binary: writeScript(t, tt.script)}},
 				BootTimeout: tt.bootTimeout, Timeout: tt.timeout, Output: &out, CacheDir: c.Dir}
 			res, err := vm.Boot(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Code != tt.want {
-				t.Fatalf("Boot() code = %v (%v), want %v\n%s", res.Code, res.Err, tt.want, out.String())
-			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, res.Code, "Boot() code (%v)\n%s", res.Err, out.String())
 		})
 	}
 }
@@ -139,23 +120,16 @@ func TestGoTestExec(t *testing.T) {
 		t.Skip("one more boot; set VMTEST_ALL=1")
 	}
 	root, err := kernels.ModuleRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	vmexec := filepath.Join(t.TempDir(), "vmexec")
-	if out, err := exec.Command("go", "build", "-o", vmexec, "github.com/xdpshield/xdpshield/vmtest/cmd/vmexec").CombinedOutput(); err != nil {
-		t.Fatalf("build vmexec: %v\n%s", err, out)
-	}
+	out, err := exec.Command("go", "build", "-o", vmexec, "github.com/xdpshield/xdpshield/vmtest/cmd/vmexec").CombinedOutput()
+	require.NoError(t, err, "build vmexec\n%s", out)
 	cmd := exec.Command("go", "test", "-count=1", "-v", "-exec", vmexec+" -kernel 6.1", "./internal/topo")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("go test -exec: %v\n%s", err, out)
-	}
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, "go test -exec\n%s", out)
 	for _, want := range []string{"--- PASS: TestPairPingAndCleanup", "ok  \txdpshield/internal/topo"} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("go test -exec output lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, string(out), want, "go test -exec output lacks %q", want)
 	}
 }

@@ -2,10 +2,12 @@ package flock
 
 import (
 	"context"
-	"errors"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Take takes the first free lock, waits while all are held (calling onWait
@@ -14,24 +16,21 @@ func TestTake(t *testing.T) {
 	dir := t.TempDir()
 	paths := []string{filepath.Join(dir, "a"), filepath.Join(dir, "b")}
 	i, ua, err := Take(context.Background(), paths, 0o600, nil)
-	if err != nil || i != 0 {
-		t.Fatalf("Take(both free) = %d, %v; want 0", i, err)
-	}
+	require.NoError(t, err, "Take(both free)")
+	require.Equal(t, 0, i, "Take(both free)")
 	i, ub, err := Take(context.Background(), paths, 0o600, nil)
-	if err != nil || i != 1 {
-		t.Fatalf("Take(a held) = %d, %v; want 1", i, err)
-	}
+	require.NoError(t, err, "Take(a held)")
+	require.Equal(t, 1, i, "Take(a held)")
 	waits := 0
 	ctx, cancel := context.WithTimeout(context.Background(), 3*Poll)
 	defer cancel()
-	if _, _, err := Take(ctx, paths, 0o600, func() { waits++ }); !errors.Is(err, context.DeadlineExceeded) || waits != 1 {
-		t.Errorf("Take(all held) = %v after %d waits; want the context's deadline after 1", err, waits)
-	}
+	_, _, err = Take(ctx, paths, 0o600, func() { waits++ })
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "Take(all held)")
+	assert.Equal(t, 1, waits, "Take(all held): waits")
 	go func() { time.Sleep(2 * Poll); ub() }()
 	i, uc, err := Take(context.Background(), paths, 0o600, nil)
-	if err != nil || i != 1 {
-		t.Fatalf("Take(b freed) = %d, %v; want 1", i, err)
-	}
+	require.NoError(t, err, "Take(b freed)")
+	require.Equal(t, 1, i, "Take(b freed)")
 	ua()
 	uc()
 }

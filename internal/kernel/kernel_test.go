@@ -1,6 +1,11 @@
 package kernel
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
 
 func TestVersion(t *testing.T) {
 	for _, tc := range []struct {
@@ -17,15 +22,12 @@ func TestVersion(t *testing.T) {
 		{"", 0, 0, false},
 	} {
 		ma, mi, ok := Version(tc.rel)
-		if ma != tc.major || mi != tc.minor || ok != tc.ok {
-			t.Errorf("Version(%q) = %d, %d, %v; want %d, %d, %v", tc.rel, ma, mi, ok, tc.major, tc.minor, tc.ok)
-		}
+		assert.Equal(t, []any{tc.major, tc.minor, tc.ok}, []any{ma, mi, ok}, "Version(%q): major, minor, ok", tc.rel)
 	}
 	ma, mi, ok := Version(Release())
-	if !ok {
-		t.Fatalf("the running kernel's release %q does not parse", Release())
-	}
-	if !AtLeast(ma, mi) || AtLeast(ma, mi+1) || AtLeast(ma+1, 0) || !AtLeast(ma-1, 99) {
-		t.Errorf("AtLeast around the running %d.%d is wrong", ma, mi)
-	}
+	require.True(t, ok, "the running kernel's release %q does not parse", Release())
+	assert.True(t, AtLeast(ma, mi), "AtLeast(%d, %d) on the running %d.%d", ma, mi, ma, mi)
+	assert.False(t, AtLeast(ma, mi+1), "AtLeast(%d, %d) on the running %d.%d", ma, mi+1, ma, mi)
+	assert.False(t, AtLeast(ma+1, 0), "AtLeast(%d, 0) on the running %d.%d", ma+1, ma, mi)
+	assert.True(t, AtLeast(ma-1, 99), "AtLeast(%d, 99) on the running %d.%d", ma-1, ma, mi)
 }

@@ -25,7 +25,7 @@ func TestFeatureSkips(t *testing.T) {
 		err := f.Check()
 		msg = err.Error()
 		Feature(t, f)
-		t.Error("Feature did not skip")
+		assert.Fail(t, "Feature did not skip")
 	})
 	assert.True(t, ok, "the subtest failed instead of skipping")
 	assert.True(t, skipped, "the subtest did not skip")

@@ -219,9 +219,7 @@ func (e *env) start(t *testing.T, addr string, name string, args ...string) {
 			c.Close()
 			return
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not listen on %s: %v\n%s", name, addr, err, out.String())
-		}
+		require.False(t, time.Now().After(deadline), "%s does not listen on %s: %v\n%s", name, addr, err, out.String())
 		time.Sleep(20 * time.Millisecond)
 	}
 }

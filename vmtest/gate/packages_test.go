@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
@@ -18,8 +20,7 @@ func TestPackagesAgree(t *testing.T) {
 		{"Makefile", `(?m)^GATE_PKGS \?= (.*)$`},
 		{"ci/vmtest.sh", `(?m)^HOST_PKGS="\$\{GATE_PKGS:-(.*)\}"$`},
 	} {
-		if got := strings.Join(testutil.RepoFields(t, root, c.file, c.re), " "); got != want {
-			t.Errorf("%s: gate packages = %q, want %q (gate.Packages)", c.file, got, want)
-		}
+		got := strings.Join(testutil.RepoFields(t, root, c.file, c.re), " ")
+		assert.Equal(t, want, got, "%s: gate packages, want gate.Packages", c.file)
 	}
 }

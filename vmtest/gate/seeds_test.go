@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestSeedsApply: every seed's Old occurs exactly once in its file, so a
@@ -13,16 +16,10 @@ import (
 func TestSeedsApply(t *testing.T) {
 	names := map[string]bool{}
 	for _, s := range Seeds {
-		if names[s.Name] {
-			t.Errorf("seed name %s used twice", s.Name)
-		}
+		assert.False(t, names[s.Name], "seed name %s used twice", s.Name)
 		names[s.Name] = true
 		b, err := os.ReadFile(filepath.Join("..", "..", s.File))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := strings.Count(string(b), s.Old); n != 1 {
-			t.Errorf("seed %s (%s): %q occurs %d times in %s, want once: update the seed with the source", s.Name, s.Area, s.Old, n, s.File)
-		}
+		require.NoError(t, err)
+		assert.Equal(t, 1, strings.Count(string(b), s.Old), "seed %s (%s): %q occurs in %s other than once: update the seed with the source", s.Name, s.Area, s.Old, s.File)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
@@ -70,9 +71,7 @@ func TestTeeth(t *testing.T) {
 			code = ee.ExitCode()
 		}
 		report, err := os.ReadFile(filepath.Join(out_, "gate.txt"))
-		if err != nil {
-			t.Fatalf("the gate wrote no report (exit %d): %v\n%s", code, err, tailOf(buf.String(), 40))
-		}
+		require.NoError(t, err, "the gate wrote no report (exit %d)\n%s", code, tailOf(buf.String(), 40))
 		t.Logf("gate ran in %s, exit %d", time.Since(start).Round(time.Second), code)
 		return code, string(report)
 	}
@@ -91,16 +90,13 @@ func TestTeeth(t *testing.T) {
 			path := filepath.Join(src, s.File)
 			b, err := os.ReadFile(path)
 			require.NoError(t, err, "seed %s: %s", s.Name, s.File)
-			if n := strings.Count(string(b), s.Old); n != 1 {
-				t.Fatalf("seed %s (%s) no longer applies: %q occurs %d times in %s, want once; the source changed: update the seed", s.Name, s.Area, s.Old, n, s.File)
-			}
+			require.Equal(t, 1, strings.Count(string(b), s.Old), "seed %s (%s) no longer applies: %q occurs in %s other than once; the source changed: update the seed", s.Name, s.Area, s.Old, s.File)
 			require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), s.Old, s.New, 1)), 0o644))
 			if ext := filepath.Ext(s.File); ext == ".c" || ext == ".h" {
 				gen := exec.Command("go", "generate", "./bpf/...")
 				gen.Dir = src
-				if out, err := gen.CombinedOutput(); err != nil {
-					t.Fatalf("seed %s: the seeded program does not build: %v\n%s", s.Name, err, out)
-				}
+				out, err := gen.CombinedOutput()
+				require.NoError(t, err, "seed %s: the seeded program does not build\n%s", s.Name, out)
 			}
 			code, report := gateRun(t)
 			failures := report
@@ -108,13 +104,10 @@ func TestTeeth(t *testing.T) {
 				failures = report[i:]
 			}
 			t.Logf("seed %s (%s): %s -> %s\n%s", s.Name, s.Area, s.Old, s.New, tailOf(failures, 12))
-			if code != 1 {
-				t.Errorf("seed %s (%s): gate exit %d, want 1 (a regression):\n%s", s.Name, s.Area, code, report)
+			if !assert.Equal(t, 1, code, "seed %s (%s): gate exit, want 1 (a regression):\n%s", s.Name, s.Area, report) {
 				return
 			}
-			if !strings.Contains(failures, s.Want) {
-				t.Errorf("seed %s (%s): the gate failed, but its failures do not mention %q:\n%s", s.Name, s.Area, s.Want, failures)
-			}
+			assert.Contains(t, failures, s.Want, "seed %s (%s): the gate failed, but its failures do not mention %q", s.Name, s.Area, s.Want)
 		})
 	}
 }

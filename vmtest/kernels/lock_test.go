@@ -3,12 +3,13 @@ package kernels
 import (
 	"bytes"
 	"context"
-	"errors"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 const (
@@ -54,29 +55,17 @@ kernel 7.2 sid 7.2.13+deb14-cloud-amd64
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := ParseLock(strings.NewReader(tt.in))
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("ParseLock() error = %v, want it to contain %q", err, tt.wantErr)
-				}
+				require.ErrorContains(t, err, tt.wantErr, "ParseLock()")
 				return
 			}
-			if err != nil {
-				t.Fatalf("ParseLock() error = %v", err)
-			}
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("ParseLock() = %+v, want %+v", got, tt.want)
-			}
+			require.NoError(t, err, "ParseLock()")
+			require.Equal(t, tt.want, got, "ParseLock()")
 			// Format then parse is the identity.
 			var buf bytes.Buffer
-			if err := got.Format(&buf); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, got.Format(&buf))
 			again, err := ParseLock(&buf)
-			if err != nil {
-				t.Fatalf("ParseLock(Format()) error = %v\n%s", err, buf.String())
-			}
-			if !reflect.DeepEqual(again, got) {
-				t.Fatalf("ParseLock(Format()) = %+v, want %+v", again, got)
-			}
+			require.NoError(t, err, "ParseLock(Format())\n%s", buf.String())
+			require.Equal(t, got, again, "ParseLock(Format())")
 		})
 	}
 }
@@ -84,44 +73,29 @@ kernel 7.2 sid 7.2.13+deb14-cloud-amd64
 // TestRepoLock keeps the committed lock parseable and complete.
 func TestRepoLock(t *testing.T) {
 	l, _, err := LoadLock(".")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, name := range []string{"5.10", "6.1", "6.12", "7.2"} {
 		p, err := l.Find(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasPrefix(p.Release, name+".") {
-			t.Errorf("kernel %s: release %q is another kernel", name, p.Release)
-		}
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(p.Release, name+"."), "kernel %s: release %q is another kernel", name, p.Release)
 	}
-	if _, err := l.Find("4.19"); err == nil || !strings.Contains(err.Error(), RepinCommand) {
-		t.Errorf("Find(4.19) error = %v, want one naming %q", err, RepinCommand)
-	}
+	_, err = l.Find("4.19")
+	assert.ErrorContains(t, err, RepinCommand, "Find(4.19)")
 }
 
 func TestVerifyFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "x.deb")
-	if err := os.WriteFile(path, []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte("hello\n"), 0o644))
 	const helloSum = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
-	if err := VerifyFile("x", path, helloSum); err != nil {
-		t.Fatalf("VerifyFile(good) = %v, want nil", err)
-	}
+	require.NoError(t, VerifyFile("x", path, helloSum), "VerifyFile(good)")
 	err := VerifyFile("x=1", path, sumA)
 	var hm *HashMismatchError
-	if !errors.As(err, &hm) {
-		t.Fatalf("VerifyFile(bad) = %v, want a *HashMismatchError", err)
-	}
-	if hm.Got != helloSum || hm.Want != sumA {
-		t.Fatalf("mismatch = got %s want %s, want got %s want %s", hm.Got, hm.Want, helloSum, sumA)
-	}
-	if !strings.Contains(err.Error(), RepinCommand) || !strings.Contains(err.Error(), "x=1") {
-		t.Fatalf("error %q should name the package and %q", err, RepinCommand)
-	}
+	require.ErrorAs(t, err, &hm, "VerifyFile(bad)")
+	require.Equal(t, helloSum, hm.Got, "mismatch: got")
+	require.Equal(t, sumA, hm.Want, "mismatch: want")
+	require.ErrorContains(t, err, RepinCommand, "the error should name %q", RepinCommand)
+	require.ErrorContains(t, err, "x=1", "the error should name the package")
 }
 
 // fakeApt puts an apt-get on PATH that fails as apt does for a version the
@@ -130,9 +104,7 @@ func fakeApt(t *testing.T) {
 	t.Helper()
 	bin := t.TempDir()
 	script := "#!/bin/sh\ncase \"$1 $2\" in\n*update*) exit 0;;\nesac\necho \"E: Can't find a source to download version '5.10.1-1' of 'linux-image-x:amd64'\" >&2\nexit 100\n"
-	if err := os.WriteFile(filepath.Join(bin, "apt-get"), []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(bin, "apt-get"), []byte(script), 0o755))
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 }
 
@@ -146,29 +118,19 @@ func TestFetchErrors(t *testing.T) {
 		c := &Cache{Dir: t.TempDir()}
 		p := pin()
 		path := filepath.Join(c.Dir, "debs", p.Debs[0].Filename())
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte("tampered"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		require.NoError(t, os.WriteFile(path, []byte("tampered"), 0o644))
 		_, err := c.Fetch(context.Background(), p)
 		var hm *HashMismatchError
-		if !errors.As(err, &hm) {
-			t.Fatalf("Fetch() = %v, want a *HashMismatchError", err)
-		}
+		require.ErrorAs(t, err, &hm, "Fetch()")
 	})
 	t.Run("pin no longer served", func(t *testing.T) {
 		fakeApt(t)
 		c := &Cache{Dir: t.TempDir()}
 		_, err := c.Fetch(context.Background(), pin())
-		if err == nil {
-			t.Fatal("Fetch() = nil error, want one")
-		}
+		require.Error(t, err, "Fetch()")
 		for _, want := range []string{"linux-image-x=5.10.1-1", "bullseye", "no longer served", RepinCommand} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("Fetch() error %q does not contain %q", err, want)
-			}
+			assert.ErrorContains(t, err, want, "Fetch()")
 		}
 	})
 }
@@ -182,24 +144,18 @@ func TestDebFilename(t *testing.T) {
 		{Deb{Package: "p", Version: "1:2.0-1"}, "p_1%3a2.0-1_amd64.deb"},
 	}
 	for _, tt := range tests {
-		if got := tt.d.Filename(); got != tt.want {
-			t.Errorf("%v.Filename() = %q, want %q", tt.d, got, tt.want)
-		}
+		assert.Equal(t, tt.want, tt.d.Filename(), "%v.Filename()", tt.d)
 	}
 }
 
 func TestMajorMinor(t *testing.T) {
 	for in, want := range map[string]string{"6.12.117-1": "6.12", "5.10.223-1": "5.10", "7.2.13-1": "7.2", "7.3~rc1-1~exp1": "7.3"} {
-		if got := majorMinor(in); got != want {
-			t.Errorf("majorMinor(%q) = %q, want %q", in, got, want)
-		}
+		assert.Equal(t, want, majorMinor(in), "majorMinor(%q)", in)
 	}
 }
 
 func TestDepends(t *testing.T) {
 	got := depends("dracut | initramfs-tools (>= 0.120+deb8u2), linux-binary-7.2.13+deb14-cloud-amd64 (= 7.2.13-1), kmod")
 	want := []string{"dracut", "initramfs-tools", "linux-binary-7.2.13+deb14-cloud-amd64", "kmod"}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("depends() = %q, want %q", got, want)
-	}
+	require.Equal(t, want, got, "depends()")
 }
