@@ -18,8 +18,8 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
-	"github.com/xdpshield/xdpshield/xdplb"
 	"github.com/xdpshield/xdpshield/workbench"
+	"github.com/xdpshield/xdpshield/xdplb"
 )
 
 // Log attribute keys of the service's lifecycle logs.

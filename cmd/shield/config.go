@@ -18,8 +18,8 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
-	"github.com/xdpshield/xdpshield/xdplb"
 	"github.com/xdpshield/xdpshield/workbench"
+	"github.com/xdpshield/xdpshield/xdplb"
 )
 
 // config is the service's configuration file (TOML; docs/shield.example.toml
