@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
@@ -20,21 +22,15 @@ func tableContents(t *testing.T, l *LB) map[uint32][]uint32 {
 	it := l.objs.Tables.Iterate()
 	for it.Next(&id, &innerID) {
 		m, err := ebpf.NewMapFromID(ebpf.MapID(innerID))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		slots := make([]uint32, m.MaxEntries())
 		for i := range slots {
-			if err := m.Lookup(uint32(i), &slots[i]); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, m.Lookup(uint32(i), &slots[i]))
 		}
 		m.Close()
 		out[id] = slots
 	}
-	if err := it.Err(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, it.Err())
 	return out
 }
 
@@ -47,18 +43,14 @@ func TestApplyFailure(t *testing.T) {
 	testutil.Root(t)
 	testutil.HostOnly(t, "the rollback of a failed write is Go logic; every kernel's map writes are proven by the other lb tests")
 	l, err := Load(Options{ReverseSize: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	web := ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: TCP}
 	dns := ServiceKey{VIP: netip.MustParseAddr("198.18.1.2"), Port: 53, Proto: UDP}
-	if err := l.AddServices([]Service{
+	require.NoError(t, l.AddServices([]Service{
 		{ServiceKey: web, Mode: Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
 		{ServiceKey: dns, Mode: Random, Backends: backends(aps("198.18.3.1:53")...)},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	newSvc := ServiceKey{VIP: netip.MustParseAddr("198.18.1.3"), Port: 443, Proto: TCP}
 	changes := []struct {
 		name string
@@ -94,30 +86,22 @@ func TestApplyFailure(t *testing.T) {
 			if failed == "" {
 				// Every write passed: the change is done, and the next
 				// change starts from it.
-				if err != nil {
-					t.Fatalf("%s with no failure: %v", c.name, err)
-				}
+				require.NoError(t, err, "%s with no failure", c.name)
 				break
 			}
 			failures++
 			var ae *ApplyError
-			if !errors.As(err, &ae) || !ae.Restored {
-				t.Errorf("%s, write %d (%s) failing: error %v, want a restored *ApplyError", c.name, nth, failed, err)
-			}
+			assert.False(t, !errors.As(err, &ae) || !ae.Restored, "%s, write %d (%s) failing: error %v, want a restored *ApplyError", c.name, nth, failed, err)
 			if got := l.Services(); !reflect.DeepEqual(got, svcs) {
-				t.Errorf("%s, write %d (%s) failing: services %+v, want %+v", c.name, nth, failed, got, svcs)
+				assert.Fail(t, fmt.Sprintf("%s, write %d (%s) failing: services %+v, want %+v", c.name, nth, failed, got, svcs))
 			}
 			got := readState(t, l)
 			got.Tables, maps.Tables = nil, nil // inner maps are new: compare contents
-			if !reflect.DeepEqual(got, maps) {
-				t.Errorf("%s, write %d (%s) failing: maps half-changed:\n got %+v\nwant %+v", c.name, nth, failed, got, maps)
-			}
+			assert.True(t, reflect.DeepEqual(got, maps), "%s, write %d (%s) failing: maps half-changed:\n got %+v\nwant %+v", c.name, nth, failed, got, maps)
 			if got := tableContents(t, l); !reflect.DeepEqual(got, tables) {
-				t.Errorf("%s, write %d (%s) failing: choice tables differ from before", c.name, nth, failed)
+				assert.Fail(t, fmt.Sprintf("%s, write %d (%s) failing: choice tables differ from before", c.name, nth, failed))
 			}
 		}
 	}
-	if failures < len(changes) {
-		t.Errorf("%d failures injected over %d changes, want at least one each", failures, len(changes))
-	}
+	assert.False(t, failures < len(changes), "%d failures injected over %d changes, want at least one each", failures, len(changes))
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf/asm"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
 )
@@ -17,9 +19,7 @@ import (
 // the counting programs held no atomic instruction at all.
 func TestCountersAtomic(t *testing.T) {
 	spec, err := bpf.LoadLb()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, name := range []string{bpf.LbProgLbConnect4, bpf.LbProgLbConnect6, bpf.LbProgLbSendmsg4, bpf.LbProgLbSendmsg6, bpf.LbProgLbSockRelease} {
 		p := spec.Programs[name]
 		atomics, plain := 0, 0
@@ -32,8 +32,6 @@ func TestCountersAtomic(t *testing.T) {
 				plain++
 			}
 		}
-		if atomics == 0 {
-			t.Errorf("%s: no atomic instruction (%d plain 8-byte stores): its counts are a load-add-store", name, plain)
-		}
+		assert.False(t, atomics == 0, "%s: no atomic instruction (%d plain 8-byte stores): its counts are a load-add-store", name, plain)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,9 +19,7 @@ func TestDrainRemove(t *testing.T) {
 		t.Run(family(v6), func(t *testing.T) {
 			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
 			bes := backendAddrs(v6, 3)
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			gone := bes[0]
@@ -29,46 +29,30 @@ func TestDrainRemove(t *testing.T) {
 			var onGone []*conn
 			for range 30 {
 				c, err := e.dial(vip, netip.AddrPort{})
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				defer c.Close()
 				r, err := c.ask()
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				if r.local == gone {
 					onGone = append(onGone, c)
 				}
 			}
-			if len(onGone) == 0 {
-				t.Fatalf("no connection of 30 reached %s", gone)
-			}
+			require.False(t, len(onGone) == 0, "no connection of 30 reached %s", gone)
 			check := func(step string) {
 				t.Helper()
 				for i, c := range onGone {
 					r, err := c.ask()
-					if err != nil || r.local != gone {
-						t.Errorf("%s: established connection %d to %s: %+v, %v; want it kept", step, i, gone, r, err)
-					}
+					assert.False(t, err != nil || r.local != gone, "%s: established connection %d to %s: %+v, %v; want it kept", step, i, gone, r, err)
 				}
 				for i := range 60 {
 					r, err := e.ask1(vip, netip.AddrPort{})
-					if err != nil {
-						t.Fatalf("%s: new connect %d: %v", step, i, err)
-					}
-					if r.local == gone || !slices.Contains(bes, r.local) {
-						t.Fatalf("%s: new connect %d reached %s, want one of %v", step, i, r.local, bes[1:])
-					}
+					require.NoError(t, err, "%s: new connect %d", step, i)
+					require.False(t, r.local == gone || !slices.Contains(bes, r.local), "%s: new connect %d reached %s, want one of %v", step, i, r.local, bes[1:])
 				}
 			}
-			if err := e.lb.DrainBackends(k, []netip.AddrPort{gone}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.DrainBackends(k, []netip.AddrPort{gone}))
 			check("drained")
-			if err := e.lb.RemoveBackends(k, []netip.AddrPort{gone}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.RemoveBackends(k, []netip.AddrPort{gone}))
 			check("removed")
 		})
 	}
@@ -109,9 +93,7 @@ func TestMaglev(t *testing.T) {
 	e := newEnv(t, n)
 	k := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
 	bes := backendAddrs(false, n)
-	if err := e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}))
 	vip := netip.AddrPortFrom(k.VIP, k.Port)
 	which := func(fd int) (netip.AddrPort, error) {
 		var found []netip.AddrPort
@@ -178,9 +160,7 @@ func TestMaglev(t *testing.T) {
 			}
 			return nil
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		counts := map[netip.AddrPort]int{}
 		for _, a := range got {
 			counts[a]++
@@ -189,7 +169,7 @@ func TestMaglev(t *testing.T) {
 	}
 	before, counts := round()
 	if x := chiSquare(counts, bes, connect); x > chiCritical001[n-1] {
-		t.Errorf("spread over %d backends %v: chi-square %.1f > %.1f (p=0.001, %d dof)", n, counts, x, chiCritical001[n-1], n-1)
+		assert.Fail(t, fmt.Sprintf("spread over %d backends %v: chi-square %.1f > %.1f (p=0.001, %d dof)", n, counts, x, chiCritical001[n-1], n-1))
 	} else {
 		t.Logf("spread %v: chi-square %.2f (critical %.1f)", counts, x, chiCritical001[n-1])
 	}
@@ -197,23 +177,19 @@ func TestMaglev(t *testing.T) {
 	if !testing.Short() {
 		again, _ := round()
 		if d := diff(before, again); d != 0 {
-			t.Errorf("%d of %d choices changed with no change to the backends, want 0", d, connect)
+			assert.Fail(t, fmt.Sprintf("%d of %d choices changed with no change to the backends, want 0", d, connect))
 		}
 	}
 
 	gone := bes[2]
-	if err := e.lb.RemoveBackends(k, []netip.AddrPort{gone}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.lb.RemoveBackends(k, []netip.AddrPort{gone}))
 	after, counts := round()
 	moved, held, strayed := 0, 0, 0
 	for i := range before {
 		if before[i] == gone {
 			held++
 		}
-		if after[i] == gone {
-			t.Fatalf("connect %d reached removed backend %s", i, gone)
-		}
+		require.False(t, after[i] == gone, "connect %d reached removed backend %s", i, gone)
 		if before[i] != after[i] {
 			moved++
 			if before[i] != gone {
@@ -226,11 +202,11 @@ func TestMaglev(t *testing.T) {
 	// Maglev's table is only nearly minimal-disruption: allow 2% of the
 	// survivors' choices to move besides the ones that must.
 	if limit := connect/n + connect/50; moved > limit {
-		t.Errorf("%d of %d choices moved, want at most about 1/%d (%d)", moved, connect, n, limit)
+		assert.Fail(t, fmt.Sprintf("%d of %d choices moved, want at most about 1/%d (%d)", moved, connect, n, limit))
 	}
 	rest := slices.DeleteFunc(slices.Clone(bes), func(a netip.AddrPort) bool { return a == gone })
 	if x := chiSquare(counts, rest, connect); x > chiCritical001[n-2] {
-		t.Errorf("spread over the %d left %v: chi-square %.1f > %.1f", n-1, counts, x, chiCritical001[n-2])
+		assert.Fail(t, fmt.Sprintf("spread over the %d left %v: chi-square %.1f > %.1f", n-1, counts, x, chiCritical001[n-2]))
 	}
 }
 
@@ -261,7 +237,7 @@ func TestMaglevTable(t *testing.T) {
 			}
 			for _, b := range bs {
 				if s := share[b.id]; s < m/n-1 || s > m/n+1 {
-					t.Errorf("backend %d holds %d slots, want %d±1", b.id, s, m/n)
+					assert.Fail(t, fmt.Sprintf("backend %d holds %d slots, want %d±1", b.id, s, m/n))
 				}
 			}
 			if n == 1 {
@@ -276,9 +252,7 @@ func TestMaglevTable(t *testing.T) {
 					moved++
 				}
 			}
-			if moved > m/50 {
-				t.Errorf("removing one of %d moved %d slots it did not hold, want at most %d", n, moved, m/50)
-			}
+			assert.False(t, moved > m/50, "removing one of %d moved %d slots it did not hold, want at most %d", n, moved, m/50)
 		})
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -82,14 +83,10 @@ func TestCompare(t *testing.T) {
 	bes := backendAddrs(false, n)
 	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
 	uk := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-	if err := e.lb.AddServices([]Service{{ServiceKey: k, Mode: Random, Backends: backends(bes...)},
-		{ServiceKey: uk, Mode: Random, Backends: backends(bes...)}}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.lb.AddServices([]Service{{ServiceKey: k, Mode: Random, Backends: backends(bes...)},
+		{ServiceKey: uk, Mode: Random, Backends: backends(bes...)}}))
 	stop, err := e.proxyProcess(proxyVIP, bes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer stop()
 
 	attached := true
@@ -104,9 +101,7 @@ func TestCompare(t *testing.T) {
 			} else {
 				err = e.lb.Detach()
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			attached = on
 		}
 	}
@@ -118,13 +113,9 @@ func TestCompare(t *testing.T) {
 		{"socket balancer (lb)", netip.AddrPortFrom(k.VIP, k.Port), netip.AddrPortFrom(uk.VIP, uk.Port), attach(true), none},
 		{"nftables DNAT (conntrack)", nftVIP, nftUDP, func(t *testing.T) {
 			attach(false)(t)
-			if err := e.nftDNAT(nftVIP, nftUDP, bes); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.nftDNAT(nftVIP, nftUDP, bes))
 		}, func(t *testing.T) {
-			if err := e.nftDelete(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.nftDelete())
 		}},
 		{"user-space proxy (Go, own process)", proxyVIP, proxyVIP, attach(false), none},
 	}
@@ -147,9 +138,7 @@ func TestCompare(t *testing.T) {
 				err = e.measureUDP(m.ufront, bes, *compareConnects/rounds, *compareRequests/rounds, &s)
 			}
 			m.cleanup(t)
-			if err != nil {
-				t.Fatalf("%s, round %d: %v", m.name, r, err)
-			}
+			require.NoError(t, err, "%s, round %d", m.name, r)
 			res[i].connect = append(res[i].connect, s.connect...)
 			res[i].first = append(res[i].first, s.first...)
 			res[i].rates = append(res[i].rates, float64(s.requests)/s.elapsed.Seconds())

@@ -1,10 +1,13 @@
 package lb
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -26,16 +29,11 @@ protocol = "udp"
 backends = ["[2001:db8:2::1]:53"]
 `
 	var c Config
-	if _, err := toml.Decode(good, &c); err != nil {
-		t.Fatal(err)
-	}
+	_, err := toml.Decode(good, &c)
+	require.NoError(t, err)
 	svcs, err := c.Services()
-	if err != nil {
-		t.Fatalf("Services() error = %v, want none", err)
-	}
-	if len(svcs) != 2 || svcs[0].Mode != Maglev || svcs[1].Proto != UDP || svcs[1].Mode != Random || len(svcs[0].Backends) != 2 {
-		t.Errorf("Services() = %+v, want the two services as written (defaults: random)", svcs)
-	}
+	require.NoError(t, err, "Services()")
+	assert.False(t, len(svcs) != 2 || svcs[0].Mode != Maglev || svcs[1].Proto != UDP || svcs[1].Mode != Random || len(svcs[0].Backends) != 2, "Services() = %+v, want the two services as written (defaults: random)", svcs)
 
 	for _, tc := range []struct {
 		name, entry, want string
@@ -64,13 +62,10 @@ backends = ["198.18.2.1:80"]`, `unknown mode "rr"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()
-			if _, err := toml.Decode("[[service]]\n"+tc.entry, &c); err != nil {
-				t.Fatal(err)
-			}
-			_, err := c.Services()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Services() error = %v, want one containing %q", err, tc.want)
-			}
+			_, err := toml.Decode("[[service]]\n"+tc.entry, &c)
+			require.NoError(t, err)
+			_, err = c.Services()
+			assert.False(t, err == nil || !strings.Contains(err.Error(), tc.want), "Services() error = %v, want one containing %q", err, tc.want)
 		})
 	}
 }
@@ -81,9 +76,7 @@ backends = ["198.18.2.1:80"]`, `unknown mode "rr"`},
 func TestConfigCgroup(t *testing.T) {
 	testutil.Root(t)
 	mnt := t.TempDir()
-	if err := MountCgroup2(mnt); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, MountCgroup2(mnt))
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	for _, tc := range []struct {
 		cgroup, want string // want "": accepted
@@ -106,9 +99,9 @@ func TestConfigCgroup(t *testing.T) {
 		_, err := c.Services()
 		switch {
 		case tc.want == "" && err != nil:
-			t.Errorf("cgroup %q: Services() = %v, want accepted", tc.cgroup, err)
+			assert.Fail(t, fmt.Sprintf("cgroup %q: Services() = %v, want accepted", tc.cgroup, err))
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-			t.Errorf("cgroup %q: Services() = %v, want an error containing %q", tc.cgroup, err, tc.want)
+			assert.Fail(t, fmt.Sprintf("cgroup %q: Services() = %v, want an error containing %q", tc.cgroup, err, tc.want))
 		}
 	}
 }

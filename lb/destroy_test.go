@@ -37,9 +37,7 @@ func TestRemovedSockets(t *testing.T) {
 				require.NotEmpty(t, why, "the fallback names why")
 				// 6.5+ has bpf_sock_destroy: only a build refusing
 				// iterator programs (EPERM) may fall back there.
-				if kernelAtLeast(t, 6, 5) && !strings.Contains(why, "operation not permitted") {
-					t.Errorf("kernel 6.5+ fell back to %s: %s", mode, why)
-				}
+				assert.False(t, kernelAtLeast(t, 6, 5) && !strings.Contains(why, "operation not permitted"), "kernel 6.5+ fell back to %s: %s", mode, why)
 			}
 			bes := backendAddrs(false, 2)
 			k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}

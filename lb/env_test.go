@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -69,22 +71,16 @@ func newEnvOpts(t *testing.T, nBackends int, opts Options) *env {
 	}
 	e := &env{}
 	var err error
-	if e.client, err = topo.New("lbc"); err != nil {
-		t.Fatal(err)
-	}
+	e.client, err = topo.New("lbc")
+	require.NoError(t, err)
 	t.Cleanup(func() { e.client.Close() })
-	if e.server, err = topo.New("lbs"); err != nil {
-		t.Fatal(err)
-	}
+	e.server, err = topo.New("lbs")
+	require.NoError(t, err)
 	t.Cleanup(func() { e.server.Close() })
-	if err := topo.Veth(e.client, "c0", e.server, "s0"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, topo.Veth(e.client, "c0", e.server, "s0"))
 	must := func(err error) {
 		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 	}
 	must(e.client.AddAddr("c0", clientAddr4.String()+"/24"))
 	must(e.client.AddAddr("c0", clientAddr6.String()+"/64"))
@@ -115,9 +111,7 @@ func newEnvOpts(t *testing.T, nBackends int, opts Options) *env {
 	mnt := t.TempDir()
 	must(MountCgroup2(mnt))
 	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", mnt, err)
-		}
+		assert.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH), "unmount %s", mnt)
 	})
 	own, err := ownCgroup()
 	must(err)
@@ -129,16 +123,12 @@ func newEnvOpts(t *testing.T, nBackends int, opts Options) *env {
 	for _, d := range []string{base, e.cgroup, e.sibling} {
 		must(os.Mkdir(d, 0o755))
 		t.Cleanup(func() {
-			if err := os.Remove(d); err != nil {
-				t.Errorf("remove cgroup: %v", err)
-			}
+			assert.NoError(t, os.Remove(d), "remove cgroup")
 		})
 	}
 	must(moveSelf(e.cgroup))
 	t.Cleanup(func() {
-		if err := moveSelf(e.outer); err != nil {
-			t.Errorf("leave cgroup: %v", err)
-		}
+		assert.NoError(t, moveSelf(e.outer), "leave cgroup")
 	})
 
 	e.lb, err = Load(opts)
@@ -182,9 +172,7 @@ func (e *env) serve(t *testing.T, kind string, a netip.AddrPort) {
 		pc, err = net.ListenPacket("udp", a.String())
 		return err
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	testutil.AnswerLines(t, ln, func(c net.Conn) string {
 		return fmt.Sprintf("%s %s %s", kind, c.LocalAddr(), c.RemoteAddr())
 	})

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -45,61 +47,40 @@ func TestTCP(t *testing.T) {
 		t.Run(family(v6), func(t *testing.T) {
 			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
 			bes := backendAddrs(v6, 3)
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
 			c, err := e.dial(vip, netip.AddrPort{})
-			if err != nil {
-				t.Fatalf("dial %s: %v", vip, err)
-			}
+			require.NoError(t, err, "dial %s", vip)
 			r, err := c.ask()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if r.kind != "B" || !slices.Contains(bes, r.local) {
-				t.Fatalf("connect %s reached %s %s, want one of the backends %v", vip, r.kind, r.local, bes)
-			}
-			if r.remote.Addr() != clientOf(v6) {
-				t.Errorf("backend saw the client as %s, want the client's own address %s", r.remote.Addr(), clientOf(v6))
-			}
+			require.NoError(t, err)
+			require.False(t, r.kind != "B" || !slices.Contains(bes, r.local), "connect %s reached %s %s, want one of the backends %v", vip, r.kind, r.local, bes)
+			assert.False(t, r.remote.Addr() != clientOf(v6), "backend saw the client as %s, want the client's own address %s", r.remote.Addr(), clientOf(v6))
 			peer, err := c.peer()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if unmap(peer) != vip {
-				t.Errorf("getpeername = %s, want the VIP %s", peer, vip)
-			}
+			require.NoError(t, err)
+			assert.False(t, unmap(peer) != vip, "getpeername = %s, want the VIP %s", peer, vip)
 			before, err := e.lb.StateCounters()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			got, ok, err := e.reverseOf(c, r.local)
-			if err != nil || !ok || got != vip {
-				t.Errorf("Reverse(socket, %s) = %s, %v, %v; want %s, true while the socket is open", r.local, got, ok, err, vip)
-			}
+			assert.False(t, err != nil || !ok || got != vip, "Reverse(socket, %s) = %s, %v, %v; want %s, true while the socket is open", r.local, got, ok, err, vip)
 			c.Close()
 			// close(2) runs sock_release synchronously; Go may hold the fd
 			// for a moment while its poller lets go.
 			after := before
 			for deadline := time.Now().Add(2 * time.Second); after.Released == before.Released && time.Now().Before(deadline); {
 				time.Sleep(10 * time.Millisecond)
-				if after, err = e.lb.StateCounters(); err != nil {
-					t.Fatal(err)
-				}
+				after, err = e.lb.StateCounters()
+				require.NoError(t, err)
 			}
 			if got := after.Released - before.Released; got != 1 {
-				t.Errorf("released states grew by %d after close, want 1 (the socket's state gone with it)", got)
+				assert.Fail(t, fmt.Sprintf("released states grew by %d after close, want 1 (the socket's state gone with it)", got))
 			}
 
 			cnt, err := e.lb.Counters()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if got := cnt.Services[k][Translated]; got != 1 {
-				t.Errorf("translated = %d, want 1 (one connect)", got)
+				assert.Fail(t, fmt.Sprintf("translated = %d, want 1 (one connect)", got))
 			}
 		})
 	}
@@ -134,9 +115,7 @@ func TestUDP(t *testing.T) {
 		t.Run(family(v6), func(t *testing.T) {
 			k := ServiceKey{VIP: vipOf(v6), Port: 53, Proto: UDP}
 			bes := backendAddrs(v6, 4)
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
@@ -146,44 +125,29 @@ func TestUDP(t *testing.T) {
 				pc, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(clientOf(v6), 0)))
 				return err
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer pc.Close()
 			const msgs = 40
 			seen := map[netip.AddrPort]int{}
 			buf := make([]byte, 512)
 			for i := range msgs {
-				if _, err := pc.WriteToUDPAddrPort([]byte("?\n"), vip); err != nil {
-					t.Fatalf("message %d: sendto %s: %v", i, vip, err)
-				}
+				_, err := pc.WriteToUDPAddrPort([]byte("?\n"), vip)
+				require.NoError(t, err, "message %d: sendto %s", i, vip)
 				pc.SetReadDeadline(time.Now().Add(5 * time.Second))
 				n, from, err := pc.ReadFromUDPAddrPort(buf)
-				if err != nil {
-					t.Fatalf("message %d: recvfrom: %v", i, err)
-				}
-				if unmap(from) != vip {
-					t.Fatalf("message %d: recvfrom reports %s, want the VIP %s", i, from, vip)
-				}
+				require.NoError(t, err, "message %d: recvfrom", i)
+				require.False(t, unmap(from) != vip, "message %d: recvfrom reports %s, want the VIP %s", i, from, vip)
 				r, err := parseReply(string(buf[:n]))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if r.kind != "B" || !slices.Contains(bes, r.local) {
-					t.Fatalf("message %d reached %s %s, want a backend", i, r.kind, r.local)
-				}
-				if r.remote.Addr() != clientOf(v6) {
-					t.Errorf("backend saw %s, want the client %s", r.remote.Addr(), clientOf(v6))
-				}
+				require.NoError(t, err)
+				require.False(t, r.kind != "B" || !slices.Contains(bes, r.local), "message %d reached %s %s, want a backend", i, r.kind, r.local)
+				assert.False(t, r.remote.Addr() != clientOf(v6), "backend saw %s, want the client %s", r.remote.Addr(), clientOf(v6))
 				seen[r.local]++
 			}
 			// One socket, one backend (TestUDPPerSocket has the spread).
-			if len(seen) != 1 {
-				t.Errorf("%d messages of one socket reached %v, want one backend", msgs, seen)
-			}
+			assert.False(t, len(seen) != 1, "%d messages of one socket reached %v, want one backend", msgs, seen)
 			cnt, _ := e.lb.Counters()
 			if got := cnt.Services[k][Translated]; got != msgs {
-				t.Errorf("translated = %d, want %d (one per message)", got, msgs)
+				assert.Fail(t, fmt.Sprintf("translated = %d, want %d (one per message)", got, msgs))
 			}
 
 			// Connected UDP: connect picks, recv reports the VIP.
@@ -193,25 +157,16 @@ func TestUDP(t *testing.T) {
 				cc = c
 				return err
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer cc.Close()
-			if _, err := cc.Write([]byte("?\n")); err != nil {
-				t.Fatal(err)
-			}
+			_, err = cc.Write([]byte("?\n"))
+			require.NoError(t, err)
 			cc.SetReadDeadline(time.Now().Add(5 * time.Second))
 			n, from, err := cc.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			r, err := parseReply(string(buf[:n]))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if unmap(from) != vip || !slices.Contains(bes, r.local) {
-				t.Errorf("connected UDP: reply from %s by %s, want from the VIP %s by a backend", from, r.local, vip)
-			}
+			require.NoError(t, err)
+			assert.False(t, unmap(from) != vip || !slices.Contains(bes, r.local), "connected UDP: reply from %s by %s, want from the VIP %s by a backend", from, r.local, vip)
 		})
 	}
 }
@@ -223,52 +178,40 @@ func TestOutside(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
 			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, 2)...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, 2)...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
 			// Inside: translated (the reference: the same dial does reach a
 			// backend from here).
 			r, err := e.ask1(vip, netip.AddrPort{})
-			if err != nil || r.kind != "B" {
-				t.Fatalf("inside the cgroup: %+v, %v; want a backend", r, err)
-			}
+			require.False(t, err != nil || r.kind != "B", "inside the cgroup: %+v, %v; want a backend", r, err)
 			// Outside: a child process in the sibling cgroup reaches the
 			// decoy listening on the VIP itself.
 			out, err := e.helper(e.sibling, vip)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if out.kind != "D" || out.local != vip {
-				t.Errorf("outside the cgroup: reached %s %s, want the decoy on the VIP %s (untouched)", out.kind, out.local, vip)
-			}
+			require.NoError(t, err)
+			assert.False(t, out.kind != "D" || out.local != vip, "outside the cgroup: reached %s %s, want the decoy on the VIP %s (untouched)", out.kind, out.local, vip)
 			// The same helper placed inside is translated: it proves the
 			// helper can tell.
 			in, err := e.helper(e.cgroup, vip)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if in.kind != "B" {
-				t.Errorf("helper inside the cgroup reached %s %s, want a backend", in.kind, in.local)
-			}
+			require.NoError(t, err)
+			assert.False(t, in.kind != "B", "helper inside the cgroup reached %s %s, want a backend", in.kind, in.local)
 
 			before, _ := e.lb.Counters()
 			other := netip.AddrPortFrom(k.VIP, 81)
 			if r, err := e.ask1(other, netip.AddrPort{}); err != nil || r.kind != "D" {
-				t.Errorf("TCP to %s (no service): %+v, %v; want the decoy", other, r, err)
+				assert.Fail(t, fmt.Sprintf("TCP to %s (no service): %+v, %v; want the decoy", other, r, err))
 			}
 			// UDP to the TCP service's VIP and port: another protocol.
 			if r, err := e.udpAsk(vip); err != nil || r.kind != "D" {
-				t.Errorf("UDP to %s (a TCP service): %+v, %v; want the decoy", vip, r, err)
+				assert.Fail(t, fmt.Sprintf("UDP to %s (a TCP service): %+v, %v; want the decoy", vip, r, err))
 			}
 			after, _ := e.lb.Counters()
 			if got := after.NotService - before.NotService; got != 2 {
-				t.Errorf("not_service grew by %d, want 2", got)
+				assert.Fail(t, fmt.Sprintf("not_service grew by %d, want 2", got))
 			}
 			if got := after.Services[k][Translated] - before.Services[k][Translated]; got != 0 {
-				t.Errorf("translated grew by %d, want 0", got)
+				assert.Fail(t, fmt.Sprintf("translated grew by %d, want 0", got))
 			}
 		})
 	}
@@ -307,17 +250,13 @@ func TestNoBackend(t *testing.T) {
 		t.Run(string(proto), func(t *testing.T) {
 			k := ServiceKey{VIP: vip4, Port: 80, Proto: proto}
 			bes := backendAddrs(false, 2)
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
-			if err := e.lb.DrainBackends(k, bes); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.DrainBackends(k, bes))
 			want := e.lb.Refusal()
 			if got, wantNew := want, testutil.KernelAtLeast(5, 18); wantNew && got != syscall.ECONNREFUSED {
-				t.Errorf("Refusal() = %v on a 5.18+ kernel, want ECONNREFUSED (bpf_set_retval)", got)
+				assert.Fail(t, fmt.Sprintf("Refusal() = %v on a 5.18+ kernel, want ECONNREFUSED (bpf_set_retval)", got))
 			}
 			const tries = 3
 			for range tries {
@@ -327,21 +266,17 @@ func TestNoBackend(t *testing.T) {
 				} else {
 					_, err = e.udpAsk(vip)
 				}
-				if !errors.Is(err, want) {
-					t.Fatalf("%s to %s with every backend draining: %v, want %v", proto, vip, err, want)
-				}
+				require.True(t, errors.Is(err, want), "%s to %s with every backend draining: %v, want %v", proto, vip, err, want)
 			}
 			cnt, _ := e.lb.Counters()
 			if got := cnt.Services[k][NoBackend]; got != tries {
-				t.Errorf("no_backend = %d, want %d", got, tries)
+				assert.Fail(t, fmt.Sprintf("no_backend = %d, want %d", got, tries))
 			}
 			// Undrain one: it works again.
-			if err := e.lb.AddBackends(k, bes[:1]); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddBackends(k, bes[:1]))
 			if proto == TCP {
 				if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[0] {
-					t.Errorf("after undraining %s: %+v, %v", bes[0], r, err)
+					assert.Fail(t, fmt.Sprintf("after undraining %s: %+v, %v", bes[0], r, err))
 				}
 			}
 		})
@@ -356,9 +291,7 @@ func TestMapped(t *testing.T) {
 	e := newEnv(t, 2)
 	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
 	bes := backendAddrs(false, 2)
-	if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
 	var fd int
 	var peer unix.Sockaddr
 	buf := make([]byte, 256)
@@ -384,17 +317,11 @@ func TestMapped(t *testing.T) {
 	if fd > 0 {
 		defer unix.Close(fd)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	r, err := parseReply(string(buf[:n]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.kind != "B" || !slices.Contains(bes, r.local) {
-		t.Errorf("connect to the mapped VIP reached %s %s, want an IPv4 backend", r.kind, r.local)
-	}
+	require.NoError(t, err)
+	assert.False(t, r.kind != "B" || !slices.Contains(bes, r.local), "connect to the mapped VIP reached %s %s, want an IPv4 backend", r.kind, r.local)
 	if got, want := sockaddrAddr(peer), netip.AddrPortFrom(netip.AddrFrom16(vip4.As16()), 80); got != want {
-		t.Errorf("getpeername = %s, want the mapped VIP %s", got, want)
+		assert.Fail(t, fmt.Sprintf("getpeername = %s, want the mapped VIP %s", got, want))
 	}
 }

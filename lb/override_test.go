@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
 // TestAdoptOverrides: changes made through the API (a service replaced
@@ -15,6 +17,8 @@ import (
 // it; a restart applies the configuration file whole and names each
 // change it undoes; a restart that undoes nothing names none.
 func TestAdoptOverrides(t *testing.T) {
+	testutil.HostOnly(t, "the overrides are Go comparing the services read back from the pins; "+
+		"TestPinnedRestart proves adopting pinned maps and TestSourceRanges reading the ranges trie on every kernel")
 	e := newEnv(t, 2)
 	require.NoError(t, e.lb.Detach()) // the env's own, unpinned balancer
 	pins := pinRoot(t)
@@ -50,9 +54,6 @@ func TestAdoptOverrides(t *testing.T) {
 	assert.Empty(t, got[0].SourceRanges)
 	assert.Zero(t, got[0].Affinity)
 	require.NoError(t, s2.Close())
-	if testing.Short() {
-		return // a third start costs ~9 s under TCG; the host runs it
-	}
 
 	s3, err := StartPinned(cfg, pins)
 	require.NoError(t, err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,23 +21,15 @@ func pinRoot(t *testing.T) string {
 	t.Helper()
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/bpf", &st); err != nil || st.Type != unix.BPF_FS_MAGIC {
-		if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
-			t.Fatalf("mount bpffs: %v", err)
-		}
+		require.NoError(t, unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"), "mount bpffs")
 	}
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-lbpin-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Mkdir(dir, 0o700))
 	t.Cleanup(func() {
 		for _, d := range []string{PinSubdir, StagingSubdir} {
-			if err := RemovePins(filepath.Join(dir, d)); err != nil {
-				t.Errorf("cleanup: %v", err)
-			}
+			assert.NoError(t, RemovePins(filepath.Join(dir, d)), "cleanup")
 		}
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("cleanup: %v", err)
-		}
+		assert.NoError(t, os.Remove(dir), "cleanup")
 	})
 	return dir
 }
@@ -48,9 +42,7 @@ func pinRoot(t *testing.T) string {
 // RemovePins takes it away.
 func TestPinnedRestart(t *testing.T) {
 	e := newEnv(t, 3)
-	if err := e.lb.Detach(); err != nil { // the env's own, unpinned balancer
-		t.Fatal(err)
-	}
+	require.NoError(t, e.lb.Detach())
 	pins := pinRoot(t)
 	bes := backendAddrs(false, 3)
 	vip := netip.AddrPortFrom(vip4, 80)
@@ -66,68 +58,48 @@ func TestPinnedRestart(t *testing.T) {
 	cfg.Service = svc(bes...)
 
 	s1, err := StartPinned(cfg, pins)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lbDir := filepath.Join(pins, PinSubdir)
-	if s1.Adopted || s1.PinDir != lbDir || !Pinned(pins) {
-		t.Errorf("first StartPinned: adopted %v, pin dir %q (pinned %v); want a fresh balancer pinned in %s", s1.Adopted, s1.PinDir, Pinned(pins), lbDir)
-	}
+	assert.False(t, s1.Adopted || s1.PinDir != lbDir || !Pinned(pins), "first StartPinned: adopted %v, pin dir %q (pinned %v); want a fresh balancer pinned in %s", s1.Adopted, s1.PinDir, Pinned(pins), lbDir)
 	if _, err := os.Stat(filepath.Join(pins, StagingSubdir)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("staging directory after a start: %v, want it renamed away", err)
+		assert.Fail(t, fmt.Sprintf("staging directory after a start: %v, want it renamed away", err))
 	}
 	before, err := e.dial(vip, netip.AddrPort{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer before.Close()
 	if r, err := before.ask(); err != nil || r.kind != "B" {
-		t.Fatalf("connect before the restart: %+v, %v; want a backend", r, err)
+		require.FailNow(t, fmt.Sprintf("connect before the restart: %+v, %v; want a backend", r, err))
 	}
-	if err := s1.DrainBackends(vip4Key(), bes[:1]); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s1.DrainBackends(vip4Key(), bes[:1]))
 	// serve stops: this process lets go of every handle.
-	if err := s1.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s1.Close())
 
 	for i := range 5 {
 		r, err := e.ask1(vip, netip.AddrPort{})
-		if err != nil || r.kind != "B" || r.local == bes[0] {
-			t.Fatalf("connect %d while nothing holds the balancer: %+v, %v; want an active backend (D is the untranslated VIP)", i, r, err)
-		}
+		require.False(t, err != nil || r.kind != "B" || r.local == bes[0], "connect %d while nothing holds the balancer: %+v, %v; want an active backend (D is the untranslated VIP)", i, r, err)
 	}
 	if p, err := before.peer(); err != nil || p != vip {
-		t.Errorf("getpeername while nothing holds the balancer = %v, %v; want the VIP %v", p, err, vip)
+		assert.Fail(t, fmt.Sprintf("getpeername while nothing holds the balancer = %v, %v; want the VIP %v", p, err, vip))
 	}
 
 	// Restart with bes[2] no longer configured.
 	cfg.Service = svc(bes[0], bes[1])
 	s2, err := StartPinned(cfg, pins)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer s2.Close()
-	if !s2.Adopted {
-		t.Errorf("second StartPinned did not adopt the pinned balancer")
-	}
+	assert.True(t, s2.Adopted, "second StartPinned did not adopt the pinned balancer")
 	got, _ := s2.Service(vip4Key())
 	want := []Backend{{Addr: bes[0], Draining: true, Weight: DefaultWeight}, {Addr: bes[1], Weight: DefaultWeight}}
-	if len(got.Backends) != 2 || got.Backends[0] != want[0] || got.Backends[1] != want[1] {
-		t.Errorf("after the restart: backends %v, want %v", got.Backends, want)
-	}
+	assert.False(t, len(got.Backends) != 2 || got.Backends[0] != want[0] || got.Backends[1] != want[1], "after the restart: backends %v, want %v", got.Backends, want)
 	if p, err := before.peer(); err != nil || p != vip {
-		t.Errorf("getpeername after the restart on a socket connected before = %v, %v; want the VIP %v", p, err, vip)
+		assert.Fail(t, fmt.Sprintf("getpeername after the restart on a socket connected before = %v, %v; want the VIP %v", p, err, vip))
 	}
 	if r, err := before.ask(); err != nil || r.kind != "B" {
-		t.Errorf("socket connected before the restart: %+v, %v; want its backend still", r, err)
+		assert.Fail(t, fmt.Sprintf("socket connected before the restart: %+v, %v; want its backend still", r, err))
 	}
 	for i := range 20 {
 		r, err := e.ask1(vip, netip.AddrPort{})
-		if err != nil || r.kind != "B" || r.local != bes[1] {
-			t.Fatalf("connect %d after the restart: %+v, %v; want %v (%v draining, %v removed)", i, r, err, bes[1], bes[0], bes[2])
-		}
+		require.False(t, err != nil || r.kind != "B" || r.local != bes[1], "connect %d after the restart: %+v, %v; want %v (%v draining, %v removed)", i, r, err, bes[1], bes[0], bes[2])
 	}
 	s2.Close()
 
@@ -135,56 +107,46 @@ func TestPinnedRestart(t *testing.T) {
 	other := cfg
 	other.Cgroup = e.sibling
 	if s, err := StartPinned(other, pins); err == nil || !strings.Contains(err.Error(), "attached to cgroup id") {
-		t.Errorf("StartPinned in another cgroup = %v, %v; want a refusal naming the cgroup", s, err)
+		assert.Fail(t, fmt.Sprintf("StartPinned in another cgroup = %v, %v; want a refusal naming the cgroup", s, err))
 		s.Close()
 	}
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
-		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])
+		assert.Fail(t, fmt.Sprintf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1]))
 	}
 
 	// Incomplete (a map pin gone): refused, the links still translating.
-	if err := os.Remove(filepath.Join(lbDir, "counters")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.Remove(filepath.Join(lbDir, "counters")))
 	if s, err := StartPinned(cfg, pins); err == nil || !strings.Contains(err.Error(), "incomplete (no counters)") {
-		t.Errorf("StartPinned over an incomplete pin directory = %v, %v; want a refusal naming what is missing", s, err)
+		assert.Fail(t, fmt.Sprintf("StartPinned over an incomplete pin directory = %v, %v; want a refusal naming what is missing", s, err))
 		s.Close()
 	}
 	if _, err := os.Stat(filepath.Join(lbDir, "counters")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the refused start pinned counters anew: %v", err)
+		assert.Fail(t, fmt.Sprintf("the refused start pinned counters anew: %v", err))
 	}
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
-		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])
+		assert.Fail(t, fmt.Sprintf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1]))
 	}
 
 	// An older layout: a counters map of another shape. Refused.
 	bogus, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer bogus.Close()
-	if err := bogus.Pin(filepath.Join(lbDir, "counters")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, bogus.Pin(filepath.Join(lbDir, "counters")))
 	if s, err := StartPinned(cfg, pins); err == nil || !strings.Contains(err.Error(), "incompatible version of the balancer") {
-		t.Errorf("StartPinned over maps of another layout = %v, %v; want a refusal", s, err)
+		assert.Fail(t, fmt.Sprintf("StartPinned over maps of another layout = %v, %v; want a refusal", s, err))
 		s.Close()
 	}
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[1] {
-		t.Errorf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1])
+		assert.Fail(t, fmt.Sprintf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1]))
 	}
 
 	if err := RemovePins(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not on a bpf filesystem") {
-		t.Errorf("RemovePins(not bpffs) = %v, want a refusal", err)
+		assert.Fail(t, fmt.Sprintf("RemovePins(not bpffs) = %v, want a refusal", err))
 	}
-	if err := RemovePins(lbDir); err != nil {
-		t.Fatal(err)
-	}
-	if Pinned(pins) {
-		t.Errorf("%s still there after RemovePins", lbDir)
-	}
+	require.NoError(t, RemovePins(lbDir))
+	assert.False(t, Pinned(pins), "%s still there after RemovePins", lbDir)
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.kind != "D" {
-		t.Errorf("after RemovePins: %+v, %v; want the untranslated VIP (decoy D)", r, err)
+		assert.Fail(t, fmt.Sprintf("after RemovePins: %+v, %v; want the untranslated VIP (decoy D)", r, err))
 	}
 }
 

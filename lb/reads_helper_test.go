@@ -3,6 +3,8 @@ package lb
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/bpf"
 )
 
@@ -11,9 +13,7 @@ import (
 func lruLB(t *testing.T, size uint32) *LB {
 	t.Helper()
 	l, err := Load(Options{ReverseSize: size, state: StateLRU})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -26,7 +26,6 @@ func fillReverse(t *testing.T, l *LB, n int) {
 	for i := range keys {
 		keys[i] = uint64(i + 1)
 	}
-	if _, err := l.objs.Reverse.BatchUpdate(keys, vals, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, err := l.objs.Reverse.BatchUpdate(keys, vals, nil)
+	require.NoError(t, err)
 }

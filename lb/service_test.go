@@ -1,10 +1,14 @@
 package lb
 
 import (
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -66,21 +70,15 @@ func manyBackends(n int) []netip.AddrPort {
 func TestValidation(t *testing.T) {
 	testutil.Root(t)
 	l, err := Load(Options{ReverseSize: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
-	if l.TableSize() != TableSlots {
-		t.Fatalf("TableSize() = %d, want TableSlots %d (MAX_TABLE in bpf/lb.c)", l.TableSize(), TableSlots)
-	}
+	require.False(t, l.TableSize() != TableSlots, "TableSize() = %d, want TableSlots %d (MAX_TABLE in bpf/lb.c)", l.TableSize(), TableSlots)
 	web := ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: TCP}
 	dns6 := ServiceKey{VIP: netip.MustParseAddr("2001:db8:1::1"), Port: 53, Proto: UDP}
-	if err := l.AddServices([]Service{
+	require.NoError(t, l.AddServices([]Service{
 		{ServiceKey: web, Mode: Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
 		{ServiceKey: dns6, Mode: Random, Backends: backends(aps("[2001:db8:2::1]:53")...)},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	unknown := ServiceKey{VIP: netip.MustParseAddr("198.18.1.9"), Port: 80, Proto: TCP}
 	for _, tc := range []struct {
 		name   string
@@ -133,49 +131,34 @@ func TestValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			svcs, maps := l.Services(), readState(t, l)
 			err := tc.change()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error = %v, want one containing %q", err, tc.want)
-			}
+			require.False(t, err == nil || !strings.Contains(err.Error(), tc.want), "error = %v, want one containing %q", err, tc.want)
 			if got := l.Services(); !reflect.DeepEqual(got, svcs) {
-				t.Errorf("services changed by a refused change:\n got %+v\nwant %+v", got, svcs)
+				assert.Fail(t, fmt.Sprintf("services changed by a refused change:\n got %+v\nwant %+v", got, svcs))
 			}
 			if got := readState(t, l); !reflect.DeepEqual(got, maps) {
-				t.Errorf("maps changed by a refused change")
+				assert.Fail(t, "maps changed by a refused change")
 			}
 		})
 	}
 
 	// As many backends as fit: accepted.
-	if err := l.AddService(Service{ServiceKey: unknown, Mode: Maglev, Backends: backends(manyBackends(MaxServiceBackends)...)}); err != nil {
-		t.Fatalf("%d backends: %v, want accepted", MaxServiceBackends, err)
-	}
-	if err := l.RemoveService(unknown); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.AddService(Service{ServiceKey: unknown, Mode: Maglev, Backends: backends(manyBackends(MaxServiceBackends)...)}),
+		"%d backends, want accepted", MaxServiceBackends)
+	require.NoError(t, l.RemoveService(unknown))
 
 	// And the good changes do what they say, in the maps too.
 	before := readState(t, l)
-	if err := l.AddBackends(web, aps("198.18.2.3:8080")); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.AddBackends(web, aps("198.18.2.3:8080")))
 	after := readState(t, l)
-	if len(after.Backends) != len(before.Backends)+1 {
-		t.Errorf("backends map holds %d, want %d", len(after.Backends), len(before.Backends)+1)
-	}
-	if err := l.DrainBackends(dns6, aps("[2001:db8:2::1]:53")); err != nil {
-		t.Fatal(err)
-	}
+	assert.False(t, len(after.Backends) != len(before.Backends)+1, "backends map holds %d, want %d", len(after.Backends), len(before.Backends)+1)
+	require.NoError(t, l.DrainBackends(dns6, aps("[2001:db8:2::1]:53")))
 	s, _ := l.Service(dns6)
-	if !s.Backends[0].Draining {
-		t.Errorf("Service(%s) = %+v, want its backend draining", dns6, s)
-	}
+	assert.True(t, s.Backends[0].Draining, "Service(%s) = %+v, want its backend draining", dns6, s)
 	if st := readState(t, l); len(st.Tables) != 1 {
-		t.Errorf("%d tables with the only backend of %s draining, want 1 (web's)", len(st.Tables), dns6)
+		assert.Fail(t, fmt.Sprintf("%d tables with the only backend of %s draining, want 1 (web's)", len(st.Tables), dns6))
 	}
-	if err := l.RemoveService(dns6); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.RemoveService(dns6))
 	if st := readState(t, l); len(st.Services) != 1 || len(st.Backends) != 3 {
-		t.Errorf("after removing %s: %d services, %d backends in the maps, want 1 and 3", dns6, len(st.Services), len(st.Backends))
+		assert.Fail(t, fmt.Sprintf("after removing %s: %d services, %d backends in the maps, want 1 and 3", dns6, len(st.Services), len(st.Backends)))
 	}
 }

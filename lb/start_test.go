@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -19,40 +21,32 @@ import (
 func TestStart(t *testing.T) {
 	testutil.Root(t)
 	mnt := t.TempDir()
-	if err := MountCgroup2(mnt); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, MountCgroup2(mnt))
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	dir := filepath.Join(mnt, fmt.Sprintf("xdps-lbstart-%d", os.Getpid()))
 	t.Cleanup(func() { os.Remove(dir) })
 
 	cfg := DefaultConfig()
 	if s, err := Start(cfg); s != nil || err != nil {
-		t.Errorf("Start(no services) = %v, %v; want nil, nil", s, err)
+		assert.Fail(t, fmt.Sprintf("Start(no services) = %v, %v; want nil, nil", s, err))
 	}
 	cfg.Cgroup = dir
 	cfg.Service = []ServiceConfig{{VIP: "198.18.1.1", Port: 80, Mode: "maglev", Backends: []string{"198.18.2.1:80", "198.18.2.2:80"}}}
 	s, err := Start(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if got := s.Services(); len(got) != 1 || len(got[0].Backends) != 2 || s.Cgroup != dir {
-		t.Errorf("Start: services %+v in %s, want the configured one in %s", got, s.Cgroup, dir)
+		assert.Fail(t, fmt.Sprintf("Start: services %+v in %s, want the configured one in %s", got, s.Cgroup, dir))
 	}
 	// The kernel's word, not the links this process holds: each program is
 	// attached to the configured cgroup at its own hook.
 	for _, ap := range s.attachTypes() {
-		if err := attachedTo(dir, ap); err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, attachedTo(dir, ap))
 	}
-	if err := s.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
+	assert.NoError(t, s.Close(), "Close")
 
 	cfg.Service = append(cfg.Service, ServiceConfig{VIP: "198.18.2.1", Port: 53, Protocol: "udp", Backends: []string{"198.18.3.1:53"}})
 	if s, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "VIP 198.18.2.1 is a backend address") {
-		t.Errorf("Start(VIP that is a backend) = %v, %v; want an error naming it", s, err)
+		assert.Fail(t, fmt.Sprintf("Start(VIP that is a backend) = %v, %v; want an error naming it", s, err))
 		s.Close()
 	}
 }

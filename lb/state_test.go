@@ -2,6 +2,7 @@ package lb
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -9,6 +10,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -49,9 +52,7 @@ func stateModes(t *testing.T) []StateMode {
 	if probeStateMode() == StateSocket {
 		return []StateMode{StateSocket, StateLRU}
 	}
-	if testutil.KernelAtLeast(5, 10) {
-		t.Errorf("bpf_sk_storage_get is not allowed in cgroup sock_addr or cgroup/sock programs on this 5.10+ kernel: only the %s fallback runs", StateLRU)
-	}
+	assert.False(t, testutil.KernelAtLeast(5, 10), "bpf_sk_storage_get is not allowed in cgroup sock_addr or cgroup/sock programs on this 5.10+ kernel: only the %s fallback runs", StateLRU)
 	return []StateMode{StateLRU}
 }
 
@@ -67,9 +68,7 @@ func testStateReleased(t *testing.T, mode StateMode) {
 		{ServiceKey: unreach, Mode: Random, Backends: backends(netip.MustParseAddrPort("198.19.5.1:8080"))},
 		{ServiceKey: udp, Mode: Random, Backends: backends(backendAddrs(false, 2)...)},
 	} {
-		if err := e.lb.AddService(s); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.lb.AddService(s))
 	}
 	ap := func(k ServiceKey) netip.AddrPort { return netip.AddrPortFrom(k.VIP, k.Port) }
 	cases := []struct {
@@ -104,28 +103,18 @@ func testStateReleased(t *testing.T, mode StateMode) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			entries, err := e.lb.ReverseEntries()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			states := e.snapStates(t)
 			for i := range c.n {
 				fd, err := e.rawSocket(c.dst, c.typ)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				err = c.do(fd)
 				unix.Close(fd)
-				if err != nil {
-					t.Fatalf("socket %d: %v", i, err)
-				}
+				require.NoError(t, err, "socket %d", i)
 			}
 			after, err := e.lb.ReverseEntries()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if after != entries {
-				t.Errorf("%d sockets %s and closed: %d entries left behind (%d before, %d after), want 0", c.n, c.name, after-entries, entries, after)
-			}
+			require.NoError(t, err)
+			assert.False(t, after != entries, "%d sockets %s and closed: %d entries left behind (%d before, %d after), want 0", c.n, c.name, after-entries, entries, after)
 			e.checkStates(t, states, uint64(c.n), uint64(c.n))
 		})
 	}
@@ -151,70 +140,48 @@ func testNoEviction(t *testing.T, mode StateMode) {
 	tcp := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
 	udp := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
 	for _, k := range []ServiceKey{tcp, udp} {
-		if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(false, 2)...)}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(false, 2)...)}))
 	}
 	tvip, uvip := netip.AddrPortFrom(tcp.VIP, tcp.Port), netip.AddrPortFrom(udp.VIP, udp.Port)
 	states := e.snapStates(t)
 
 	live, err := e.dial(tvip, netip.AddrPort{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer live.Close()
 	peer := func(when string) {
 		t.Helper()
 		p, err := live.peer()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if unmap(p) != tvip {
-			t.Errorf("%s: the live TCP socket's getpeername = %s, want the VIP %s", when, p, tvip)
-		}
+		require.NoError(t, err)
+		assert.False(t, unmap(p) != tvip, "%s: the live TCP socket's getpeername = %s, want the VIP %s", when, p, tvip)
 	}
 	peer("at first")
 
 	// A reply waiting in a UDP socket's queue, read after the storm.
 	queued, err := e.rawSocket(uvip, unix.SOCK_DGRAM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	closeQueued := sync.OnceFunc(func() { unix.Close(queued) })
 	defer closeQueued()
-	if err := unix.Sendto(queued, []byte("?\n"), 0, sockaddrOf(uvip)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, unix.Sendto(queued, []byte("?\n"), 0, sockaddrOf(uvip)))
 	pfd := []unix.PollFd{{Fd: int32(queued), Events: unix.POLLIN}}
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		n, err := unix.Poll(pfd, 100)
 		if n == 1 {
 			break
 		}
-		if (err != nil && err != unix.EINTR) || time.Now().After(deadline) {
-			t.Fatalf("no reply queued: %v", err)
-		}
+		require.False(t, (err != nil && err != unix.EINTR) || time.Now().After(deadline), "no reply queued: %v", err)
 	}
 
 	for i := range oneShots {
 		fd, err := e.rawSocket(uvip, unix.SOCK_DGRAM)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		err = unix.Sendto(fd, []byte("?\n"), 0, sockaddrOf(uvip))
 		unix.Close(fd)
-		if err != nil {
-			t.Fatalf("one-shot %d: %v", i, err)
-		}
+		require.NoError(t, err, "one-shot %d", i)
 	}
 	peer("after 5,000 one-shot sockets")
 	_, from, err := recvReply(queued, 5000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if from != uvip {
-		t.Errorf("the queued reply's source = %s, want the VIP %s", from, uvip)
-	}
+	require.NoError(t, err)
+	assert.False(t, from != uvip, "the queued reply's source = %s, want the VIP %s", from, uvip)
 	closeQueued()
 	// 1 TCP, 1 queued, 5,000 one-shots got state; the one-shots and the
 	// queued one (closed) released it.
@@ -235,17 +202,13 @@ func testNoEviction(t *testing.T, mode StateMode) {
 	}()
 	for i := range 2 * capacity {
 		fd, err := e.rawSocket(uvip, unix.SOCK_DGRAM)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		open = append(open, fd)
-		if err := unix.Sendto(fd, []byte("?\n"), 0, sockaddrOf(uvip)); err != nil {
-			t.Fatalf("open socket %d: %v", i, err)
-		}
+		require.NoError(t, unix.Sendto(fd, []byte("?\n"), 0, sockaddrOf(uvip)), "open socket %d", i)
 	}
 	peer("with 2,048 UDP sockets open")
 	if n, err := e.lb.ReverseEntries(); err != nil || n != 2*capacity+1 {
-		t.Errorf("ReverseEntries() = %d, %v; want %d (the open sockets and the live TCP one)", n, err, 2*capacity+1)
+		assert.Fail(t, fmt.Sprintf("ReverseEntries() = %d, %v; want %d (the open sockets and the live TCP one)", n, err, 2*capacity+1))
 	}
 	e.checkStates(t, states, oneShots+2+2*capacity, oneShots+1)
 }

@@ -1,14 +1,18 @@
 package lb
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
 
 // snapStates reads the state counters, for checkStates.
 func (e *env) snapStates(t *testing.T) StateCounters {
 	t.Helper()
 	c, err := e.lb.StateCounters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c
 }
 
@@ -20,6 +24,6 @@ func (e *env) checkStates(t *testing.T, before StateCounters, created, released 
 	got := StateCounters{Created: now.Created - before.Created, Released: now.Released - before.Released,
 		Evicted: now.Evicted - before.Evicted, Missed: now.Missed - before.Missed}
 	if want := (StateCounters{Created: created, Released: released}); got != want {
-		t.Errorf("state counters grew by %+v, want %+v (%s)", got, want, e.lb.StateMode())
+		assert.Fail(t, fmt.Sprintf("state counters grew by %+v, want %+v (%s)", got, want, e.lb.StateMode()))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 )
 
@@ -67,63 +69,43 @@ func TestUDPPerSocket(t *testing.T) {
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
 			k := ServiceKey{VIP: vipOf(v6), Port: 53, Proto: UDP}
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, nBE)...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, nBE)...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
 			fd, err := e.rawSocket(vip, unix.SOCK_DGRAM)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			defer unix.Close(fd)
 			seen := map[netip.AddrPort]int{}
 			for i := range msgs {
-				if err := unix.Sendto(fd, []byte("?\n"), 0, sockaddrOf(vip)); err != nil {
-					t.Fatalf("datagram %d: sendto %s: %v", i, vip, err)
-				}
+				require.NoError(t, unix.Sendto(fd, []byte("?\n"), 0, sockaddrOf(vip)), "datagram %d: sendto %s", i, vip)
 				r, from, err := recvReply(fd, 5000)
-				if err != nil {
-					t.Fatalf("datagram %d: %v", i, err)
-				}
-				if from != vip {
-					t.Fatalf("datagram %d: recvfrom reports %s, want the VIP %s", i, from, vip)
-				}
+				require.NoError(t, err, "datagram %d", i)
+				require.False(t, from != vip, "datagram %d: recvfrom reports %s, want the VIP %s", i, from, vip)
 				seen[r.local]++
 			}
-			if len(seen) != 1 {
-				t.Errorf("%d datagrams of one socket reached %v, want all on one backend", msgs, seen)
-			}
+			assert.False(t, len(seen) != 1, "%d datagrams of one socket reached %v, want all on one backend", msgs, seen)
 
 			// Other sockets choose for themselves: 30 sockets all on one
 			// backend of 3 has probability 3^-29.
 			spread := map[netip.AddrPort]int{}
 			for i := range sockets {
 				fd, err := e.rawSocket(vip, unix.SOCK_DGRAM)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				err = unix.Sendto(fd, []byte("?\n"), 0, sockaddrOf(vip))
 				var r reply
 				if err == nil {
 					r, _, err = recvReply(fd, 5000)
 				}
 				unix.Close(fd)
-				if err != nil {
-					t.Fatalf("socket %d: %v", i, err)
-				}
+				require.NoError(t, err, "socket %d", i)
 				spread[r.local]++
 			}
-			if len(spread) < 2 {
-				t.Errorf("%d sockets reached %v, want a choice per socket", sockets, spread)
-			}
+			assert.False(t, len(spread) < 2, "%d sockets reached %v, want a choice per socket", sockets, spread)
 			cnt, err := e.lb.Counters()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if got := cnt.Services[k][Translated]; got != msgs+sockets {
-				t.Errorf("translated = %d, want %d (one per datagram sent)", got, msgs+sockets)
+				assert.Fail(t, fmt.Sprintf("translated = %d, want %d (one per datagram sent)", got, msgs+sockets))
 			}
 		})
 	}
@@ -144,9 +126,7 @@ func TestUDPConnectedSendto(t *testing.T) {
 	for _, mode := range []Mode{Random, Maglev} {
 		t.Run(string(mode), func(t *testing.T) {
 			k := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-			if err := e.lb.AddService(Service{ServiceKey: k, Mode: mode, Backends: backends(backendAddrs(false, nBE)...)}); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: mode, Backends: backends(backendAddrs(false, nBE)...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			var lost []string
@@ -185,19 +165,13 @@ func TestUDPConnectedSendto(t *testing.T) {
 					}
 					return nil
 				}()
-				if err != nil {
-					t.Fatalf("socket %d: %v", i, err)
-				}
+				require.NoError(t, err, "socket %d", i)
 			}
-			if len(lost) > 0 {
-				t.Errorf("%d of %d sendto(VIP) replies lost on connected sockets: %v", len(lost), sockets, lost)
-			}
+			assert.False(t, len(lost) > 0, "%d of %d sendto(VIP) replies lost on connected sockets: %v", len(lost), sockets, lost)
 			cnt, err := e.lb.Counters()
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err)
 			if got := cnt.Services[k][Translated]; got != 2*sockets {
-				t.Errorf("translated = %d, want %d (a connect and a sendto per socket)", got, 2*sockets)
+				assert.Fail(t, fmt.Sprintf("translated = %d, want %d (a connect and a sendto per socket)", got, 2*sockets))
 			}
 		})
 	}
