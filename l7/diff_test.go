@@ -275,7 +275,14 @@ func readResponsesTo(br *bufio.Reader, methods []string) []response {
 		}
 		body, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil {
+		// A body delimited by the close (no length, not chunked: Go's 501
+		// for an unknown transfer coding) ends at the close, FIN or RST;
+		// which of the two the server's close is depends on whether the
+		// client's unread bytes reached it first, a race of timing alone
+		// (5.10 under TCG: the same bytes, then a reset, through the fast
+		// path, a FIN from the proxy alone). Its bytes are still compared.
+		closeDelimited := resp.ContentLength < 0 && len(resp.TransferEncoding) == 0
+		if err != nil && !closeDelimited {
 			body = append(body, "<read error>"...)
 		}
 		var hs []string
