@@ -205,6 +205,7 @@ const (
 	ShieldMapAggregates     = "aggregates"
 	ShieldMapAllow4         = "allow4"
 	ShieldMapAllow6         = "allow6"
+	ShieldMapCaptured       = "captured"
 	ShieldMapConfigMap      = "config_map"
 	ShieldMapCounters       = "counters"
 	ShieldMapDeny4          = "deny4"
@@ -220,6 +221,7 @@ const (
 	ShieldProgClockProbe    = "clock_probe"
 	ShieldProgShield        = "shield"
 	ShieldProgShieldCompat  = "shield_compat"
+	ShieldVarCaptureSample  = "capture_sample"
 	ShieldVarClockMode      = "clock_mode"
 	ShieldVarClockSlackNs   = "clock_slack_ns"
 	ShieldVarHashKey        = "hash_key"
@@ -287,6 +289,7 @@ type ShieldMapSpecs struct {
 	Aggregates    *ebpf.MapSpec `ebpf:"aggregates"`
 	Allow4        *ebpf.MapSpec `ebpf:"allow4"`
 	Allow6        *ebpf.MapSpec `ebpf:"allow6"`
+	Captured      *ebpf.MapSpec `ebpf:"captured"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Deny4         *ebpf.MapSpec `ebpf:"deny4"`
@@ -305,6 +308,7 @@ type ShieldMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldVariableSpecs struct {
+	CaptureSample  *ebpf.VariableSpec `ebpf:"capture_sample"`
 	ClockMode      *ebpf.VariableSpec `ebpf:"clock_mode"`
 	ClockSlackNs   *ebpf.VariableSpec `ebpf:"clock_slack_ns"`
 	HashKey        *ebpf.VariableSpec `ebpf:"hash_key"`
@@ -341,6 +345,7 @@ type ShieldMaps struct {
 	Aggregates    *ebpf.Map `ebpf:"aggregates"`
 	Allow4        *ebpf.Map `ebpf:"allow4"`
 	Allow6        *ebpf.Map `ebpf:"allow6"`
+	Captured      *ebpf.Map `ebpf:"captured"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Deny4         *ebpf.Map `ebpf:"deny4"`
@@ -361,6 +366,7 @@ func (m *ShieldMaps) Close() error {
 		m.Aggregates,
 		m.Allow4,
 		m.Allow6,
+		m.Captured,
 		m.ConfigMap,
 		m.Counters,
 		m.Deny4,
@@ -380,6 +386,7 @@ func (m *ShieldMaps) Close() error {
 //
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldVariables struct {
+	CaptureSample  *ebpf.Variable `ebpf:"capture_sample"`
 	ClockMode      *ebpf.Variable `ebpf:"clock_mode"`
 	ClockSlackNs   *ebpf.Variable `ebpf:"clock_slack_ns"`
 	HashKey        *ebpf.Variable `ebpf:"hash_key"`
