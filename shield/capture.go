@@ -133,11 +133,18 @@ func (c *Capture) Stop() error {
 	return err
 }
 
-// stopCapture stops a running capture (Close): the flag is never left on.
-func (s *Shield) stopCapture() {
+// StopCapture switches a running capture off (its reader sees the end);
+// the service calls it as it stops, so that a capture in flight neither
+// delays the stop nor outlives it.
+func (s *Shield) StopCapture() { s.stopCapture(false) }
+
+// stopCapture stops a running capture; closing, no capture starts after.
+func (s *Shield) stopCapture(closing bool) {
 	s.cap.mu.Lock()
 	c := s.cap.cur
-	s.cap.closed = true
+	if closing {
+		s.cap.closed = true
+	}
 	s.cap.mu.Unlock()
 	if c != nil {
 		c.Stop()

@@ -437,7 +437,7 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 
 // Close releases the program and maps (pinned maps stay pinned).
 func (s *Shield) Close() error {
-	s.stopCapture()
+	s.stopCapture(true)
 	if s.prev != nil {
 		s.prev.Close()
 	}
