@@ -192,3 +192,19 @@ func (c *Client) Metrics(ctx context.Context) (string, error) {
 	b, err := c.request(ctx, http.MethodGet, "/metrics", nil)
 	return string(b), err
 }
+
+// Capture reads GET /v1/capture: a pcap of up to count dropped frames
+// (one in sample) caught within seconds. Zero asks for the default.
+func (c *Client) Capture(ctx context.Context, count, seconds, sample int) ([]byte, error) {
+	q := url.Values{}
+	for name, v := range map[string]int{"count": count, "seconds": seconds, "sample": sample} {
+		if v != 0 {
+			q.Set(name, strconv.Itoa(v))
+		}
+	}
+	path := "/v1/capture"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return c.request(ctx, http.MethodGet, path, nil)
+}

@@ -181,6 +181,8 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/top", s.read(s.getTop))
 	s.mux.HandleFunc("GET /v1/limits", s.read(s.getLimits))
 	s.mux.HandleFunc("PUT /v1/limits", s.change(s.putLimits))
+	// Frames are sensitive: a capture always needs the token.
+	s.mux.HandleFunc("GET /v1/capture", s.change(s.getCapture))
 	for _, l := range []shield.List{shield.AllowList, shield.DenyList} {
 		p := "/v1/" + l.String()
 		s.mux.HandleFunc("GET "+p, s.read(func(w http.ResponseWriter, r *http.Request) { s.getList(w, r, l) }))
@@ -190,7 +192,7 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	metrics := promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{ErrorLog: slogPrinter{s.log}})
 	s.mux.HandleFunc("GET /metrics", s.read(metrics.ServeHTTP))
 	allowed := map[string]string{
-		"/v1/info": "GET", "/v1/health": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT",
+		"/v1/info": "GET", "/v1/health": "GET", "/v1/counters": "GET", "/v1/top": "GET", "/v1/limits": "GET, PUT", "/v1/capture": "GET",
 		"/v1/allow": "GET, POST, DELETE", "/v1/deny": "GET, POST, DELETE", "/metrics": "GET",
 	}
 	if opts.LB != nil {
@@ -233,6 +235,9 @@ type statusRecorder struct {
 	http.ResponseWriter
 	code int
 }
+
+// Unwrap lets http.ResponseController reach the writer (capture flushes).
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code

@@ -561,6 +561,9 @@ static __always_inline int take_level(struct bucket *b, const struct limit *l, _
 	return 1 + (int)((__u64)(b->credit - (__s64)(l->cap >> 1)) >> 63);
 }
 
+/* account counts a verdict (packets and bytes) and returns the XDP
+ * action in the low byte, the reason and protocol above it for capture
+ * (then() strips them). */
 static __always_inline int account(__u64 len, __u32 verdict, __u32 reason, __u32 proto)
 {
 	__u32 idx = (verdict * REASON_MAX + reason) * PROTO_MAX + proto;
@@ -571,7 +574,43 @@ static __always_inline int account(__u64 len, __u32 verdict, __u32 reason, __u32
 	c = bpf_map_lookup_elem(&byte_counters, &idx);
 	if (c)
 		*c += len;
-	return verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS;
+	return (verdict == VERDICT_DROP ? XDP_DROP : XDP_PASS) | reason << 8 | proto << 16;
+}
+
+/* Capture of dropped frames (GET /v1/capture, shield/capture.go): 0 is
+ * off (the cost is this one load and branch per drop), else one drop in
+ * capture_sample goes to the captured perf buffer, at most CAPTURE_SNAP
+ * bytes of it after a capture_meta. */
+volatile __u32 capture_sample;
+#define CAPTURE_SNAP 256
+
+struct capture_meta {
+	__u32 reason;  /* enum reason */
+	__u32 proto;   /* enum proto */
+	__u32 len;     /* the frame's length */
+	__u32 cap_len; /* the bytes that follow (up to CAPTURE_SNAP) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERF_EVENT_ARRAY);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(__u32));
+} captured SEC(".maps");
+
+static __always_inline void capture(struct xdp_md *ctx, int ret)
+{
+	__u32 sample = capture_sample;
+
+	if (!sample || (sample > 1 && bpf_get_prandom_u32() % sample))
+		return;
+	__u64 len = ctx->data_end - ctx->data;
+	struct capture_meta meta = {
+		.reason = (ret >> 8) & 0xff,
+		.proto = (ret >> 16) & 0xff,
+		.len = len,
+		.cap_len = len < CAPTURE_SNAP ? len : CAPTURE_SNAP,
+	};
+	bpf_perf_event_output(ctx, &captured, BPF_F_CURRENT_CPU | (__u64)meta.cap_len << 32, &meta, sizeof(meta));
 }
 
 /* in_region says whether bit r of a region bitmap is set. */
@@ -1022,10 +1061,14 @@ struct {
 	__type(value, __u32);
 } next SEC(".maps");
 
-static __always_inline int then(struct xdp_md *ctx, int action)
+static __always_inline int then(struct xdp_md *ctx, int ret)
 {
+	int action = ret & 0xff;
+
 	if (action == XDP_PASS)
 		bpf_tail_call(ctx, &next, 0);
+	else
+		capture(ctx, ret);
 	return action;
 }
 

@@ -217,6 +217,7 @@ const (
 	ShieldMapAdmission      = "admission"
 	ShieldMapAggregates     = "aggregates"
 	ShieldMapByteCounters   = "byte_counters"
+	ShieldMapCaptured       = "captured"
 	ShieldMapConfigMap      = "config_map"
 	ShieldMapCounters       = "counters"
 	ShieldMapLists4         = "lists4"
@@ -233,6 +234,7 @@ const (
 	ShieldProgClockProbe    = "clock_probe"
 	ShieldProgShield        = "shield"
 	ShieldProgShieldCompat  = "shield_compat"
+	ShieldVarCaptureSample  = "capture_sample"
 	ShieldVarClockMode      = "clock_mode"
 	ShieldVarClockSlackNs   = "clock_slack_ns"
 	ShieldVarHashKey        = "hash_key"
@@ -299,6 +301,7 @@ type ShieldMapSpecs struct {
 	Admission     *ebpf.MapSpec `ebpf:"admission"`
 	Aggregates    *ebpf.MapSpec `ebpf:"aggregates"`
 	ByteCounters  *ebpf.MapSpec `ebpf:"byte_counters"`
+	Captured      *ebpf.MapSpec `ebpf:"captured"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
@@ -318,6 +321,7 @@ type ShieldMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ShieldVariableSpecs struct {
+	CaptureSample  *ebpf.VariableSpec `ebpf:"capture_sample"`
 	ClockMode      *ebpf.VariableSpec `ebpf:"clock_mode"`
 	ClockSlackNs   *ebpf.VariableSpec `ebpf:"clock_slack_ns"`
 	HashKey        *ebpf.VariableSpec `ebpf:"hash_key"`
@@ -353,6 +357,7 @@ type ShieldMaps struct {
 	Admission     *ebpf.Map `ebpf:"admission"`
 	Aggregates    *ebpf.Map `ebpf:"aggregates"`
 	ByteCounters  *ebpf.Map `ebpf:"byte_counters"`
+	Captured      *ebpf.Map `ebpf:"captured"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	Counters      *ebpf.Map `ebpf:"counters"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
@@ -373,6 +378,7 @@ func (m *ShieldMaps) Close() error {
 		m.Admission,
 		m.Aggregates,
 		m.ByteCounters,
+		m.Captured,
 		m.ConfigMap,
 		m.Counters,
 		m.Lists4,
@@ -393,6 +399,7 @@ func (m *ShieldMaps) Close() error {
 //
 // It can be passed to LoadShieldObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ShieldVariables struct {
+	CaptureSample  *ebpf.Variable `ebpf:"capture_sample"`
 	ClockMode      *ebpf.Variable `ebpf:"clock_mode"`
 	ClockSlackNs   *ebpf.Variable `ebpf:"clock_slack_ns"`
 	HashKey        *ebpf.Variable `ebpf:"hash_key"`

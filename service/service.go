@@ -521,6 +521,7 @@ func (s *Service) Wait() error {
 
 // shutdown stops the API server, letting requests in flight finish (5 s).
 func (s *Service) shutdown() {
+	s.att.Shield.StopCapture() // a capture in flight ends now, its flag off
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.hs.Shutdown(sctx); err != nil {

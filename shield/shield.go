@@ -153,6 +153,8 @@ type Shield struct {
 	pinPath   string     // the pin directory; "" unpinned
 	recovered *Recovery  // what Load rolled back of an old version's journal (oldlists.go)
 	migrated  *Migration // what Load copied from a pinned table of another layout or size
+
+	cap captureState // the running capture of dropped frames (capture.go)
 }
 
 // validate checks opts whole, before anything is created. Zero Limits
@@ -243,7 +245,8 @@ func Load(opts Options) (*Shield, error) {
 		collOpts.Maps.PinPath = opts.PinPath
 		for name, m := range spec.Maps {
 			// Global data (.bss, .rodata) belongs to one program instance.
-			if filepath.Ext(name) == "" {
+			// The capture buffer belongs to the process reading it.
+			if filepath.Ext(name) == "" && name != bpf.ShieldMapCaptured {
 				m.Pinning = ebpf.PinByName
 			}
 		}
@@ -459,6 +462,7 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 
 // Close releases the program and maps (pinned maps stay pinned).
 func (s *Shield) Close() error {
+	s.stopCapture(true)
 	if s.prev != nil {
 		s.prev.Close()
 	}
