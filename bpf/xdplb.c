@@ -443,8 +443,13 @@ static __always_inline int lb4(struct xdp_md *ctx, void *data, void *data_end)
 		return count(LB_FRAGMENT, XDP_PASS); /* options: as Katran, not balanced */
 	if (ip->frag_off & bpf_htons(0x3fff))
 		return count(LB_FRAGMENT, XDP_PASS);
-	__u16 len = bpf_ntohs(ip->tot_len);
+	__u32 len = bpf_ntohs(ip->tot_len);
 	void *l4 = ip + 1;
+
+	/* 5.10's verifier keeps no bounds through a byte swap ("math between
+	 * pkt pointer and register with unbounded min value"): the AND, which
+	 * clang would drop as a no-op, gives it 0..65535. */
+	asm volatile("%0 &= 0xffff" : "+r"(len));
 
 	/* The header's length must fit the frame (Ethernet may pad it) and
 	 * hold at least the ports: else the backend would get a packet whose
@@ -498,7 +503,10 @@ static __always_inline int lb6(struct xdp_md *ctx, void *data, void *data_end)
 
 	if ((void *)(ip6 + 1) > data_end)
 		return count(LB_MALFORMED, XDP_PASS);
-	__u32 len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+	__u32 len = bpf_ntohs(ip6->payload_len);
+
+	asm volatile("%0 &= 0xffff" : "+r"(len)); /* bounds for 5.10 (above) */
+	len += sizeof(*ip6);
 
 	/* payload_len 0 (a jumbogram's) or past the frame: not balanced. */
 	if (len < sizeof(*ip6) + 4 || (void *)ip6 + len > data_end)
