@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -22,6 +23,7 @@ const xdplbGood = `{"next_hop":"02:00:00:00:00:03","source4":"198.18.0.2","vips"
 // configuration the balancer refuses is a 400 naming the problem and
 // changes nothing; a good one is in force at once, and on /metrics.
 func TestXDPLBAPI(t *testing.T) {
+	testutil.Root(t)
 	b, err := xdplb.Load()
 	require.NoError(t, err, "xdplb.Load()")
 	t.Cleanup(func() { b.Close() })
