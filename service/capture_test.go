@@ -3,14 +3,11 @@ package service
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +22,6 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
 )
 
 // TestCaptureOnTheWire: frames a denied source sends over a veth come
@@ -33,25 +29,13 @@ import (
 // in flight when the service stops leaves the attached program's flag 0.
 func TestCaptureOnTheWire(t *testing.T) {
 	testutil.Root(t)
-	a, err := topo.New("cap-a")
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	b, err := topo.New("cap-b")
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	require.NoError(t, topo.Veth(a, "cpa", b, "cpb"))
+	a, b, root := testEdge(t, "cap", "cpa", "cpb")
 	for _, c := range []struct {
 		ns       *topo.NS
 		dev, net string
 	}{{a, "cpa", "198.18.7.1/24"}, {a, "cpa", "198.18.6.1/24"}, {b, "cpb", "198.18.7.2/24"}, {b, "cpb", "198.18.6.2/24"}} {
 		require.NoError(t, c.ns.AddAddr(c.dev, c.net))
 	}
-	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-capture-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
-	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, "cpa") })
-		os.RemoveAll(root)
-	})
 	const token = "service-test-token-0123456789"
 	cfg := Config{
 		Iface: "cpa", PinRoot: root, TableSize: 4096,

@@ -2,19 +2,15 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -24,19 +20,7 @@ import (
 // list it also changes were valid and written first.
 func TestReload(t *testing.T) {
 	testutil.Root(t)
-	a, err := topo.New("rl-a")
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	b, err := topo.New("rl-b")
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	require.NoError(t, topo.Veth(a, "rla", b, "rlb"))
-	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-reload-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
-	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, "rla") })
-		os.RemoveAll(root)
-	})
+	a, _, root := testEdge(t, "rl", "rla", "rlb")
 	p := netip.MustParsePrefix
 	allow1, allow2 := p("198.18.1.0/24"), p("198.18.2.0/24")
 	deny1, deny2, byAPI := p("198.18.7.0/24"), p("2001:db8:7::/48"), p("198.18.9.9/32")
@@ -52,7 +36,7 @@ func TestReload(t *testing.T) {
 	}))
 	defer s.Close()
 	sh := s.Shield()
-	_, err = sh.Add(shield.DenyList, []netip.Prefix{byAPI})
+	_, err := sh.Add(shield.DenyList, []netip.Prefix{byAPI})
 	require.NoError(t, err)
 	lists := func() (allow, deny []netip.Prefix) {
 		t.Helper()

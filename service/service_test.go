@@ -2,13 +2,11 @@ package service
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -29,19 +27,7 @@ import (
 // that outlives Close, and a second Start finds the state and adopts it.
 func TestStartAndClose(t *testing.T) {
 	testutil.Root(t)
-	a, err := topo.New("svc-a")
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	b, err := topo.New("svc-b")
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	require.NoError(t, topo.Veth(a, "sva", b, "svb"))
-	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-service-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
-	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, "sva") })
-		os.RemoveAll(root)
-	})
+	a, _, root := testEdge(t, "svc", "sva", "svb")
 	const token = "service-test-token-0123456789"
 	cfg := Config{
 		Iface: "sva", PinRoot: root, TableSize: 4096,

@@ -3,12 +3,10 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -18,8 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -29,19 +25,7 @@ import (
 // keeps balancing); a start without VIPs takes it out.
 func TestXDPLBChained(t *testing.T) {
 	testutil.Root(t)
-	a, err := topo.New("svx-a")
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	b, err := topo.New("svx-b")
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	require.NoError(t, topo.Veth(a, "sxa", b, "sxb"))
-	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-xdplb-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
-	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, "sxa") })
-		os.RemoveAll(root)
-	})
+	a, _, root := testEdge(t, "svx", "sxa", "sxb")
 	cfg := Config{
 		Iface: "sxa", PinRoot: root, TableSize: 4096,
 		API: API{Listen: "127.0.0.1:0", NoProcessMetrics: true},
@@ -97,19 +81,7 @@ func TestXDPLBChained(t *testing.T) {
 // is dropped by the shield before it; a start without Chain takes it out.
 func TestChainPinnedProgram(t *testing.T) {
 	testutil.Root(t)
-	a, err := topo.New("svc-a")
-	require.NoError(t, err)
-	t.Cleanup(func() { a.Close() })
-	b, err := topo.New("svc-b")
-	require.NoError(t, err)
-	t.Cleanup(func() { b.Close() })
-	require.NoError(t, topo.Veth(a, "sca", b, "scb"))
-	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-chain-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
-	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, "sca") })
-		os.RemoveAll(root)
-	})
+	a, _, root := testEdge(t, "svc", "sca", "scb")
 	// The other program: XDP_TX for every frame, a verdict the shield
 	// never gives, so a frame that went through it is told apart.
 	other, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "other", Type: ebpf.XDP, AttachType: ebpf.AttachXDP, License: "GPL",
