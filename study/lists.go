@@ -424,40 +424,14 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 			return err
 		}
 	}
-	v0, err := s.top.VethStats()
-	if err != nil {
-		return err
-	}
-	cpu0, err := s.edge.cpu()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
 	phase := s.opt.DropPhase
 	if s.opt.Quick {
 		phase /= 2
 	}
-	per, err := fullSpeed(ctx, s.gen, []e2e.Template{tpl}, nil, phase)
-	secs := time.Since(start).Seconds()
+	d, _, err := s.dropPhase(ctx, run, []e2e.Template{tpl}, nil, phase, s.edge.cpu)
 	if err != nil {
 		return err
 	}
-	if err := sleep(ctx, 300*time.Millisecond); err != nil {
-		return err
-	}
-	cpu1, err := s.edge.cpu()
-	if err != nil {
-		return err
-	}
-	v1, err := s.top.VethStats()
-	if err != nil {
-		return err
-	}
-	d := DropSample{Run: run, Seconds: secs, Sent: per[0]}
-	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
-	d.Seen = d.Sent - min(d.Refused, d.Sent)
-	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
-	d.BusyCPU = cpu1.busy - cpu0.busy
 	if count == nil {
 		d.Dropped = d.Seen
 	} else {
@@ -467,11 +441,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 		}
 		d.Dropped = d1 - d0
 	}
-	d.SeenPPS = float64(d.Seen) / secs
-	d.DropPPS = float64(d.Dropped) / secs
-	if d.SoftirqCPU > 0 {
-		d.DropsPerCPUSec = float64(d.Dropped) / d.SoftirqCPU
-	}
+	d.rates()
 	c.Samples = append(c.Samples, d)
 	return nil
 }

@@ -600,44 +600,15 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			return err
 		}
 	}
-	v0, err := s.top.VethStats()
+	d, edgeRx, err := s.dropPhase(ctx, run, tpls, w, s.opt.DropPhase, s.edge.cpu)
 	if err != nil {
 		return err
 	}
-	cpu0, err := s.edge.cpu()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	per, err := fullSpeed(ctx, s.gen, tpls, w, s.opt.DropPhase)
-	secs := time.Since(start).Seconds()
-	if err != nil {
-		return err
-	}
-	if err := sleep(ctx, 300*time.Millisecond); err != nil { // the ring drains
-		return err
-	}
-	cpu1, err := s.edge.cpu()
-	if err != nil {
-		return err
-	}
-	v1, err := s.top.VethStats()
-	if err != nil {
-		return err
-	}
-	d := DropSample{Run: run, Seconds: secs}
-	for _, n := range per {
-		d.Sent += n
-	}
-	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
-	d.Seen = d.Sent - min(d.Refused, d.Sent)
-	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
-	d.BusyCPU = cpu1.busy - cpu0.busy
 	switch target {
 	case "generator":
 		// The link refuses them without counting them (no tx_dropped):
 		// seen is what the edge's end received, which should be none.
-		d.Seen = v1.Edge.RxPackets - v0.Edge.RxPackets
+		d.Seen = edgeRx
 	case "floor":
 		d.Dropped = d.Seen
 	case "shield", "shield-nopass":
@@ -664,14 +635,61 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			}
 		}
 	}
-	d.SentPPS = float64(d.Sent) / secs
-	d.SeenPPS = float64(d.Seen) / secs
-	d.DropPPS = float64(d.Dropped) / secs
+	d.rates()
+	s.res.addDrop(target, sources, d)
+	return nil
+}
+
+// dropPhase sends tpls (weights w) at full speed for phase, lets the ring
+// drain, and returns what every drop-capacity cell measures alike: frames
+// sent, refused by the storm link, seen by the edge, the CPU time read
+// (the edge server's process too with s.edge.cpu, the machine alone with
+// s.edge.machine), and the frames the edge's end received (edgeRx).
+func (s *study) dropPhase(ctx context.Context, run int, tpls []e2e.Template, w []float64, phase time.Duration, read func() (cpuReading, error)) (d DropSample, edgeRx uint64, err error) {
+	v0, err := s.top.VethStats()
+	if err != nil {
+		return d, 0, err
+	}
+	cpu0, err := read()
+	if err != nil {
+		return d, 0, err
+	}
+	start := time.Now()
+	per, err := fullSpeed(ctx, s.gen, tpls, w, phase)
+	secs := time.Since(start).Seconds()
+	if err != nil {
+		return d, 0, err
+	}
+	if err := sleep(ctx, 300*time.Millisecond); err != nil { // the ring drains
+		return d, 0, err
+	}
+	cpu1, err := read()
+	if err != nil {
+		return d, 0, err
+	}
+	v1, err := s.top.VethStats()
+	if err != nil {
+		return d, 0, err
+	}
+	d = DropSample{Run: run, Seconds: secs}
+	for _, n := range per {
+		d.Sent += n
+	}
+	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
+	d.Seen = d.Sent - min(d.Refused, d.Sent)
+	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
+	d.BusyCPU = cpu1.busy - cpu0.busy
+	return d, v1.Edge.RxPackets - v0.Edge.RxPackets, nil
+}
+
+// rates fills the per-second figures from the counts.
+func (d *DropSample) rates() {
+	d.SentPPS = float64(d.Sent) / d.Seconds
+	d.SeenPPS = float64(d.Seen) / d.Seconds
+	d.DropPPS = float64(d.Dropped) / d.Seconds
 	if d.SoftirqCPU > 0 {
 		d.DropsPerCPUSec = float64(d.Dropped) / d.SoftirqCPU
 	}
-	s.res.addDrop(target, sources, d)
-	return nil
 }
 
 // bigChunk is the most frames one generator call sends at full speed: a

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -345,40 +344,14 @@ func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, t
 			return err
 		}
 	}
-	v0, err := s.top.VethStats()
-	if err != nil {
-		return err
-	}
-	cpu0, err := s.edge.machine()
-	if err != nil {
-		return err
-	}
 	phase := s.opt.DropPhase
 	if s.opt.Quick {
 		phase /= 2
 	}
-	start := time.Now()
-	per, err := fullSpeed(ctx, s.gen, []e2e.Template{tpl}, nil, phase)
-	secs := time.Since(start).Seconds()
+	d, _, err := s.dropPhase(ctx, run, []e2e.Template{tpl}, nil, phase, s.edge.machine)
 	if err != nil {
 		return err
 	}
-	if err := sleep(ctx, 300*time.Millisecond); err != nil {
-		return err
-	}
-	cpu1, err := s.edge.machine()
-	if err != nil {
-		return err
-	}
-	v1, err := s.top.VethStats()
-	if err != nil {
-		return err
-	}
-	d := DropSample{Run: run, Seconds: secs, Sent: per[0]}
-	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
-	d.Seen = d.Sent - min(d.Refused, d.Sent)
-	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
-	d.BusyCPU = cpu1.busy - cpu0.busy
 	if count == nil {
 		d.Dropped = d.Seen
 	} else {
@@ -395,11 +368,7 @@ func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, t
 		}
 		c.Reasons = append(c.Reasons, r)
 	}
-	d.SeenPPS = float64(d.Seen) / secs
-	d.DropPPS = float64(d.Dropped) / secs
-	if d.SoftirqCPU > 0 {
-		d.DropsPerCPUSec = float64(d.Dropped) / d.SoftirqCPU
-	}
+	d.rates()
 	c.Samples = append(c.Samples, d)
 	return nil
 }
