@@ -58,13 +58,10 @@ func (e *nsEnv) load(t *testing.T, addr string, conns, n, size int, deny bool) (
 				return
 			}
 			local := make([]time.Duration, 0, n)
-			// A hang guard, not a latency bound: 200 connections on
-			// 5.10 under TCG, the whole package at load 15, once left
-			// one request unanswered for 10 s (alone, 18 s for all).
-			guard := 10 * time.Second
-			if testutil.Emulated() {
-				guard = 30 * time.Second
-			}
+			// 200 connections on 5.10 under TCG, the whole package at
+			// load 15, once left one request unanswered for 10 s
+			// (alone, 18 s for all).
+			guard := testutil.HangGuard(10 * time.Second)
 			for k := 0; k < n; k++ {
 				c.SetDeadline(time.Now().Add(guard))
 				t0 := time.Now()

@@ -191,13 +191,10 @@ func (d *diffEnv) exchangeFirst(t testing.TB, addr string, chunks [][]byte, want
 	br := bufio.NewReader(c)
 	// One warm-up a backend: the pool holds a socket to each (a miss
 	// fills it with the one it went to).
-	// The warm-up's deadline guards against a hang: under TCG on 5.10,
-	// two guests and the host's gate on 2 cores, FuzzL7's seed 13 once
-	// waited more than 10 s for a warm-up's answer (CI on fe1be8b).
-	warm := 10 * time.Second
-	if testutil.Emulated() {
-		warm = 30 * time.Second
-	}
+	// Under TCG on 5.10, two guests and the host's gate on 2 cores,
+	// FuzzL7's seed 13 once waited more than 10 s for a warm-up's answer
+	// (CI on fe1be8b).
+	warm := testutil.HangGuard(10 * time.Second)
 	for _, u := range d.users {
 		if _, err := io.WriteString(c, warmup(u)); err != nil {
 			t.Fatal(err)
