@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/xdpshield/xdpshield/workbench"
 )
 
 // WriteJSON writes v (a storm's Result, a study's results) to path,
@@ -156,21 +158,11 @@ func ProgressJSON(p Progress) []byte {
 	if drop == nil {
 		drop = map[string]float64{}
 	}
-	b, _ := json.Marshal(struct {
-		Phase    string             `json:"phase"`
-		Shield   bool               `json:"shield"`
-		Elapsed  float64            `json:"elapsed_seconds"`
-		Length   float64            `json:"length_seconds"`
-		SentPPS  float64            `json:"sent_pps"`
-		PassPPS  float64            `json:"pass_pps"`
-		DropPPS  map[string]float64 `json:"drop_pps"`
-		P50Ms    map[string]float64 `json:"p50_ms"`
-		P99Ms    map[string]float64 `json:"p99_ms"`
-		Requests int                `json:"requests"`
-		Failures int                `json:"failures"`
-		APIOK    bool               `json:"api_ok"`
-		Sources  int                `json:"sources"`
-	}{p.Phase, p.Shield, p.Elapsed.Seconds(), p.Length.Seconds(), p.SentPPS, p.PassPPS, drop,
-		ms(p.P50), ms(p.P99), p.Requests, p.Failures, p.APIOK, p.Sources})
+	// The line's type is the workbench's, which reads it (the product
+	// cannot import the lab; the lab imports the product).
+	b, _ := json.Marshal(workbench.StormProgress{Phase: p.Phase, Shield: p.Shield,
+		Elapsed: p.Elapsed.Seconds(), Length: p.Length.Seconds(), SentPPS: p.SentPPS, PassPPS: p.PassPPS,
+		DropPPS: drop, P50Ms: ms(p.P50), P99Ms: ms(p.P99), Requests: p.Requests, Failures: p.Failures,
+		APIOK: p.APIOK, Sources: p.Sources})
 	return b
 }
