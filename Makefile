@@ -80,10 +80,9 @@ lint: ## gofmt, go vet (the teeth test too), staticcheck (pinned in go.mod), go 
 	@$(GO) -C e2e/container mod tidy -diff || { echo "e2e/container/go.mod/go.sum are not tidy: run go mod tidy there and commit" >&2; exit 1; }
 	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
 
-bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference, then the live path (root)
+bench: ## the shield's simulator benchmarks (shield/datapath): ns/packet per path next to an XDP_DROP reference, then the live path beside test_run (bench-live, root)
 	$(GO) test -run '^$$' -bench . -benchtime 2000000x ./shield/datapath
-	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
-	out/bin/shieldlab live-bench
+	$(MAKE) bench-live
 
 bench-live: ## live XDP path (veth + live-frames generator, namespaces) beside test_run, ns/frame per program (~90 s, root)
 	$(GO) test -run '^$$' -bench LiveCost -benchtime 5x ./e2e

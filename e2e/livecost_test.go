@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -162,17 +163,7 @@ func BenchmarkLiveCost(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	med := func(xs []float64) float64 {
-		ys := append([]float64(nil), xs...)
-		for i := range ys {
-			for j := i + 1; j < len(ys); j++ {
-				if ys[j] < ys[i] {
-					ys[i], ys[j] = ys[j], ys[i]
-				}
-			}
-		}
-		return ys[len(ys)/2]
-	}
+	med := func(xs []float64) float64 { return slices.Sorted(slices.Values(xs))[len(xs)/2] }
 	refLive, refRun := med(live[0]), med(testRun[0])
 	// Printed, not logged: a benchmark's log is cut at ten lines.
 	fmt.Fprintf(os.Stderr, "BenchmarkLiveCost: %d rounds of %d frames per subject (medians, ns/frame, run-time statistics)\n", len(live[0]), frames)

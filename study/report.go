@@ -267,7 +267,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 			}
 		}
 		if len(r.Live) == 3 {
-			fmt.Fprintln(w, "\nThe live path beside them (`make bench` prints the same, `shieldlab live-bench`): the drop capacity's few sources, medians of the runs. A veth runs the receiver's XDP program in NAPI on the generator's core, so a receiver's cost per frame is its ns/frame less the generator's own.")
+			fmt.Fprintln(w, "\nThe live path beside them (`make bench` measures it with the kernel's run-time statistics beside test_run: e2e's BenchmarkLiveCost): the drop capacity's few sources, medians of the runs. A veth runs the receiver's XDP program in NAPI on the generator's core, so a receiver's cost per frame is its ns/frame less the generator's own.")
 			fmt.Fprintln(w, "\n| live path | Mpps | ns/frame | ns over the generator |")
 			fmt.Fprintln(w, "|---|---:|---:|---:|")
 			for _, l := range r.Live {
