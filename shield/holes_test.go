@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
@@ -28,7 +29,7 @@ func pinDir(t *testing.T) string {
 	t.Helper()
 	testutil.Root(t)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid()))
-	require.NoError(t, EnsureBPFFS(dir), "EnsureBPFFS")
+	require.NoError(t, pinfs.EnsureBPFFS(dir), "EnsureBPFFS")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }

@@ -1,4 +1,4 @@
-package shield
+package pinfs
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package shield
+package pin
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestDetachRemovesOnlyOwnedPins(t *testing.T) {
 	testutil.Root(t)
 	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-owned-%d", os.Getpid()))
-	if err := EnsureBPFFS(root); err != nil {
+	if err := pinfs.EnsureBPFFS(root); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
