@@ -109,8 +109,8 @@ func TestJiffiesLimitsRefused(t *testing.T) {
 	p, err = Load(Options{TableSize: 1024, Clock: ClockJiffies, PinPath: dir, Limits: Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}})
 	if err == nil {
 		p.Close()
-		t.Fatalf("Load(jiffies) on pins holding %+v = nil error", bad)
 	}
+	require.Error(t, err, "Load(jiffies) on pins holding %+v = nil error", bad)
 	assert.Contains(t, err.Error(), fmt.Sprintf("pinned limits: burst 1000 is below ceil(rate / HZ) = ceil(1000000 / %d)", hz), "Load(jiffies) on pinned ktime limits")
 	assert.Contains(t, err.Error(), fmt.Sprintf("burst %d or more", min), "Load(jiffies) on pinned ktime limits")
 }

@@ -115,8 +115,8 @@ func TestLoadRejects(t *testing.T) {
 			s, err := Load(tc.opts)
 			if err == nil {
 				s.Close()
-				t.Fatalf("Load(%+v) = nil error, want one containing %q", tc.opts, tc.want)
 			}
+			require.Error(t, err, "Load(%+v) = nil error, want one containing %q", tc.opts, tc.want)
 			for _, w := range tc.want {
 				assert.Contains(t, err.Error(), w, "Load(%+v) error", tc.opts)
 			}
