@@ -19,6 +19,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 )
@@ -38,7 +39,7 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	t.Helper()
 	testutil.Root(t)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid()))
-	if err := shield.EnsureBPFFS(dir); err != nil {
+	if err := pinfs.EnsureBPFFS(dir); err != nil {
 		t.Fatalf("EnsureBPFFS: %v", err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })

@@ -16,8 +16,10 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/topo"
 
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // stormPinPrefix starts the name of every storm's temporary pin root
@@ -96,7 +98,7 @@ func (Local) StartShield(top *Topology, cfg service.Config) (ShieldSide, error) 
 	removeStalePins(log)
 	l := &localShield{edge: top.Edge, log: log}
 	l.pins = filepath.Join("/sys/fs/bpf", stormPinPrefix+strconv.Itoa(os.Getpid()))
-	if err := shield.EnsureBPFFS(l.pins); err != nil {
+	if err := pinfs.EnsureBPFFS(l.pins); err != nil {
 		return nil, fmt.Errorf("pin root: %w", err)
 	}
 	cfg.PinRoot = l.pins
@@ -126,7 +128,7 @@ func (l *localShield) Detach() error          { return l.svc.Attachment().Detach
 // temporary pin root.
 func (l *localShield) Close() error {
 	err := l.svc.Close()
-	if err := l.edge.Do(func() error { return shield.Detach(l.pins, EdgeDev) }); err != nil {
+	if err := l.edge.Do(func() error { return pin.Detach(l.pins, EdgeDev) }); err != nil {
 		l.log.Warn("remove the storm's pins", logErr, err)
 	}
 	os.RemoveAll(l.pins)

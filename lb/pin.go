@@ -21,7 +21,7 @@ import (
 )
 
 // Pin directory names, under the service's pin directory (one per network
-// namespace and interface, see shield.PinDir).
+// namespace and interface, see pin.PinDir).
 const (
 	// PinSubdir holds the balancer's pinned links and maps.
 	PinSubdir = "lb"

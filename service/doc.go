@@ -1,5 +1,5 @@
 // Package service is the shield service's one wiring: it binds the API
-// listener, attaches the shield to one interface through shield.Attach
+// listener, attaches the shield to one interface through pin.Attach
 // (pins, per-interface lock, adoption of a pinned link), puts the configured
 // allow and deny prefixes on the lists, and serves the authenticated HTTP
 // API and /metrics of package api until it is stopped. When configured it

@@ -8,8 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // testEdge is where a service test starts a service: namespaces role-a
@@ -26,9 +27,9 @@ func testEdge(t *testing.T, role, dev, peer string) (a, b *topo.NS, root string)
 	t.Cleanup(func() { b.Close() })
 	require.NoError(t, topo.Veth(a, dev, b, peer))
 	root = filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", role, os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
+	require.NoError(t, pinfs.EnsureBPFFS(root))
 	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, dev) })
+		a.Do(func() error { return pin.Detach(root, dev) })
 		os.RemoveAll(root)
 	})
 	return a, b, root

@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -59,9 +60,9 @@ const (
 type Config struct {
 	// Iface is the interface to protect, in the caller's network namespace.
 	Iface string
-	// Mode is how XDP is attached (shield.ModeAuto: native, else generic).
-	Mode shield.Mode
-	// PinRoot is the bpffs directory of the pins (shield.DefaultPinRoot
+	// Mode is how XDP is attached (pin.ModeAuto: native, else generic).
+	Mode pin.Mode
+	// PinRoot is the bpffs directory of the pins (pin.DefaultPinRoot
 	// when empty).
 	PinRoot string
 	// AdoptUnverifiedPins adopts pins that cannot be shown to be this
@@ -144,7 +145,7 @@ type API struct {
 type Service struct {
 	cfg      Config
 	log      *slog.Logger
-	att      *shield.Attachment
+	att      *pin.Attachment
 	lb       *lb.Started     // nil without [[lb.service]]
 	l7       *l7.Server      // nil without [l7]
 	xdplb    *xdplb.Balancer // nil without [xdplb] VIPs
@@ -295,7 +296,7 @@ func (s *Service) attach() error {
 	if err != nil {
 		return fmt.Errorf("%w (nothing was attached)", err)
 	}
-	a, err := shield.Attach(shield.AttachOptions{
+	a, err := pin.Attach(pin.AttachOptions{
 		Iface:           cfg.Iface,
 		Mode:            cfg.Mode,
 		PinRoot:         cfg.PinRoot,
@@ -303,7 +304,7 @@ func (s *Service) attach() error {
 		Load:            shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits, Ephemeral: eph},
 	})
 	if err != nil {
-		if errors.Is(err, shield.ErrLocked) {
+		if errors.Is(err, pin.ErrLocked) {
 			return fmt.Errorf("another shield serve is already running on %s: %w", cfg.Iface, err)
 		}
 		return err
@@ -435,8 +436,8 @@ func (s *Service) serve() {
 // Shield is the attached shield.
 func (s *Service) Shield() *shield.Shield { return s.att.Shield }
 
-// Attachment is what shield.Attach returned: interface, pins, link, mode.
-func (s *Service) Attachment() *shield.Attachment { return s.att }
+// Attachment is what pin.Attach returned: interface, pins, link, mode.
+func (s *Service) Attachment() *pin.Attachment { return s.att }
 
 // APIRetry is how often a service whose API address was taken tries it
 // again.

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/workbench"
@@ -27,7 +28,7 @@ import (
 func TestWorkbenchOff(t *testing.T) {
 	testutil.Root(t)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-wb-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(dir))
+	require.NoError(t, pinfs.EnsureBPFFS(dir))
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual, PinPath: dir})
 	require.NoError(t, err)

@@ -57,7 +57,7 @@ func TestBoundaries(t *testing.T) {
 		ok   bool
 	}{{0, false}, {MinTableSize - 1, false}, {MinTableSize, true}, {MaxTableSize, true}, {MaxTableSize + 1, false}} {
 		t.Run(fmt.Sprintf("table=%d", tc.size), func(t *testing.T) {
-			err := Options{TableSize: tc.size, Limits: good}.validate()
+			err := Options{TableSize: tc.size, Limits: good}.Validate()
 			if tc.ok {
 				assert.NoError(t, err, "validate(TableSize %d)", tc.size)
 			} else {
@@ -67,7 +67,7 @@ func TestBoundaries(t *testing.T) {
 	}
 	for _, size := range []uint32{MinTableSize + 1, 3 * MinTableSize, DefaultTableSize - 1, DefaultTableSize + MinTableSize} {
 		t.Run(fmt.Sprintf("table=%d", size), func(t *testing.T) {
-			err := Options{TableSize: size, Limits: good}.validate()
+			err := Options{TableSize: size, Limits: good}.Validate()
 			assert.ErrorContains(t, err, fmt.Sprintf("table size %d is not a power of two", size))
 		})
 	}

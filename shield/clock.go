@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 
 	"github.com/xdpshield/xdpshield/bpf"
 )
@@ -70,4 +72,44 @@ func measureJiffy() (uint64, error) {
 		seen = append(seen, fmt.Sprintf("%.1f", hz))
 	}
 	return 0, fmt.Errorf("measure CONFIG_HZ: %s Hz over five intervals match no known value", strings.Join(seen, ", "))
+}
+
+// forceCompat makes Load use shield_compat whatever the kernel (tests).
+var forceCompat bool
+
+// haveCmpxchg probes whether the kernel accepts BPF_CMPXCHG (Linux 5.12) by
+// loading a six-instruction XDP program that uses it on the stack.
+var haveCmpxchg = sync.OnceValue(func() bool {
+	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name:    "probe_cmpxchg",
+		Type:    ebpf.XDP,
+		License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.StoreMem(asm.RFP, -8, asm.R0, asm.DWord),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.CmpXchg.Mem(asm.RFP, asm.R1, asm.DWord, -8),
+			asm.Mov.Imm(asm.R0, 2), // XDP_PASS
+			asm.Return(),
+		},
+	})
+	if err != nil {
+		return false
+	}
+	prog.Close()
+	return true
+})
+
+var jiffy struct {
+	once sync.Once
+	ns   uint64
+	err  error
+}
+
+// jiffyLength measures 1e9/CONFIG_HZ by reading jiffies and ktime twice,
+// 100 ms apart, through clock_probe; the result is snapped to the HZ values
+// Linux offers and cached for the process.
+func jiffyLength() (uint64, error) {
+	jiffy.once.Do(func() { jiffy.ns, jiffy.err = measureJiffy() })
+	return jiffy.ns, jiffy.err
 }

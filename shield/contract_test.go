@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
 )
@@ -17,16 +19,13 @@ import (
 func enumerators(t *testing.T, spec *ebpf.CollectionSpec, name string) map[string]uint64 {
 	t.Helper()
 	var e *btf.Enum
-	if err := spec.Types.TypeByName(name, &e); err != nil {
-		t.Fatalf("Types.TypeByName(%q) = %v, want the enum (bpf/shield.c, struct contract)", name, err)
-	}
+	err := spec.Types.TypeByName(name, &e)
+	require.NoError(t, err, "Types.TypeByName(%q) = %v, want the enum (bpf/shield.c, struct contract)", name, err)
 	out := map[string]uint64{}
 	for _, v := range e.Values {
 		out[v.Name] = v.Value
 	}
-	if len(out) == 0 {
-		t.Fatalf("enum %s has no enumerators", name)
-	}
+	require.NotEmpty(t, out, "enum %s has no enumerators", name)
 	return out
 }
 
@@ -39,9 +38,7 @@ func enumerators(t *testing.T, spec *ebpf.CollectionSpec, name string) map[strin
 // that output edited or stale, and a C enumerator added without a name.
 func TestContract(t *testing.T) {
 	spec, err := bpf.LoadShield()
-	if err != nil {
-		t.Fatalf("LoadShield() = %v", err)
-	}
+	require.NoError(t, err, "LoadShield()")
 
 	// named checks an enum whose Go type names its values: enumerator
 	// PREFIX_X of value v is String() "x" in Go, the one MAX enumerator is
@@ -55,19 +52,15 @@ func TestContract(t *testing.T) {
 				continue
 			}
 			want = append(want, v)
-			if got, w := str(v), strings.ToLower(strings.TrimPrefix(name, prefix)); got != w {
-				t.Errorf("%s: value %d (%s in C) is %q in Go, want %q", enum, v, name, got, w)
-			}
+			got, w := str(v), strings.ToLower(strings.TrimPrefix(name, prefix))
+			assert.EqualValues(t, w, got, "%s: value %d (%s in C) is %q in Go, want %q", enum, v, name, got, w)
 		}
 		slices.Sort(want)
 		if max {
-			if got, ok := vals[prefix+"MAX"]; !ok || got != uint64(len(want)) {
-				t.Errorf("%s: %sMAX = %d (present %v), want %d, the count of the others", enum, prefix, got, ok, len(want))
-			}
+			got, ok := vals[prefix+"MAX"]
+			assert.False(t, !ok || got != uint64(len(want)), "%s: %sMAX = %d (present %v), want %d, the count of the others", enum, prefix, got, ok, len(want))
 		}
-		if !slices.Equal(list, want) {
-			t.Errorf("%s: Go's values = %v, want %v (the C enumerators)", enum, list, want)
-		}
+		assert.True(t, slices.Equal(list, want), "%s: Go's values = %v, want %v (the C enumerators)", enum, list, want)
 	}
 	t.Run("reason", func(t *testing.T) {
 		named(t, "reason", "REASON_", func(v uint64) string { return Reason(v).String() }, asU64(Reasons()), true)
@@ -86,9 +79,7 @@ func TestContract(t *testing.T) {
 			}
 		}
 		named(t, "clock", "CLOCK_", func(v uint64) string { return Clock(v).String() }, valid, false)
-		if ClockJiffies != 0 {
-			t.Errorf("ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", ClockJiffies)
-		}
+		assert.EqualValues(t, 0, ClockJiffies, "ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", ClockJiffies)
 	})
 
 	// valued checks constants Go writes into the program's maps against
@@ -97,14 +88,12 @@ func TestContract(t *testing.T) {
 		t.Helper()
 		vals := enumerators(t, spec, enum)
 		for name, got := range want {
-			if v, ok := vals[name]; !ok || v != got {
-				t.Errorf("%s: Go writes %d for %s, C has %d (present %v)", enum, got, name, v, ok)
-			}
+			v, ok := vals[name]
+			assert.False(t, !ok || v != got, "%s: Go writes %d for %s, C has %d (present %v)", enum, got, name, v, ok)
 		}
 		for name := range vals {
-			if _, ok := want[name]; !ok {
-				t.Errorf("%s: %s has no Go counterpart in this test", enum, name)
-			}
+			_, ok := want[name]
+			assert.True(t, ok, "%s: %s has no Go counterpart in this test", enum, name)
 		}
 	}
 	t.Run("config_flag", func(t *testing.T) {
@@ -115,9 +104,7 @@ func TestContract(t *testing.T) {
 			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_LISTS_B": uint64(flagListsB), "CONFIG_AGGREGATE": uint64(flagAggregate), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
 		})
 		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr, flagListsB, flagAggregate} {
-			if f>>clockShift != 0 {
-				t.Errorf("flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
-			}
+			assert.EqualValues(t, 0, f>>clockShift, "flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
 		}
 	})
 	t.Run("list_verdict", func(t *testing.T) {
@@ -126,67 +113,55 @@ func TestContract(t *testing.T) {
 			"LIST_VERDICT": uint64(verdictMask), "LIST_IN_ALLOW": uint64(inAllow), "LIST_IN_DENY": uint64(inDeny),
 		})
 		for _, b := range []uint8{inAllow, inDeny} {
-			if b&verdictMask != 0 {
-				t.Errorf("list bit %#x overlaps the verdict the program reads (%#x)", b, verdictMask)
-			}
+			assert.EqualValues(t, 0, b&verdictMask, "list bit %#x overlaps the verdict the program reads (%#x)", b, verdictMask)
 		}
 	})
 	t.Run("traffic_class", func(t *testing.T) {
 		valued(t, "traffic_class", map[string]uint64{
 			"CLASS_PROTECTED": uint64(classProtected), "CLASS_UNPROTECTED": uint64(classUnprotected), "MAX_CLASSES": uint64(numClasses),
 		})
-		if got := spec.Maps[bpf.ShieldMapAdmission].MaxEntries; got != numClasses {
-			t.Errorf("admission MaxEntries = %d, want %d (a bucket per class)", got, numClasses)
-		}
+		got := spec.Maps[bpf.ShieldMapAdmission].MaxEntries
+		assert.EqualValues(t, numClasses, got, "admission MaxEntries = %d, want %d (a bucket per class)", got, numClasses)
 	})
 	t.Run("credit", func(t *testing.T) {
 		valued(t, "credit", map[string]uint64{"TOKEN": token})
 	})
 	t.Run("capacity", func(t *testing.T) {
 		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(maxProtectedDsts)})
-		if got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries; got != uint32(maxProtectedDsts) {
-			t.Errorf("protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
-		}
-		if got := spec.Maps[bpf.ShieldMapAggregates].MaxEntries; got != uint32(maxAggregates) {
-			t.Errorf("aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, maxAggregates)
-		}
-		if got := spec.Maps[bpf.ShieldMapPresence].MaxEntries; got != 2*filterWords {
-			t.Errorf("presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)
-		}
+		got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries
+		assert.EqualValues(t, uint32(maxProtectedDsts), got, "protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
+		got = spec.Maps[bpf.ShieldMapAggregates].MaxEntries
+		assert.EqualValues(t, uint32(maxAggregates), got, "aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, maxAggregates)
+		got = spec.Maps[bpf.ShieldMapPresence].MaxEntries
+		assert.EqualValues(t, 2*filterWords, got, "presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)
 		valued(t, "list_capacity", map[string]uint64{
 			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
 			"MAX_RULES": uint64(maxRules), "NO_RULE": uint64(noRule),
 		})
 		for _, m := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
-			if got := spec.Maps[m].MaxEntries; got != uint32(2*maxListEntries+maxOwn) {
-				t.Errorf("%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*maxListEntries+maxOwn)
-			}
+			got := spec.Maps[m].MaxEntries
+			assert.EqualValues(t, uint32(2*maxListEntries+maxOwn), got, "%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*maxListEntries+maxOwn)
 		}
 		for _, m := range []string{bpf.ShieldMapOwn4Addrs, bpf.ShieldMapOwn6Addrs} {
-			if got := spec.Maps[m].MaxEntries; got != uint32(maxOwn) {
-				t.Errorf("%s MaxEntries = %d, want %d", m, got, maxOwn)
-			}
+			got := spec.Maps[m].MaxEntries
+			assert.EqualValues(t, uint32(maxOwn), got, "%s MaxEntries = %d, want %d", m, got, maxOwn)
 		}
 	})
 
 	// The counters: the map has a key per (verdict, reason, proto), and
 	// counterIndex gives each its own.
 	t.Run("counters", func(t *testing.T) {
-		if got := spec.Maps[bpf.ShieldMapCounters].MaxEntries; got != uint32(numCounters) {
-			t.Errorf("counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, numVerdicts, numReasons, numProtos)
-		}
+		got := spec.Maps[bpf.ShieldMapCounters].MaxEntries
+		assert.EqualValues(t, uint32(numCounters), got, "counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, numVerdicts, numReasons, numProtos)
 		seen := map[uint32]string{}
 		for _, v := range Verdicts() {
 			for _, r := range Reasons() {
 				for _, p := range Protos() {
 					i, what := counterIndex(v, r, p), fmt.Sprintf("%s/%s/%s", v, r, p)
-					if i >= uint32(numCounters) || seen[i] != "" {
-						t.Errorf("counterIndex(%s) = %d, out of range or also %q's", what, i, seen[i])
-					}
+					assert.False(t, i >= uint32(numCounters) || seen[i] != "", "counterIndex(%s) = %d, out of range or also %q's", what, i, seen[i])
 					seen[i] = what
-					if k := counterKeys[i]; k.v != v || k.r != r || k.p != p {
-						t.Errorf("counterKeys[%d] = %s/%s/%s, want %s", i, k.v, k.r, k.p, what)
-					}
+					k := counterKeys[i]
+					assert.False(t, k.v != v || k.r != r || k.p != p, "counterKeys[%d] = %s/%s/%s, want %s", i, k.v, k.r, k.p, what)
 				}
 			}
 		}

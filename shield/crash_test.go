@@ -96,7 +96,7 @@ func TestKillMidListChange(t *testing.T) {
 		require.NoError(t, err, "the child did not start its change")
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
-		t.Fatal("the child did not start its change within 60 s")
+		require.FailNow(t, "the child did not start its change within 60 s")
 	}
 	// Kill at the first sign of the change in the data plane.
 	deadline := time.Now().Add(60 * time.Second)

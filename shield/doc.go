@@ -7,9 +7,9 @@
 //
 // It is the only package that writes the program's maps. Load does not
 // attach the program (tests and the simulator run it unattached; its
-// data-plane tests are in shield/datapath); Attach (attach.go, for the
-// service) attaches it through a bpf_link pinned beside the maps, under an
-// exclusive per-interface lock, adopting and replacing a pinned one; Detach
-// removes both. Top (top.go) ranks talkers with chunked
-// batch reads of the sources table. It never sits on the packet path.
+// data-plane tests are in shield/datapath); package shield/pin attaches it
+// for the service through a bpf_link pinned beside the maps, and detaches
+// it, naming the pins Load makes with PinNames. Top (top.go) ranks
+// talkers with chunked batch reads of the sources table. It never sits on
+// the packet path and never attaches anything.
 package shield

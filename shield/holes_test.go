@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
@@ -28,7 +29,7 @@ func pinDir(t *testing.T) string {
 	t.Helper()
 	testutil.Root(t)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid()))
-	require.NoError(t, EnsureBPFFS(dir), "EnsureBPFFS")
+	require.NoError(t, pinfs.EnsureBPFFS(dir), "EnsureBPFFS")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
@@ -108,8 +109,8 @@ func TestJiffiesLimitsRefused(t *testing.T) {
 	p, err = Load(Options{TableSize: 1024, Clock: ClockJiffies, PinPath: dir, Limits: Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}})
 	if err == nil {
 		p.Close()
-		t.Fatalf("Load(jiffies) on pins holding %+v = nil error", bad)
 	}
+	require.Error(t, err, "Load(jiffies) on pins holding %+v = nil error", bad)
 	assert.Contains(t, err.Error(), fmt.Sprintf("pinned limits: burst 1000 is below ceil(rate / HZ) = ceil(1000000 / %d)", hz), "Load(jiffies) on pinned ktime limits")
 	assert.Contains(t, err.Error(), fmt.Sprintf("burst %d or more", min), "Load(jiffies) on pinned ktime limits")
 }

@@ -2,7 +2,6 @@ package shield
 
 import (
 	"encoding/json"
-	"errors"
 	"net/netip"
 	"testing"
 
@@ -30,9 +29,7 @@ func TestParseDestination(t *testing.T) {
 	} {
 		got, err := ParseDestination(tc.in)
 		if tc.wantErr != "" {
-			if err == nil || !assert.Contains(t, err.Error(), tc.wantErr, "ParseDestination(%q) error", tc.in) {
-				t.Errorf("ParseDestination(%q) = %v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
-			}
+			assert.ErrorContains(t, err, tc.wantErr, "ParseDestination(%q) = %v, %v; want an error containing %q", tc.in, got, err, tc.wantErr)
 			continue
 		}
 		require.NoError(t, err, "ParseDestination(%q)", tc.in)
@@ -91,9 +88,7 @@ func TestLimitsValidateWrapsErrInvalid(t *testing.T) {
 		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, Protected: []Destination{{Proto: ProtoOther, Port: 1}}},
 	} {
 		err := bad.Validate()
-		if err == nil || !errors.Is(err, ErrInvalid) {
-			t.Errorf("Limits(%+v).Validate() = %v, want an error wrapping ErrInvalid", bad, err)
-		}
+		assert.ErrorIs(t, err, ErrInvalid, "Limits(%+v).Validate() = %v, want an error wrapping ErrInvalid", bad, err)
 	}
 }
 

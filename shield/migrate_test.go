@@ -161,8 +161,8 @@ func TestMigrateRefusedKeepsOldPin(t *testing.T) {
 	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
 	if err == nil {
 		s.Close()
-		t.Fatal("Load on a pinned counters map of another shape succeeded, want it refused")
 	}
+	require.Error(t, err, "Load on a pinned counters map of another shape succeeded, want it refused")
 	m, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil)
 	require.NoError(t, err, "the old sources table's pin after a refused load")
 	assert.Equal(t, ebpf.LRUHash, m.Type(), "the table pinned at %s", bpf.ShieldMapSources)

@@ -171,3 +171,25 @@ func dropOldVerdictPins(dir string, spec *ebpf.CollectionSpec) error {
 	}
 	return nil
 }
+
+// PinNames are the names Load pins in a pin directory: every map of the
+// program that is pinned by name, and those older versions pinned (the
+// lists' own tries and change journal, above; the sources table moved
+// aside, migrate.go). pin.Detach removes these and only these (and its
+// link).
+func PinNames() (map[string]bool, error) {
+	spec, err := bpf.LoadShield()
+	if err != nil {
+		return nil, fmt.Errorf("load spec: %w", err)
+	}
+	names := map[string]bool{journalPin: true, oldSourcesPin: true}
+	for _, n := range oldListNames {
+		names[n.name] = true
+	}
+	for name := range spec.Maps {
+		if filepath.Ext(name) == "" {
+			names[name] = true
+		}
+	}
+	return names, nil
+}

@@ -3,6 +3,8 @@ package shield
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestRegions: every region a prefix of the tries reaches is set, and no
@@ -47,13 +49,9 @@ func TestRegions(t *testing.T) {
 						n++
 					}
 				}
-				if n != c.count {
-					t.Errorf("regions(%v, %v): %d %s regions set, want %d", tc.prefixes, tc.own, n, c.fam, c.count)
-				}
+				assert.EqualValues(t, c.count, n, "regions(%v, %v): %d %s regions set, want %d", tc.prefixes, tc.own, n, c.fam, c.count)
 				for _, r := range c.want {
-					if c.bits[r>>6]>>(r&63)&1 != 1 {
-						t.Errorf("regions(%v, %v): %s region %#04x not set", tc.prefixes, tc.own, c.fam, r)
-					}
+					assert.EqualValues(t, 1, c.bits[r>>6]>>(r&63)&1, "regions(%v, %v): %s region %#04x not set", tc.prefixes, tc.own, c.fam, r)
 				}
 			}
 		})

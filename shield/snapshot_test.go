@@ -40,7 +40,7 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 		require.Equal(t, maxListEntries, n, "List(deny) under the changes' lock")
 	case <-time.After(30 * time.Second):
 		s.mu.Unlock()
-		t.Fatal("List(deny) waited 30 s on the lock changes take")
+		require.FailNow(t, "List(deny) waited 30 s on the lock changes take")
 	}
 
 	var stop atomic.Bool

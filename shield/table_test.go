@@ -5,6 +5,9 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
@@ -39,9 +42,7 @@ func TestHashCannotBeAimed(t *testing.T) {
 				offsets[d]++
 				worst = max(worst, offsets[d])
 			}
-			if worst > 5 {
-				t.Errorf("%s with bit %d flipped: %d of %d seeds put it at the same offset from the source's set, want at most 5", v, bit, worst, seeds)
-			}
+			assert.LessOrEqual(t, worst, 5, "%s with bit %d flipped: %d of %d seeds put it at the same offset from the source's set, want at most 5", v, bit, worst, seeds)
 		}
 	}
 }
@@ -60,8 +61,8 @@ func TestHashKeysAllFollowTheSeed(t *testing.T) {
 		for seed := range uint64(seeds) {
 			s := seed*0x9e3779b97f4a7c15 + 1
 			k := hashKeys(s)[i]
-			if prev, ok := seen[k]; ok {
-				t.Errorf("hashKeys(%#x)[%d] = hashKeys(%#x)[%d] = %#x: that key does not follow the seed", s, i, prev, i, k)
+			prev, ok := seen[k]
+			if !assert.False(t, ok, "hashKeys(%#x)[%d] = hashKeys(%#x)[%d] = %#x: that key does not follow the seed", s, i, prev, i, k) {
 				break
 			}
 			seen[k] = s
@@ -86,19 +87,15 @@ func TestHashMirror(t *testing.T) {
 	}
 	want ^= want >> 31
 	want *= 0xbf58476d1ce4e5b9
-	if got := hashOf(&key, &keys); got != want {
-		t.Fatalf("hashOf = %#x, want %#x", got, want)
-	}
+	got := hashOf(&key, &keys)
+	require.EqualValues(t, want, got, "hashOf = %#x, want %#x", got, want)
 	h := uint64(0xfedcba9876543210)
-	if got := setOf(h, 18); got != 0xfedcba98>>14 {
-		t.Errorf("setOf(%#x, 18) = %#x, want %#x", h, got, 0xfedcba98>>14)
-	}
-	if got := setOf(h, 0); got != 0 {
-		t.Errorf("setOf(%#x, 0) = %d, want 0 (one set)", h, got)
-	}
-	if got := slotOf(h); got != 0xfedcba {
-		t.Errorf("slotOf(%#x) = %#x, want 0xfedcba", h, got)
-	}
+	set := setOf(h, 18)
+	assert.EqualValues(t, 0xfedcba98>>14, set, "setOf(%#x, 18) = %#x, want %#x", h, set, 0xfedcba98>>14)
+	set = setOf(h, 0)
+	assert.EqualValues(t, 0, set, "setOf(%#x, 0) = %d, want 0 (one set)", h, set)
+	slot := slotOf(h)
+	assert.EqualValues(t, 0xfedcba, slot, "slotOf(%#x) = %#x, want 0xfedcba", h, slot)
 }
 
 // TestHashSpreadsProgressions: the addresses of one network are keys in
@@ -135,8 +132,6 @@ func TestHashSpreadsProgressions(t *testing.T) {
 			worst = max(worst, over)
 		}
 		t.Logf("%s in a table of %d: at most %d sets overflowed, over 64 seeds", tc.net, tc.size, worst)
-		if worst > tc.allowed {
-			t.Errorf("%s in a table of %d: %d sets overflowed for one seed, want at most %d", tc.net, tc.size, worst, tc.allowed)
-		}
+		assert.LessOrEqual(t, worst, tc.allowed, "%s in a table of %d: %d sets overflowed for one seed, want at most %d", tc.net, tc.size, worst, tc.allowed)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 )
@@ -24,9 +27,7 @@ const tableSize = 1 << 15
 func tableMappings(t *testing.T) int {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/maps")
-	if err != nil {
-		t.Fatalf("read /proc/self/maps: %v", err)
-	}
+	require.NoError(t, err, "read /proc/self/maps")
 	n := 0
 	for _, line := range strings.Split(string(b), "\n") {
 		if !strings.Contains(line, "bpf-map") {
@@ -58,9 +59,7 @@ func TestTableMappedOnceConcurrently(t *testing.T) {
 	}
 	for range loads {
 		sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: tableSize})
-		if err != nil {
-			t.Fatalf("Load: %v", err)
-		}
+		require.NoError(t, err, "Load")
 		var start, wg sync.WaitGroup
 		start.Add(1)
 		for i := range 8 {
@@ -74,23 +73,18 @@ func TestTableMappedOnceConcurrently(t *testing.T) {
 				} else {
 					_, err = sh.CountSources(context.Background())
 				}
-				if err != nil {
-					t.Errorf("goroutine %d: %v", i, err)
-				}
+				assert.NoError(t, err, "goroutine %d", i)
 			}()
 		}
 		start.Done()
 		wg.Wait()
-		if err := sh.Close(); err != nil {
-			t.Fatalf("Close: %v", err)
-		}
+		require.NoError(t, sh.Close(), "Close")
 	}
 	// Only the table's mappings are counted: cilium/ebpf unmaps the global
 	// data it maps (.bss) when the collection is collected, not on Close,
 	// so their count follows the garbage collector.
-	if got := tableMappings(t); got > before {
-		t.Errorf("mappings of the sources table after Close = %d, want at most %d (as before Load)", got, before)
-	}
+	got := tableMappings(t)
+	assert.LessOrEqual(t, got, before, "mappings of the sources table after Close = %d, want at most %d (as before Load)", got, before)
 }
 
 // TestCloseDuringWalk: Close may run while an API request still walks the
@@ -99,12 +93,9 @@ func TestTableMappedOnceConcurrently(t *testing.T) {
 func TestCloseDuringWalk(t *testing.T) {
 	testutil.Root(t)
 	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: shield.DefaultTableSize})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	if _, err := sh.CountSources(context.Background()); err != nil {
-		t.Fatalf("CountSources: %v", err)
-	}
+	require.NoError(t, err, "Load")
+	_, err = sh.CountSources(context.Background())
+	require.NoError(t, err, "CountSources")
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)
@@ -120,8 +111,6 @@ func TestCloseDuringWalk(t *testing.T) {
 	for range 3 {
 		runtime.Gosched()
 	}
-	if err := sh.Close(); err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	require.NoError(t, sh.Close(), "Close")
 	wg.Wait()
 }

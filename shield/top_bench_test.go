@@ -13,6 +13,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
@@ -34,31 +36,22 @@ import (
 func BenchmarkTop(b *testing.B) {
 	testutil.Root(b)
 	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	defer s.Close()
-	if err := testutil.FillSources(s.tablePut(b), ErrSetFull, 1_000_000); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, testutil.FillSources(s.tablePut(b), ErrSetFull, 1_000_000))
 	ctx := context.Background()
 	var want walkSums
-	if _, err := s.walkSources(ctx, want.add); err != nil {
-		b.Fatal(err)
-	}
+	_, err = s.walkSources(ctx, want.add)
+	require.NoError(b, err)
 	check := func(b *testing.B, name string, got walkSums) {
 		b.Helper()
-		if got != want {
-			b.Fatalf("%s saw %+v, want %+v (the chunked walk's)", name, got, want)
-		}
+		require.EqualValues(b, want, got, "%s saw %+v, want %+v (the chunked walk's)", name, got, want)
 		b.ReportMetric(float64(got.entries), "entries")
 	}
 	b.Run("batch-reference", func(b *testing.B) {
 		pinned(b, func() {
 			got, err := batchWalk(s)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			check(b, "BPF_MAP_LOOKUP_BATCH", got)
 		})
 	})
@@ -67,9 +60,7 @@ func BenchmarkTop(b *testing.B) {
 			walk := ref.load(b, s)
 			pinned(b, func() {
 				got, err := walk()
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 				check(b, ref.prog, got)
 			})
 		})
@@ -77,18 +68,15 @@ func BenchmarkTop(b *testing.B) {
 	b.Run("walk", func(b *testing.B) {
 		pinned(b, func() {
 			cnt, err := s.CountSources(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			b.ReportMetric(float64(cnt), "entries")
 		})
 	})
 	for _, top := range []int{10, MaxTop} {
 		b.Run("top-"+map[int]string{10: "10", MaxTop: "1000"}[top], func(b *testing.B) {
 			pinned(b, func() {
-				if _, _, err := s.Top(ctx, top, ByDropped); err != nil {
-					b.Fatal(err)
-				}
+				_, _, err := s.Top(ctx, top, ByDropped)
+				require.NoError(b, err)
 			})
 		})
 	}
@@ -104,9 +92,7 @@ func pinned(b *testing.B, op func()) {
 	var cpu0 unix.CPUSet
 	cpu0.Set(0)
 	runtime.LockOSThread() // not unlocked: the thread ends with the sub-benchmark
-	if err := unix.SchedSetaffinity(0, &cpu0); err != nil {
-		b.Fatalf("pin to CPU 0: %v", err)
-	}
+	require.NoError(b, unix.SchedSetaffinity(0, &cpu0), "pin to CPU 0")
 	var worst atomic.Int64
 	stop, done, ready := make(chan struct{}), make(chan struct{}), make(chan error)
 	go func() {
@@ -126,22 +112,16 @@ func pinned(b *testing.B, op func()) {
 			}
 		}
 	}()
-	if err := <-ready; err != nil {
-		b.Fatalf("pin the sleeper to CPU 0: %v", err)
-	}
+	require.NoError(b, <-ready, "pin the sleeper to CPU 0")
 	defer func() { close(stop); <-done }()
 	var r0, r1 unix.Rusage
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &r0); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, unix.Getrusage(unix.RUSAGE_THREAD, &r0))
 	ops := 0
 	for b.Loop() {
 		op()
 		ops++
 	}
-	if err := unix.Getrusage(unix.RUSAGE_THREAD, &r1); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, unix.Getrusage(unix.RUSAGE_THREAD, &r1))
 	cpu := r1.Utime.Nano() + r1.Stime.Nano() - r0.Utime.Nano() - r0.Stime.Nano()
 	b.ReportMetric(float64(cpu)/1e6/float64(ops), "cpu-ms/op")
 	b.ReportMetric(float64(worst.Load())/1e6, "wait-ms")
@@ -243,9 +223,7 @@ func loadWalkIter(tb testing.TB, s *Shield, handOver bool) func() (walkSums, err
 	loadWalk(tb, s, map[string]any{bpf.WalkVarHandOver: hand}, &objs)
 	tb.Cleanup(func() { objs.Prog.Close() })
 	it, err := link.AttachIter(link.IterOptions{Program: objs.Prog, Map: s.objs.Sources})
-	if err != nil {
-		tb.Fatalf("attach walk_iter to the sources table: %v", err)
-	}
+	require.NoError(tb, err, "attach walk_iter to the sources table")
 	tb.Cleanup(func() { it.Close() })
 	buf := make([]byte, 1<<20)
 	return func() (walkSums, error) {
@@ -265,14 +243,10 @@ func loadWalkIter(tb testing.TB, s *Shield, handOver bool) func() (walkSums, err
 func loadWalk(tb testing.TB, s *Shield, vars map[string]any, objs any) {
 	tb.Helper()
 	spec, err := bpf.LoadWalk()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	spec.Maps[bpf.WalkMapSources].MaxEntries = s.objs.Sources.MaxEntries()
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{bpf.WalkMapSources: s.objs.Sources}}
-	if err := bpf.Load(spec, vars, objs, opts); err != nil {
-		tb.Fatalf("load bpf/walk.c: %v", err)
-	}
+	require.NoError(tb, bpf.Load(spec, vars, objs, opts), "load bpf/walk.c")
 }
 
 // readWalkIter reads one walk of it: whole struct walk_rec records. A read
@@ -317,30 +291,19 @@ func readWalkIter(it *link.Iter, buf []byte) (walkSums, error) {
 func TestWalkReferences(t *testing.T) {
 	testutil.Root(t)
 	s, err := Load(Options{TableSize: 1 << 14, Clock: ClockVirtual})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer s.Close()
 	const n = 10_000
-	if err := testutil.FillSources(s.tablePut(t), ErrSetFull, n); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, testutil.FillSources(s.tablePut(t), ErrSetFull, n))
 	var want walkSums
-	if _, err := s.walkSources(context.Background(), want.add); err != nil {
-		t.Fatal(err)
-	}
-	if want.entries != n {
-		t.Fatalf("walkSources saw %d entries, want %d", want.entries, n)
-	}
+	_, err = s.walkSources(context.Background(), want.add)
+	require.NoError(t, err)
+	require.EqualValues(t, n, want.entries, "walkSources saw %d entries, want %d", want.entries, n)
 	for _, ref := range walkRefs {
 		t.Run(ref.name, func(t *testing.T) {
 			got, err := ref.load(t, s)()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got != want {
-				t.Errorf("%s saw %+v, want %+v (the chunked walk's)", ref.prog, got, want)
-			}
+			require.NoError(t, err)
+			assert.EqualValues(t, want, got, "%s saw %+v, want %+v (the chunked walk's)", ref.prog, got, want)
 		})
 	}
 }
@@ -348,8 +311,6 @@ func TestWalkReferences(t *testing.T) {
 // tablePut is Table.Put on s's own table (FillSources).
 func (s *Shield) tablePut(tb testing.TB) func(bpf.ShieldSrcKey, bpf.ShieldSource) error {
 	tab, err := s.Table()
-	if err != nil {
-		tb.Fatal(err)
-	}
+	require.NoError(tb, err)
 	return tab.Put
 }

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
@@ -21,9 +24,7 @@ func TestTopFromProgram(t *testing.T) {
 	// 300 sources overflow some set in about 1.4% of seeds.
 	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1 << 16,
 		Limits: shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1, AdmissionBurst: sources}})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	defer sh.Close()
 	drops := func(i int) int { return (i * 37) % 101 } // distinct for i < 101, repeats after
 	addr := func(i int) string {
@@ -35,34 +36,24 @@ func TestTopFromProgram(t *testing.T) {
 	for i := range sources {
 		frame := sim.From(addr(i), sim.UDP).Bytes()
 		for range burst + drops(i) {
-			if _, err := sim.Run(sh.Program(), frame); err != nil {
-				t.Fatalf("run: %v", err)
-			}
+			_, err := sim.Run(sh.Program(), frame)
+			require.NoError(t, err, "run")
 		}
 	}
 	n, err := sh.CountSources(context.Background())
-	if err != nil || n != sources {
-		t.Fatalf("CountSources() = %d, %v; want %d", n, err, sources)
-	}
+	require.NoError(t, err, "CountSources()")
+	require.Equal(t, sources, n, "CountSources() = %d; want %d", n, sources)
 	top, st, err := sh.Top(context.Background(), 10, shield.ByDropped)
-	if err != nil {
-		t.Fatalf("Top: %v", err)
-	}
-	if st.Scanned != sources {
-		t.Errorf("Top scanned %d, want %d", st.Scanned, sources)
-	}
+	require.NoError(t, err, "Top")
+	assert.EqualValues(t, sources, st.Scanned, "Top scanned %d, want %d", st.Scanned, sources)
 	// drops(i) = 100 for the i with 37i = 100 mod 101, and so on down; among
 	// equal counts the lower address comes first.
 	want := 100
 	for k, s := range top {
-		if s.Dropped != uint64(want) && !(k > 0 && s.Dropped == top[k-1].Dropped) {
-			t.Fatalf("Top[%d] = %+v, want %d dropped", k, s, want)
-		}
-		if s.Passed != burst || !s.Limited {
-			t.Errorf("Top[%d] = %+v, want %d passed and limited", k, s, burst)
-		}
-		if k > 0 && s.Dropped == top[k-1].Dropped && s.Addr.Less(top[k-1].Addr) {
-			t.Errorf("Top[%d] %s listed after %s with the same count", k, s.Addr, top[k-1].Addr)
+		require.False(t, s.Dropped != uint64(want) && !(k > 0 && s.Dropped == top[k-1].Dropped), "Top[%d] = %+v, want %d dropped", k, s, want)
+		assert.False(t, s.Passed != burst || !s.Limited, "Top[%d] = %+v, want %d passed and limited", k, s, burst)
+		if k > 0 {
+			assert.False(t, s.Dropped == top[k-1].Dropped && s.Addr.Less(top[k-1].Addr), "Top[%d] %s listed after %s with the same count", k, s.Addr, top[k-1].Addr)
 		}
 		if k+1 < len(top) && top[k+1].Dropped != s.Dropped {
 			want--
@@ -70,37 +61,27 @@ func TestTopFromProgram(t *testing.T) {
 	}
 	// The sources with zero drops never show up by dropped, all do by passed.
 	all, _, err := sh.Top(context.Background(), shield.MaxTop, shield.ByDropped)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	zero := 0
 	for i := range sources {
 		if drops(i) == 0 {
 			zero++
 		}
 	}
-	if len(all) != sources-zero {
-		t.Errorf("Top(MaxTop, dropped) has %d sources, want %d", len(all), sources-zero)
-	}
+	assert.EqualValues(t, sources-zero, len(all), "Top(MaxTop, dropped) has %d sources, want %d", len(all), sources-zero)
 	for _, s := range all {
-		if s.Dropped == 0 {
-			t.Errorf("Top by dropped lists %s with no drops", s.Addr)
-		}
+		assert.NotZero(t, s.Dropped, "Top by dropped lists %s with no drops", s.Addr)
 	}
 	byPassed, _, err := sh.Top(context.Background(), shield.MaxTop, shield.ByPassed)
-	if err != nil || len(byPassed) != sources {
-		t.Fatalf("Top(MaxTop, passed) = %d sources, %v; want %d", len(byPassed), err, sources)
-	}
+	require.NoError(t, err, "Top(MaxTop, passed)")
+	require.Len(t, byPassed, sources, "Top(MaxTop, passed) = %d sources; want %d", len(byPassed), sources)
 	// Equal passed counts rank by total packets: the order by dropped.
 	for k := range all {
-		if byPassed[k] != all[k] {
-			t.Fatalf("Top by passed [%d] = %+v, want %+v", k, byPassed[k], all[k])
-		}
+		require.EqualValues(t, all[k], byPassed[k], "Top by passed [%d] = %+v, want %+v", k, byPassed[k], all[k])
 	}
 	for _, bad := range []int{0, -1, shield.MaxTop + 1} {
-		if _, _, err := sh.Top(context.Background(), bad, shield.ByDropped); err == nil {
-			t.Errorf("Top(%d) succeeded, want an error", bad)
-		}
+		_, _, err := sh.Top(context.Background(), bad, shield.ByDropped)
+		assert.Error(t, err, "Top(%d) succeeded, want an error", bad)
 	}
 }
 
@@ -112,23 +93,18 @@ func TestTopOrders(t *testing.T) {
 	testutil.Root(t)
 	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1024,
 		Limits: shield.Limits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 10}})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	defer sh.Close()
 	send := func(addr string, n int) {
 		t.Helper()
 		frame := sim.From(addr, sim.UDP).Bytes()
 		for range n {
-			if _, err := sim.Run(sh.Program(), frame); err != nil {
-				t.Fatalf("run: %v", err)
-			}
+			_, err := sim.Run(sh.Program(), frame)
+			require.NoError(t, err, "run")
 		}
 	}
 	send("198.18.0.1", 6) // 5 passed, 1 dropped
-	if err := sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}))
 	send("198.18.0.2", 5) // 2 passed, 3 dropped
 	for _, tc := range []struct {
 		by   shield.TopOrder
@@ -138,15 +114,11 @@ func TestTopOrders(t *testing.T) {
 		{shield.ByPassed, []string{"198.18.0.1", "198.18.0.2"}},
 	} {
 		top, _, err := sh.Top(context.Background(), 2, tc.by)
-		if err != nil {
-			t.Fatalf("Top(2, %v): %v", tc.by, err)
-		}
+		require.NoError(t, err, "Top(2, %v)", tc.by)
 		var got []string
 		for _, s := range top {
 			got = append(got, s.Addr.String())
 		}
-		if strings.Join(got, " ") != strings.Join(tc.want, " ") {
-			t.Errorf("Top(2, %v) = %v, want %v", tc.by, got, tc.want)
-		}
+		assert.EqualValues(t, strings.Join(tc.want, " "), strings.Join(got, " "), "Top(2, %v) = %v, want %v", tc.by, got, tc.want)
 	}
 }

@@ -19,10 +19,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	svc "github.com/xdpshield/xdpshield/service"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 )
 
@@ -71,9 +72,9 @@ func TestBrowser(t *testing.T) {
 	require.NoError(t, a.AddAddr("wba", "198.18.200.1/24"))
 	require.NoError(t, b.AddAddr("wbb", "198.18.200.2/24"))
 	root := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-workbench-%d", os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(root))
+	require.NoError(t, pinfs.EnsureBPFFS(root))
 	t.Cleanup(func() {
-		a.Do(func() error { return shield.Detach(root, "wba") })
+		a.Do(func() error { return pin.Detach(root, "wba") })
 		os.RemoveAll(root)
 	})
 	cfg := svc.Config{Iface: "wba", PinRoot: root, TableSize: 4096,

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // Capability numbers (linux/capability.h).
@@ -74,7 +74,7 @@ func checkCaps(pinRoot, iface string) error {
 	}
 	eff := st.CapEff
 	adopting := false
-	if dir, err := shield.PinDir(pinRoot, iface); err == nil {
+	if dir, err := pin.PinDir(pinRoot, iface); err == nil {
 		_, err := os.Stat(filepath.Join(dir, "link"))
 		adopting = err == nil
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -110,7 +111,7 @@ func (d *duration) UnmarshalText(b []byte) error {
 func defaultConfig() config {
 	var c config
 	c.Mode = "auto"
-	c.PinRoot = shield.DefaultPinRoot
+	c.PinRoot = pin.DefaultPinRoot
 	c.TableSize = shield.DefaultTableSize
 	c.Clock = "jiffies"
 	c.API.Listen = api.DefaultListen
@@ -186,7 +187,7 @@ func negatives(prefix string, m map[string]any) []string {
 
 // settings is a validated configuration, in the types the service uses.
 type settings struct {
-	mode   shield.Mode
+	mode   pin.Mode
 	clock  shield.Clock
 	limits shield.Limits
 	allow  []netip.Prefix
@@ -206,7 +207,7 @@ func (c *config) validate() (settings, error) {
 		errs = append(errs, errors.New("iface: an interface is required (-iface or iface =)"))
 	}
 	var err error
-	if s.mode, err = shield.ParseMode(c.Mode); err != nil {
+	if s.mode, err = pin.ParseMode(c.Mode); err != nil {
 		errs = append(errs, fmt.Errorf("mode: %w", err))
 	}
 	var ok bool

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // The documented example must stay a valid, complete configuration: every
@@ -227,7 +228,7 @@ func TestTokenFileFIFODoesNotBlock(t *testing.T) {
 func TestLaneConfigReadsBack(t *testing.T) {
 	want := e2e.StormServiceConfig(e2e.ShortConfig(), "0123456789abcdef0123456789abcdef")
 	want.Clock = shield.ClockKtime
-	want.Mode = shield.ModeGeneric
+	want.Mode = pin.ModeGeneric
 	want.Limits.Unprotected = shield.ClassLimits{Rate: 4321, Burst: 8642, AdmissionRate: 99, AdmissionBurst: 77}
 	want.Limits.KeyPrefix6 = 56
 	want.Limits.DryRun = true

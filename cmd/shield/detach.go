@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/xdpshield/xdpshield/lb"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 func init() {
@@ -17,12 +17,12 @@ func init() {
 }
 
 // lbPins are the balancer's pin subdirectories, removed by detach.
-var lbPins = []shield.Companion{{Name: lb.PinSubdir, Remove: lb.RemovePins}, {Name: lb.StagingSubdir, Remove: lb.RemovePins}}
+var lbPins = []pin.Companion{{Name: lb.PinSubdir, Remove: lb.RemovePins}, {Name: lb.StagingSubdir, Remove: lb.RemovePins}}
 
 func runDetach(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("detach", flag.ContinueOnError)
 	iface := fs.String("iface", "", "interface to unprotect")
-	pinRoot := fs.String("pin-root", shield.DefaultPinRoot, "bpffs directory of the pins")
+	pinRoot := fs.String("pin-root", pin.DefaultPinRoot, "bpffs directory of the pins")
 	lbOnly := fs.Bool("lb-only", false, "remove only the socket balancer's pins (lb/), keeping the shield attached")
 	if err := parseFlags(fs, args); err != nil {
 		return helpOK(err)
@@ -30,17 +30,17 @@ func runDetach(ctx context.Context, args []string) error {
 	if *iface == "" {
 		return usagef("detach: -iface is required")
 	}
-	detach, what := shield.Detach, "detached; program and pins removed"
+	detach, what := pin.Detach, "detached; program and pins removed"
 	if *lbOnly {
-		detach, what = shield.DetachCompanions, "balancer detached; its pins removed, the shield stays"
+		detach, what = pin.DetachCompanions, "balancer detached; its pins removed, the shield stays"
 	}
 	if err := detach(*pinRoot, *iface, lbPins...); err != nil {
-		if errors.Is(err, shield.ErrLocked) {
+		if errors.Is(err, pin.ErrLocked) {
 			return fmt.Errorf("shield serve is running on %s; stop it first: %w", *iface, err)
 		}
 		return err
 	}
-	dir, _ := shield.PinDir(*pinRoot, *iface)
+	dir, _ := pin.PinDir(*pinRoot, *iface)
 	slog.New(slog.NewTextHandler(os.Stderr, nil)).Info(what,
 		keyIface, *iface, keyPinDir, dir)
 	return nil

@@ -29,9 +29,11 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // Tests named after the findings of issue 10 ("the service under attack and
@@ -97,7 +99,7 @@ func TestFailedAttachLeavesNoOrphanPins(t *testing.T) {
 	l := newLab(t, "orphan")
 	l.serve(t)
 	other := l.pinRoot + "-other"
-	if err := shield.EnsureBPFFS(other); err != nil {
+	if err := pinfs.EnsureBPFFS(other); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(other) })
@@ -456,7 +458,7 @@ func TestServeRefusesLoopback(t *testing.T) {
 	if ok, _ := xdpAttachedOn(t, l, "lo"); ok {
 		t.Error("XDP attached to lo")
 	}
-	l.edge.Do(func() error { return shield.Detach(l.pinRoot, "lo") })
+	l.edge.Do(func() error { return pin.Detach(l.pinRoot, "lo") })
 }
 
 // TestServeRefusesLinkOfRenamedInterface (issue 10, finding 1, within one

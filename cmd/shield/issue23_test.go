@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // Tests named after issue 23's findings 5, 6 and 9, each reproducing the
@@ -162,7 +163,7 @@ func TestPinRootOfAnotherUserRefused(t *testing.T) {
 	}
 	ok, _ := xdpAttached(t, l)
 	assert.False(t, ok, "XDP attached with a pin root of nobody's")
-	l.edge.Do(func() error { return shield.Detach(root, "va") })
+	l.edge.Do(func() error { return pin.Detach(root, "va") })
 }
 
 // TestDetachDoesNotFollowSymlink (finding 6): a symlink in the pin root
@@ -259,7 +260,7 @@ func deadNamespaceTry(t *testing.T, role string) *lab {
 		return nil
 	}
 	t.Cleanup(func() {
-		b.edge.Do(func() error { return shield.Detach(b.pinRoot, "va", lbPins...) })
+		b.edge.Do(func() error { return pin.Detach(b.pinRoot, "va", lbPins...) })
 		b.edge.Close()
 	})
 	require.NoError(t, topo.Veth(b.edge, "va", b.storm, "vb"))

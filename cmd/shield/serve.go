@@ -17,6 +17,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // Log attribute keys of the command's own logs (the service logs its
@@ -49,7 +50,7 @@ func runServe(ctx context.Context, args []string) error {
 	mode := fs.String("mode", "", "XDP mode: auto (native, else generic), native or generic")
 	listen := fs.String("listen", "", "API address (default "+api.DefaultListen+")")
 	tokenFile := fs.String("token-file", "", "file holding the operator token (mode 0600); without one the API is read-only")
-	pinRoot := fs.String("pin-root", "", "bpffs directory for pins, one subdirectory per interface (default "+shield.DefaultPinRoot+")")
+	pinRoot := fs.String("pin-root", "", "bpffs directory for pins, one subdirectory per interface (default "+pin.DefaultPinRoot+")")
 	tableSize := fs.Uint("table-size", 0, fmt.Sprintf("capacity of the per-source table, a power of two (default %d)", shield.DefaultTableSize))
 	logFormat := fs.String("log-format", "", "text or json (default text)")
 	tlsCert := fs.String("tls-cert", "", "PEM certificate: the API speaks HTTPS (with -tls-key)")

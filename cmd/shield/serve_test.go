@@ -22,9 +22,11 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // envAsMain makes the test binary run main() instead of the tests: the
@@ -102,12 +104,12 @@ func newLab(t *testing.T, role string) *lab {
 		}
 	}
 	l.pinRoot = filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", role, os.Getpid()))
-	if err := shield.EnsureBPFFS(l.pinRoot); err != nil {
+	if err := pinfs.EnsureBPFFS(l.pinRoot); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		// Pins left by a failed test: detach first so no link stays.
-		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va", lbPins...) })
+		l.edge.Do(func() error { return pin.Detach(l.pinRoot, "va", lbPins...) })
 		os.RemoveAll(l.pinRoot)
 	})
 	l.tokenFile = filepath.Join(t.TempDir(), "token")
@@ -141,7 +143,7 @@ func (l *lab) pinDir(t *testing.T) string {
 	var dir string
 	if err := l.edge.Do(func() error {
 		var err error
-		dir, err = shield.PinDir(l.pinRoot, "va")
+		dir, err = pin.PinDir(l.pinRoot, "va")
 		return err
 	}); err != nil {
 		t.Fatal(err)

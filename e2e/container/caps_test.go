@@ -15,9 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // ModernCaps is the set for engines and kernels that know CAP_BPF (5.8+,
@@ -49,16 +50,16 @@ func TestModernCapabilities(t *testing.T) {
 	require.NoError(t, topo.Veth(ns, e2e.EdgeDev, ns, "peer0"))
 	RemoveStalePinRoots()
 	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", CapsPinPrefix, os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(pinRoot))
+	require.NoError(t, pinfs.EnsureBPFFS(pinRoot))
 	defer os.RemoveAll(pinRoot)
 	detach := func() {
 		t.Helper()
 		dir := ""
-		ns.Do(func() error { dir, _ = shield.PinDir(pinRoot, e2e.EdgeDev); return nil })
+		ns.Do(func() error { dir, _ = pin.PinDir(pinRoot, e2e.EdgeDev); return nil })
 		if _, err := os.Stat(dir); err != nil {
 			return
 		}
-		require.NoError(t, ns.Do(func() error { return shield.Detach(pinRoot, e2e.EdgeDev) }), "detach")
+		require.NoError(t, ns.Do(func() error { return pin.Detach(pinRoot, e2e.EdgeDev) }), "detach")
 	}
 	defer detach()
 

@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // Image targets of the Dockerfile.
@@ -286,7 +287,7 @@ func (l *Lane) StartShield(top *e2e.Topology, cfg service.Config) (e2e.ShieldSid
 	}
 	if err := top.Edge.Do(func() error {
 		var err error
-		l.pinDir, err = shield.PinDir(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev)
+		l.pinDir, err = pin.PinDir(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev)
 		return err
 	}); err != nil {
 		return nil, err
@@ -306,7 +307,7 @@ func (l *Lane) Detach() error {
 	if err := l.stopShield(); err != nil {
 		return err
 	}
-	return l.top.Edge.Do(func() error { return shield.Detach(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev) })
+	return l.top.Edge.Do(func() error { return pin.Detach(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev) })
 }
 
 func (l *Lane) stopShield() error {
@@ -337,7 +338,7 @@ func (l *Lane) Close() error {
 		errs = append(errs, l.maps.Close())
 	}
 	if _, err := os.Stat(l.pinDir); l.top != nil && l.pinDir != "" && err == nil {
-		errs = append(errs, l.top.Edge.Do(func() error { return shield.Detach(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev) }))
+		errs = append(errs, l.top.Edge.Do(func() error { return pin.Detach(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev) }))
 	}
 	return errors.Join(errs...)
 }

@@ -20,9 +20,10 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
 // TestContainerLane starts its own Docker daemon, builds the three images
@@ -75,7 +76,7 @@ func TestContainerLane(t *testing.T) {
 
 	RemoveStalePinRoots()
 	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", LanePinPrefix, os.Getpid()))
-	require.NoError(t, shield.EnsureBPFFS(pinRoot), "pin root")
+	require.NoError(t, pinfs.EnsureBPFFS(pinRoot), "pin root")
 	t.Cleanup(func() {
 		assert.NoError(t, os.RemoveAll(pinRoot), "remove pin root")
 	})
@@ -105,7 +106,7 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	cfg := e2e.StormServiceConfig(e2e.ShortConfig(), "0123456789abcdef0123456789abcdef")
 	require.NoError(t, os.WriteFile(filepath.Join(conf, "shield.toml"), []byte(ShieldConfig(cfg)), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(conf, "token"), []byte(cfg.API.Token+"\n"), 0o600))
-	defer ns.Do(func() error { return shield.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) })
+	defer ns.Do(func() error { return pin.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) })
 
 	// run starts a shield container with caps and returns its exit code
 	// once it said it serves (serving: it is then stopped) or failed.
@@ -141,7 +142,7 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	// (pins removed) a fresh start.
 	for _, state := range []string{"adopting", "fresh"} {
 		if state == "fresh" {
-			require.NoError(t, ns.Do(func() error { return shield.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) }))
+			require.NoError(t, ns.Do(func() error { return pin.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) }))
 		}
 		for _, miss := range ShieldCaps {
 			rest := slices.DeleteFunc(slices.Clone(ShieldCaps), func(c string) bool { return c == miss })

@@ -1,6 +1,9 @@
 // Package pinfs holds what the shield and the balancer both do to their pin
-// directories on bpffs: tell bpffs from another filesystem, and remove only
-// the pins a package owns. It touches nothing but the paths it is given.
+// directories on bpffs: tell bpffs from another filesystem, make sure a
+// pin root is on one (EnsureBPFFS), and remove only the pins a package
+// owns. It touches nothing but the paths it is given, except that
+// EnsureBPFFS mounts a bpffs on /sys/fs/bpf when nothing is mounted there
+// (and never in a private mount namespace, where it would vanish).
 package pinfs
 
 import (

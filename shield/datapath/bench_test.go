@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -189,7 +190,7 @@ func drain(tb testing.TB, s *shield.Shield, f []byte) {
 			return
 		}
 	}
-	tb.Fatal("drain: still passing after 1000 packets")
+	require.FailNow(tb, "drain: still passing after 1000 packets")
 }
 
 // drainAdmission admits fresh strangers (never the benchmark's source) until
@@ -205,7 +206,7 @@ func drainAdmission(tb testing.TB, s *shield.Shield) {
 			return
 		}
 	}
-	tb.Fatal("drain admission: still admitting after 1000 strangers")
+	require.FailNow(tb, "drain admission: still admitting after 1000 strangers")
 }
 
 // measure runs frame n times through prog, in chunks, and returns the
@@ -280,9 +281,7 @@ func BenchmarkShield(b *testing.B) {
 				v = shield.Drop
 			}
 			share := 100 * d.Share(v, reason)
-			if share < 99 {
-				b.Errorf("%s: only %.2f%% of %d packets took the path (%s/%s): %v", p.name, share, d.Total(), v, reason, CounterMap(d))
-			}
+			assert.False(b, share < 99, "%s: only %.2f%% of %d packets took the path (%s/%s): %v", p.name, share, d.Total(), v, reason, CounterMap(d))
 			b.ReportMetric(ns, "ns/pkt")
 			b.ReportMetric(ns/refNs, "x-ref")
 			b.ReportMetric(share, "on-path-%")

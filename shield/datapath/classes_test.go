@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/google/gopacket/layers"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
@@ -117,9 +118,7 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := load(t, 4096, def)
 			if tc.ephemeral != (shield.PortRange{}) {
-				if err := s.SetEphemeral(tc.ephemeral); err != nil {
-					t.Fatalf("SetEphemeral(%s): %v", tc.ephemeral, err)
-				}
+				require.NoError(t, s.SetEphemeral(tc.ephemeral), "SetEphemeral(%s)", tc.ephemeral)
 			}
 			f := tc.f
 			f.Dst = netipAddr("198.18.255.254")

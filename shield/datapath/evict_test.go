@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
@@ -123,10 +124,8 @@ func TestFloodEvictsBySet(t *testing.T) {
 		expect := 1 - poissonCDF(3, float64(kind.every)*float64(gap)/float64(time.Second)*perSec*4/table)
 		t.Logf("%s: replaced in %d of %d periods (%.3f; 4 insertions into its set: %.3f; global LRU: %.0f)",
 			kind.name, lost, periods, share, expect, kind.lruLoss)
-		if share < kind.lo || share > kind.hi {
-			t.Errorf("%s: known sources replaced in %.3f of their periods (%d of %d), want [%.2f, %.2f]",
-				kind.name, share, lost, periods, kind.lo, kind.hi)
-		}
+		assert.False(t, share < kind.lo || share > kind.hi, "%s: known sources replaced in %.3f of their periods (%d of %d), want [%.2f, %.2f]",
+			kind.name, share, lost, periods, kind.lo, kind.hi)
 	}
 }
 

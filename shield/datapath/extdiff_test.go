@@ -13,6 +13,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
@@ -295,9 +296,7 @@ func TestExtensionChainsDifferential(t *testing.T) {
 				want := reference(frame)
 				got := judge(t, s, frame)
 				runs++
-				if got != want {
-					t.Errorf("chain %v, upper %s %v, %d of %d bytes: shield %s, gopacket %s (%x)", kinds(c), u.L4, u.Seg, n, len(b), got, want, frame)
-				}
+				assert.EqualValues(t, want, got, "chain %v, upper %s %v, %d of %d bytes: shield %s, gopacket %s (%x)", kinds(c), u.L4, u.Seg, n, len(b), got, want, frame)
 			}
 		}
 	}
@@ -343,7 +342,7 @@ func TestExtensionCapturesDifferential(t *testing.T) {
 				case layers.LinkTypeIPv6, layers.LinkTypeRaw:
 					frame = sim.Raw(layers.EthernetTypeIPv6, data)
 				default:
-					t.Fatalf("link type %v", r.LinkType())
+					require.FailNow(t, fmt.Sprintf("link type %v", r.LinkType()))
 				}
 				if len(frame) < 14+40 || binary.BigEndian.Uint16(frame[12:]) != uint16(layers.EthernetTypeIPv6) || frame[14]>>4 != 6 {
 					continue // not an IPv6 frame the shield parses
@@ -351,9 +350,7 @@ func TestExtensionCapturesDifferential(t *testing.T) {
 				want := reference(frame)
 				got := judge(t, s, frame)
 				runs++
-				if got != want {
-					t.Errorf("frame %d: shield %s, gopacket %s (%x)", i, got, want, frame)
-				}
+				assert.EqualValues(t, want, got, "frame %d: shield %s, gopacket %s (%x)", i, got, want, frame)
 			}
 			require.NotZero(t, runs, "no IPv6 frame in the capture")
 		})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -126,9 +127,7 @@ func BenchmarkForgedFlood(b *testing.B) {
 				on += x
 			}
 			share := 100 * float64(on) / float64(d.Total())
-			if !(share >= 99) || d.Total() < uint64(b.N) {
-				b.Errorf("only %.2f%% of %d packets (of %d sent) took the admission-drop path: %v", share, d.Total(), b.N, CounterMap(d))
-			}
+			assert.False(b, !(share >= 99) || d.Total() < uint64(b.N), "only %.2f%% of %d packets (of %d sent) took the admission-drop path: %v", share, d.Total(), b.N, CounterMap(d))
 			b.ReportMetric(ns-wNs+refNs, "ns/pkt")
 			b.ReportMetric(wNs-refNs, "forger-ns")
 			b.ReportMetric((ns-wNs+refNs)/refNs, "x-ref")

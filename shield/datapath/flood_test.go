@@ -89,9 +89,8 @@ func TestForgedFlood(t *testing.T) {
 	sim.Scenario{Name: t.Name() + "/flood", Target: target, Steps: steps}.Run(t)
 	after, err := target.Counters()
 	require.NoError(t, err)
-	if d := sim.DiffCounts(counts, sim.Delta(before, after)); d != "" {
-		t.Errorf("counters over the flood differ (-want +got):\n%s", d)
-	}
+	d := sim.DiffCounts(counts, sim.Delta(before, after))
+	assert.Empty(t, d, "counters over the flood differ (-want +got):\n%s", d)
 
 	allowed := l.AdmissionBurst + uint64(span)*l.AdmissionRate/uint64(sec)
 	assert.LessOrEqual(t, admitted, allowed, "strangers admitted during the flood")

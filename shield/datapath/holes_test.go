@@ -155,9 +155,7 @@ func TestIPv6KeyedByPrefix(t *testing.T) {
 func TestProtectedDestinations(t *testing.T) {
 	dst := func(s string) shield.Destination {
 		d, err := shield.ParseDestination(s)
-		if err != nil {
-			t.Fatalf("ParseDestination(%q): %v", s, err)
-		}
+		require.NoError(t, err, "ParseDestination(%q)", s)
 		return d
 	}
 	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 3,

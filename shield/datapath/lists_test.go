@@ -111,9 +111,7 @@ func TestListsModel(t *testing.T) {
 		}
 		res := sim.Scenario{Name: fmt.Sprintf("%s/op-%d", t.Name(), op), Target: Target(s), Steps: steps}.Run(t)
 		checks += res.Steps
-		if t.Failed() {
-			t.Fatalf("after op %d: allow %v, deny %v", op, keys(lists[shield.AllowList]), keys(lists[shield.DenyList]))
-		}
+		require.False(t, t.Failed(), "after op %d: allow %v, deny %v", op, keys(lists[shield.AllowList]), keys(lists[shield.DenyList]))
 	}
 	t.Logf("%d verdicts checked against the model", checks)
 }

@@ -263,7 +263,7 @@ func runTimed(t *testing.T, s *shield.Shield, f []byte, max int) (passed int, la
 		}
 		passed++
 	}
-	t.Fatalf("still passing after %d packets", max)
+	require.FailNow(t, fmt.Sprintf("still passing after %d packets", max))
 	return
 }
 

@@ -1,10 +1,12 @@
-package shield
+package pinfs
 
 import (
 	"errors"
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // TestPrivateMountNS (issue 25, finding 5): the `ip netns exec` guard
@@ -39,18 +41,16 @@ func TestPrivateMountNS(t *testing.T) {
 				return "", denied
 			}
 			got, err := privateMountNS(read, parent)
-			if got != tc.private || (err != nil) != tc.wantErr {
-				t.Errorf("privateMountNS = %v, %v; want %v, error %v", got, err, tc.private, tc.wantErr)
-			}
+			assert.Equal(t, tc.private, got, "privateMountNS = %v, %v; want %v, error %v", got, err, tc.private, tc.wantErr)
+			assert.Equal(t, tc.wantErr, err != nil, "privateMountNS = %v, %v; want %v, error %v", got, err, tc.private, tc.wantErr)
 		})
 	}
 	// And this process's own answer, from /proc: where init's namespace
 	// cannot be read (this sandbox: pid 1 is not ptrace-readable), an
 	// error; else none.
 	_, refErr := mountNS("1")
-	if _, err := privateMountNS(mountNS, os.Getppid()); (err != nil) != (refErr != nil) {
-		t.Errorf("privateMountNS(mountNS) here = %v, with init's namespace read as %v: want an error exactly when it cannot be read", err, refErr)
-	} else {
-		t.Logf("here: init's mount namespace read: %v; privateMountNS error: %v", refErr, err)
-	}
+	_, err := privateMountNS(mountNS, os.Getppid())
+	assert.Equal(t, refErr != nil, err != nil,
+		"privateMountNS(mountNS) here = %v, with init's namespace read as %v: want an error exactly when it cannot be read", err, refErr)
+	t.Logf("here: init's mount namespace read: %v; privateMountNS error: %v", refErr, err)
 }
