@@ -17,6 +17,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // newLBEnv is newEnv with a loaded (unattached) balancer holding one
@@ -30,10 +31,10 @@ func newLBEnv(t *testing.T) (*env, *lb.LB) {
 	}
 	t.Cleanup(func() { l.Close() })
 	e := newEnv(t, api.Options{LB: l})
-	err = l.AddService(lb.Service{
-		ServiceKey: lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP},
-		Mode:       lb.Maglev,
-		Backends:   []lb.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}, {Addr: netip.MustParseAddrPort("198.18.2.2:8080")}},
+	err = l.AddService(lbconf.Service{
+		ServiceKey: lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP},
+		Mode:       lbconf.Maglev,
+		Backends:   []lbconf.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}, {Addr: netip.MustParseAddrPort("198.18.2.2:8080")}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestLBAPI(t *testing.T) {
 		{"DELETE", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.1:8080","198.18.2.2:8080"]}`, "zero backends"},
 		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.9:8080"]}`, "no backend 198.18.2.9:8080"},
 		// Issue 25, finding 4: more backends than the table tells apart.
-		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["` + strings.Join(manyBackends(lb.MaxServiceBackends-1), `","`) + `"]}`,
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["` + strings.Join(manyBackends(lbconf.MaxServiceBackends-1), `","`) + `"]}`,
 			"164 backends, more than the 163"},
 		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.1:8080"],"extra":1}`, `unknown field "extra"`},
 	} {
@@ -110,7 +111,7 @@ func TestLBAPI(t *testing.T) {
 	if err != nil || len(s.Backends) != 2 {
 		t.Fatalf("remove: %+v, %v; want two backends", s, err)
 	}
-	got, _ := l.Service(lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP})
+	got, _ := l.Service(lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP})
 	if len(got.Backends) != 2 || got.Backends[0].Addr.String() != "198.18.2.2:8080" {
 		t.Errorf("balancer holds %+v after the changes, want 198.18.2.2:8080 and 198.18.2.3:8080", got.Backends)
 	}
