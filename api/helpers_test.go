@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
@@ -58,8 +59,8 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	return &env{sh: sh, dir: dir, srv: srv, log: &logs}
 }
 
-func (e *env) client() *api.Client {
-	return &api.Client{Base: e.srv.URL, Token: testToken, Operator: "tester"}
+func (e *env) client() *client.Client {
+	return &client.Client{Base: e.srv.URL, Token: testToken, Operator: "tester"}
 }
 
 // pinned opens one of the shield's pinned maps.

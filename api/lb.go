@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -324,54 +323,4 @@ func (s *Server) applyLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what 
 	}
 	cnt, _ := l.Counters()
 	writeJSON(w, code, lbService(sv, cnt.Services[k], l.Probes(k)))
-}
-
-// LBService creates ("create") or replaces ("replace") a whole service.
-func (c *Client) LBService(ctx context.Context, what string, sp LBServiceSpec) (LBService, error) {
-	method := http.MethodPost
-	switch what {
-	case "create":
-	case "replace":
-		method = http.MethodPut
-	default:
-		return LBService{}, fmt.Errorf("unknown lb service change %q (want create or replace)", what)
-	}
-	var r LBService
-	return r, c.do(ctx, method, "/v1/lb/services", sp, &r)
-}
-
-// LBDelete deletes a service.
-func (c *Client) LBDelete(ctx context.Context, service string) error {
-	var r LBService
-	return c.do(ctx, http.MethodDelete, "/v1/lb/services", LBServiceRef{Service: service}, &r)
-}
-
-// LBMode changes a service's mode.
-func (c *Client) LBMode(ctx context.Context, service, mode string) (LBService, error) {
-	var r LBService
-	return r, c.do(ctx, http.MethodPost, "/v1/lb/mode", LBServiceRef{Service: service, Mode: mode}, &r)
-}
-
-// LB reads GET /v1/lb.
-func (c *Client) LB(ctx context.Context) (LBResponse, error) {
-	var r LBResponse
-	return r, c.do(ctx, http.MethodGet, "/v1/lb", nil, &r)
-}
-
-// LBChange adds ("add"), drains ("drain") or removes ("remove") backends of
-// a service.
-func (c *Client) LBChange(ctx context.Context, what, service string, backends []string) (LBService, error) {
-	var method, path string
-	switch what {
-	case "add":
-		method, path = http.MethodPost, "/v1/lb/backends"
-	case "drain":
-		method, path = http.MethodPost, "/v1/lb/drain"
-	case "remove":
-		method, path = http.MethodDelete, "/v1/lb/backends"
-	default:
-		return LBService{}, fmt.Errorf("unknown lb change %q (want add, drain or remove)", what)
-	}
-	var r LBService
-	return r, c.do(ctx, method, path, LBChangeRequest{Service: service, Backends: backends}, &r)
 }
