@@ -1,5 +1,6 @@
 // Package api is the shield service's HTTP JSON contract, versioned under
-// /v1, and its Prometheus /metrics endpoint, plus a Go client for both.
+// /v1, and its Prometheus /metrics endpoint; the Go client of both is
+// api/client.
 //
 // A Server wraps a loaded *shield.Shield and is an http.Handler: the
 // service (service, behind `shield serve` and the storms) and tests

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/api"
 )
 
@@ -30,13 +33,9 @@ func TestUnauthorizedFloodLogsBounded(t *testing.T) {
 		req, _ := http.NewRequest("PUT", e.srv.URL+"/v1/limits", strings.NewReader("{}"))
 		req.Header.Set(api.OperatorHeader, "alice@ops\" level=ERROR msg=forged")
 		resp, err := cl.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("PUT without a token = %d, want 401", resp.StatusCode)
-		}
+		require.False(t, resp.StatusCode != http.StatusUnauthorized, "PUT without a token = %d, want 401", resp.StatusCode)
 	}
 	for range flood {
 		send()
@@ -44,21 +43,14 @@ func TestUnauthorizedFloodLogsBounded(t *testing.T) {
 	elapsed := time.Since(start)
 	lines := strings.Count(e.log.String(), "api unauthorized")
 	// The burst, one a second after it, one for rounding.
-	if max := 10 + int(elapsed.Seconds()) + 1; lines > max {
-		t.Errorf("%d unauthorized requests in %v wrote %d log lines, want at most %d", flood, elapsed, lines, max)
-	}
-	if lines == 0 {
-		t.Error("no unauthorized request was logged")
-	}
+	most := 10 + int(elapsed.Seconds()) + 1
+	assert.LessOrEqual(t, lines, most, "%d unauthorized requests in %v wrote %d log lines, want at most %d", flood, elapsed, lines, most)
+	assert.False(t, lines == 0, "no unauthorized request was logged")
 	time.Sleep(1100 * time.Millisecond)
 	send()
 	logs := e.log.String()
-	if !strings.Contains(logs, "suppressed=") {
-		t.Errorf("no line says how many unauthorized requests were not logged:\n%s", tail(logs, 3))
-	}
-	if strings.Contains(logs, "who=") || strings.Contains(logs, "level=ERROR") {
-		t.Errorf("an unauthorized request's operator header reached the log as who or as a field:\n%s", tail(logs, 3))
-	}
+	assert.Contains(t, logs, "suppressed=", "no line says how many unauthorized requests were not logged:\n%s", tail(logs, 3))
+	assert.False(t, strings.Contains(logs, "who=") || strings.Contains(logs, "level=ERROR"), "an unauthorized request's operator header reached the log as who or as a field:\n%s", tail(logs, 3))
 }
 
 func tail(s string, n int) string {

@@ -16,8 +16,10 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -39,14 +41,10 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	t.Helper()
 	testutil.Root(t)
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid()))
-	if err := pinfs.EnsureBPFFS(dir); err != nil {
-		t.Fatalf("EnsureBPFFS: %v", err)
-	}
+	require.NoError(t, pinfs.EnsureBPFFS(dir), "EnsureBPFFS")
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Clock: shield.ClockVirtual, PinPath: dir})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	t.Cleanup(func() { sh.Close() })
 	var logs bytes.Buffer
 	if opts.Token == "" {
@@ -59,17 +57,15 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	return &env{sh: sh, dir: dir, srv: srv, log: &logs}
 }
 
-func (e *env) client() *api.Client {
-	return &api.Client{Base: e.srv.URL, Token: testToken, Operator: "tester"}
+func (e *env) client() *client.Client {
+	return &client.Client{Base: e.srv.URL, Token: testToken, Operator: "tester"}
 }
 
 // pinned opens one of the shield's pinned maps.
 func (e *env) pinned(t *testing.T, name string) *ebpf.Map {
 	t.Helper()
 	m, err := ebpf.LoadPinnedMap(filepath.Join(e.dir, name), nil)
-	if err != nil {
-		t.Fatalf("open pinned %s: %v", name, err)
-	}
+	require.NoError(t, err, "open pinned %s", name)
 	t.Cleanup(func() { m.Close() })
 	return m
 }
@@ -82,16 +78,12 @@ func (e *env) do(t *testing.T, method, path, token, body string) (int, string) {
 		rd = strings.NewReader(body)
 	}
 	req, err := http.NewRequest(method, e.srv.URL+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if token != "" {
 		req.Header.Set("Authorization", token)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(t, err, "%s %s", method, path)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
@@ -114,17 +106,11 @@ func (e *env) state(t *testing.T) state {
 	t.Helper()
 	st := state{lists: map[string][]string{}}
 	outer := e.pinned(t, bpf.ShieldMapConfigMap)
-	if err := outer.Lookup(uint32(0), &st.configSlot); err != nil {
-		t.Fatalf("read config slot: %v", err)
-	}
+	require.NoError(t, outer.Lookup(uint32(0), &st.configSlot), "read config slot")
 	inner, err := ebpf.NewMapFromID(st.configSlot)
-	if err != nil {
-		t.Fatalf("open config map: %v", err)
-	}
+	require.NoError(t, err, "open config map")
 	defer inner.Close()
-	if err := inner.Lookup(uint32(0), &st.config); err != nil {
-		t.Fatalf("read config: %v", err)
-	}
+	require.NoError(t, inner.Lookup(uint32(0), &st.config), "read config")
 	for _, name := range listMaps {
 		if _, err := os.Stat(filepath.Join(e.dir, name)); err != nil {
 			continue // not in this version of the program
@@ -134,9 +120,7 @@ func (e *env) state(t *testing.T) state {
 		for it.Next(&k, &v) {
 			st.lists[name] = append(st.lists[name], fmt.Sprintf("%x=%x", k, v))
 		}
-		if err := it.Err(); err != nil {
-			t.Fatalf("walk %s: %v", name, err)
-		}
+		require.NoError(t, it.Err(), "walk %s", name)
 		slices.Sort(st.lists[name])
 	}
 	// The generation in force, as "in4" and "in6".

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -163,22 +162,4 @@ func l7Response(p *l7.Server) (L7Response, error) {
 			PathPrefix: r.PathPrefix, Source: r.Source, Header: r.Header, Value: r.Value, Denied: r.Denied})
 	}
 	return resp, nil
-}
-
-// L7 reads GET /v1/l7.
-func (c *Client) L7(ctx context.Context) (L7Response, error) {
-	var r L7Response
-	return r, c.do(ctx, http.MethodGet, "/v1/l7", nil, &r)
-}
-
-// L7Policy reads GET /v1/l7/policy: the L7 policy in force.
-func (c *Client) L7Policy(ctx context.Context) (l7.Config, error) {
-	var r l7.Config
-	return r, c.do(ctx, http.MethodGet, "/v1/l7/policy", nil, &r)
-}
-
-// SetL7Policy replaces the L7 policy (PUT /v1/l7/policy), all or nothing.
-func (c *Client) SetL7Policy(ctx context.Context, p l7.Config) (L7PolicyChange, error) {
-	var r L7PolicyChange
-	return r, c.do(ctx, http.MethodPut, "/v1/l7/policy", p, &r)
 }

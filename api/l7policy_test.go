@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -31,16 +34,12 @@ func newL7Lab(t *testing.T) *l7Lab {
 	t.Helper()
 	testutil.Root(t)
 	ns, err := topo.New("l7api")
-	if err != nil {
-		t.Fatalf("topo.New: %v", err)
-	}
+	require.NoError(t, err, "topo.New")
 	t.Cleanup(func() { ns.Close() })
 	lab := &l7Lab{ns: ns}
 	backend := func(name string) string {
 		var ln net.Listener
-		if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, ns.Do(func() (err error) { ln, err = net.Listen("tcp", "127.0.0.1:0"); return err }))
 		s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, name) })}
 		go s.Serve(ln)
 		t.Cleanup(func() { s.Close() })
@@ -51,9 +50,7 @@ func newL7Lab(t *testing.T) *l7Lab {
 		Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{lab.b1}}},
 		RBAC:   []l7.Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
 	}}
-	if err := ns.Do(func() (err error) { lab.srv, err = l7.Listen(sec, lab.dial); return err }); err != nil {
-		t.Fatalf("l7.Listen = %v", err)
-	}
+	require.NoError(t, ns.Do(func() (err error) { lab.srv, err = l7.Listen(sec, lab.dial); return err }), "l7.Listen")
 	lab.srv.Start(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { lab.srv.Close() })
 	lab.env = newEnv(t, api.Options{L7: lab.srv})
@@ -75,9 +72,7 @@ func (l *l7Lab) get(t *testing.T, path string) string {
 	t.Helper()
 	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: l.dial, DisableKeepAlives: true}}
 	resp, err := c.Get("http://127.0.0.1:8080" + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
-	}
+	require.NoError(t, err, "GET %s", path)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -93,16 +88,10 @@ func TestL7PolicyAPI(t *testing.T) {
 	oldPolicy := func(t *testing.T) {
 		t.Helper()
 		forwarded++
-		if got := l.get(t, "/x"); got != "200 b1" {
-			t.Errorf("GET /x = %q, want 200 b1 (the old policy)", got)
-		}
-		if got := l.get(t, "/admin"); got != "403 Forbidden" {
-			t.Errorf("GET /admin = %q, want 403 (the old policy)", got)
-		}
+		assert.Equal(t, "200 b1", l.get(t, "/x"), "GET /x, want 200 b1 (the old policy)")
+		assert.Equal(t, "403 Forbidden", l.get(t, "/admin"), "GET /admin, want 403 (the old policy)")
 		code, body := l.do(t, "GET", "/v1/l7/policy", "", "")
-		if code != 200 || !strings.Contains(body, `"no-admin"`) || strings.Contains(body, l.b2) {
-			t.Errorf("GET /v1/l7/policy = %d %s, want the old policy", code, body)
-		}
+		assert.False(t, code != 200 || !strings.Contains(body, `"no-admin"`) || strings.Contains(body, l.b2), "GET /v1/l7/policy = %d %s, want the old policy", code, body)
 	}
 	next := fmt.Sprintf(`{"route":[{"name":"all","path_prefix":"/","backends":[%q]}],"rbac":[{"name":"no-x","action":"deny","path_prefix":"/x"}]}`, l.b2)
 	for _, tc := range []struct {
@@ -131,9 +120,7 @@ func TestL7PolicyAPI(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, body := l.do(t, "PUT", "/v1/l7/policy", tc.token, tc.body)
-			if code != tc.code || !strings.Contains(body, tc.want) {
-				t.Errorf("PUT /v1/l7/policy = %d %s, want %d with %q", code, body, tc.code, tc.want)
-			}
+			assert.False(t, code != tc.code || !strings.Contains(body, tc.want), "PUT /v1/l7/policy = %d %s, want %d with %q", code, body, tc.code, tc.want)
 			oldPolicy(t)
 		})
 	}
@@ -142,51 +129,30 @@ func TestL7PolicyAPI(t *testing.T) {
 		Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{l.b2}}},
 		RBAC:   []l7.Rule{{Name: "no-x", Action: "deny", PathPrefix: "/x"}},
 	})
-	if err != nil {
-		t.Fatalf("SetL7Policy = %v", err)
-	}
-	if ch.Generation != 2 || ch.Old.RBAC[0].Name != "no-admin" || ch.New.Routes[0].Backends[0] != l.b2 {
-		t.Errorf("SetL7Policy = %+v, want generation 2, old and new", ch)
-	}
+	require.NoError(t, err, "SetL7Policy")
+	assert.False(t, ch.Generation != 2 || ch.Old.RBAC[0].Name != "no-admin" || ch.New.Routes[0].Backends[0] != l.b2, "SetL7Policy = %+v, want generation 2, old and new", ch)
 	for path, want := range map[string]string{"/x": "403 Forbidden", "/admin": "200 b2", "/y": "200 b2"} {
-		if got := l.get(t, path); got != want {
-			t.Errorf("after the change: GET %s = %q, want %q", path, got, want)
-		}
+		assert.Equal(t, want, l.get(t, path), "after the change: GET %s", path)
 	}
 	got, err := l.client().L7Policy(context.Background())
-	if err != nil || len(got.RBAC) != 1 || got.RBAC[0].Name != "no-x" || got.Routes[0].Backends[0] != l.b2 {
-		t.Errorf("L7Policy = %+v, %v, want the new policy", got, err)
-	}
+	assert.False(t, err != nil || len(got.RBAC) != 1 || got.RBAC[0].Name != "no-x" || got.Routes[0].Backends[0] != l.b2, "L7Policy = %+v, %v, want the new policy", got, err)
 	// GET's answer is a body PUT takes back.
 	_, body := l.do(t, "GET", "/v1/l7/policy", "", "")
-	if code, resp := l.do(t, "PUT", "/v1/l7/policy", "Bearer "+testToken, body); code != 200 {
-		t.Errorf("PUT of GET's answer = %d %s, want 200", code, resp)
-	}
+	code, resp := l.do(t, "PUT", "/v1/l7/policy", "Bearer "+testToken, body)
+	assert.Equal(t, 200, code, "PUT of GET's answer = %d %s, want 200", code, resp)
 	st, err := l.client().L7(context.Background())
 	// /admin and /y after the change were forwarded too.
-	if err != nil || st.PolicyGeneration != 3 || st.Routes[0].Slow != uint64(forwarded+2) || st.RBAC[0].Denied != 1 {
-		t.Errorf("L7() = %+v, %v, want generation 3, route all's %d forwarded kept across the changes, 1 denied by no-x", st, err, forwarded+2)
-	}
+	assert.False(t, err != nil || st.PolicyGeneration != 3 || st.Routes[0].Slow != uint64(forwarded+2) || st.RBAC[0].Denied != 1, "L7() = %+v, %v, want generation 3, route all's %d forwarded kept across the changes, 1 denied by no-x", st, err, forwarded+2)
 	m, err := l.client().Metrics(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, want := range []string{"shield_l7_policy_generation 3", `shield_l7_policy_changes_total{result="applied"} 2`,
 		`shield_l7_policy_changes_total{result="refused"} 3`, `shield_l7_denied_total{rule="no-x"} 1`} {
-		if !strings.Contains(m, want+"\n") {
-			t.Errorf("/metrics lacks %q", want)
-		}
+		assert.Contains(t, m, want+"\n", "/metrics lacks %q", want)
 	}
-	if strings.Contains(m, `rule="no-admin"`) {
-		t.Errorf("/metrics still has the removed rule no-admin")
-	}
+	assert.NotContains(t, m, `rule="no-admin"`, "/metrics still has the removed rule no-admin")
 	logs := l.log.String()
-	if !strings.Contains(logs, `msg="l7 policy changed" who=tester`) || !strings.Contains(logs, `msg="l7 policy change refused"`) ||
-		!strings.Contains(logs, `msg="api unauthorized" method=PUT path=/v1/l7/policy`) {
-		t.Errorf("logs lack the change, the refusal or the 401:\n%s", logs)
-	}
+	assert.False(t, !strings.Contains(logs, `msg="l7 policy changed" who=tester`) || !strings.Contains(logs, `msg="l7 policy change refused"`) ||
+		!strings.Contains(logs, `msg="api unauthorized" method=PUT path=/v1/l7/policy`), "logs lack the change, the refusal or the 401:\n%s", logs)
 	var js map[string]any
-	if err := json.Unmarshal([]byte(body), &js); err != nil {
-		t.Errorf("GET /v1/l7/policy is not JSON: %v", err)
-	}
+	assert.NoError(t, json.Unmarshal([]byte(body), &js), "GET /v1/l7/policy is not JSON")
 }

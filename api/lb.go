@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/health"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // Log attribute keys of the balancer's changes.
@@ -85,7 +86,7 @@ type LBServiceSpec struct {
 	SourceRanges    []string `json:"source_ranges,omitempty"`    // client prefixes; none: every client
 	AffinityTimeout string   `json:"affinity_timeout,omitempty"` // "10m"; empty: off
 	// Health, when set, probes the backends (fields as [lb.service.health]).
-	Health *lb.HealthConfig `json:"health,omitempty"`
+	Health *lbconf.HealthConfig `json:"health,omitempty"`
 }
 
 // LBServiceRef names a service: DELETE /v1/lb/services, and with Mode
@@ -96,33 +97,33 @@ type LBServiceRef struct {
 }
 
 // lbSpec turns a spec into a service: every parse problem, joined.
-func lbSpec(sp LBServiceSpec) (lb.Service, error) {
+func lbSpec(sp LBServiceSpec) (lbconf.Service, error) {
 	var errs []error
-	k, err := lb.ParseServiceKey(sp.Service)
+	k, err := lbconf.ParseServiceKey(sp.Service)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	mode := lb.Mode(sp.Mode)
+	mode := lbconf.Mode(sp.Mode)
 	if mode == "" {
-		mode = lb.Random
+		mode = lbconf.Random
 	}
-	bs, err := lb.ParseWeighted(sp.Backends)
+	bs, err := lbconf.ParseWeighted(sp.Backends)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	drain, err := lb.ParseBackends(sp.Draining)
+	drain, err := lbconf.ParseBackends(sp.Draining)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, d := range drain {
-		i := slices.IndexFunc(bs, func(b lb.Backend) bool { return b.Addr == d })
+		i := slices.IndexFunc(bs, func(b lbconf.Backend) bool { return b.Addr == d })
 		if i < 0 {
 			errs = append(errs, fmt.Errorf("draining %s: not one of the backends", d))
 			continue
 		}
 		bs[i].Draining = true
 	}
-	ranges, err := lb.ParsePrefixes(sp.SourceRanges)
+	ranges, err := lbconf.ParsePrefixes(sp.SourceRanges)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -136,7 +137,7 @@ func lbSpec(sp LBServiceSpec) (lb.Service, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	return lb.Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff, Health: health}, errors.Join(errs...)
+	return lbconf.Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff, Health: health}, errors.Join(errs...)
 }
 
 // registerLB serves the balancer's endpoints and metrics.
@@ -171,7 +172,7 @@ func (s *Server) registerLB(l *lb.LB, allowed map[string]string) {
 	s.reg.MustRegister(l.Collector())
 }
 
-func lbService(s lb.Service, c [lb.NumOutcomes]uint64, probes map[netip.AddrPort]lb.ProbeCounts) LBService {
+func lbService(s lbconf.Service, c [lb.NumOutcomes]uint64, probes map[netip.AddrPort]health.ProbeCounts) LBService {
 	out := LBService{Service: s.ServiceKey.String(), Mode: string(s.Mode), Backends: []LBBackend{},
 		Translated: c[lb.Translated], NoBackend: c[lb.NoBackend], Denied: c[lb.Denied]}
 	for _, b := range s.Backends {
@@ -218,18 +219,18 @@ func (s *Server) getLB(w http.ResponseWriter, l *lb.LB) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, op func(lb.ServiceKey, []netip.AddrPort) error) {
+func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, op func(lbconf.ServiceKey, []netip.AddrPort) error) {
 	var req LBChangeRequest
 	if err := s.decode(w, r, &req); err != nil {
 		s.fail(w, err)
 		return
 	}
-	k, err := lb.ParseServiceKey(req.Service)
+	k, err := lbconf.ParseServiceKey(req.Service)
 	if err != nil {
 		s.fail(w, badRequest{err})
 		return
 	}
-	addrs, err := lb.ParseBackends(req.Backends)
+	addrs, err := lbconf.ParseBackends(req.Backends)
 	if err != nil {
 		s.fail(w, badRequest{err})
 		return
@@ -259,7 +260,7 @@ func (s *Server) changeLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what
 }
 
 // serviceLB creates or replaces a whole service.
-func (s *Server) serviceLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, op func(lb.Service) error) {
+func (s *Server) serviceLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, op func(lbconf.Service) error) {
 	var sp LBServiceSpec
 	if err := s.decode(w, r, &sp); err != nil {
 		s.fail(w, err)
@@ -280,14 +281,14 @@ func (s *Server) refLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what st
 		s.fail(w, err)
 		return
 	}
-	k, err := lb.ParseServiceKey(ref.Service)
+	k, err := lbconf.ParseServiceKey(ref.Service)
 	if err != nil {
 		s.fail(w, badRequest{err})
 		return
 	}
 	op := func() error { return l.RemoveService(k) }
 	if what == "mode" {
-		op = func() error { return l.SetMode(k, lb.Mode(ref.Mode)) }
+		op = func() error { return l.SetMode(k, lbconf.Mode(ref.Mode)) }
 	} else if ref.Mode != "" {
 		s.fail(w, badRequest{errors.New("delete takes no mode")})
 		return
@@ -299,7 +300,7 @@ func (s *Server) refLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what st
 // now is (an empty one after a delete), 400 when the balancer refused the
 // change (nothing changed), 500 when the kernel refused a valid one (the
 // previous configuration written back).
-func (s *Server) applyLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, k lb.ServiceKey, backends []string, op func() error, code int) {
+func (s *Server) applyLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what string, k lbconf.ServiceKey, backends []string, op func() error, code int) {
 	if err := op(); err != nil {
 		var ae *lb.ApplyError
 		if errors.As(err, &ae) {
@@ -322,54 +323,4 @@ func (s *Server) applyLB(w http.ResponseWriter, r *http.Request, l *lb.LB, what 
 	}
 	cnt, _ := l.Counters()
 	writeJSON(w, code, lbService(sv, cnt.Services[k], l.Probes(k)))
-}
-
-// LBService creates ("create") or replaces ("replace") a whole service.
-func (c *Client) LBService(ctx context.Context, what string, sp LBServiceSpec) (LBService, error) {
-	method := http.MethodPost
-	switch what {
-	case "create":
-	case "replace":
-		method = http.MethodPut
-	default:
-		return LBService{}, fmt.Errorf("unknown lb service change %q (want create or replace)", what)
-	}
-	var r LBService
-	return r, c.do(ctx, method, "/v1/lb/services", sp, &r)
-}
-
-// LBDelete deletes a service.
-func (c *Client) LBDelete(ctx context.Context, service string) error {
-	var r LBService
-	return c.do(ctx, http.MethodDelete, "/v1/lb/services", LBServiceRef{Service: service}, &r)
-}
-
-// LBMode changes a service's mode.
-func (c *Client) LBMode(ctx context.Context, service, mode string) (LBService, error) {
-	var r LBService
-	return r, c.do(ctx, http.MethodPost, "/v1/lb/mode", LBServiceRef{Service: service, Mode: mode}, &r)
-}
-
-// LB reads GET /v1/lb.
-func (c *Client) LB(ctx context.Context) (LBResponse, error) {
-	var r LBResponse
-	return r, c.do(ctx, http.MethodGet, "/v1/lb", nil, &r)
-}
-
-// LBChange adds ("add"), drains ("drain") or removes ("remove") backends of
-// a service.
-func (c *Client) LBChange(ctx context.Context, what, service string, backends []string) (LBService, error) {
-	var method, path string
-	switch what {
-	case "add":
-		method, path = http.MethodPost, "/v1/lb/backends"
-	case "drain":
-		method, path = http.MethodPost, "/v1/lb/drain"
-	case "remove":
-		method, path = http.MethodDelete, "/v1/lb/backends"
-	default:
-		return LBService{}, fmt.Errorf("unknown lb change %q (want add, drain or remove)", what)
-	}
-	var r LBService
-	return r, c.do(ctx, method, path, LBChangeRequest{Service: service, Backends: backends}, &r)
 }

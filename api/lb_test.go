@@ -14,9 +14,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // newLBEnv is newEnv with a loaded (unattached) balancer holding one
@@ -25,19 +29,15 @@ func newLBEnv(t *testing.T) (*env, *lb.LB) {
 	t.Helper()
 	testutil.Root(t)
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
 	e := newEnv(t, api.Options{LB: l})
-	err = l.AddService(lb.Service{
-		ServiceKey: lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP},
-		Mode:       lb.Maglev,
-		Backends:   []lb.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}, {Addr: netip.MustParseAddrPort("198.18.2.2:8080")}},
+	err = l.AddService(lbconf.Service{
+		ServiceKey: lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP},
+		Mode:       lbconf.Maglev,
+		Backends:   []lbconf.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}, {Addr: netip.MustParseAddrPort("198.18.2.2:8080")}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return e, l
 }
 
@@ -59,17 +59,12 @@ func TestLBAPI(t *testing.T) {
 	const svc = "tcp/198.18.1.1:80"
 
 	r, err := c.LB(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := []api.LBService{{Service: svc, Mode: "maglev", Backends: []api.LBBackend{{Addr: "198.18.2.1:8080", State: "active", Weight: 1}, {Addr: "198.18.2.2:8080", State: "active", Weight: 1}}}}
-	if !reflect.DeepEqual(r.Services, want) || r.ReverseCapacity != wantCapacity(l) || r.StateMode != string(l.StateMode()) {
-		t.Errorf("GET /v1/lb = %+v, want services %+v, reverse capacity %d, state mode %s", r, want, wantCapacity(l), l.StateMode())
-	}
+	assert.False(t, !reflect.DeepEqual(r.Services, want) || r.ReverseCapacity != wantCapacity(l) || r.StateMode != string(l.StateMode()), "GET /v1/lb = %+v, want services %+v, reverse capacity %d, state mode %s", r, want, wantCapacity(l), l.StateMode())
 
-	if code, _ := e.do(t, "POST", "/v1/lb/backends", "", `{"service":"`+svc+`","backends":["198.18.2.3:8080"]}`); code != http.StatusUnauthorized {
-		t.Errorf("POST /v1/lb/backends without token = %d, want 401", code)
-	}
+	code, _ := e.do(t, "POST", "/v1/lb/backends", "", `{"service":"`+svc+`","backends":["198.18.2.3:8080"]}`)
+	assert.Equal(t, http.StatusUnauthorized, code, "POST /v1/lb/backends without token = %d, want 401", code)
 	for _, tc := range []struct {
 		method, path, body, want string
 	}{
@@ -82,7 +77,7 @@ func TestLBAPI(t *testing.T) {
 		{"DELETE", "/v1/lb/backends", `{"service":"` + svc + `","backends":["198.18.2.1:8080","198.18.2.2:8080"]}`, "zero backends"},
 		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.9:8080"]}`, "no backend 198.18.2.9:8080"},
 		// Issue 25, finding 4: more backends than the table tells apart.
-		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["` + strings.Join(manyBackends(lb.MaxServiceBackends-1), `","`) + `"]}`,
+		{"POST", "/v1/lb/backends", `{"service":"` + svc + `","backends":["` + strings.Join(manyBackends(lbconf.MaxServiceBackends-1), `","`) + `"]}`,
 			"164 backends, more than the 163"},
 		{"POST", "/v1/lb/drain", `{"service":"` + svc + `","backends":["198.18.2.1:8080"],"extra":1}`, `unknown field "extra"`},
 	} {
@@ -90,47 +85,30 @@ func TestLBAPI(t *testing.T) {
 		code, body := e.do(t, tc.method, tc.path, bearer, tc.body)
 		var er api.ErrorResponse
 		json.Unmarshal([]byte(body), &er)
-		if code != http.StatusBadRequest || !strings.Contains(er.Error, tc.want) {
-			t.Errorf("%s %s %s = %d %s, want 400 naming %q", tc.method, tc.path, tc.body, code, body, tc.want)
-		}
-		if after := l.Services(); !reflect.DeepEqual(after, before) {
-			t.Errorf("%s %s %s changed the services: %+v, want %+v", tc.method, tc.path, tc.body, after, before)
-		}
+		assert.False(t, code != http.StatusBadRequest || !strings.Contains(er.Error, tc.want), "%s %s %s = %d %s, want 400 naming %q", tc.method, tc.path, tc.body, code, body, tc.want)
+		after := l.Services()
+		assert.True(t, reflect.DeepEqual(after, before), "%s %s %s changed the services: %+v, want %+v", tc.method, tc.path, tc.body, after, before)
 	}
 
 	s, err := c.LBChange(ctx, "add", svc, []string{"198.18.2.3:8080"})
-	if err != nil || len(s.Backends) != 3 {
-		t.Fatalf("add: %+v, %v; want three backends", s, err)
-	}
+	require.False(t, err != nil || len(s.Backends) != 3, "add: %+v, %v; want three backends", s, err)
 	s, err = c.LBChange(ctx, "drain", svc, []string{"198.18.2.1:8080"})
-	if err != nil || s.Backends[0] != (api.LBBackend{Addr: "198.18.2.1:8080", State: "draining", Weight: 1}) {
-		t.Fatalf("drain: %+v, %v; want 198.18.2.1:8080 draining", s, err)
-	}
+	require.False(t, err != nil || s.Backends[0] != (api.LBBackend{Addr: "198.18.2.1:8080", State: "draining", Weight: 1}), "drain: %+v, %v; want 198.18.2.1:8080 draining", s, err)
 	s, err = c.LBChange(ctx, "remove", svc, []string{"198.18.2.1:8080"})
-	if err != nil || len(s.Backends) != 2 {
-		t.Fatalf("remove: %+v, %v; want two backends", s, err)
-	}
-	got, _ := l.Service(lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP})
-	if len(got.Backends) != 2 || got.Backends[0].Addr.String() != "198.18.2.2:8080" {
-		t.Errorf("balancer holds %+v after the changes, want 198.18.2.2:8080 and 198.18.2.3:8080", got.Backends)
-	}
-	if !strings.Contains(e.log.String(), `msg="lb changed"`) || !strings.Contains(e.log.String(), `msg="lb change refused"`) {
-		t.Errorf("log lacks the change and refusal lines:\n%s", e.log.String())
-	}
+	require.False(t, err != nil || len(s.Backends) != 2, "remove: %+v, %v; want two backends", s, err)
+	got, _ := l.Service(lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP})
+	assert.False(t, len(got.Backends) != 2 || got.Backends[0].Addr.String() != "198.18.2.2:8080", "balancer holds %+v after the changes, want 198.18.2.2:8080 and 198.18.2.3:8080", got.Backends)
+	assert.False(t, !strings.Contains(e.log.String(), `msg="lb changed"`) || !strings.Contains(e.log.String(), `msg="lb change refused"`), "log lacks the change and refusal lines:\n%s", e.log.String())
 }
 
 // TestLBMetrics: the shield_lb_* series are on /metrics and promtool
 // accepts them.
 func TestLBMetrics(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (Debian package prometheus; ci/deps.sh installs it): %v", err)
-	}
+	require.NoError(t, err, "promtool not found (Debian package prometheus; ci/deps.sh installs it)")
 	e, l := newLBEnv(t)
 	resp, err := http.Get(e.srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	text := string(b)
@@ -146,21 +124,17 @@ func TestLBMetrics(t *testing.T) {
 		"shield_lb_reverse_entries 0",
 		"shield_lb_not_service_calls_total 0",
 	} {
-		if !strings.Contains(text, want+"\n") {
-			t.Errorf("/metrics lacks %q", want)
-		}
+		assert.Contains(t, text, want+"\n", "/metrics lacks %q", want)
 	}
 	f := filepath.Join(t.TempDir(), "metrics")
 	os.WriteFile(f, b, 0o600)
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin, _ = os.Open(f)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("promtool check metrics: %v\n%s", err, out)
-	}
+	out, err := cmd.CombinedOutput()
+	assert.NoError(t, err, "promtool check metrics:\n%s", out)
 	var r api.LBResponse
-	if code, body := e.do(t, "GET", "/v1/lb", "", ""); code != http.StatusOK || json.Unmarshal([]byte(body), &r) != nil {
-		t.Errorf("GET /v1/lb = %d %s", code, body)
-	}
+	code, body := e.do(t, "GET", "/v1/lb", "", "")
+	assert.False(t, code != http.StatusOK || json.Unmarshal([]byte(body), &r) != nil, "GET /v1/lb = %d %s", code, body)
 }
 
 // manyBackends are n backend addresses 198.18.4.0:80 onwards.

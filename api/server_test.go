@@ -32,20 +32,15 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	c := e.client()
 	// Some state to protect.
-	if _, err := c.Add(ctx, shield.AllowList, []string{"198.18.10.0/24", "2001:db8:a::/48"}); err != nil {
-		t.Fatalf("Add allow: %v", err)
-	}
-	if _, err := c.Add(ctx, shield.DenyList, []string{"198.19.0.0/16", "2001:db8:dead::/48"}); err != nil {
-		t.Fatalf("Add deny: %v", err)
-	}
+	_, err := c.Add(ctx, shield.AllowList, []string{"198.18.10.0/24", "2001:db8:a::/48"})
+	require.NoError(t, err, "Add allow")
+	_, err = c.Add(ctx, shield.DenyList, []string{"198.19.0.0/16", "2001:db8:dead::/48"})
+	require.NoError(t, err, "Add deny")
 	good := `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`
-	if code, body := e.do(t, "PUT", "/v1/limits", bearer, good); code != 200 {
-		t.Fatalf("PUT good limits = %d %s, want 200", code, body)
-	}
+	code, body := e.do(t, "PUT", "/v1/limits", bearer, good)
+	require.Equal(t, 200, code, "PUT good limits = %d %s, want 200", code, body)
 	before := e.state(t)
-	if len(before.lists["in4"]) == 0 || len(before.lists["in6"]) == 0 {
-		t.Fatalf("state() saw no list entries: %v", before.lists)
-	}
+	require.False(t, len(before.lists["in4"]) == 0 || len(before.lists["in6"]) == 0, "state() saw no list entries: %v", before.lists)
 	t.Logf("state guarded: config slot %d, list maps %d", before.configSlot, len(before.lists))
 	beforeLimits := e.sh.Limits()
 
@@ -104,27 +99,18 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 			ran++
 			code, body := e.do(t, tc.method, tc.path, tc.token, tc.body)
 			var er api.ErrorResponse
-			if err := json.Unmarshal([]byte(body), &er); err != nil {
-				t.Errorf("%s %s answered %q, not a JSON error: %v", tc.method, tc.path, body, err)
-			}
-			if code != tc.code || !strings.Contains(er.Error, tc.want) {
-				t.Errorf("%s %s = %d %s, want %d with %q", tc.method, tc.path, code, strings.TrimSpace(body), tc.code, tc.want)
-			}
-			if after := e.state(t); !reflect.DeepEqual(before, after) {
-				t.Errorf("state changed:\nbefore %+v\nafter  %+v", before, after)
-			}
-			if got := e.sh.Limits(); !got.Equal(beforeLimits) {
-				t.Errorf("Limits() = %+v, want %+v", got, beforeLimits)
-			}
+			assert.NoError(t, json.Unmarshal([]byte(body), &er), "%s %s answered %q, not a JSON error", tc.method, tc.path, body)
+			assert.False(t, code != tc.code || !strings.Contains(er.Error, tc.want), "%s %s = %d %s, want %d with %q", tc.method, tc.path, code, strings.TrimSpace(body), tc.code, tc.want)
+			after := e.state(t)
+			assert.True(t, reflect.DeepEqual(before, after), "state changed:\nbefore %+v\nafter  %+v", before, after)
+			got := e.sh.Limits()
+			assert.True(t, got.Equal(beforeLimits), "Limits() = %+v, want %+v", got, beforeLimits)
 		})
 	}
-	if ran == 0 {
-		t.Fatal("no case ran")
-	}
+	require.False(t, ran == 0, "no case ran")
 	logs := e.log.String()
-	if n := strings.Count(logs, "api unauthorized"); n != 6 {
-		t.Errorf("logged %d unauthorized requests, want 6:\n%s", n, logs)
-	}
+	n := strings.Count(logs, "api unauthorized")
+	assert.Equal(t, 6, n, "logged %d unauthorized requests, want 6:\n%s", n, logs)
 }
 
 func TestChangesLogged(t *testing.T) {
@@ -134,48 +120,30 @@ func TestChangesLogged(t *testing.T) {
 	old := e.sh.Limits()
 	nl := shield.Limits{Rate: 7, Burst: 9, AdmissionRate: 11, AdmissionBurst: 13, DryRun: true}
 	ch, err := c.SetLimits(ctx, nl)
-	if err != nil {
-		t.Fatalf("SetLimits: %v", err)
-	}
-	if !ch.Old.Equal(old) || !ch.New.Equal(nl) {
-		t.Errorf("SetLimits = %+v, want old %+v new %+v", ch, old, nl)
-	}
-	if got, _ := c.Limits(ctx); !got.Equal(nl) {
-		t.Errorf("Limits() = %+v, want %+v", got, nl)
-	}
+	require.NoError(t, err, "SetLimits")
+	assert.False(t, !ch.Old.Equal(old) || !ch.New.Equal(nl), "SetLimits = %+v, want old %+v new %+v", ch, old, nl)
+	got, _ := c.Limits(ctx)
+	assert.True(t, got.Equal(nl), "Limits() = %+v, want %+v", got, nl)
 	st := e.state(t)
-	if st.config.Source.Rate != 7 || st.config.Admission.Rate != 11 || st.config.Flags&1 == 0 {
-		t.Errorf("config map = %+v, want rate 7, admission 11, dry-run", st.config)
-	}
+	assert.False(t, st.config.Source.Rate != 7 || st.config.Admission.Rate != 11 || st.config.Flags&1 == 0, "config map = %+v, want rate 7, admission 11, dry-run", st.config)
 	r, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/24", "2001:db8::/48", "198.18.0.0/24"})
-	if err != nil {
-		t.Fatalf("Add: %v", err)
-	}
-	if want := []string{"198.18.0.0/24", "2001:db8::/48"}; !slices.Equal(r.Prefixes, want) || !slices.Equal(r.Added, want) {
-		t.Errorf("Add = %+v, want prefixes and added %v", r, want)
-	}
-	if len(st.lists["in4"]) != 0 {
-		t.Fatalf("the IPv4 verdict trie in force had entries before Add")
-	}
-	if st := e.state(t); len(st.lists["in4"]) != 1 || len(st.lists["in6"]) != 1 {
-		t.Errorf("verdict tries = %v, want one entry each in force for IPv4 and IPv6", st.lists)
-	}
+	require.NoError(t, err, "Add")
+	wantAdd := []string{"198.18.0.0/24", "2001:db8::/48"}
+	assert.False(t, !slices.Equal(r.Prefixes, wantAdd) || !slices.Equal(r.Added, wantAdd), "Add = %+v, want prefixes and added %v", r, wantAdd)
+	require.False(t, len(st.lists["in4"]) != 0, "the IPv4 verdict trie in force had entries before Add")
+	after := e.state(t)
+	assert.False(t, len(after.lists["in4"]) != 1 || len(after.lists["in6"]) != 1, "verdict tries = %v, want one entry each in force for IPv4 and IPv6", after.lists)
 	r, err = c.Remove(ctx, shield.DenyList, []string{"2001:db8::/48"})
-	if err != nil {
-		t.Fatalf("Remove: %v", err)
-	}
-	if want := []string{"198.18.0.0/24"}; !slices.Equal(r.Prefixes, want) {
-		t.Errorf("Remove = %+v, want prefixes %v", r, want)
-	}
+	require.NoError(t, err, "Remove")
+	wantRemove := []string{"198.18.0.0/24"}
+	assert.True(t, slices.Equal(r.Prefixes, wantRemove), "Remove = %+v, want prefixes %v", r, wantRemove)
 	logs := e.log.String()
 	for _, want := range []string{
 		`msg="limits changed" who=tester`, `old="{Rate:1000 Burst:2000`, `new="{Rate:7 Burst:9`,
 		`msg="list changed" who=tester`, `what="deny add" prefixes="[198.18.0.0/24 2001:db8::/48]" old=0 new=2`,
 		`what="deny del" prefixes=[2001:db8::/48] old=2 new=1`,
 	} {
-		if !strings.Contains(logs, want) {
-			t.Errorf("logs lack %q:\n%s", want, logs)
-		}
+		assert.Contains(t, logs, want, "logs lack %q:\n%s", want, logs)
 	}
 }
 
@@ -185,9 +153,7 @@ func TestChangesLogged(t *testing.T) {
 func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 	t.Helper()
 	tab, err := shield.OpenTable(e.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer tab.Close()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	out := make([]shield.Source, 0, n)
@@ -212,11 +178,11 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 		}
 		v := bpf.ShieldSource{Passed: rng.Uint64N(1000), Dropped: rng.Uint64N(1000)}
 		v.Bucket.Credit = int64(rng.Uint64N(3)) * 1_000_000_000 // 0: limited
-		if err := tab.Put(srcKey(a), v); errors.Is(err, shield.ErrSetFull) {
+		err := tab.Put(srcKey(a), v)
+		if errors.Is(err, shield.ErrSetFull) {
 			continue // the set of a source of a full table: not tracked
-		} else if err != nil {
-			t.Fatalf("fill sources: %v", err)
 		}
+		require.NoError(t, err, "fill sources")
 		bits := shield.DefaultKeyPrefix6
 		if a.Is4() {
 			bits = shield.DefaultKeyPrefix4
@@ -268,52 +234,36 @@ func TestTopTalkers(t *testing.T) {
 	}{{1, shield.ByDropped}, {10, shield.ByDropped}, {10, shield.ByPassed}, {1000, shield.ByPassed}, {1000, shield.ByDropped}} {
 		t.Run(fmt.Sprintf("%d-%s", tc.n, tc.by), func(t *testing.T) {
 			got, err := c.Top(context.Background(), tc.n, tc.by)
-			if err != nil {
-				t.Fatalf("Top: %v", err)
-			}
-			if got.Scanned != len(pop) {
-				t.Errorf("Top scanned %d, want %d", got.Scanned, len(pop))
-			}
+			require.NoError(t, err, "Top")
+			assert.False(t, got.Scanned != len(pop), "Top scanned %d, want %d", got.Scanned, len(pop))
 			want := expectTop(pop, tc.n, tc.by)
 			if !reflect.DeepEqual(got.Sources, want) {
 				for i := range min(len(want), len(got.Sources)) {
-					if got.Sources[i] != want[i] {
-						t.Fatalf("Top(%d, %s)[%d] = %+v, want %+v (len %d, want %d)", tc.n, tc.by, i, got.Sources[i], want[i], len(got.Sources), len(want))
-					}
+					require.False(t, got.Sources[i] != want[i], "Top(%d, %s)[%d] = %+v, want %+v (len %d, want %d)", tc.n, tc.by, i, got.Sources[i], want[i], len(got.Sources), len(want))
 				}
-				t.Fatalf("Top(%d, %s) has %d sources, want %d", tc.n, tc.by, len(got.Sources), len(want))
+				require.Fail(t, fmt.Sprintf("Top(%d, %s) has %d sources, want %d", tc.n, tc.by, len(got.Sources), len(want)))
 			}
 		})
 	}
 	cr, err := c.Counters(context.Background())
-	if err != nil {
-		t.Fatalf("Counters: %v", err)
-	}
-	if cr.Sources.Tracked != len(pop) || cr.Sources.Capacity != shield.DefaultTableSize {
-		t.Errorf("Counters().Sources = %+v, want %d of %d", cr.Sources, len(pop), shield.DefaultTableSize)
-	}
+	require.NoError(t, err, "Counters")
+	assert.False(t, cr.Sources.Tracked != len(pop) || cr.Sources.Capacity != shield.DefaultTableSize, "Counters().Sources = %+v, want %d of %d", cr.Sources, len(pop), shield.DefaultTableSize)
 }
 
 func TestMetricsPromtool(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("promtool not found (Debian package prometheus; ci/deps.sh installs it): %v", err)
-	}
+	require.NoError(t, err, "promtool not found (Debian package prometheus; ci/deps.sh installs it)")
 	e := newEnv(t, api.Options{Build: api.BuildInfo{Version: "test", Revision: "abc"}})
 	c := e.client()
 	ctx := context.Background()
-	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"})
+	require.NoError(t, err)
 	for _, src := range []string{"198.18.5.5", "198.18.5.6", "198.18.6.1"} {
-		if _, err := sim.Run(e.sh.Program(), udp4(src)); err != nil {
-			t.Fatalf("run program: %v", err)
-		}
+		_, err := sim.Run(e.sh.Program(), udp4(src))
+		require.NoError(t, err, "run program")
 	}
 	text, err := c.Metrics(ctx)
-	if err != nil {
-		t.Fatalf("Metrics: %v", err)
-	}
+	require.NoError(t, err, "Metrics")
 	// Bytes beside packets (issue 28): the frames' whole length.
 	frameLen := len(udp4("198.18.5.5"))
 	for _, want := range []string{
@@ -321,23 +271,17 @@ func TestMetricsPromtool(t *testing.T) {
 		fmt.Sprintf(`shield_bytes_total{proto="udp",reason="unprotected",verdict="pass"} %d`, frameLen),
 		`shield_bytes_total{proto="tcp",reason="spoofed",verdict="drop"} 0`,
 	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("metrics lack %q", want)
-		}
+		assert.Contains(t, text, want, "metrics lack %q", want)
 	}
 	cr, err := c.Counters(ctx)
-	if err != nil {
-		t.Fatalf("Counters: %v", err)
-	}
+	require.NoError(t, err, "Counters")
 	var denied api.PacketCount
 	for _, pc := range cr.Packets {
 		if pc.Verdict == "drop" && pc.Reason == "deny" && pc.Proto == "udp" {
 			denied = pc
 		}
 	}
-	if denied.Packets != 2 || denied.Bytes != uint64(2*frameLen) {
-		t.Errorf("GET /v1/counters drop/deny/udp = %+v, want 2 packets, %d bytes", denied, 2*frameLen)
-	}
+	assert.False(t, denied.Packets != 2 || denied.Bytes != uint64(2*frameLen), "GET /v1/counters drop/deny/udp = %+v, want 2 packets, %d bytes", denied, 2*frameLen)
 	for _, want := range []string{
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
 		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP to an ephemeral port: return traffic
@@ -355,31 +299,23 @@ func TestMetricsPromtool(t *testing.T) {
 		`shield_build_info{goversion="go`,
 		`shield_api_requests_total{code="200"}`,
 	} {
-		if !strings.Contains(text, want) {
-			t.Errorf("metrics lack %q", want)
-		}
+		assert.Contains(t, text, want, "metrics lack %q", want)
 	}
 	f := filepath.Join(t.TempDir(), "metrics.txt")
-	if err := os.WriteFile(f, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(f, []byte(text), 0o600))
 	cmd := exec.Command(promtool, "check", "metrics")
 	cmd.Stdin, _ = os.Open(f)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Errorf("promtool check metrics: %v\n%s\n--- metrics:\n%s", err, out, text)
-	}
+	assert.False(t, err != nil, "promtool check metrics: %v\n%s\n--- metrics:\n%s", err, out, text)
 }
 
 func TestReadsNeedTokenWhenAsked(t *testing.T) {
 	e := newEnv(t, api.Options{AuthReads: true})
 	for _, p := range []string{"/v1/counters", "/v1/limits", "/v1/allow", "/v1/top", "/metrics"} {
-		if code, _ := e.do(t, "GET", p, "", ""); code != http.StatusUnauthorized {
-			t.Errorf("GET %s without token = %d, want 401", p, code)
-		}
-		if code, body := e.do(t, "GET", p, bearer, ""); code != http.StatusOK {
-			t.Errorf("GET %s with token = %d %s, want 200", p, code, body)
-		}
+		code, _ := e.do(t, "GET", p, "", "")
+		assert.Equal(t, http.StatusUnauthorized, code, "GET %s without token = %d, want 401", p, code)
+		code, body := e.do(t, "GET", p, bearer, "")
+		assert.Equal(t, http.StatusOK, code, "GET %s with token = %d %s, want 200", p, code, body)
 	}
 }
 
@@ -388,25 +324,20 @@ func TestReadsNeedTokenWhenAsked(t *testing.T) {
 // adds MaxListEntries more) and changes nothing.
 func TestListCapacity(t *testing.T) {
 	e := newEnv(t, api.Options{MaxBody: 4 << 20})
-	if code, body := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["203.0.113.0/24","2001:db8::/32"]}`); code != http.StatusOK {
-		t.Fatalf("POST /v1/deny = %d %s, want 200", code, body)
-	}
+	code, resp := e.do(t, "POST", "/v1/deny", bearer, `{"prefixes":["203.0.113.0/24","2001:db8::/32"]}`)
+	require.Equal(t, http.StatusOK, code, "POST /v1/deny = %d %s, want 200", code, resp)
 	before := e.state(t)
 	batch := make([]string, shield.MaxListEntries)
 	for i := range batch {
 		batch[i] = netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}).String()
 	}
 	body, err := json.Marshal(api.PrefixesRequest{Prefixes: batch})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	code, answer := e.do(t, "POST", "/v1/deny", bearer, string(body))
-	if code != http.StatusBadRequest || !strings.Contains(answer, "would hold 65537 IPv4 and 1 IPv6 prefixes; the limit is 65536 each") {
-		t.Errorf("POST /v1/deny over capacity = %d %s, want 400 naming the limit", code, answer)
-	}
-	if after := e.state(t); !reflect.DeepEqual(before, after) {
-		t.Error("state changed after a refused over-capacity POST")
-	}
+	assert.False(t, code != http.StatusBadRequest || !strings.Contains(answer, "would hold 65537 IPv4 and 1 IPv6 prefixes; the limit is 65536 each"),
+		"POST /v1/deny over capacity = %d %s, want 400 naming the limit", code, answer)
+	after := e.state(t)
+	assert.True(t, reflect.DeepEqual(before, after), "state changed after a refused over-capacity POST")
 }
 
 // TestConcurrentListChangesReportTheirOwn: list changes racing each other
@@ -435,13 +366,10 @@ func TestConcurrentListChangesReportTheirOwn(t *testing.T) {
 		}()
 	}
 	for range workers {
-		if err := <-errs; err != nil {
-			t.Error(err)
-		}
+		assert.NoError(t, <-errs)
 	}
-	if got, err := e.sh.List(shield.DenyList); err != nil || len(got) != workers*per {
-		t.Errorf("List(deny) = %d prefixes, %v; want %d", len(got), err, workers*per)
-	}
+	got, err := e.sh.List(shield.DenyList)
+	assert.False(t, err != nil || len(got) != workers*per, "List(deny) = %d prefixes, %v; want %d", len(got), err, workers*per)
 }
 
 // TestMetricsIfaceLabel: a service's XDP metrics name its interface
@@ -475,17 +403,14 @@ func TestListHits(t *testing.T) {
 	e := newEnv(t, api.Options{})
 	c := e.client()
 	ctx := context.Background()
-	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/16", "198.18.5.0/24"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Add(ctx, shield.AllowList, []string{"198.18.7.0/24"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/16", "198.18.5.0/24"})
+	require.NoError(t, err)
+	_, err = c.Add(ctx, shield.AllowList, []string{"198.18.7.0/24"})
+	require.NoError(t, err)
 	send := func(src string, n int) {
 		for range n {
-			if _, err := sim.Run(e.sh.Program(), udp4(src)); err != nil {
-				t.Fatalf("run program: %v", err)
-			}
+			_, err := sim.Run(e.sh.Program(), udp4(src))
+			require.NoError(t, err, "run program")
 		}
 	}
 	send("198.18.1.1", 2)
@@ -514,17 +439,14 @@ func TestListHits(t *testing.T) {
 	}
 
 	// A change keeps the counts of what it keeps.
-	if _, err := c.Add(ctx, shield.DenyList, []string{"2001:db8::/32"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Remove(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.Add(ctx, shield.DenyList, []string{"2001:db8::/32"})
+	require.NoError(t, err)
+	_, err = c.Remove(ctx, shield.DenyList, []string{"198.18.5.0/24"})
+	require.NoError(t, err)
 	send("198.18.1.2", 1)
 	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "2001:db8::/32": 0}, hits("deny"), "deny hits after two changes")
-	if _, err := c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"})
+	require.NoError(t, err)
 	send("198.18.5.5", 1)
 	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "198.18.5.0/24": 1, "2001:db8::/32": 0}, hits("deny"), "a prefix put back starts from zero")
 }

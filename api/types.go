@@ -6,6 +6,9 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 )
 
+// DefaultListen is where the service listens unless told otherwise.
+const DefaultListen = "127.0.0.1:9470"
+
 // PacketCount is one counter: packets given verdict for reason and proto,
 // summed over CPUs.
 type PacketCount struct {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
 
@@ -52,16 +51,4 @@ func (s *Server) putXDPLB(w http.ResponseWriter, r *http.Request, b *xdplb.Balan
 	}
 	s.log.Info("xdplb changed", keyWho, who(r), keyRemote, r.RemoteAddr, keyWhat, "xdplb put", "vips", len(cfg.VIPs))
 	s.getXDPLB(w, b)
-}
-
-// XDPLB reads GET /v1/xdplb.
-func (c *Client) XDPLB(ctx context.Context) (XDPLBResponse, error) {
-	var r XDPLBResponse
-	return r, c.do(ctx, http.MethodGet, "/v1/xdplb", nil, &r)
-}
-
-// XDPLBPut replaces the XDP balancer's configuration (PUT /v1/xdplb).
-func (c *Client) XDPLBPut(ctx context.Context, cfg xdplb.Config) (XDPLBResponse, error) {
-	var r XDPLBResponse
-	return r, c.do(ctx, http.MethodPut, "/v1/xdplb", cfg, &r)
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
@@ -14,7 +14,7 @@ import (
 // inside the edge namespace: GET /v1/counters, whose answer must also show
 // the table within its capacity.
 func newAPIProber(addr, token string, edge *topo.NS) *apiProber {
-	return &apiProber{client: &api.Client{
+	return &apiProber{client: &client.Client{
 		Base:     "http://" + addr,
 		Token:    token,
 		Operator: "storm",
@@ -23,7 +23,7 @@ func newAPIProber(addr, token string, edge *topo.NS) *apiProber {
 }
 
 type apiProber struct {
-	client *api.Client
+	client *client.Client
 }
 
 func (p *apiProber) Name() string { return "GET /v1/counters" }

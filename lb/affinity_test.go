@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestAffinity: with session affinity, a client's new sockets get the
@@ -29,10 +30,10 @@ func TestAffinity(t *testing.T) {
 	second := netip.MustParseAddr("198.18.0.2")
 	require.NoError(t, e.client.AddAddr("c0", second.String()+"/24"))
 	bes := backendAddrs(false, 4)
-	k := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
+	k := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
 	vip := netip.AddrPortFrom(k.VIP, k.Port)
 	const timeout = 300 * time.Millisecond
-	require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...), Affinity: timeout}))
+	require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...), Affinity: timeout}))
 	got, ok := e.lb.Service(k)
 	require.True(t, ok)
 	assert.Equal(t, timeout, got.Affinity)
@@ -89,7 +90,7 @@ func TestAffinity(t *testing.T) {
 
 	// Off: sockets spread again.
 	require.NoError(t, e.lb.RemoveService(k))
-	require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
+	require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)}))
 	// 12 sockets even in the VM: with fewer, an unlucky spread (one
 	// backend for all) would fail the test one run in a thousand.
 	seen := map[netip.AddrPort]bool{}
@@ -114,7 +115,7 @@ func TestAffinityConfig(t *testing.T) {
 		{`"-1s"`, 0, "want 0 (off)"},
 		{`"soon"`, 0, "affinity_timeout"},
 	} {
-		c := Config{Cgroup: "edge", ReverseSize: 64, Service: []ServiceConfig{{VIP: "198.18.1.1", Port: 80,
+		c := lbconf.Config{Cgroup: "edge", ReverseSize: 64, Service: []lbconf.ServiceConfig{{VIP: "198.18.1.1", Port: 80,
 			Backends: []string{"198.18.2.1:80"}, AffinityTimeout: tc.timeout[1 : len(tc.timeout)-1]}}}
 		svcs, err := c.Services()
 		if tc.err != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // tableContents is every service's choice table, by service id.
@@ -45,13 +46,13 @@ func TestApplyFailure(t *testing.T) {
 	l, err := Load(Options{ReverseSize: 1024})
 	require.NoError(t, err)
 	defer l.Close()
-	web := ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: TCP}
-	dns := ServiceKey{VIP: netip.MustParseAddr("198.18.1.2"), Port: 53, Proto: UDP}
-	require.NoError(t, l.AddServices([]Service{
-		{ServiceKey: web, Mode: Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
-		{ServiceKey: dns, Mode: Random, Backends: backends(aps("198.18.3.1:53")...)},
+	web := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP}
+	dns := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.2"), Port: 53, Proto: lbconf.UDP}
+	require.NoError(t, l.AddServices([]lbconf.Service{
+		{ServiceKey: web, Mode: lbconf.Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
+		{ServiceKey: dns, Mode: lbconf.Random, Backends: backends(aps("198.18.3.1:53")...)},
 	}))
-	newSvc := ServiceKey{VIP: netip.MustParseAddr("198.18.1.3"), Port: 443, Proto: TCP}
+	newSvc := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.3"), Port: 443, Proto: lbconf.TCP}
 	changes := []struct {
 		name string
 		do   func() error
@@ -60,9 +61,9 @@ func TestApplyFailure(t *testing.T) {
 		{"drain", func() error { return l.DrainBackends(web, aps("198.18.2.1:8080")) }},
 		{"remove backends", func() error { return l.RemoveBackends(web, aps("198.18.2.2:8080")) }},
 		{"add a service", func() error {
-			return l.AddService(Service{ServiceKey: newSvc, Mode: Random, Backends: backends(aps("198.18.4.1:443")...)})
+			return l.AddService(lbconf.Service{ServiceKey: newSvc, Mode: lbconf.Random, Backends: backends(aps("198.18.4.1:443")...)})
 		}},
-		{"set mode", func() error { return l.SetMode(dns, Maglev) }},
+		{"set mode", func() error { return l.SetMode(dns, lbconf.Maglev) }},
 		{"remove a service", func() error { return l.RemoveService(dns) }},
 	}
 	failures := 0

@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestDrainRemove: draining, then removing, a backend keeps the sockets
@@ -17,9 +19,9 @@ func TestDrainRemove(t *testing.T) {
 	e := newEnv(t, 3)
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
-			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
+			k := lbconf.ServiceKey{VIP: vipOf(v6), Port: 80, Proto: lbconf.TCP}
 			bes := backendAddrs(v6, 3)
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			gone := bes[0]
@@ -91,9 +93,9 @@ func TestMaglev(t *testing.T) {
 		port0   = 20000
 	)
 	e := newEnv(t, n)
-	k := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
+	k := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
 	bes := backendAddrs(false, n)
-	require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}))
+	require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Maglev, Backends: backends(bes...)}))
 	vip := netip.AddrPortFrom(k.VIP, k.Port)
 	which := func(fd int) (netip.AddrPort, error) {
 		var found []netip.AddrPort

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // ApplyError is a change that was valid but could not be written to the
@@ -35,7 +36,7 @@ func (e *ApplyError) Unwrap() error { return e.Err }
 // maps may be half-changed: it writes the previous configuration back
 // whole (every table, key and backend) and drops what the failed write
 // added, and returns an *ApplyError. Callers hold l.mu.
-func (l *LB) commit(next map[ServiceKey]*service) error {
+func (l *LB) commit(next map[lbconf.ServiceKey]*service) error {
 	firstNew := l.nextBE
 	err := l.write(next)
 	if err == nil {
@@ -111,9 +112,9 @@ func (l *LB) fault(what string) error {
 // service's table before its key, a removed service's key before its table,
 // backends after the last table naming them is gone. next was validated.
 // With l.stale every backend, table and key is written.
-func (l *LB) write(next map[ServiceKey]*service) error {
+func (l *LB) write(next map[lbconf.ServiceKey]*service) error {
 	var newIDs []uint32
-	for _, k := range sortedKeys(next) {
+	for _, k := range lbconf.SortedKeys(next) {
 		s := next[k]
 		if old, ok := l.services[k]; ok {
 			s.id = old.id
@@ -135,7 +136,7 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 
 	// New backends, and those whose draining or weight changed (the
 	// entry records them for a restart that reads the state back).
-	for _, k := range sortedKeys(next) {
+	for _, k := range lbconf.SortedKeys(next) {
 		s := next[k]
 		for _, b := range s.backends {
 			if old, ok := l.backendByID(b.id); ok && old == b && !l.stale {
@@ -162,7 +163,7 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 	// Changed and new services: ranges added, table, key, ranges
 	// removed. While ranges change, a connect() sees the old set, the
 	// union of both, or the new set.
-	for _, k := range sortedKeys(next) {
+	for _, k := range lbconf.SortedKeys(next) {
 		s := next[k]
 		old, existed := l.services[k]
 		if existed && !l.stale && old.mode == s.mode && slices.Equal(old.backends, s.backends) && slices.Equal(old.ranges, s.ranges) && old.affinity == s.affinity {
@@ -198,7 +199,7 @@ func (l *LB) write(next map[ServiceKey]*service) error {
 		}
 	}
 	// Removed services: key, then table.
-	for _, k := range sortedKeys(l.services) {
+	for _, k := range lbconf.SortedKeys(l.services) {
 		if _, ok := next[k]; ok {
 			continue
 		}
@@ -286,12 +287,12 @@ func (l *LB) backendByID(id uint32) (backend, bool) {
 }
 
 func (l *LB) allocID(taken []uint32) (uint32, error) {
-	for id := uint32(1); id <= MaxServices; id++ {
+	for id := uint32(1); id <= lbconf.MaxServices; id++ {
 		if !l.ids[id] && !slices.Contains(taken, id) {
 			return id, nil
 		}
 	}
-	return 0, fmt.Errorf("no free service id (%d services fit)", MaxServices)
+	return 0, fmt.Errorf("no free service id (%d services fit)", lbconf.MaxServices)
 }
 
 // writeTable builds the service's choice table in a fresh inner map and
@@ -306,7 +307,7 @@ func (l *LB) writeTable(s *service) error {
 		return nil
 	}
 	var slots []uint32
-	if s.mode == Maglev {
+	if s.mode == lbconf.Maglev {
 		slots = maglevTable(act, int(l.tableSize))
 	} else {
 		slots = weightedTable(act, int(l.tableSize))
@@ -364,7 +365,7 @@ func binaryPutNative(b []byte, w uint32) { binary.NativeEndian.PutUint32(b, w) }
 // from pinned maps: the service id (1..255) and whether it is draining.
 func backendValue(b backend, svcID uint32) bpf.LbBackend {
 	v := bpf.LbBackend{Addr: addrValue(b.addr.Addr().As16()), Port: netPort(b.addr.Port())}
-	v.Weight = weightOf(b.weight)
+	v.Weight = lbconf.WeightOf(b.weight)
 	v.Owner = uint8(svcID)
 	// Bit 0 draining, bit 1 quarantined: the program keeps no affinity
 	// to either.
@@ -377,12 +378,12 @@ func backendValue(b backend, svcID uint32) bpf.LbBackend {
 	return v
 }
 
-func svcKey(k ServiceKey) bpf.LbSvcKey {
-	return bpf.LbSvcKey{Addr: addrValue(k.VIP.As16()), Port: netPort(k.Port), Proto: k.Proto.number()}
+func svcKey(k lbconf.ServiceKey) bpf.LbSvcKey {
+	return bpf.LbSvcKey{Addr: addrValue(k.VIP.As16()), Port: netPort(k.Port), Proto: protoNumber(k.Proto)}
 }
 
-func modeValue(m Mode) uint8 {
-	if m == Maglev {
+func modeValue(m lbconf.Mode) uint8 {
+	if m == lbconf.Maglev {
 		return 1 // MODE_MAGLEV
 	}
 	return 0 // MODE_RANDOM

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 var (
@@ -81,10 +82,10 @@ func TestCompare(t *testing.T) {
 	const n = 3
 	e := newEnv(t, n)
 	bes := backendAddrs(false, n)
-	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	uk := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-	require.NoError(t, e.lb.AddServices([]Service{{ServiceKey: k, Mode: Random, Backends: backends(bes...)},
-		{ServiceKey: uk, Mode: Random, Backends: backends(bes...)}}))
+	k := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+	uk := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+	require.NoError(t, e.lb.AddServices([]lbconf.Service{{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)},
+		{ServiceKey: uk, Mode: lbconf.Random, Backends: backends(bes...)}}))
 	stop, err := e.proxyProcess(proxyVIP, bes)
 	require.NoError(t, err)
 	defer stop()

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // Outcome is what connect4/6 and sendmsg4/6 did with a call; the order
@@ -34,7 +36,7 @@ func Outcomes() []Outcome { return []Outcome{Translated, NoBackend, NotService, 
 // Counters are connect()/sendmsg() calls summed over CPUs: per service,
 // translated and refused; and calls to no service at all.
 type Counters struct {
-	Services   map[ServiceKey][NumOutcomes]uint64
+	Services   map[lbconf.ServiceKey][NumOutcomes]uint64
 	NotService uint64
 }
 
@@ -42,7 +44,7 @@ type Counters struct {
 func (l *LB) Counters() (Counters, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := Counters{Services: map[ServiceKey][NumOutcomes]uint64{}}
+	c := Counters{Services: map[lbconf.ServiceKey][NumOutcomes]uint64{}}
 	row := func(id uint32) ([NumOutcomes]uint64, error) {
 		var out [NumOutcomes]uint64
 		for o := range NumOutcomes {

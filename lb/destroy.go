@@ -1,15 +1,10 @@
 package lb
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"os"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-
-	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/lb/sockdestroy"
 )
 
 // DestroyMode is what becomes of the balanced sockets still talking to a
@@ -31,69 +26,16 @@ const (
 // the feature does, so tests exercise the fallback on a kernel that has it.
 const destroyOffEnv = "SHIELD_LB_DESTROY_OFF"
 
-type destroyer struct {
-	objs bpf.LbDestroyObjects
-}
-
-// probeDestroy loads the iterator programs against this LB's socket state
-// and runs each once with nothing to destroy: what removal does, so a
-// kernel that refuses any step (iterator programs: EPERM on some builds;
-// bpf_sock_destroy before 6.5; sk_storage from iterators before 5.11) is
-// found here. Any failure is the fallback, with the reason.
-func (l *LB) probeDestroy() (*destroyer, error) {
+// probeDestroy loads the socket iterators (package sockdestroy) against
+// this LB's socket state: any failure is the fallback, with the reason.
+func (l *LB) probeDestroy() (*sockdestroy.Destroyer, error) {
 	if os.Getenv(destroyOffEnv) != "" {
 		return nil, fmt.Errorf("%s is set", destroyOffEnv)
 	}
 	if l.stateMode != StateSocket {
 		return nil, fmt.Errorf("needs state mode %s (the sockets' own state names their backend), have %s", StateSocket, l.stateMode)
 	}
-	spec, err := bpf.LoadLbDestroy()
-	if err != nil {
-		return nil, err
-	}
-	d := &destroyer{}
-	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
-		MapReplacements: map[string]*ebpf.Map{bpf.LbMapSockState: l.objs.SockState},
-	})
-	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("load the socket iterators: %v", ve)
-		}
-		return nil, fmt.Errorf("load the socket iterators: %w", err)
-	}
-	if _, err := d.run(); err != nil {
-		d.objs.Close()
-		return nil, err
-	}
-	return d, nil
-}
-
-// run runs both iterators once (in the calling thread's network
-// namespace) and returns how many sockets they destroyed.
-func (d *destroyer) run() (uint64, error) {
-	for _, p := range []*ebpf.Program{d.objs.LbDestroyTcp, d.objs.LbDestroyUdp} {
-		it, err := link.AttachIter(link.IterOptions{Program: p})
-		if err != nil {
-			return 0, fmt.Errorf("attach socket iterator: %w", err)
-		}
-		rd, err := it.Open()
-		if err != nil {
-			it.Close()
-			return 0, fmt.Errorf("open socket iterator: %w", err)
-		}
-		_, err = io.Copy(io.Discard, rd)
-		rd.Close()
-		it.Close()
-		if err != nil {
-			return 0, fmt.Errorf("run socket iterator: %w", err)
-		}
-	}
-	var n uint64
-	if err := d.objs.DestroyCounts.Lookup(uint32(0), &n); err != nil {
-		return 0, err
-	}
-	return n, nil
+	return sockdestroy.Load(l.objs.SockState)
 }
 
 // DestroyMode says what removal does to the removed backends' sockets
@@ -138,29 +80,12 @@ func (l *LB) terminate(ids []uint32) {
 		l.forget(ids)
 		return
 	}
-	for _, id := range ids {
-		l.destroy.objs.DestroyTargets.Put(id, uint8(1))
-	}
-	before, _ := l.destroy.count()
-	_, err := l.destroy.run()
-	after, _ := l.destroy.count()
-	for _, id := range ids {
-		l.destroy.objs.DestroyTargets.Delete(id)
-	}
-	done := after - before
-	if err != nil {
-		done = 0
-	}
+	done, _ := l.destroy.Destroy(ids)
 	l.removed.Destroyed += done
 	if open > done {
 		l.removed.LeftOpen += open - done
 	}
 	l.forget(ids)
-}
-
-func (d *destroyer) count() (uint64, error) {
-	var n uint64
-	return n, d.objs.DestroyCounts.Lookup(uint32(0), &n)
 }
 
 func (l *LB) forget(ids []uint32) {

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestRemovedSockets: removing a backend terminates the balanced sockets
@@ -40,11 +42,11 @@ func TestRemovedSockets(t *testing.T) {
 				assert.False(t, kernelAtLeast(t, 6, 5) && !strings.Contains(why, "operation not permitted"), "kernel 6.5+ fell back to %s: %s", mode, why)
 			}
 			bes := backendAddrs(false, 2)
-			k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-			u := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-			require.NoError(t, e.lb.AddServices([]Service{
-				{ServiceKey: k, Mode: Random, Backends: backends(bes...)},
-				{ServiceKey: u, Mode: Random, Backends: backends(bes...)},
+			k := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+			u := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+			require.NoError(t, e.lb.AddServices([]lbconf.Service{
+				{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)},
+				{ServiceKey: u, Mode: lbconf.Random, Backends: backends(bes...)},
 			}))
 			// TCP connections until both backends have one.
 			on := map[netip.AddrPort]*conn{}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // The test topology: a client namespace (the balanced process's sockets)
@@ -59,7 +61,7 @@ type env struct {
 // balancer. Everything is undone at cleanup, in reverse.
 func newEnv(t *testing.T, nBackends int) *env {
 	t.Helper()
-	return newEnvOpts(t, nBackends, Options{ReverseSize: DefaultReverseSize})
+	return newEnvOpts(t, nBackends, Options{ReverseSize: lbconf.DefaultReverseSize})
 }
 
 // newEnvOpts is newEnv with load options of its own.
@@ -109,7 +111,7 @@ func newEnvOpts(t *testing.T, nBackends int, opts Options) *env {
 	// A private cgroup2 mount: this host mounts only cgroup v1 hierarchies
 	// at /sys/fs/cgroup, and the guest's mount is not ours to use.
 	mnt := t.TempDir()
-	must(MountCgroup2(mnt))
+	must(cgroup2.Mount(mnt))
 	t.Cleanup(func() {
 		assert.NoError(t, unix.Unmount(mnt, unix.MNT_DETACH), "unmount %s", mnt)
 	})

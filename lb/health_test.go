@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestHealth: a backend that refuses probes (TCP: RST; UDP: ICMP port
@@ -31,19 +32,19 @@ func TestHealth(t *testing.T) {
 	if testing.Short() {
 		step = 2 * time.Second
 	}
-	hc := &HealthCheck{Interval: step, Timeout: step, Fails: 2, Passes: 2}
+	hc := &lbconf.HealthCheck{Interval: step, Timeout: step, Fails: 2, Passes: 2}
 	if testutil.InVM() {
 		// One passing probe restores: an interval less per service
 		// under TCG; counting passes is Go, proven on the host.
 		hc.Passes = 1
 	}
-	tcp := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	udp := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
+	tcp := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+	udp := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
 	uhc := *hc
 	uhc.Request = []byte("?\n")
-	require.NoError(t, e.lb.AddServices([]Service{
-		{ServiceKey: tcp, Mode: Random, Backends: backends(bes...), Health: hc},
-		{ServiceKey: udp, Mode: Maglev, Backends: backends(bes...), Health: &uhc},
+	require.NoError(t, e.lb.AddServices([]lbconf.Service{
+		{ServiceKey: tcp, Mode: lbconf.Random, Backends: backends(bes...), Health: hc},
+		{ServiceKey: udp, Mode: lbconf.Maglev, Backends: backends(bes...), Health: &uhc},
 	}))
 
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -62,7 +63,7 @@ func TestHealth(t *testing.T) {
 	go func() { defer wg.Done(); e.lb.RunHealth(ctx, dial) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	state := func(k ServiceKey, a netip.AddrPort) string {
+	state := func(k lbconf.ServiceKey, a netip.AddrPort) string {
 		s, _ := e.lb.Service(k)
 		for _, b := range s.Backends {
 			if b.Addr == a {
@@ -81,7 +82,7 @@ func TestHealth(t *testing.T) {
 	if testing.Short() {
 		wait = 60 * time.Second // TCG
 	}
-	for _, k := range []ServiceKey{tcp, udp} {
+	for _, k := range []lbconf.ServiceKey{tcp, udp} {
 		require.Eventually(t, func() bool { return state(k, dead) == "quarantined" }, wait, 20*time.Millisecond, "%s: %s not quarantined", k, dead)
 		for _, a := range live {
 			assert.Equal(t, "active", state(k, a), "%s: %s", k, a)
@@ -121,7 +122,7 @@ func TestHealth(t *testing.T) {
 
 	// It answers again: back by itself.
 	e.serve(t, "B", dead)
-	for _, k := range []ServiceKey{tcp, udp} {
+	for _, k := range []lbconf.ServiceKey{tcp, udp} {
 		require.Eventually(t, func() bool { return state(k, dead) == "active" }, wait, 20*time.Millisecond, "%s: %s not restored", k, dead)
 	}
 }
@@ -131,29 +132,29 @@ func TestHealthConfig(t *testing.T) {
 	testutil.HostOnly(t, "configuration validation and the panic threshold are Go")
 	for _, tc := range []struct {
 		proto  string
-		health HealthConfig
+		health lbconf.HealthConfig
 		want   string
 	}{
-		{"tcp", HealthConfig{Interval: "10ms"}, "health interval 10ms out of range"},
-		{"tcp", HealthConfig{Interval: "2h"}, "out of range"},
-		{"tcp", HealthConfig{Interval: "1s", Timeout: "2s"}, "health timeout 2s out of range"},
-		{"tcp", HealthConfig{Fails: 1000}, "want 1..100"},
-		{"udp", HealthConfig{}, "needs a request"},
-		{"tcp", HealthConfig{UDPRequest: "x"}, "udp_request on a TCP service"},
-		{"tcp", HealthConfig{Interval: "soon"}, "health.interval"},
+		{"tcp", lbconf.HealthConfig{Interval: "10ms"}, "health interval 10ms out of range"},
+		{"tcp", lbconf.HealthConfig{Interval: "2h"}, "out of range"},
+		{"tcp", lbconf.HealthConfig{Interval: "1s", Timeout: "2s"}, "health timeout 2s out of range"},
+		{"tcp", lbconf.HealthConfig{Fails: 1000}, "want 1..100"},
+		{"udp", lbconf.HealthConfig{}, "needs a request"},
+		{"tcp", lbconf.HealthConfig{UDPRequest: "x"}, "udp_request on a TCP service"},
+		{"tcp", lbconf.HealthConfig{Interval: "soon"}, "health.interval"},
 	} {
-		c := Config{Cgroup: "edge", ReverseSize: 64, Service: []ServiceConfig{{VIP: "198.18.1.1", Port: 80, Protocol: tc.proto,
+		c := lbconf.Config{Cgroup: "edge", ReverseSize: 64, Service: []lbconf.ServiceConfig{{VIP: "198.18.1.1", Port: 80, Protocol: tc.proto,
 			Backends: []string{"198.18.2.1:80"}, Health: &tc.health}}}
 		_, err := c.Services()
 		if assert.Error(t, err, "%+v", tc.health) {
 			assert.Contains(t, err.Error(), tc.want)
 		}
 	}
-	c := Config{Cgroup: "edge", ReverseSize: 64, Service: []ServiceConfig{{VIP: "198.18.1.1", Port: 53, Protocol: "udp",
-		Backends: []string{"198.18.2.1:53"}, Health: &HealthConfig{UDPRequest: "ping"}}}}
+	c := lbconf.Config{Cgroup: "edge", ReverseSize: 64, Service: []lbconf.ServiceConfig{{VIP: "198.18.1.1", Port: 53, Protocol: "udp",
+		Backends: []string{"198.18.2.1:53"}, Health: &lbconf.HealthConfig{UDPRequest: "ping"}}}}
 	svcs, err := c.Services()
 	require.NoError(t, err)
-	want := DefaultHealthCheck()
+	want := lbconf.DefaultHealthCheck()
 	want.Request = []byte("ping")
 	assert.Equal(t, &want, svcs[0].Health)
 

@@ -3,7 +3,6 @@ package lb
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -13,39 +12,20 @@ import (
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
-)
-
-const (
-	// DefaultReverseSize is the default capacity of the per-socket state
-	// LRU of the fallback (StateLRU): one entry per open translated socket.
-	// With StateSocket the state lives on the sockets and has no capacity.
-	DefaultReverseSize = 1 << 16
-	// MaxReverseSize bounds it: about 100 bytes of kernel memory per entry.
-	MaxReverseSize = 1 << 24
-	// MaxServices is how many services fit (ids 1..255; 0 counts traffic
-	// to no service).
-	MaxServices = 255
-	// MaxBackends is how many backends fit, over all services.
-	MaxBackends = 1 << 16
-	// TableSlots is the size of every service's choice table (MAX_TABLE
-	// in bpf/lb.c), a prime as Maglev's population wants.
-	TableSlots = 16381
-	// MaxServiceBackends is how many backends one service may have: the
-	// Maglev paper (Eisenbud et al., NSDI 2016, section 3.4) advises a
-	// table of at least 100 slots per backend, so that every backend's
-	// share is even to about 1%; past it shares drift (2x at 10,000) and
-	// past TableSlots some backends are never chosen.
-	MaxServiceBackends = TableSlots / 100
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
+	"github.com/xdpshield/xdpshield/lb/health"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
+	"github.com/xdpshield/xdpshield/lb/lbpin"
+	"github.com/xdpshield/xdpshield/lb/sockdestroy"
 )
 
 // Options configure Load.
 type Options struct {
 	// ReverseSize is the capacity of the reverse-translation LRU, from 1 to
-	// MaxReverseSize. Zero is an error: the size is the caller's decision
-	// (DefaultReverseSize is the usual one).
+	// lbconf.MaxReverseSize. Zero is an error: the size is the caller's
+	// decision (lbconf.DefaultReverseSize is the usual one).
 	ReverseSize uint32
 	// PinPath, when set, is a directory on a bpf filesystem where the maps
 	// are pinned by name (pinned ones found there are reused, state and
@@ -75,22 +55,22 @@ type LB struct {
 	links  []link.Link
 
 	mu       sync.Mutex // serialises changes; guards the fields below
-	services map[ServiceKey]*service
-	ids      [MaxServices + 1]bool // service ids in use
-	nextBE   uint32                // next backend id
+	services map[lbconf.ServiceKey]*service
+	ids      [lbconf.MaxServices + 1]bool // service ids in use
+	nextBE   uint32                       // next backend id
 
-	health    healthState
+	health    *health.Prober
 	healthErr error // the last change the prober could not write
 
-	destroy    *destroyer // nil: removed backends' sockets are left open
-	destroyWhy string     // why destroy is nil
+	destroy    *sockdestroy.Destroyer // nil: removed backends' sockets are left open
+	destroyWhy string                 // why destroy is nil
 	removed    RemovedSockets
 }
 
 // Load loads the programs and maps; nothing is attached.
 func Load(opts Options) (*LB, error) {
-	if opts.ReverseSize == 0 || opts.ReverseSize > MaxReverseSize {
-		return nil, fmt.Errorf("reverse size %d out of range [1, %d]", opts.ReverseSize, MaxReverseSize)
+	if opts.ReverseSize == 0 || opts.ReverseSize > lbconf.MaxReverseSize {
+		return nil, fmt.Errorf("reverse size %d out of range [1, %d]", opts.ReverseSize, lbconf.MaxReverseSize)
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
@@ -113,19 +93,20 @@ func Load(opts Options) (*LB, error) {
 		return nil, fmt.Errorf("set have_sk_storage: %w", err)
 	}
 	if opts.PinPath != "" {
-		for _, n := range pinnedMaps {
+		for _, n := range lbpin.Maps {
 			spec.Maps[n].Pinning = ebpf.PinByName
 		}
 	}
 
 	l := &LB{
 		tableSpec: spec.Maps[bpf.LbMapTables].InnerMap.Copy(),
-		services:  map[ServiceKey]*service{},
+		services:  map[lbconf.ServiceKey]*service{},
 		nextBE:    1,
 		pinPath:   opts.PinPath,
 		stateMode: mode,
 	}
 	l.tableSize = l.tableSpec.MaxEntries
+	l.health = health.New(l.Services, l.setQuarantined)
 
 	// bpf_set_retval (5.18) lets a refused connect() say ECONNREFUSED; the
 	// verifier refuses the helper before, and then the hook's EPERM is the
@@ -206,20 +187,17 @@ type attachPoint struct {
 	pin  string // the link's pin name under a pin directory
 }
 
-// attachTypes pairs every program with its attach point.
+// attachTypes pairs every program with its attach point and pin name
+// (lbpin.Links, in the same order).
 func (l *LB) attachTypes() []attachPoint {
 	p := &l.objs.LbPrograms
-	return []attachPoint{
-		{p.LbConnect4, ebpf.AttachCGroupInet4Connect, "link_connect4"},
-		{p.LbConnect6, ebpf.AttachCGroupInet6Connect, "link_connect6"},
-		{p.LbSendmsg4, ebpf.AttachCGroupUDP4Sendmsg, "link_sendmsg4"},
-		{p.LbSendmsg6, ebpf.AttachCGroupUDP6Sendmsg, "link_sendmsg6"},
-		{p.LbRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg, "link_recvmsg4"},
-		{p.LbRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg, "link_recvmsg6"},
-		{p.LbGetpeername4, ebpf.AttachCgroupInet4GetPeername, "link_getpeername4"},
-		{p.LbGetpeername6, ebpf.AttachCgroupInet6GetPeername, "link_getpeername6"},
-		{p.LbSockRelease, ebpf.AttachCgroupInetSockRelease, "link_sock_release"},
+	progs := []*ebpf.Program{p.LbConnect4, p.LbConnect6, p.LbSendmsg4, p.LbSendmsg6, p.LbRecvmsg4, p.LbRecvmsg6,
+		p.LbGetpeername4, p.LbGetpeername6, p.LbSockRelease}
+	out := make([]attachPoint, len(lbpin.Links))
+	for i, lk := range lbpin.Links {
+		out[i] = attachPoint{progs[i], lk.Type, lk.Pin}
 	}
+	return out
 }
 
 // Attach attaches every program to the cgroup v2 directory dir (with
@@ -233,7 +211,7 @@ func (l *LB) Attach(dir string) error {
 	if len(l.links) > 0 {
 		return errors.New("attach: already attached")
 	}
-	if err := IsCgroup2(dir); err != nil {
+	if err := cgroup2.Check(dir); err != nil {
 		return err
 	}
 	var links []link.Link
@@ -260,7 +238,7 @@ func (l *LB) Attach(dir string) error {
 }
 
 // Detach removes the programs from the cgroup (pinned links stay attached:
-// RemovePins removes them). Sockets already translated keep their backend;
+// lbpin.Remove removes them). Sockets already translated keep their backend;
 // getpeername and recvfrom report it from then on.
 func (l *LB) Detach() error {
 	l.linkMu.Lock()
@@ -277,7 +255,7 @@ func (l *LB) Detach() error {
 func (l *LB) Close() error {
 	var derr error
 	if l.destroy != nil {
-		derr = l.destroy.objs.Close()
+		derr = l.destroy.Close()
 	}
 	return errors.Join(l.Detach(), derr, l.objs.Close())
 }
@@ -293,19 +271,3 @@ func (l *LB) ReverseSize() uint32 {
 
 // TableSize is the number of slots in each service's choice table.
 func (l *LB) TableSize() uint32 { return l.tableSize }
-
-// IsCgroup2 returns an error unless dir is a directory of a cgroup v2
-// hierarchy.
-func IsCgroup2(dir string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return fmt.Errorf("cgroup %q: %w", dir, err)
-	}
-	if st.Type != unix.CGROUP2_SUPER_MAGIC {
-		return fmt.Errorf("cgroup %q: not a cgroup v2 directory (mount one with MountCgroup2)", dir)
-	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("cgroup %q: not a directory", dir)
-	}
-	return nil
-}

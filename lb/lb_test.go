@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 func family(v6 bool) string {
@@ -45,9 +46,9 @@ func TestTCP(t *testing.T) {
 	e := newEnv(t, 3)
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
-			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
+			k := lbconf.ServiceKey{VIP: vipOf(v6), Port: 80, Proto: lbconf.TCP}
 			bes := backendAddrs(v6, 3)
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
@@ -98,10 +99,10 @@ func (e *env) reverseOf(c syscall.Conn, backend netip.AddrPort) (vip netip.AddrP
 	return vip, ok, err
 }
 
-func backends(as ...netip.AddrPort) []Backend {
-	var out []Backend
+func backends(as ...netip.AddrPort) []lbconf.Backend {
+	var out []lbconf.Backend
 	for _, a := range as {
-		out = append(out, Backend{Addr: a})
+		out = append(out, lbconf.Backend{Addr: a})
 	}
 	return out
 }
@@ -113,9 +114,9 @@ func TestUDP(t *testing.T) {
 	e := newEnv(t, 4)
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
-			k := ServiceKey{VIP: vipOf(v6), Port: 53, Proto: UDP}
+			k := lbconf.ServiceKey{VIP: vipOf(v6), Port: 53, Proto: lbconf.UDP}
 			bes := backendAddrs(v6, 4)
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
@@ -177,8 +178,8 @@ func TestOutside(t *testing.T) {
 	e := newEnv(t, 2)
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
-			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: TCP}
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, 2)...)}))
+			k := lbconf.ServiceKey{VIP: vipOf(v6), Port: 80, Proto: lbconf.TCP}
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(backendAddrs(v6, 2)...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
@@ -246,11 +247,11 @@ func (e *env) udpAsk(dst netip.AddrPort) (reply, error) {
 // and sendto with Refusal's errno (ECONNREFUSED on 5.18+, EPERM before).
 func TestNoBackend(t *testing.T) {
 	e := newEnv(t, 2)
-	for _, proto := range []Proto{TCP, UDP} {
+	for _, proto := range []lbconf.Proto{lbconf.TCP, lbconf.UDP} {
 		t.Run(string(proto), func(t *testing.T) {
-			k := ServiceKey{VIP: vip4, Port: 80, Proto: proto}
+			k := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: proto}
 			bes := backendAddrs(false, 2)
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Maglev, Backends: backends(bes...)}))
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Maglev, Backends: backends(bes...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			require.NoError(t, e.lb.DrainBackends(k, bes))
@@ -261,7 +262,7 @@ func TestNoBackend(t *testing.T) {
 			const tries = 3
 			for range tries {
 				var err error
-				if proto == TCP {
+				if proto == lbconf.TCP {
 					_, err = e.dial(vip, netip.AddrPort{})
 				} else {
 					_, err = e.udpAsk(vip)
@@ -274,7 +275,7 @@ func TestNoBackend(t *testing.T) {
 			}
 			// Undrain one: it works again.
 			require.NoError(t, e.lb.AddBackends(k, bes[:1]))
-			if proto == TCP {
+			if proto == lbconf.TCP {
 				if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.local != bes[0] {
 					assert.Fail(t, fmt.Sprintf("after undraining %s: %+v, %v", bes[0], r, err))
 				}
@@ -289,9 +290,9 @@ func TestNoBackend(t *testing.T) {
 // IPv4 backend (mapped), and getpeername says the mapped VIP.
 func TestMapped(t *testing.T) {
 	e := newEnv(t, 2)
-	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
+	k := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
 	bes := backendAddrs(false, 2)
-	require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(bes...)}))
+	require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(bes...)}))
 	var fd int
 	var peer unix.Sockaddr
 	buf := make([]byte, 256)

@@ -8,6 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestMappedCounted (issue 25, finding 6): IPv6 sockets reaching an IPv4
@@ -15,12 +17,12 @@ import (
 // translated, and not as calls to no service.
 func TestMappedCounted(t *testing.T) {
 	e := newEnv(t, 2)
-	tcp := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	udp := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-	for _, k := range []ServiceKey{tcp, udp} {
-		require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(false, 2)...)}))
+	tcp := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+	udp := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+	for _, k := range []lbconf.ServiceKey{tcp, udp} {
+		require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(backendAddrs(false, 2)...)}))
 	}
-	mapped := func(k ServiceKey) *unix.SockaddrInet6 {
+	mapped := func(k lbconf.ServiceKey) *unix.SockaddrInet6 {
 		return &unix.SockaddrInet6{Addr: netip.AddrFrom16(k.VIP.As16()).As16(), Port: int(k.Port)}
 	}
 	before, err := e.lb.Counters()
@@ -48,7 +50,7 @@ func TestMappedCounted(t *testing.T) {
 	}
 	after, err := e.lb.Counters()
 	require.NoError(t, err)
-	for _, k := range []ServiceKey{tcp, udp} {
+	for _, k := range []lbconf.ServiceKey{tcp, udp} {
 		if got := after.Services[k][Translated] - before.Services[k][Translated]; got != n {
 			assert.Fail(t, fmt.Sprintf("%s: translated grew by %d, want %d", k, got, n))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestAdoptOverrides: changes made through the API (a service replaced
@@ -23,19 +24,19 @@ func TestAdoptOverrides(t *testing.T) {
 	require.NoError(t, e.lb.Detach()) // the env's own, unpinned balancer
 	pins := pinRoot(t)
 	bes := backendAddrs(false, 2)
-	cfg := DefaultConfig()
+	cfg := lbconf.DefaultConfig()
 	cfg.Cgroup = e.cgroup
-	cfg.Service = []ServiceConfig{{VIP: vip4.String(), Port: 80, Mode: "maglev", Backends: []string{bes[0].String(), bes[1].String()}}}
-	k := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	dns := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
+	cfg.Service = []lbconf.ServiceConfig{{VIP: vip4.String(), Port: 80, Mode: "maglev", Backends: []string{bes[0].String(), bes[1].String()}}}
+	k := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+	dns := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
 
 	s1, err := StartPinned(cfg, pins)
 	require.NoError(t, err)
 	assert.Empty(t, s1.Overrides, "first start")
-	require.NoError(t, s1.ReplaceService(Service{ServiceKey: k, Mode: Random,
-		Backends:     []Backend{{Addr: bes[0], Weight: 3}, {Addr: bes[1]}},
+	require.NoError(t, s1.ReplaceService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random,
+		Backends:     []lbconf.Backend{{Addr: bes[0], Weight: 3}, {Addr: bes[1]}},
 		SourceRanges: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}, Affinity: time.Minute}))
-	require.NoError(t, s1.AddService(Service{ServiceKey: dns, Mode: Random, Backends: backends(bes[0])}))
+	require.NoError(t, s1.AddService(lbconf.Service{ServiceKey: dns, Mode: lbconf.Random, Backends: backends(bes[0])}))
 	require.NoError(t, s1.Close())
 
 	s2, err := StartPinned(cfg, pins)
@@ -50,7 +51,7 @@ func TestAdoptOverrides(t *testing.T) {
 	}
 	got := s2.Services()
 	require.Len(t, got, 1)
-	assert.Equal(t, Maglev, got[0].Mode)
+	assert.Equal(t, lbconf.Maglev, got[0].Mode)
 	assert.Empty(t, got[0].SourceRanges)
 	assert.Zero(t, got[0].Affinity)
 	require.NoError(t, s2.Close())

@@ -6,151 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
-	"github.com/xdpshield/xdpshield/internal/pinfs"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
-
-// Pin directory names, under the service's pin directory (one per network
-// namespace and interface, see pin.PinDir).
-const (
-	// PinSubdir holds the balancer's pinned links and maps.
-	PinSubdir = "lb"
-	// StagingSubdir is where a first start pins everything before renaming
-	// it to PinSubdir in one step: a PinSubdir is always complete.
-	StagingSubdir = "lb_staging" // bpffs refuses names with a dot
-)
-
-// pinnedMaps are the maps pinned by name: every map of the programs but
-// the loader's constants.
-var pinnedMaps = []string{bpf.LbMapServices, bpf.LbMapBackends, bpf.LbMapTables, bpf.LbMapReverse, bpf.LbMapCounters, bpf.LbMapSockState, bpf.LbMapStateCounters, bpf.LbMapRanges, bpf.LbMapAffinity, bpf.LbMapBeSockets}
-
-// linkPins are the names of the pinned links, one per program.
-func linkPins() []string {
-	var l LB
-	var out []string
-	for _, a := range l.attachTypes() {
-		out = append(out, a.pin)
-	}
-	return out
-}
-
-// ownedPins are the names the balancer pins in its directory: RemovePins
-// removes these and only these.
-func ownedPins() map[string]bool {
-	owned := map[string]bool{}
-	for _, n := range append(linkPins(), pinnedMaps...) {
-		owned[n] = true
-	}
-	return owned
-}
-
-// Pinned reports whether a balancer is pinned under pinDir (the service's
-// pin directory).
-func Pinned(pinDir string) bool {
-	_, err := os.Stat(filepath.Join(pinDir, PinSubdir))
-	return err == nil
-}
-
-// RemovePins detaches the pinned links in dir (a PinSubdir or
-// StagingSubdir), removes the balancer's pins and then dir when nothing
-// else is left in it. Anything not the balancer's is left where it is and
-// named in the error; dir must be on a bpf filesystem. A missing dir is
-// not an error. Sockets translated before keep their backends; getpeername
-// and recvfrom report the backend from then on.
-func RemovePins(dir string) error {
-	ok, err := pinfs.OnBPFFS(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%s is not on a bpf filesystem: no balancer pins there, nothing removed", dir)
-	}
-	// Links first: translation stops before the maps go.
-	for _, n := range linkPins() {
-		p := filepath.Join(dir, n)
-		lk, err := link.LoadPinnedLink(p, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("load pinned link %s: %w", p, err)
-		}
-		err = lk.Detach()
-		if err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
-			lk.Close()
-			return fmt.Errorf("detach link %s: %w", p, err)
-		}
-		err = lk.Unpin()
-		lk.Close()
-		if err != nil {
-			return fmt.Errorf("unpin link %s: %w", p, err)
-		}
-	}
-	return pinfs.RemoveOwned(dir, ownedPins(), "balancer")
-}
-
-// cgroupID is the id of a cgroup v2 directory: its inode number.
-func cgroupID(dir string) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return 0, fmt.Errorf("cgroup %s: %w", dir, err)
-	}
-	return st.Ino, nil
-}
-
-// checkPinned refuses a pin directory that is not whole (every link and
-// map the balancer pins) or whose links are attached to another cgroup
-// than cgroup. It changes nothing.
-func checkPinned(dir, cgroup string) error {
-	var missing []string
-	for n := range ownedPins() {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return fmt.Errorf("the balancer pinned in %s is incomplete (no %s): an older layout or an interrupted removal", dir, strings.Join(missing, ", "))
-	}
-	want, err := cgroupID(cgroup)
-	if err != nil {
-		return err
-	}
-	var l LB
-	for _, a := range l.attachTypes() {
-		p := filepath.Join(dir, a.pin)
-		lk, err := link.LoadPinnedLink(p, nil)
-		if err != nil {
-			return fmt.Errorf("load pinned link %s: %w", p, err)
-		}
-		info, err := lk.Info()
-		lk.Close()
-		if err != nil {
-			return fmt.Errorf("pinned link %s: %w", p, err)
-		}
-		cg := info.Cgroup()
-		if cg == nil || ebpf.AttachType(cg.AttachType) != a.typ {
-			return fmt.Errorf("the link pinned as %s is not a %s cgroup link", p, a.typ)
-		}
-		if cg.CgroupId != want {
-			return fmt.Errorf("the balancer pinned in %s is attached to cgroup id %d, not to the configured %s (id %d)", dir, cg.CgroupId, cgroup, want)
-		}
-	}
-	return nil
-}
 
 // adoptLinks replaces the program of every pinned link in dir by this
 // LB's, all or none: on a failure the links already changed get their old
@@ -209,7 +74,7 @@ func (l *LB) adoptLinks(dir string) error {
 func (l *LB) readState() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	byID := map[uint32]ServiceKey{}
+	byID := map[uint32]lbconf.ServiceKey{}
 	var (
 		k bpf.LbSvcKey
 		v bpf.LbSvc
@@ -220,17 +85,17 @@ func (l *LB) readState() error {
 		for i, w := range k.Addr.W {
 			binaryPutNative(a16[4*i:], w)
 		}
-		proto := TCP
-		if k.Proto == UDP.number() {
-			proto = UDP
+		proto := lbconf.TCP
+		if k.Proto == protoNumber(lbconf.UDP) {
+			proto = lbconf.UDP
 		}
-		key := ServiceKey{VIP: netip.AddrFrom16(a16).Unmap(), Port: netPort(k.Port), Proto: proto}
-		if v.Id == 0 || v.Id > MaxServices {
+		key := lbconf.ServiceKey{VIP: netip.AddrFrom16(a16).Unmap(), Port: netPort(k.Port), Proto: proto}
+		if v.Id == 0 || v.Id > lbconf.MaxServices {
 			continue
 		}
-		mode := Random
-		if v.Mode == modeValue(Maglev) {
-			mode = Maglev
+		mode := lbconf.Random
+		if v.Mode == modeValue(lbconf.Maglev) {
+			mode = lbconf.Maglev
 		}
 		l.services[key] = &service{id: v.Id, mode: mode, affinity: time.Duration(v.AffinityMs) * time.Millisecond}
 		l.ids[v.Id] = true
@@ -272,7 +137,7 @@ func (l *LB) readState() error {
 		s := l.services[key]
 		s.backends = append(s.backends, backend{id: id,
 			addr: netip.AddrPortFrom(netip.AddrFrom16(a16).Unmap(), netPort(b.Port)), draining: b.Draining&1 != 0, quarantined: b.Draining&2 != 0,
-			weight: weightOf(b.Weight)})
+			weight: lbconf.WeightOf(b.Weight)})
 	}
 	// Source ranges, by service id; those of no service go.
 	var (
@@ -348,10 +213,10 @@ func (l *LB) readState() error {
 // not in ss are removed, new ones added, the others get ss's mode and
 // backends. A backend kept keeps its id (its place in a Maglev table) and
 // whether it is draining. It returns the backends kept draining.
-func (l *LB) ReplaceServices(ss []Service) (draining []string, err error) {
+func (l *LB) ReplaceServices(ss []lbconf.Service) (draining []string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next := map[ServiceKey]*service{}
+	next := map[lbconf.ServiceKey]*service{}
 	draining, errs := l.addTo(next, ss)
 	if err := errors.Join(append(errs, validateAll(next))...); err != nil {
 		return nil, err

@@ -13,6 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/lb/lbconf"
+	"github.com/xdpshield/xdpshield/lb/lbpin"
 )
 
 // pinRoot is a fresh directory on the bpffs of /sys/fs/bpf (mounted when
@@ -26,8 +29,8 @@ func pinRoot(t *testing.T) string {
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-lbpin-%d", os.Getpid()))
 	require.NoError(t, os.Mkdir(dir, 0o700))
 	t.Cleanup(func() {
-		for _, d := range []string{PinSubdir, StagingSubdir} {
-			assert.NoError(t, RemovePins(filepath.Join(dir, d)), "cleanup")
+		for _, d := range []string{lbpin.Subdir, lbpin.StagingSubdir} {
+			assert.NoError(t, lbpin.Remove(filepath.Join(dir, d)), "cleanup")
 		}
 		assert.NoError(t, os.Remove(dir), "cleanup")
 	})
@@ -46,22 +49,22 @@ func TestPinnedRestart(t *testing.T) {
 	pins := pinRoot(t)
 	bes := backendAddrs(false, 3)
 	vip := netip.AddrPortFrom(vip4, 80)
-	cfg := DefaultConfig()
+	cfg := lbconf.DefaultConfig()
 	cfg.Cgroup = e.cgroup
-	svc := func(bs ...netip.AddrPort) []ServiceConfig {
+	svc := func(bs ...netip.AddrPort) []lbconf.ServiceConfig {
 		var ss []string
 		for _, b := range bs {
 			ss = append(ss, b.String())
 		}
-		return []ServiceConfig{{VIP: vip4.String(), Port: 80, Mode: "maglev", Backends: ss}}
+		return []lbconf.ServiceConfig{{VIP: vip4.String(), Port: 80, Mode: "maglev", Backends: ss}}
 	}
 	cfg.Service = svc(bes...)
 
 	s1, err := StartPinned(cfg, pins)
 	require.NoError(t, err)
-	lbDir := filepath.Join(pins, PinSubdir)
-	assert.False(t, s1.Adopted || s1.PinDir != lbDir || !Pinned(pins), "first StartPinned: adopted %v, pin dir %q (pinned %v); want a fresh balancer pinned in %s", s1.Adopted, s1.PinDir, Pinned(pins), lbDir)
-	if _, err := os.Stat(filepath.Join(pins, StagingSubdir)); !errors.Is(err, os.ErrNotExist) {
+	lbDir := filepath.Join(pins, lbpin.Subdir)
+	assert.False(t, s1.Adopted || s1.PinDir != lbDir || !lbpin.Pinned(pins), "first StartPinned: adopted %v, pin dir %q (pinned %v); want a fresh balancer pinned in %s", s1.Adopted, s1.PinDir, lbpin.Pinned(pins), lbDir)
+	if _, err := os.Stat(filepath.Join(pins, lbpin.StagingSubdir)); !errors.Is(err, os.ErrNotExist) {
 		assert.Fail(t, fmt.Sprintf("staging directory after a start: %v, want it renamed away", err))
 	}
 	before, err := e.dial(vip, netip.AddrPort{})
@@ -89,7 +92,7 @@ func TestPinnedRestart(t *testing.T) {
 	defer s2.Close()
 	assert.True(t, s2.Adopted, "second StartPinned did not adopt the pinned balancer")
 	got, _ := s2.Service(vip4Key())
-	want := []Backend{{Addr: bes[0], Draining: true, Weight: DefaultWeight}, {Addr: bes[1], Weight: DefaultWeight}}
+	want := []lbconf.Backend{{Addr: bes[0], Draining: true, Weight: lbconf.DefaultWeight}, {Addr: bes[1], Weight: lbconf.DefaultWeight}}
 	assert.False(t, len(got.Backends) != 2 || got.Backends[0] != want[0] || got.Backends[1] != want[1], "after the restart: backends %v, want %v", got.Backends, want)
 	if p, err := before.peer(); err != nil || p != vip {
 		assert.Fail(t, fmt.Sprintf("getpeername after the restart on a socket connected before = %v, %v; want the VIP %v", p, err, vip))
@@ -140,14 +143,14 @@ func TestPinnedRestart(t *testing.T) {
 		assert.Fail(t, fmt.Sprintf("after the refused start: %+v, %v; want the pinned balancer still translating to %v", r, err, bes[1]))
 	}
 
-	if err := RemovePins(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not on a bpf filesystem") {
-		assert.Fail(t, fmt.Sprintf("RemovePins(not bpffs) = %v, want a refusal", err))
+	if err := lbpin.Remove(t.TempDir()); err == nil || !strings.Contains(err.Error(), "not on a bpf filesystem") {
+		assert.Fail(t, fmt.Sprintf("lbpin.Remove(not bpffs) = %v, want a refusal", err))
 	}
-	require.NoError(t, RemovePins(lbDir))
-	assert.False(t, Pinned(pins), "%s still there after RemovePins", lbDir)
+	require.NoError(t, lbpin.Remove(lbDir))
+	assert.False(t, lbpin.Pinned(pins), "%s still there after RemovePins", lbDir)
 	if r, err := e.ask1(vip, netip.AddrPort{}); err != nil || r.kind != "D" {
 		assert.Fail(t, fmt.Sprintf("after RemovePins: %+v, %v; want the untranslated VIP (decoy D)", r, err))
 	}
 }
 
-func vip4Key() ServiceKey { return ServiceKey{VIP: vip4, Port: 80, Proto: TCP} }
+func vip4Key() lbconf.ServiceKey { return lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP} }

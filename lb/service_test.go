@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
@@ -72,14 +73,14 @@ func TestValidation(t *testing.T) {
 	l, err := Load(Options{ReverseSize: 1024})
 	require.NoError(t, err)
 	defer l.Close()
-	require.False(t, l.TableSize() != TableSlots, "TableSize() = %d, want TableSlots %d (MAX_TABLE in bpf/lb.c)", l.TableSize(), TableSlots)
-	web := ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: TCP}
-	dns6 := ServiceKey{VIP: netip.MustParseAddr("2001:db8:1::1"), Port: 53, Proto: UDP}
-	require.NoError(t, l.AddServices([]Service{
-		{ServiceKey: web, Mode: Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
-		{ServiceKey: dns6, Mode: Random, Backends: backends(aps("[2001:db8:2::1]:53")...)},
+	require.False(t, l.TableSize() != lbconf.TableSlots, "TableSize() = %d, want TableSlots %d (MAX_TABLE in bpf/lb.c)", l.TableSize(), lbconf.TableSlots)
+	web := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP}
+	dns6 := lbconf.ServiceKey{VIP: netip.MustParseAddr("2001:db8:1::1"), Port: 53, Proto: lbconf.UDP}
+	require.NoError(t, l.AddServices([]lbconf.Service{
+		{ServiceKey: web, Mode: lbconf.Maglev, Backends: backends(aps("198.18.2.1:8080", "198.18.2.2:8080")...)},
+		{ServiceKey: dns6, Mode: lbconf.Random, Backends: backends(aps("[2001:db8:2::1]:53")...)},
 	}))
-	unknown := ServiceKey{VIP: netip.MustParseAddr("198.18.1.9"), Port: 80, Proto: TCP}
+	unknown := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.9"), Port: 80, Proto: lbconf.TCP}
 	for _, tc := range []struct {
 		name   string
 		change func() error
@@ -89,42 +90,42 @@ func TestValidation(t *testing.T) {
 		{"unknown VIP drain", func() error { return l.DrainBackends(unknown, aps("198.18.2.1:8080")) }, "unknown service"},
 		{"unknown VIP remove", func() error { return l.RemoveService(unknown) }, "unknown service"},
 		{"duplicate backend in a new service", func() error {
-			return l.AddService(Service{ServiceKey: unknown, Mode: Random, Backends: backends(aps("198.18.2.5:80", "198.18.2.5:80")...)})
+			return l.AddService(lbconf.Service{ServiceKey: unknown, Mode: lbconf.Random, Backends: backends(aps("198.18.2.5:80", "198.18.2.5:80")...)})
 		}, "duplicate backend 198.18.2.5:80"},
 		{"duplicate backend added", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.2.1:8080")) }, "duplicate backend 198.18.2.1:8080"},
 		{"backend given twice", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.2.3:8080")) }, "given twice"},
 		{"VIP is a backend", func() error {
-			return l.AddService(Service{ServiceKey: ServiceKey{VIP: netip.MustParseAddr("198.18.2.1"), Port: 443, Proto: TCP}, Mode: Random, Backends: backends(aps("198.18.3.1:443")...)})
+			return l.AddService(lbconf.Service{ServiceKey: lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.2.1"), Port: 443, Proto: lbconf.TCP}, Mode: lbconf.Random, Backends: backends(aps("198.18.3.1:443")...)})
 		}, "VIP 198.18.2.1 is a backend address of service tcp/198.18.1.1:80"},
 		{"backend is a VIP", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.1.1:8080")) }, "VIP 198.18.1.1 is a backend address"},
-		{"zero backends", func() error { return l.AddService(Service{ServiceKey: unknown, Mode: Random}) }, "zero backends"},
+		{"zero backends", func() error { return l.AddService(lbconf.Service{ServiceKey: unknown, Mode: lbconf.Random}) }, "zero backends"},
 		{"remove every backend", func() error { return l.RemoveBackends(dns6, aps("[2001:db8:2::1]:53")) }, "zero backends"},
 		{"VIP port 0", func() error {
-			return l.AddService(Service{ServiceKey: ServiceKey{VIP: unknown.VIP, Port: 0, Proto: TCP}, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)})
+			return l.AddService(lbconf.Service{ServiceKey: lbconf.ServiceKey{VIP: unknown.VIP, Port: 0, Proto: lbconf.TCP}, Mode: lbconf.Random, Backends: backends(aps("198.18.2.5:80")...)})
 		}, "port 0 is not a port"},
 		{"backend port 0", func() error { return l.AddBackends(web, aps("198.18.2.3:8080", "198.18.2.4:0")) }, "backend 198.18.2.4:0: port 0"},
 		{"family mismatch", func() error { return l.AddBackends(web, aps("[2001:db8:2::9]:80")) }, "not of the VIP's family"},
 		{"unknown protocol", func() error {
-			return l.AddService(Service{ServiceKey: ServiceKey{VIP: unknown.VIP, Port: 80, Proto: "sctp"}, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)})
+			return l.AddService(lbconf.Service{ServiceKey: lbconf.ServiceKey{VIP: unknown.VIP, Port: 80, Proto: "sctp"}, Mode: lbconf.Random, Backends: backends(aps("198.18.2.5:80")...)})
 		}, `unknown protocol "sctp"`},
 		{"unknown mode", func() error {
-			return l.AddService(Service{ServiceKey: unknown, Mode: "round-robin", Backends: backends(aps("198.18.2.5:80")...)})
+			return l.AddService(lbconf.Service{ServiceKey: unknown, Mode: "round-robin", Backends: backends(aps("198.18.2.5:80")...)})
 		}, `unknown mode "round-robin"`},
 		{"existing service", func() error {
-			return l.AddService(Service{ServiceKey: web, Mode: Random, Backends: backends(aps("198.18.2.9:80")...)})
+			return l.AddService(lbconf.Service{ServiceKey: web, Mode: lbconf.Random, Backends: backends(aps("198.18.2.9:80")...)})
 		}, "already exists"},
 		{"drain an unknown backend", func() error { return l.DrainBackends(web, aps("198.18.2.1:8080", "198.18.2.7:8080")) }, "no backend 198.18.2.7:8080"},
 		// Issue 25, finding 4: before, 20,003 backends were accepted and
 		// only 16,381 could ever be chosen.
 		{"more backends than the table tells apart", func() error {
-			return l.AddService(Service{ServiceKey: unknown, Mode: Maglev, Backends: backends(manyBackends(MaxServiceBackends + 1)...)})
+			return l.AddService(lbconf.Service{ServiceKey: unknown, Mode: lbconf.Maglev, Backends: backends(manyBackends(lbconf.MaxServiceBackends + 1)...)})
 		}, "164 backends, more than the 163 a choice table of 16381 slots tells apart"},
-		{"added past the table", func() error { return l.AddBackends(web, manyBackends(MaxServiceBackends-1)) },
+		{"added past the table", func() error { return l.AddBackends(web, manyBackends(lbconf.MaxServiceBackends-1)) },
 			"164 backends, more than the 163"},
 		{"one good service, one bad", func() error {
-			return l.AddServices([]Service{
-				{ServiceKey: unknown, Mode: Random, Backends: backends(aps("198.18.2.5:80")...)},
-				{ServiceKey: ServiceKey{VIP: unknown.VIP, Port: 81, Proto: TCP}, Mode: Random},
+			return l.AddServices([]lbconf.Service{
+				{ServiceKey: unknown, Mode: lbconf.Random, Backends: backends(aps("198.18.2.5:80")...)},
+				{ServiceKey: lbconf.ServiceKey{VIP: unknown.VIP, Port: 81, Proto: lbconf.TCP}, Mode: lbconf.Random},
 			})
 		}, "zero backends"},
 	} {
@@ -142,8 +143,8 @@ func TestValidation(t *testing.T) {
 	}
 
 	// As many backends as fit: accepted.
-	require.NoError(t, l.AddService(Service{ServiceKey: unknown, Mode: Maglev, Backends: backends(manyBackends(MaxServiceBackends)...)}),
-		"%d backends, want accepted", MaxServiceBackends)
+	require.NoError(t, l.AddService(lbconf.Service{ServiceKey: unknown, Mode: lbconf.Maglev, Backends: backends(manyBackends(lbconf.MaxServiceBackends)...)}),
+		"%d backends, want accepted", lbconf.MaxServiceBackends)
 	require.NoError(t, l.RemoveService(unknown))
 
 	// And the good changes do what they say, in the maps too.

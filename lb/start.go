@@ -11,6 +11,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
+	"github.com/xdpshield/xdpshield/lb/lbpin"
 )
 
 // Started is a balancer brought up from a Config by Start.
@@ -53,20 +56,20 @@ func (s *Started) startHealth() {
 // cgroup2 hierarchy when the host has none), loads the programs, adds the
 // services and attaches. Nothing is left behind on an error. With no
 // services configured it returns nil, nil: there is nothing to balance.
-func Start(cfg Config) (*Started, error) { return StartPinned(cfg, "") }
+func Start(cfg lbconf.Config) (*Started, error) { return StartPinned(cfg, "") }
 
 // StartPinned is Start with the links and maps pinned under
-// pinDir/PinSubdir (pinDir on a bpf filesystem, held by the caller's
+// pinDir/lbpin.Subdir (pinDir on a bpf filesystem, held by the caller's
 // lock), so the balancer keeps translating while no process holds it: a
-// restart, an upgrade, a crash. A first start pins into StagingSubdir and
+// restart, an upgrade, a crash. A first start pins into lbpin.StagingSubdir and
 // renames it into place once everything is attached. A later start adopts
 // what is pinned: the maps are reused, the links get the newly loaded
 // programs, and the configured services are applied whole (the config is
 // the source of truth; a backend kept keeps its draining state, sockets
 // keep their reverse entries). A pinned balancer that is incomplete, of an
 // incompatible map layout, or attached to another cgroup is refused, with
-// nothing changed: RemovePins (`shield detach -lb-only`) drops it.
-func StartPinned(cfg Config, pinDir string) (*Started, error) {
+// nothing changed: lbpin.Remove (`shield detach -lb-only`) drops it.
+func StartPinned(cfg lbconf.Config, pinDir string) (*Started, error) {
 	if !cfg.Enabled() {
 		return nil, nil
 	}
@@ -77,14 +80,14 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 	dir, mounted, err := cfg.CgroupDir()
 	s := &Started{Cgroup: dir}
 	if mounted {
-		s.Mounted = DefaultCgroup2Mount
+		s.Mounted = cgroup2.DefaultMount
 	}
 	if err != nil {
 		return nil, errors.Join(err, s.unmount())
 	}
 	if pinDir != "" {
-		s.PinDir = filepath.Join(pinDir, PinSubdir)
-		if Pinned(pinDir) {
+		s.PinDir = filepath.Join(pinDir, lbpin.Subdir)
+		if lbpin.Pinned(pinDir) {
 			if err := s.adopt(cfg, svcs); err != nil {
 				return nil, errors.Join(err, s.unmount())
 			}
@@ -96,9 +99,9 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 	if pinDir != "" {
 		// A staging directory left by a start that died half-way: its
 		// links were never published; remove them.
-		staging := filepath.Join(pinDir, StagingSubdir)
+		staging := filepath.Join(pinDir, lbpin.StagingSubdir)
 		if _, err := os.Stat(staging); err == nil {
-			if err := RemovePins(staging); err != nil {
+			if err := lbpin.Remove(staging); err != nil {
 				return nil, errors.Join(fmt.Errorf("remove an interrupted start's pins: %w", err), s.unmount())
 			}
 			s.Notes = append(s.Notes, "removed "+staging+", left by a start that did not finish")
@@ -113,7 +116,7 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 			err = errors.Join(err, s.LB.Close())
 		}
 		if pinPath != "" {
-			err = errors.Join(err, RemovePins(pinPath))
+			err = errors.Join(err, lbpin.Remove(pinPath))
 		}
 		return nil, errors.Join(err, s.unmount())
 	}
@@ -137,8 +140,8 @@ func StartPinned(cfg Config, pinDir string) (*Started, error) {
 }
 
 // adopt takes over the balancer pinned in s.PinDir (see StartPinned).
-func (s *Started) adopt(cfg Config, svcs []Service) error {
-	if err := checkPinned(s.PinDir, s.Cgroup); err != nil {
+func (s *Started) adopt(cfg lbconf.Config, svcs []lbconf.Service) error {
+	if err := lbpin.Check(s.PinDir, s.Cgroup); err != nil {
 		return fmt.Errorf("%w; the pinned balancer stays as it is: `shield detach -lb-only` drops it "+
 			"(sockets it translated keep their backends)", err)
 	}
@@ -167,7 +170,7 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 	}
 	// The file is the source of truth at a start: say what it undoes of
 	// the running balancer (API changes since the last start, above all).
-	for _, o := range overrides(l.Services(), svcs) {
+	for _, o := range lbconf.Overrides(l.Services(), svcs) {
 		s.Overrides = append(s.Overrides, o)
 		s.Notes = append(s.Notes, "the configuration file overrides the running balancer: "+o)
 	}
@@ -183,7 +186,7 @@ func (s *Started) adopt(cfg Config, svcs []Service) error {
 }
 
 // Close detaches and unloads (pinned links stay attached and pinned maps
-// keep their state: RemovePins removes them); a private cgroup2 mount
+// keep their state: lbpin.Remove removes them); a private cgroup2 mount
 // Start made is detached lazily (the cgroup directory stays, with its
 // processes).
 func (s *Started) Close() error {

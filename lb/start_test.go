@@ -14,6 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestStart brings a balancer up from a configuration: services added,
@@ -21,17 +23,17 @@ import (
 func TestStart(t *testing.T) {
 	testutil.Root(t)
 	mnt := t.TempDir()
-	require.NoError(t, MountCgroup2(mnt))
+	require.NoError(t, cgroup2.Mount(mnt))
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	dir := filepath.Join(mnt, fmt.Sprintf("xdps-lbstart-%d", os.Getpid()))
 	t.Cleanup(func() { os.Remove(dir) })
 
-	cfg := DefaultConfig()
+	cfg := lbconf.DefaultConfig()
 	if s, err := Start(cfg); s != nil || err != nil {
 		assert.Fail(t, fmt.Sprintf("Start(no services) = %v, %v; want nil, nil", s, err))
 	}
 	cfg.Cgroup = dir
-	cfg.Service = []ServiceConfig{{VIP: "198.18.1.1", Port: 80, Mode: "maglev", Backends: []string{"198.18.2.1:80", "198.18.2.2:80"}}}
+	cfg.Service = []lbconf.ServiceConfig{{VIP: "198.18.1.1", Port: 80, Mode: "maglev", Backends: []string{"198.18.2.1:80", "198.18.2.2:80"}}}
 	s, err := Start(cfg)
 	require.NoError(t, err)
 	if got := s.Services(); len(got) != 1 || len(got[0].Backends) != 2 || s.Cgroup != dir {
@@ -44,7 +46,7 @@ func TestStart(t *testing.T) {
 	}
 	assert.NoError(t, s.Close(), "Close")
 
-	cfg.Service = append(cfg.Service, ServiceConfig{VIP: "198.18.2.1", Port: 53, Protocol: "udp", Backends: []string{"198.18.3.1:53"}})
+	cfg.Service = append(cfg.Service, lbconf.ServiceConfig{VIP: "198.18.2.1", Port: 53, Protocol: "udp", Backends: []string{"198.18.3.1:53"}})
 	if s, err := Start(cfg); err == nil || !strings.Contains(err.Error(), "VIP 198.18.2.1 is a backend address") {
 		assert.Fail(t, fmt.Sprintf("Start(VIP that is a backend) = %v, %v; want an error naming it", s, err))
 		s.Close()

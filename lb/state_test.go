@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // disconnect dissolves a datagram socket's association: connect(2) with
@@ -58,19 +59,19 @@ func stateModes(t *testing.T) []StateMode {
 
 func testStateReleased(t *testing.T, mode StateMode) {
 	e := newEnvOpts(t, 2, Options{ReverseSize: 1024, state: mode})
-	refused := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	unreach := ServiceKey{VIP: vip4, Port: 82, Proto: TCP}
-	udp := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-	for _, s := range []Service{
+	refused := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+	unreach := lbconf.ServiceKey{VIP: vip4, Port: 82, Proto: lbconf.TCP}
+	udp := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+	for _, s := range []lbconf.Service{
 		// A backend address with nothing listening on port 9: RST.
-		{ServiceKey: refused, Mode: Random, Backends: backends(netip.MustParseAddrPort("198.18.0.10:9"))},
+		{ServiceKey: refused, Mode: lbconf.Random, Backends: backends(netip.MustParseAddrPort("198.18.0.10:9"))},
 		// A backend the client namespace has no route to.
-		{ServiceKey: unreach, Mode: Random, Backends: backends(netip.MustParseAddrPort("198.19.5.1:8080"))},
-		{ServiceKey: udp, Mode: Random, Backends: backends(backendAddrs(false, 2)...)},
+		{ServiceKey: unreach, Mode: lbconf.Random, Backends: backends(netip.MustParseAddrPort("198.19.5.1:8080"))},
+		{ServiceKey: udp, Mode: lbconf.Random, Backends: backends(backendAddrs(false, 2)...)},
 	} {
 		require.NoError(t, e.lb.AddService(s))
 	}
-	ap := func(k ServiceKey) netip.AddrPort { return netip.AddrPortFrom(k.VIP, k.Port) }
+	ap := func(k lbconf.ServiceKey) netip.AddrPort { return netip.AddrPortFrom(k.VIP, k.Port) }
 	cases := []struct {
 		name string
 		n    int
@@ -137,10 +138,10 @@ func testNoEviction(t *testing.T, mode StateMode) {
 		capacity = 1024
 	)
 	e := newEnvOpts(t, 2, Options{ReverseSize: capacity, state: mode})
-	tcp := ServiceKey{VIP: vip4, Port: 80, Proto: TCP}
-	udp := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-	for _, k := range []ServiceKey{tcp, udp} {
-		require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(false, 2)...)}))
+	tcp := lbconf.ServiceKey{VIP: vip4, Port: 80, Proto: lbconf.TCP}
+	udp := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+	for _, k := range []lbconf.ServiceKey{tcp, udp} {
+		require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(backendAddrs(false, 2)...)}))
 	}
 	tvip, uvip := netip.AddrPortFrom(tcp.VIP, tcp.Port), netip.AddrPortFrom(udp.VIP, udp.Port)
 	states := e.snapStates(t)

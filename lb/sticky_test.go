@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // sockaddrOf is the unix form of a, for a socket of a's family.
@@ -68,8 +70,8 @@ func TestUDPPerSocket(t *testing.T) {
 	e := newEnv(t, nBE)
 	for _, v6 := range []bool{false, true} {
 		t.Run(family(v6), func(t *testing.T) {
-			k := ServiceKey{VIP: vipOf(v6), Port: 53, Proto: UDP}
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(backendAddrs(v6, nBE)...)}))
+			k := lbconf.ServiceKey{VIP: vipOf(v6), Port: 53, Proto: lbconf.UDP}
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(backendAddrs(v6, nBE)...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 
@@ -123,10 +125,10 @@ func TestUDPConnectedSendto(t *testing.T) {
 		sockets = 20
 	)
 	e := newEnv(t, nBE)
-	for _, mode := range []Mode{Random, Maglev} {
+	for _, mode := range []lbconf.Mode{lbconf.Random, lbconf.Maglev} {
 		t.Run(string(mode), func(t *testing.T) {
-			k := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: mode, Backends: backends(backendAddrs(false, nBE)...)}))
+			k := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: mode, Backends: backends(backendAddrs(false, nBE)...)}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			var lost []string

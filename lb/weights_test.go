@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 )
 
 // TestWeightedTables: in both modes a backend's share of the choice table
@@ -19,7 +20,7 @@ import (
 // give the unweighted tables.
 func TestWeightedTables(t *testing.T) {
 	testutil.HostOnly(t, "the weighted tables are Go arithmetic; TestWeights proves the kernel follows them")
-	const m = TableSlots
+	const m = lbconf.TableSlots
 	for _, ws := range [][]uint16{{3, 1, 1}, {5, 2, 1, 1}, {1, 1, 1}, {100, 1}} {
 		var bs []backend
 		var sum int
@@ -57,13 +58,13 @@ mode = "maglev"
 backends = ["198.18.2.1:8080@3", "198.18.2.2:8080"]
 source_ranges = ["198.18.0.0/24", "0.0.0.0/32"]
 `
-	var c Config
+	var c lbconf.Config
 	_, err := toml.Decode(good, &c)
 	require.NoError(t, err)
 	svcs, err := c.Services()
 	require.NoError(t, err)
 	require.Len(t, svcs, 1)
-	assert.Equal(t, []Backend{{Addr: ap("198.18.2.1:8080"), Weight: 3}, {Addr: ap("198.18.2.2:8080"), Weight: 1}}, svcs[0].Backends)
+	assert.Equal(t, []lbconf.Backend{{Addr: ap("198.18.2.1:8080"), Weight: 3}, {Addr: ap("198.18.2.2:8080"), Weight: 1}}, svcs[0].Backends)
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24"), netip.MustParsePrefix("0.0.0.0/32")}, svcs[0].SourceRanges)
 
 	for _, tc := range []struct {
@@ -80,7 +81,7 @@ source_ranges = ["198.18.0.0/24", "0.0.0.0/32"]
 		{`"198.18.2.1:80"`, `"198.18.0.0"`, "source range"},
 	} {
 		doc := fmt.Sprintf("cgroup = \"edge\"\nreverse_size = 64\n[[service]]\nvip = \"198.18.1.1\"\nport = 80\nbackends = [%s]\nsource_ranges = [%s]\n", tc.backends, tc.ranges)
-		var c Config
+		var c lbconf.Config
 		_, err := toml.Decode(doc, &c)
 		require.NoError(t, err)
 		_, err = c.Services()
@@ -142,11 +143,11 @@ func TestWeights(t *testing.T) {
 		n = 400
 	}
 	bes := backendAddrs(false, 2)
-	for _, mode := range []Mode{Maglev, Random} {
+	for _, mode := range []lbconf.Mode{lbconf.Maglev, lbconf.Random} {
 		t.Run(string(mode), func(t *testing.T) {
-			k := ServiceKey{VIP: vip4, Port: 53, Proto: UDP}
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: mode,
-				Backends: []Backend{{Addr: bes[0], Weight: 3}, {Addr: bes[1], Weight: 1}}}))
+			k := lbconf.ServiceKey{VIP: vip4, Port: 53, Proto: lbconf.UDP}
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: mode,
+				Backends: []lbconf.Backend{{Addr: bes[0], Weight: 3}, {Addr: bes[1], Weight: 1}}}))
 			defer e.lb.RemoveService(k)
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			counts := map[netip.AddrPort]int{}
@@ -194,11 +195,11 @@ func TestSourceRanges(t *testing.T) {
 				unspec = netip.MustParsePrefix("::/128")
 			}
 			be := backendAddrs(v6, 1)
-			k := ServiceKey{VIP: vipOf(v6), Port: 80, Proto: UDP}
+			k := lbconf.ServiceKey{VIP: vipOf(v6), Port: 80, Proto: lbconf.UDP}
 			vip := netip.AddrPortFrom(k.VIP, k.Port)
 			add := func(ranges ...netip.Prefix) {
 				t.Helper()
-				require.NoError(t, e.lb.AddService(Service{ServiceKey: k, Mode: Random, Backends: backends(be...), SourceRanges: ranges}))
+				require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: backends(be...), SourceRanges: ranges}))
 			}
 			translated := func(src netip.Addr) error {
 				fd, err := e.udpConnect(t, src, vip)
@@ -227,8 +228,8 @@ func TestSourceRanges(t *testing.T) {
 
 			// TCP: refused at connect, and the decoy on the VIP hears
 			// nothing.
-			tk := ServiceKey{VIP: vipOf(v6), Port: 81, Proto: TCP}
-			require.NoError(t, e.lb.AddService(Service{ServiceKey: tk, Mode: Random, Backends: backends(be...), SourceRanges: []netip.Prefix{netip.PrefixFrom(in, in.BitLen())}}))
+			tk := lbconf.ServiceKey{VIP: vipOf(v6), Port: 81, Proto: lbconf.TCP}
+			require.NoError(t, e.lb.AddService(lbconf.Service{ServiceKey: tk, Mode: lbconf.Random, Backends: backends(be...), SourceRanges: []netip.Prefix{netip.PrefixFrom(in, in.BitLen())}}))
 			_, err = e.ask1(netip.AddrPortFrom(tk.VIP, tk.Port), netip.AddrPortFrom(out, 0))
 			assert.True(t, errors.Is(err, e.lb.Refusal()), "TCP from %s: %v, want %v", out, err, e.lb.Refusal())
 			r, err := e.ask1(netip.AddrPortFrom(tk.VIP, tk.Port), netip.AddrPortFrom(in, 0))

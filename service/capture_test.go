@@ -18,7 +18,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -54,7 +54,7 @@ func TestCaptureOnTheWire(t *testing.T) {
 			s.Close()
 		}
 	})
-	cl := &api.Client{Base: "http://" + s.Addr().String(), Token: token,
+	cl := &client.Client{Base: "http://" + s.Addr().String(), Token: token,
 		HTTP: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, n, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := a.Do(func() error {

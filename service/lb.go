@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbpin"
 )
 
 // Log attribute keys of the balancer's start.
@@ -25,15 +26,15 @@ const (
 // configuration says there is none.
 func (s *Service) startLB() error {
 	if !s.cfg.LB.Enabled() {
-		if lb.Pinned(s.att.PinDir) {
-			dir := filepath.Join(s.att.PinDir, lb.PinSubdir)
-			if err := lb.RemovePins(dir); err != nil {
+		if lbpin.Pinned(s.att.PinDir) {
+			dir := filepath.Join(s.att.PinDir, lbpin.Subdir)
+			if err := lbpin.Remove(dir); err != nil {
 				return fmt.Errorf("lb: no services configured; remove the pinned balancer: %w", err)
 			}
 			s.log.Info("lb removed: no services configured; the pinned balancer was detached", keyPinDir, dir)
 		}
 		// A first start that died half-way.
-		if err := lb.RemovePins(filepath.Join(s.att.PinDir, lb.StagingSubdir)); err != nil {
+		if err := lbpin.Remove(filepath.Join(s.att.PinDir, lbpin.StagingSubdir)); err != nil {
 			return fmt.Errorf("lb: remove an interrupted start's pins: %w", err)
 		}
 		return nil

@@ -17,6 +17,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
@@ -89,7 +90,7 @@ type Config struct {
 	// Build labels shield_build_info and /v1/info.
 	Build api.BuildInfo
 	// LB is the socket balancer's configuration (none without services).
-	LB lb.Config
+	LB lbconf.Config
 	// L7 is the L7 proxy and its fast path ([l7]; none when empty).
 	L7 l7.Section
 	// XDPLB is the XDP balancer behind the shield ([xdplb]; none without

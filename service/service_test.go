@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
@@ -46,7 +46,7 @@ func TestStartAndClose(t *testing.T) {
 		return s
 	}
 	s := start()
-	cl := &api.Client{Base: "http://" + s.Addr().String(), Token: token,
+	cl := &client.Client{Base: "http://" + s.Addr().String(), Token: token,
 		HTTP: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, n, addr string) (net.Conn, error) {
 			var c net.Conn
 			err := a.Do(func() error {

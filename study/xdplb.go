@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xdpshield/xdpshield/e2e"
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/maglev"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -161,8 +161,8 @@ func movedShares() []Moved {
 		for i := range names {
 			names[i] = fmt.Sprintf("198.18.1.%d", i+1)
 		}
-		before := lb.MaglevTable(names, nil, xdplb.RingSize)
-		after := lb.MaglevTable(names[:n-1], nil, xdplb.RingSize)
+		before := maglev.Table(names, nil, xdplb.RingSize)
+		after := maglev.Table(names[:n-1], nil, xdplb.RingSize)
 		moved, mod := 0, 0
 		for i := range before {
 			if names[before[i]] != names[after[i]] {

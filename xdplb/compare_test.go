@@ -42,7 +42,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/maglev"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -296,14 +296,14 @@ func TestCompareBalancers(t *testing.T) {
 		movedFlows(row, before, after, removed)
 		rows = append(rows, row)
 		t.Log(cmpTable([]*cmpRow{row}))
-		// The Go twin of the program's choice (FlowHash, lb.MaglevTable)
+		// The Go twin of the program's choice (FlowHash, maglev.Table)
 		// predicts every flow's backend, before and after.
 		var s3 []string
 		for _, a := range l.addrs {
 			s3 = append(s3, a.String())
 		}
-		t3 := lb.MaglevTable(s3, nil, xdplb.RingSize)
-		t2 := lb.MaglevTable(s3[:cmpBackends-1], nil, xdplb.RingSize)
+		t3 := maglev.Table(s3, nil, xdplb.RingSize)
+		t2 := maglev.Table(s3[:cmpBackends-1], nil, xdplb.RingSize)
 		wrong := 0
 		for i := range nflows {
 			slot := xdplb.FlowHash(netip.MustParseAddr("198.18.10.2"), netip.MustParseAddr(nsVIP4), uint16(cmpFlowPort+i), tcpPort, 6) % uint32(xdplb.RingSize)

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/maglev"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -26,8 +26,8 @@ func TestMaglevDisruption(t *testing.T) {
 		for i := range names {
 			names[i] = fmt.Sprintf("198.18.1.%d", i+1)
 		}
-		before := lb.MaglevTable(names, nil, xdplb.RingSize)
-		after := lb.MaglevTable(names[:n-1], nil, xdplb.RingSize)
+		before := maglev.Table(names, nil, xdplb.RingSize)
+		after := maglev.Table(names[:n-1], nil, xdplb.RingSize)
 		moved, modMoved := 0, 0
 		for s := range before {
 			if names[before[s]] != names[:n-1][after[s]] {

@@ -1,6 +1,6 @@
 // Package xdplb is the XDP layer-4 balancer's control side: it loads
 // bpf/xdplb.c, validates a configuration (VIPs, backends, weights, drain)
-// whole before writing any map, fills each VIP's Maglev table (lb's
+// whole before writing any map, fills each VIP's Maglev table (lb/maglev's
 // builder) and swaps it in with one map update, and reads the per-CPU
 // counters per reason, VIP and backend.
 //

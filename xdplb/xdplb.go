@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 
 	"github.com/xdpshield/xdpshield/bpf"
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/maglev"
 )
 
 // ErrInvalid wraps Apply's refusal of a configuration Validate refuses:
@@ -281,7 +281,7 @@ func (b *Balancer) Apply(cfg Config) error {
 		keys := make([]uint32, RingSize)
 		vals := make([]uint32, RingSize)
 		st.table = make([]netip.Addr, RingSize)
-		for slot, i := range lb.MaglevTable(names, weights, RingSize) {
+		for slot, i := range maglev.Table(names, weights, RingSize) {
 			keys[slot] = base + uint32(slot)
 			vals[slot] = ids[member{name, v.Backends[i].Addr}]
 			st.table[slot] = v.Backends[i].Addr

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	svc "github.com/xdpshield/xdpshield/service"
 )
 
@@ -54,7 +55,7 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 }
 
 // client builds the API client; the token is only needed for changes.
-func (c *clientFlags) client(needToken bool) (*api.Client, error) {
+func (c *clientFlags) client(needToken bool) (*client.Client, error) {
 	base := c.api
 	if base == "" {
 		base = os.Getenv(envAPI)
@@ -68,7 +69,7 @@ func (c *clientFlags) client(needToken bool) (*api.Client, error) {
 	if err := plainOnlyToLoopback(base); err != nil {
 		return nil, err
 	}
-	cl := &api.Client{Base: base, Operator: operator()}
+	cl := &client.Client{Base: base, Operator: operator()}
 	// A local service is reached through its admin socket, checked to be
 	// root's (or this user's) before anything is sent: any local user may
 	// bind a loopback TCP port (issue 23, finding 4).

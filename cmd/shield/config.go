@@ -15,7 +15,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7"
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/pin"
@@ -65,8 +65,8 @@ type config struct {
 		Format string `toml:"format"`
 	} `toml:"log"`
 
-	// LB is the socket balancer ([lb], [[lb.service]]; lb.Config).
-	LB lb.Config `toml:"lb"`
+	// LB is the socket balancer ([lb], [[lb.service]]; lbconf.Config).
+	LB lbconf.Config `toml:"lb"`
 
 	// L7 is the L7 proxy and its fast path ([l7], [[l7.route]],
 	// [[l7.rbac]], [l7.set_header]; l7.Section). None when absent.
@@ -125,7 +125,7 @@ func defaultConfig() config {
 	c.Lists.OwnAddressesSpoofed = true
 	c.Log.Level = "info"
 	c.Log.Format = "text"
-	c.LB = lb.DefaultConfig()
+	c.LB = lbconf.DefaultConfig()
 	c.Workbench.AnonymousView = true
 	c.Workbench.SessionTTL = duration{workbench.DefaultSessionTTL}
 	c.Workbench.StormsPerHour = workbench.DefaultPerHour

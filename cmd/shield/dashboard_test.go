@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/api"
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
 )
 
 // TestAlertRules: dist/prometheus's rules pass `promtool check rules`, and
@@ -80,7 +80,7 @@ func TestDashboardQueries(t *testing.T) {
 	l := newLab(t, "dash")
 	l.l7Backend(t, "198.18.0.1:9001")
 	mnt := t.TempDir()
-	require.NoError(t, lb.MountCgroup2(mnt))
+	require.NoError(t, cgroup2.Mount(mnt))
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	cg := filepath.Join(mnt, fmt.Sprintf("xdps-dash-%d", os.Getpid()))
 	t.Cleanup(func() { os.Remove(cg) })

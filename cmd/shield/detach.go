@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbpin"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -17,7 +17,7 @@ func init() {
 }
 
 // lbPins are the balancer's pin subdirectories, removed by detach.
-var lbPins = []pin.Companion{{Name: lb.PinSubdir, Remove: lb.RemovePins}, {Name: lb.StagingSubdir, Remove: lb.RemovePins}}
+var lbPins = []pin.Companion{{Name: lbpin.Subdir, Remove: lbpin.Remove}, {Name: lbpin.StagingSubdir, Remove: lbpin.Remove}}
 
 func runDetach(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("detach", flag.ContinueOnError)

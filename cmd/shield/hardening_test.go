@@ -28,6 +28,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -258,10 +259,10 @@ func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
 		return c, err
 	}}
 	defer tr.CloseIdleConnections()
-	remote := &api.Client{Base: "https://198.18.0.1:9470", HTTP: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
+	remote := &client.Client{Base: "https://198.18.0.1:9470", HTTP: &http.Client{Transport: tr, Timeout: 5 * time.Second}}
 	waitFor(t, "the TLS API to answer", func() bool {
 		_, err := remote.Info(context.Background())
-		var ae *api.Error
+		var ae *client.Error
 		return errors.As(err, &ae)
 	})
 	if _, err := remote.Info(context.Background()); err == nil {
@@ -271,7 +272,7 @@ func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
 	if _, err := remote.Info(context.Background()); err != nil {
 		t.Errorf("a remote peer with the token over TLS: %v", err)
 	}
-	plain := &api.Client{Base: "http://198.18.0.1:9470", Token: testToken, HTTP: &http.Client{Transport: &http.Transport{DialContext: tr.DialContext}, Timeout: 5 * time.Second}}
+	plain := &client.Client{Base: "http://198.18.0.1:9470", Token: testToken, HTTP: &http.Client{Transport: &http.Transport{DialContext: tr.DialContext}, Timeout: 5 * time.Second}}
 	if _, err := plain.Info(context.Background()); err == nil {
 		t.Error("the API answered plain HTTP beside TLS")
 	}

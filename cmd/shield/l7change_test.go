@@ -13,7 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/l7"
 )
 
@@ -112,7 +112,7 @@ backends = ["198.18.0.1:9002"]
 		anon := *l.client
 		anon.Token = tok
 		_, err := anon.SetL7Policy(context.Background(), l7.Config{Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:9002"}}}})
-		var ae *api.Error
+		var ae *client.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 			t.Errorf("PUT /v1/l7/policy with token %q = %v, want 401", tok, err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -39,8 +40,8 @@ func TestLBCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	k := lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lb.TCP}
-	if err := l.AddService(lb.Service{ServiceKey: k, Mode: lb.Random, Backends: []lb.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}}}); err != nil {
+	k := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP}
+	if err := l.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: []lbconf.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}}}); err != nil {
 		t.Fatal(err)
 	}
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
@@ -126,10 +127,10 @@ func TestLBCLIServices(t *testing.T) {
 	assert.Contains(t, out, "maglev (affinity 10m0s)")
 	assert.Contains(t, out, "198.18.2.1:53@3, 198.18.2.2:53")
 	assert.Contains(t, out, "198.18.0.0/24")
-	k := lb.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 53, Proto: lb.UDP}
+	k := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 53, Proto: lbconf.UDP}
 	got, ok := l.Service(k)
 	require.True(t, ok)
-	assert.Equal(t, lb.Maglev, got.Mode)
+	assert.Equal(t, lbconf.Maglev, got.Mode)
 
 	// Every problem of a bad create at once, and nothing created.
 	_, err = run("create", "-mode", "fast", "-source-range", "198.18.0.1/24", "-affinity", "48h", "udp/198.18.1.9:53", "198.18.2.9:53@1000", "198.18.2.8:53")

@@ -19,7 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
+	"github.com/xdpshield/xdpshield/lb/lbpin"
 )
 
 // envLBClient makes the test binary a TCP client (see init): "NETNS
@@ -117,7 +118,7 @@ func TestServeLBPinned(t *testing.T) {
 	lbResponders(t, l, "198.18.0.2:8080", "198.18.0.3:8080", decoy)
 
 	mnt := t.TempDir()
-	if err := lb.MountCgroup2(mnt); err != nil {
+	if err := cgroup2.Mount(mnt); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
@@ -165,7 +166,7 @@ backends = [%s]
 		}
 		return f[0], f[1]
 	}
-	lbDir := filepath.Join(l.pinDir(t), lb.PinSubdir)
+	lbDir := filepath.Join(l.pinDir(t), lbpin.Subdir)
 
 	s1 := l.serve(t, "-config", conf)
 	s1.waitLog(t, `msg="lb attached"`)

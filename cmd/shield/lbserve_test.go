@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpshield/xdpshield/lb"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
 )
 
 // TestServeLB runs `shield serve` with an [[lb.service]]: a process in the
@@ -25,7 +25,7 @@ func TestServeLB(t *testing.T) {
 	// Backends in the storm namespace answer "BACKEND-ADDR".
 	lbResponders(t, l, "198.18.0.2:8080", "198.18.0.3:8080")
 	mnt := t.TempDir()
-	if err := lb.MountCgroup2(mnt); err != nil {
+	if err := cgroup2.Mount(mnt); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })

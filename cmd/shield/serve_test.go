@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -72,7 +73,7 @@ type lab struct {
 	edge, storm *topo.NS
 	pinRoot     string
 	tokenFile   string
-	client      *api.Client
+	client      *client.Client
 }
 
 func newLab(t *testing.T, role string) *lab {
@@ -121,7 +122,7 @@ func newLab(t *testing.T, role string) *lab {
 }
 
 // clientIn is an API client for the service on ns's loopback.
-func clientIn(t *testing.T, ns *topo.NS) *api.Client {
+func clientIn(t *testing.T, ns *topo.NS) *client.Client {
 	// The API listens on the edge namespace's loopback: dial from there.
 	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
@@ -133,7 +134,7 @@ func clientIn(t *testing.T, ns *topo.NS) *api.Client {
 		return c, err
 	}}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &api.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
+	return &client.Client{Base: "http://" + api.DefaultListen, Token: testToken, Operator: "lifecycle-test",
 		HTTP: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 

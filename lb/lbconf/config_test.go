@@ -1,4 +1,4 @@
-package lb
+package lbconf
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
 )
 
 func TestConfig(t *testing.T) {
@@ -76,7 +77,7 @@ backends = ["198.18.2.1:80"]`, `unknown mode "rr"`},
 func TestConfigCgroup(t *testing.T) {
 	testutil.Root(t)
 	mnt := t.TempDir()
-	require.NoError(t, MountCgroup2(mnt))
+	require.NoError(t, cgroup2.Mount(mnt))
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	for _, tc := range []struct {
 		cgroup, want string // want "": accepted

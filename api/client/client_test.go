@@ -1,4 +1,4 @@
-package api_test
+package client_test
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -23,7 +23,7 @@ func TestClientRefusesAnswerNotDescribingTheChange(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintln(w, body)
 		}))
-		c := &api.Client{Base: srv.URL, Token: "t"}
+		c := &client.Client{Base: srv.URL, Token: "t"}
 		_, err := c.Add(context.Background(), shield.DenyList, []string{"198.18.0.3/32"})
 		require.Error(t, err, "Add with the answer %s", body)
 		_, err = c.Remove(context.Background(), shield.DenyList, []string{"198.18.0.3/32"})

@@ -1,4 +1,4 @@
-package lb
+package cgroup2
 
 import (
 	"os/exec"
@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestFindCgroup2 compares FindCgroup2 with util-linux's findmnt, a
+// TestFindCgroup2 compares Find with util-linux's findmnt, a
 // reader of /proc/self/mountinfo we did not write: the first cgroup2
 // mount of the hierarchy's root.
 func TestFindCgroup2(t *testing.T) {
@@ -25,7 +25,7 @@ func TestFindCgroup2(t *testing.T) {
 			break
 		}
 	}
-	got, err := FindCgroup2()
+	got, err := Find()
 	require.NoError(t, err)
-	require.Equal(t, want, got, "FindCgroup2() (findmnt -t cgroup2: %q)", out)
+	require.Equal(t, want, got, "Find() (findmnt -t cgroup2: %q)", out)
 }

@@ -1,4 +1,4 @@
-package lb
+package lbconf
 
 import (
 	"errors"
@@ -6,17 +6,16 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/xdpshield/xdpshield/lb/cgroup2"
 )
 
 // Config is the [lb] section of the service's configuration file.
 type Config struct {
 	// Cgroup is the cgroup v2 directory whose processes are balanced: an
 	// absolute path, or one relative to the cgroup2 hierarchy (the host's,
-	// else a private mount on DefaultCgroup2Mount). Created if missing.
+	// else a private mount on cgroup2.DefaultMount). Created if missing.
 	Cgroup string `toml:"cgroup"`
 	// ReverseSize is the capacity of the reverse-translation LRU.
 	ReverseSize uint32 `toml:"reverse_size"`
@@ -52,7 +51,7 @@ type HealthConfig struct {
 }
 
 // Check turns the section into a HealthCheck (nil for none), defaults
-// filled in; bounds are checked with the service's (validateHealth).
+// filled in; bounds are checked with the service's (ValidateHealth).
 func (hc *HealthConfig) Check() (*HealthCheck, error) {
 	if hc == nil {
 		return nil, nil
@@ -100,7 +99,7 @@ func (c Config) Services() ([]Service, error) {
 		errs = append(errs, fmt.Errorf("lb.reverse_size: %d out of range [1, %d]", c.ReverseSize, MaxReverseSize))
 	}
 	if c.Enabled() {
-		if err := checkCgroup(c.Cgroup); err != nil {
+		if err := cgroup2.CheckPath(c.Cgroup); err != nil {
 			errs = append(errs, fmt.Errorf("lb.cgroup: %w", err))
 		}
 	}
@@ -116,19 +115,15 @@ func (c Config) Services() ([]Service, error) {
 	if len(errs) == 0 {
 		// What only the whole set can tell: duplicates, a VIP that is a
 		// backend of another service.
-		next := map[ServiceKey]*service{}
+		next := map[ServiceKey][]netip.AddrPort{}
 		for i, s := range out {
 			if _, ok := next[s.ServiceKey]; ok {
 				errs = append(errs, fmt.Errorf("lb.service[%d]: service %s: already exists", i, s.ServiceKey))
 				continue
 			}
-			ns := &service{mode: s.Mode}
-			for _, b := range s.Backends {
-				ns.backends = append(ns.backends, backend{addr: b.Addr, weight: weightOf(b.Weight)})
-			}
-			next[s.ServiceKey] = ns
+			next[s.ServiceKey] = addrsOf(s.Backends)
 		}
-		if err := validateAll(next); err != nil {
+		if err := ValidateSet(next); err != nil {
 			errs = append(errs, fmt.Errorf("lb: %w", err))
 		}
 	}
@@ -174,72 +169,23 @@ func (sc ServiceConfig) service() (Service, error) {
 		return Service{}, errors.Join(errs...)
 	}
 	k := ServiceKey{VIP: vip, Port: uint16(sc.Port), Proto: proto}
-	if err := errors.Join(validateService(k, mode, addrsOf(bs)), validateShape(k, bs, ranges, aff), validateHealth(k, health)); err != nil {
+	if err := errors.Join(ValidateService(k, mode, addrsOf(bs)), ValidateShape(k, bs, ranges, aff), ValidateHealth(k, health)); err != nil {
 		return Service{}, err
 	}
 	return Service{ServiceKey: k, Mode: mode, Backends: bs, SourceRanges: ranges, Affinity: aff, Health: health}, nil
 }
 
-// checkCgroup refuses a cgroup that would balance what it should not: the
-// hierarchy's root (every process on the host), a path climbing out of it,
-// or an absolute path not on a cgroup v2 hierarchy. What it can tell
-// without creating anything, so `-check` says it too.
-func checkCgroup(cg string) error {
-	if cg == "" {
-		return errors.New("empty (the cgroup v2 directory to balance)")
-	}
-	clean := filepath.Clean(cg)
-	if !filepath.IsAbs(cg) {
-		switch {
-		case clean == ".":
-			return fmt.Errorf("%q is the cgroup2 root: every process on the host would be balanced; name a directory below it", cg)
-		case clean == ".." || strings.HasPrefix(clean, "../"):
-			return fmt.Errorf("%q climbs out of the cgroup2 hierarchy", cg)
-		}
-		return nil
-	}
-	// The nearest existing directory tells the filesystem.
-	p := clean
-	for {
-		if _, err := os.Stat(p); err == nil {
-			break
-		}
-		p = filepath.Dir(p)
-	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(p, &st); err != nil {
-		return fmt.Errorf("%q: %w", cg, err)
-	}
-	if st.Type != unix.CGROUP2_SUPER_MAGIC {
-		return fmt.Errorf("%q is not on a cgroup v2 hierarchy", cg)
-	}
-	if p == clean && isMountRoot(clean) {
-		return fmt.Errorf("%q is a cgroup2 root: every process on the host would be balanced; name a directory below it", cg)
-	}
-	return nil
-}
-
-// isMountRoot reports whether dir is the root of a mounted filesystem (its
-// parent is on another device, or it is /).
-func isMountRoot(dir string) bool {
-	var a, b unix.Stat_t
-	if unix.Stat(dir, &a) != nil || unix.Stat(filepath.Dir(dir), &b) != nil {
-		return false
-	}
-	return a.Dev != b.Dev || dir == "/"
-}
-
 // CgroupDir resolves c.Cgroup to a cgroup v2 directory, mounting a private
-// cgroup2 hierarchy on DefaultCgroup2Mount when the host has none, and
+// cgroup2 hierarchy on cgroup2.DefaultMount when the host has none, and
 // creating the directory when missing; mounted reports that this call
 // mounted the hierarchy.
 func (c Config) CgroupDir() (dir string, mounted bool, err error) {
-	if err := checkCgroup(c.Cgroup); err != nil {
+	if err := cgroup2.CheckPath(c.Cgroup); err != nil {
 		return "", false, fmt.Errorf("lb.cgroup: %w", err)
 	}
 	dir = c.Cgroup
 	if !filepath.IsAbs(dir) {
-		root, m, err := Cgroup2Root(DefaultCgroup2Mount)
+		root, m, err := cgroup2.Root(cgroup2.DefaultMount)
 		if err != nil {
 			return "", false, err
 		}
@@ -249,5 +195,5 @@ func (c Config) CgroupDir() (dir string, mounted bool, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", mounted, fmt.Errorf("create cgroup %s: %w", dir, err)
 	}
-	return dir, mounted, IsCgroup2(dir)
+	return dir, mounted, cgroup2.Check(dir)
 }

@@ -1,31 +1,13 @@
-package lb
+package maglev
 
-import (
-	"hash/fnv"
-)
+import "hash/fnv"
 
-// maglevTable fills a table of m slots (m prime) with the ids of backends,
-// by Maglev's population (see MaglevTable), each weighted by its weight.
-func maglevTable(backends []backend, m int) []uint32 {
-	names := make([]string, len(backends))
-	weights := make([]uint32, len(backends))
-	for i, b := range backends {
-		names[i], weights[i] = b.addr.String(), uint32(weightOf(b.weight))
-	}
-	out := make([]uint32, m)
-	for c, i := range MaglevTable(names, weights, m) {
-		out[c] = backends[i].id
-	}
-	return out
-}
-
-// MaglevTable returns a table of m slots (m prime, larger than len(names))
+// Table returns a table of m slots (m prime, larger than len(names))
 // holding indexes into names, by Maglev's population (Eisenbud et al.,
 // NSDI 2016): each backend walks its own permutation of the slots (offset
 // and skip from two hashes of its name) and backends take turns claiming
 // their next free slot. Every backend gets m/len(names) slots, give or
 // take one, and removing one backend reassigns mostly the slots it held.
-// The XDP balancer (xdplb) builds its tables with it too.
 //
 // Weights (nil: all 1), as Cilium's weighted Maglev: in each round every
 // backend earns its weight in credit and claims a slot only when it has
@@ -33,7 +15,7 @@ func maglevTable(backends []backend, m int) []uint32 {
 // w/max of the rounds and ends with a share of the table proportional to
 // w; a weight of 0 claims none. Equal weights claim in every round: the
 // unweighted table. At least one weight must be positive.
-func MaglevTable(names []string, weights []uint32, m int) []int {
+func Table(names []string, weights []uint32, m int) []int {
 	n := len(names)
 	weight := func(i int) uint64 {
 		if weights == nil {
@@ -84,33 +66,4 @@ func hash64(s, seed string) uint64 {
 	h.Write([]byte(seed))
 	h.Write([]byte(s))
 	return h.Sum64()
-}
-
-// weightedTable fills random mode's table of m slots: each backend gets a
-// share of slots proportional to its weight, interleaved (smooth weighted
-// round robin) so that any stretch of the table holds the same proportions. The program indexes
-// it uniformly (prandom, or a hash of the socket cookie).
-func weightedTable(backends []backend, m int) []uint32 {
-	var sum int
-	for _, b := range backends {
-		sum += int(weightOf(b.weight))
-	}
-	// Smooth weighted round robin (nginx's): every step each backend
-	// earns its weight, the richest is chosen and pays the sum. Over sum
-	// steps each backend is chosen exactly weight times; over m steps,
-	// within one of m*w/sum.
-	cur := make([]int, len(backends))
-	out := make([]uint32, m)
-	for s := range out {
-		best := 0
-		for i, b := range backends {
-			cur[i] += int(weightOf(b.weight))
-			if cur[i] > cur[best] {
-				best = i
-			}
-		}
-		cur[best] -= sum
-		out[s] = backends[best].id
-	}
-	return out
 }
