@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
@@ -24,38 +25,6 @@ import (
 
 // Tests named after issue 23's findings 5, 6 and 9, each reproducing the
 // report.
-
-// TestCheckRefusesWhatServeRefuses: `serve -check` said "configuration
-// OK" for rate 1e6/s with burst 1000 on the jiffies clock, which serve
-// then refused (a tick refills at most the burst: the rate would be
-// capped at burst x HZ). -check now makes serve's own check.
-func TestCheckRefusesWhatServeRefuses(t *testing.T) {
-	testutil.Root(t) // the tick is measured through BPF_PROG_TEST_RUN
-	conf := filepath.Join(t.TempDir(), "shield.toml")
-	require.NoError(t, os.WriteFile(conf, []byte("iface = \"eth0\"\nclock = \"jiffies\"\n[limits]\nrate = 1000000\nburst = 1000\n"), 0o600))
-	err := commands["serve"].run(context.Background(), []string{"-check", "-config", conf})
-	require.Error(t, err, "serve -check accepted rate 1e6/s burst 1000 on jiffies")
-	assert.Contains(t, err.Error(), "ceil(rate / HZ)")
-}
-
-// TestServeRefusesTokenFileOfAnotherUser: a token file of mode 0600 owned
-// by another user was accepted: that user chose the token the service
-// takes for the operator's.
-func TestServeRefusesTokenFileOfAnotherUser(t *testing.T) {
-	testutil.Root(t) // chown
-	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
-	require.NoError(t, os.Chown(tok, testutil.Nobody, testutil.Nobody))
-	conf := filepath.Join(dir, "shield.toml")
-	require.NoError(t, os.WriteFile(conf, []byte("iface = \"eth0\"\n[api]\ntoken_file = \""+tok+"\"\n"), 0o600))
-	err := commands["serve"].run(context.Background(), []string{"-check", "-config", conf})
-	require.Error(t, err, "serve -check accepted a token file owned by nobody")
-	assert.Contains(t, err.Error(), "belongs to uid 65534")
-	// The CLI reads a token file of its own user as before.
-	require.NoError(t, os.Chown(tok, os.Geteuid(), os.Getegid()))
-	require.NoError(t, commands["serve"].run(context.Background(), []string{"-check", "-config", conf}))
-}
 
 // TestCLIRefusesPlainHTTPBeyondLoopback: `shield deny add -api
 // http://198.18.0.1:9470` sent the bearer token in clear to a host of the
@@ -259,7 +228,7 @@ func deadNamespaceTry(t *testing.T, role string) *lab {
 		return nil
 	}
 	t.Cleanup(func() {
-		b.edge.Do(func() error { return shield.Detach(b.pinRoot, "va", lbPins...) })
+		b.edge.Do(func() error { return shield.Detach(b.pinRoot, "va", serve.LBPins...) })
 		b.edge.Close()
 	})
 	require.NoError(t, topo.Veth(b.edge, "va", b.storm, "vb"))

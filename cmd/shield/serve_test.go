@@ -22,6 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/cli"
+	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
@@ -55,7 +57,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "no admin directory of the tests' own, services use the default:", err)
 		os.Exit(m.Run())
 	}
-	os.Setenv(envAdminDir, dir)
+	os.Setenv(cli.EnvAdminDir, dir)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -107,7 +109,7 @@ func newLab(t *testing.T, role string) *lab {
 	}
 	t.Cleanup(func() {
 		// Pins left by a failed test: detach first so no link stays.
-		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va", lbPins...) })
+		l.edge.Do(func() error { return shield.Detach(l.pinRoot, "va", serve.LBPins...) })
 		os.RemoveAll(l.pinRoot)
 	})
 	l.tokenFile = filepath.Join(t.TempDir(), "token")

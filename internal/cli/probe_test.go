@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -27,7 +27,7 @@ func TestProbeFlags(t *testing.T) {
 		{[]string{"-iface", "no-such-iface0"}, "no-such-iface0"},
 		{[]string{"-iface", "lo", "extra"}, "unexpected arguments"},
 	} {
-		err := commands["probe"].run(context.Background(), tc.args)
+		err := Commands()["probe"].Run(context.Background(), testEnv(os.Stdout), tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("shield probe %q = %v, want an error containing %q", tc.args, err, tc.want)
 		}
@@ -41,12 +41,10 @@ func TestProbeJSON(t *testing.T) {
 	testutil.Root(t)
 	ns := newLoopbackNS(t)
 	var out bytes.Buffer
-	stdout = &out
-	defer func() { stdout = os.Stdout }()
 	done := make(chan error, 1)
 	go func() {
 		done <- ns.Do(func() error {
-			return commands["probe"].run(context.Background(), []string{"-iface", "lo", "-port", "7078", "-json", "-interval", "300ms", "-duration", "1500ms"})
+			return Commands()["probe"].Run(context.Background(), testEnv(&out), []string{"-iface", "lo", "-port", "7078", "-json", "-interval", "300ms", "-duration", "1500ms"})
 		})
 	}()
 	time.Sleep(500 * time.Millisecond)

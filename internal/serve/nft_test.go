@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
@@ -40,9 +41,7 @@ deny = ["198.18.3.0/24", "2001:db8:0:3::/64"]
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	stdout = &out
-	defer func() { stdout = os.Stdout }()
-	if err := commands["nft"].run(context.Background(), []string{"-config", path}); err != nil {
+	if err := Commands()["nft"].Run(context.Background(), &cli.Env{Stdout: &out, Stderr: os.Stderr}, []string{"-config", path}); err != nil {
 		t.Fatalf("shield nft -config: %v", err)
 	}
 	rs := out.String()

@@ -1,24 +1,23 @@
-package main
+package serve
 
 import (
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
 // The documented example must stay a valid, complete configuration: every
 // key it shows decodes, and it validates once given a token file.
 func TestExampleConfig(t *testing.T) {
-	t.Setenv(envAdminDir, "") // TestMain's, for the services the tests start
+	t.Setenv(cli.EnvAdminDir, "") // TestMain's, for the services the tests start
 	c, err := loadConfig(filepath.Join("..", "..", "docs", "shield.example.toml"))
 	if err != nil {
 		t.Fatalf("loadConfig(example) = %v", err)
@@ -195,28 +194,6 @@ func TestConfigErrors(t *testing.T) {
 				t.Errorf("config %q: %v, want an error with %q", tc.body, err, tc.want)
 			}
 		})
-	}
-}
-
-// TestTokenFileFIFODoesNotBlock (issue 10, finding 7): a FIFO as token file
-// held serve in open(), deaf to SIGTERM. It must be refused at once.
-func TestTokenFileFIFODoesNotBlock(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "token")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := readTokenFile(fifo)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("readTokenFile(fifo) = %v, want a not-a-regular-file error", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("readTokenFile(fifo) still blocked after 2 s")
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ import (
 // -json, and checks that refused changes are errors that change nothing.
 func TestCLI(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
@@ -56,9 +56,7 @@ func TestCLI(t *testing.T) {
 			args = append(args, "-token-file", tok)
 		}
 		var out bytes.Buffer
-		stdout = &out
-		defer func() { stdout = os.Stdout }()
-		err := commands[name].run(context.Background(), append(args, rest...))
+		err := Commands()[name].Run(context.Background(), testEnv(&out), append(args, rest...))
 		return out.String(), err
 	}
 	mustRun := func(auth bool, words ...string) string {
@@ -181,6 +179,14 @@ func TestCLI(t *testing.T) {
 	}
 }
 
+const testToken = "lifecycle-test-token-0123456789"
+
+// testEnv prints to out, and the errors of flags to the test binary's
+// stderr, as shield does.
+func testEnv(out io.Writer) *Env {
+	return &Env{Stdout: out, Stderr: os.Stderr, LogFormat: "text"}
+}
+
 // serveAdmin serves h on an admin socket in a directory of the test's and
 // points the CLI at it ($SHIELD_ADMIN_SOCKET): the CLI reaches a local
 // service only through one.
@@ -194,6 +200,6 @@ func serveAdmin(t *testing.T, h http.Handler) string {
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	t.Setenv(envAdminSock, path)
+	t.Setenv(EnvAdminSocket, path)
 	return path
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 // service with a balancer, as a table and with -json.
 func TestLBCLI(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
@@ -58,9 +58,7 @@ func TestLBCLI(t *testing.T) {
 			args = append(args, "-token-file", tok)
 		}
 		var out bytes.Buffer
-		stdout = &out
-		defer func() { stdout = os.Stdout }()
-		err := commands["lb"].run(context.Background(), append(args, rest...))
+		err := Commands()["lb"].Run(context.Background(), testEnv(&out), append(args, rest...))
 		return out.String(), err
 	}
 
@@ -97,7 +95,7 @@ func TestLBCLI(t *testing.T) {
 // service through the API, refusals naming every problem at once.
 func TestLBCLIServices(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
@@ -115,9 +113,7 @@ func TestLBCLIServices(t *testing.T) {
 	run := func(sub string, rest ...string) (string, error) {
 		t.Helper()
 		var out bytes.Buffer
-		stdout = &out
-		defer func() { stdout = os.Stdout }()
-		err := commands["lb"].run(context.Background(), append([]string{sub, "-api", srv.URL, "-token-file", tok}, rest...))
+		err := Commands()["lb"].Run(context.Background(), testEnv(&out), append([]string{sub, "-api", srv.URL, "-token-file", tok}, rest...))
 		return out.String(), err
 	}
 	const svc = "udp/198.18.1.1:53"
