@@ -37,9 +37,7 @@ func TestCLIExitCodes(t *testing.T) {
 	}
 	missing := filepath.Join(t.TempDir(), "missing.toml")
 	badXDPLB := filepath.Join(t.TempDir(), "xdplb.toml")
-	if err := os.WriteFile(badXDPLB, []byte("next_hop = \"02:00:00:00:00:01\"\nsource4 = \"198.18.0.1\"\n[[vip]]\naddr = \"198.18.0.100\"\nport = 80\nproto = \"sctp\"\n[[vip.backend]]\naddr = \"198.18.0.10\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(badXDPLB, []byte("next_hop = \"02:00:00:00:00:01\"\nsource4 = \"198.18.0.1\"\n[[vip]]\naddr = \"198.18.0.100\"\nport = 80\nproto = \"sctp\"\n[[vip.backend]]\naddr = \"198.18.0.10\"\n"), 0o600))
 	const (
 		toOut = "stdout"
 		toErr = "stderr"

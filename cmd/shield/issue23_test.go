@@ -11,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -127,7 +126,7 @@ func TestPinRootOfAnotherUserRefused(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		cmd.Process.Signal(os.Interrupt)
 		<-done
-		t.Errorf("serve with a pin root made by nobody was still serving after 10 s:\n%s", sOut)
+		assert.Fail(t, "serve with a pin root made by nobody was still serving after 10 s:\n"+sOut.String())
 	}
 	ok, _ := xdpAttached(t, l)
 	assert.False(t, ok, "XDP attached with a pin root of nobody's")
@@ -180,7 +179,7 @@ func deadNamespaceLab(t *testing.T, role string) *lab {
 			return b
 		}
 	}
-	t.Fatal("in three tries, no new namespace reused a dead one's inode")
+	require.Fail(t, "in three tries, no new namespace reused a dead one's inode")
 	return nil
 }
 

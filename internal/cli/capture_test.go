@@ -70,7 +70,7 @@ func TestCaptureCommand(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(15 * time.Second):
-		t.Fatal("capture did not stop at its count")
+		require.Fail(t, "capture did not stop at its count")
 	}
 	require.Contains(t, errOut.String(), "2 dropped frames written to "+file)
 	out, err := exec.Command("tcpdump", "-nn", "-r", file).CombinedOutput()

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/probe"
@@ -28,9 +31,7 @@ func TestProbeFlags(t *testing.T) {
 		{[]string{"-iface", "lo", "extra"}, "unexpected arguments"},
 	} {
 		err := Commands()["probe"].Run(context.Background(), testEnv(os.Stdout), tc.args)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("shield probe %q = %v, want an error containing %q", tc.args, err, tc.want)
-		}
+		assert.ErrorContains(t, err, tc.want, "shield probe %q = %v, want an error containing %q", tc.args, err, tc.want)
 	}
 }
 
@@ -50,32 +51,27 @@ func TestProbeJSON(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	const n = 20
 	udpPingPong(t, ns, 7078, n)
-	if err := <-done; err != nil {
-		t.Fatalf("shield probe: %v", err)
-	}
+	require.NoError(t, <-done, "shield probe")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var last probeSnapshot
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
-		t.Fatalf("last -json line %q: %v", lines[len(lines)-1], err)
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last), "last -json line %q", lines[len(lines)-1])
+	assert.EqualValues(t, n, last.Stats.Answered, "shield probe -json = %+v, want %d answered requests on one flow", last, n)
+	if assert.Len(t, last.Flows, 1, "shield probe -json = %+v, want %d answered requests on one flow", last, n) {
+		assert.EqualValues(t, n, last.Flows[0].Count, "shield probe -json = %+v, want %d answered requests on one flow", last, n)
 	}
-	if last.Stats.Answered != n || len(last.Flows) != 1 || last.Flows[0].Count != n || last.Mode == "" {
-		t.Errorf("shield probe -json = %+v, want %d answered requests on one flow", last, n)
-	}
+	assert.NotEmpty(t, last.Mode, "shield probe -json = %+v, want %d answered requests on one flow", last, n)
 	var inHist uint64
 	for _, s := range last.Slots {
 		inHist += s.Count
 	}
-	if inHist != n || last.P50 <= 0 {
-		t.Errorf("histogram holds %d requests (p50 %v), want %d", inHist, last.P50, n)
-	}
+	assert.EqualValues(t, n, inHist, "histogram holds %d requests (p50 %v), want %d", inHist, last.P50, n)
+	assert.True(t, last.P50 > 0, "histogram holds %d requests (p50 %v), want %d", inHist, last.P50, n)
 }
 
 func newLoopbackNS(t *testing.T) *topo.NS {
 	t.Helper()
 	ns, err := topo.New("probecli")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ns.Close() })
 	return ns
 }
@@ -115,9 +111,7 @@ func udpPingPong(t *testing.T, ns *topo.NS, port, n int) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
 func TestPrintProbe(t *testing.T) {
@@ -139,8 +133,6 @@ func TestPrintProbe(t *testing.T) {
 	printProbe(&b, s)
 	out := b.String()
 	for _, want := range []string{"on eth0 (tcx)", "31 requests, 31 answered", "198.18.4.2:40000 > 198.18.4.1:443", strings.Repeat("#", 50), "(2 more flows)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("printProbe output lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, want, "printProbe output lacks %q:\n%s", want, out)
 	}
 }
