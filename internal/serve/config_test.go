@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/cli"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -19,7 +20,7 @@ import (
 // key it shows decodes, and it validates once given a token file.
 func TestExampleConfig(t *testing.T) {
 	t.Setenv(cli.EnvAdminDir, "") // TestMain's, for the services the tests start
-	c, err := loadConfig(filepath.Join("..", "..", "docs", "shield.example.toml"))
+	c, err := loadConfig(testutil.RepoFile(t, "../..", "docs/shield.example.toml"))
 	require.NoError(t, err, "loadConfig(example)")
 	_, err = c.validate()
 	require.NoError(t, err, "example config invalid")
@@ -45,7 +46,7 @@ func TestExampleConfig(t *testing.T) {
 // setting cannot go undocumented.
 func TestExampleConfigSpellsLimits(t *testing.T) {
 	var c config
-	_, err := toml.DecodeFile(filepath.Join("..", "..", "docs", "shield.example.toml"), &c)
+	_, err := toml.DecodeFile(testutil.RepoFile(t, "../..", "docs/shield.example.toml"), &c)
 	require.NoError(t, err, "decode example")
 	assert.Equal(t, shield.DefaultLimits(), c.Limits, "example [limits]: want every key")
 }
