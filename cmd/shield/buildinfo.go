@@ -1,6 +1,8 @@
 package main
 
-import "runtime/debug"
+import (
+	"runtime/debug"
+)
 
 // buildVersion fills what -ldflags -X left empty from the binary's build
 // information: the main module's version ("(devel)" for a build from a

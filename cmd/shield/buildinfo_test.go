@@ -7,6 +7,9 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestVersionOf(t *testing.T) {
@@ -32,9 +35,8 @@ func TestVersionOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v, r := versionOf(tc.bi, tc.ok, tc.ldVer, tc.ldRev)
-			if v != tc.wantVer || r != tc.wantR {
-				t.Errorf("versionOf() = %q, %q, want %q, %q", v, r, tc.wantVer, tc.wantR)
-			}
+			assert.Equal(t, tc.wantVer, v, "versionOf(): version")
+			assert.Equal(t, tc.wantR, r, "versionOf(): revision")
 		})
 	}
 }
@@ -55,14 +57,9 @@ func TestBuildStampsRevision(t *testing.T) {
 		t.Skip("a git worktree (.git is not a directory): go build stamps no VCS information here")
 	}
 	bin := filepath.Join(t.TempDir(), "shield")
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command("go", "version", "-m", bin).Output()
-	if err != nil {
-		t.Fatalf("go version -m: %v", err)
-	}
-	if !strings.Contains(string(out), "vcs.revision="+strings.TrimSpace(string(head))) {
-		t.Errorf("go version -m %s has no vcs.revision=%s:\n%s", bin, strings.TrimSpace(string(head)), out)
-	}
+	out, err := exec.Command("go", "build", "-buildvcs=true", "-o", bin, ".").CombinedOutput()
+	require.NoError(t, err, "go build:\n%s", out)
+	out, err = exec.Command("go", "version", "-m", bin).Output()
+	require.NoError(t, err, "go version -m")
+	assert.Contains(t, string(out), "vcs.revision="+strings.TrimSpace(string(head)), "go version -m %s has no vcs.revision=%s:\n%s", bin, strings.TrimSpace(string(head)), out)
 }

@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/internal/cli"
 )
 
 // runShield runs shield in-process with args: exit status, stdout, stderr.
@@ -30,14 +32,12 @@ func runShield(t *testing.T, args ...string) (int, string, string) {
 // argument) exits 2 with the complaint on stderr; a runtime error exits
 // 1 (issue 28, CLI conventions).
 func TestCLIExitCodes(t *testing.T) {
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{cli.EnvAPI, cli.EnvToken, cli.EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	missing := filepath.Join(t.TempDir(), "missing.toml")
 	badXDPLB := filepath.Join(t.TempDir(), "xdplb.toml")
-	if err := os.WriteFile(badXDPLB, []byte("next_hop = \"02:00:00:00:00:01\"\nsource4 = \"198.18.0.1\"\n[[vip]]\naddr = \"198.18.0.100\"\nport = 80\nproto = \"sctp\"\n[[vip.backend]]\naddr = \"198.18.0.10\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(badXDPLB, []byte("next_hop = \"02:00:00:00:00:01\"\nsource4 = \"198.18.0.1\"\n[[vip]]\naddr = \"198.18.0.100\"\nport = 80\nproto = \"sctp\"\n[[vip.backend]]\naddr = \"198.18.0.10\"\n"), 0o600))
 	const (
 		toOut = "stdout"
 		toErr = "stderr"
@@ -48,63 +48,63 @@ func TestCLIExitCodes(t *testing.T) {
 		where string // where the output goes; the other stream stays empty
 		want  string
 	}{
-		{nil, exitUsage, toErr, "usage: shield"},
-		{[]string{"help"}, exitOK, toOut, "usage: shield"},
-		{[]string{"-h"}, exitOK, toOut, "usage: shield"},
-		{[]string{"-help"}, exitOK, toOut, "usage: shield"},
-		{[]string{"--help"}, exitOK, toOut, "usage: shield"},
-		{[]string{"help", "serve"}, exitOK, toOut, "-log-format"},
-		{[]string{"help", "limits", "set"}, exitOK, toOut, "-rate"},
-		{[]string{"help", "bogus"}, exitUsage, toErr, `unknown command "bogus"`},
-		{[]string{"version"}, exitOK, toOut, "shield "},
-		{[]string{"--version"}, exitOK, toOut, "shield "},
-		{[]string{"-version"}, exitOK, toOut, "shield "},
-		{[]string{"version", "-json"}, exitOK, toOut, `"version"`},
-		{[]string{"version", "extra"}, exitUsage, toErr, "unexpected arguments"},
-		{[]string{"bogus"}, exitUsage, toErr, `unknown command "bogus"`},
-		{[]string{"storm"}, exitUsage, toErr, "shieldlab storm"},
-		{[]string{"serve", "-h"}, exitOK, toOut, "-log-format"},
-		{[]string{"serve", "-bogus"}, exitUsage, toErr, "flag provided but not defined: -bogus"},
-		{[]string{"serve", "-table-size", "many"}, exitUsage, toErr, "invalid value"},
-		{[]string{"serve", "extra"}, exitUsage, toErr, "unexpected arguments"},
-		{[]string{"serve", "-iface", "lo", "-config", missing}, exitRuntime, toErr, "no such file"},
-		{[]string{"status", "-h"}, exitOK, toOut, "-api"},
-		{[]string{"status", "-bogus"}, exitUsage, toErr, "flag provided but not defined"},
-		{[]string{"top", "-h"}, exitOK, toOut, "-api"},
-		{[]string{"top", "extra"}, exitUsage, toErr, "unexpected arguments"},
-		{[]string{"detach", "-h"}, exitOK, toOut, "-iface"},
-		{[]string{"detach"}, exitUsage, toErr, "-iface is required"},
-		{[]string{"probe", "-h"}, exitOK, toOut, "-iface"},
-		{[]string{"probe"}, exitUsage, toErr, "-iface is required"},
-		{[]string{"nft", "-h"}, exitOK, toOut, "-config"},
-		{[]string{"nft", "extra"}, exitUsage, toErr, "unexpected arguments"},
-		{[]string{"l7", "-h"}, exitOK, toOut, "-api"},
-		{[]string{"l7", "extra"}, exitUsage, toErr, "unexpected arguments"},
-		{[]string{"l7", "set", "-h"}, exitOK, toOut, "-f"},
-		{[]string{"l7", "set"}, exitUsage, toErr, "want -f FILE"},
-		{[]string{"allow", "-h"}, exitOK, toOut, "allow add|del|list"},
-		{[]string{"allow"}, exitUsage, toErr, "allow add|del|list"},
-		{[]string{"allow", "add", "-h"}, exitOK, toOut, "-token-file"},
-		{[]string{"allow", "add"}, exitUsage, toErr, "give CIDRs"},
-		{[]string{"allow", "add", "198.18.0.1/32"}, exitRuntime, toErr, "operator token"},
-		{[]string{"deny", "list", "198.18.0.1/32"}, exitUsage, toErr, "takes no CIDRs"},
-		{[]string{"deny", "frob"}, exitUsage, toErr, "deny add|del|list"},
-		{[]string{"limits", "-h"}, exitOK, toOut, "limits get"},
-		{[]string{"limits"}, exitUsage, toErr, "limits get"},
-		{[]string{"limits", "set", "-h"}, exitOK, toOut, "-rate"},
-		{[]string{"limits", "set", "-rate", "x"}, exitUsage, toErr, "invalid value"},
-		{[]string{"limits", "get", "extra"}, exitUsage, toErr, "unexpected arguments"},
-		{[]string{"lb", "-h"}, exitOK, toOut, "lb list"},
-		{[]string{"lb"}, exitUsage, toErr, "lb list"},
-		{[]string{"lb", "list", "-h"}, exitOK, toOut, "-api"},
-		{[]string{"lb", "list", "extra"}, exitUsage, toErr, "takes no arguments"},
-		{[]string{"lb", "add", "tcp/198.18.0.100:80"}, exitUsage, toErr, "at least one ADDR:PORT"},
-		{[]string{"xdplb", "-h"}, exitOK, toOut, "xdplb apply FILE"},
-		{[]string{"xdplb", "bogus"}, exitUsage, toErr, "xdplb list"},
-		{[]string{"xdplb", "list", "extra"}, exitUsage, toErr, "takes no arguments"},
-		{[]string{"xdplb", "apply"}, exitUsage, toErr, "want one FILE"},
-		{[]string{"xdplb", "apply", missing}, exitRuntime, toErr, "no such file"},
-		{[]string{"xdplb", "apply", badXDPLB}, exitRuntime, toErr, "/sctp: proto"},
+		{nil, cli.ExitUsage, toErr, "usage: shield"},
+		{[]string{"help"}, cli.ExitOK, toOut, "usage: shield"},
+		{[]string{"-h"}, cli.ExitOK, toOut, "usage: shield"},
+		{[]string{"-help"}, cli.ExitOK, toOut, "usage: shield"},
+		{[]string{"--help"}, cli.ExitOK, toOut, "usage: shield"},
+		{[]string{"help", "serve"}, cli.ExitOK, toOut, "-log-format"},
+		{[]string{"help", "limits", "set"}, cli.ExitOK, toOut, "-rate"},
+		{[]string{"help", "bogus"}, cli.ExitUsage, toErr, `unknown command "bogus"`},
+		{[]string{"version"}, cli.ExitOK, toOut, "shield "},
+		{[]string{"--version"}, cli.ExitOK, toOut, "shield "},
+		{[]string{"-version"}, cli.ExitOK, toOut, "shield "},
+		{[]string{"version", "-json"}, cli.ExitOK, toOut, `"version"`},
+		{[]string{"version", "extra"}, cli.ExitUsage, toErr, "unexpected arguments"},
+		{[]string{"bogus"}, cli.ExitUsage, toErr, `unknown command "bogus"`},
+		{[]string{"storm"}, cli.ExitUsage, toErr, "shieldlab storm"},
+		{[]string{"serve", "-h"}, cli.ExitOK, toOut, "-log-format"},
+		{[]string{"serve", "-bogus"}, cli.ExitUsage, toErr, "flag provided but not defined: -bogus"},
+		{[]string{"serve", "-table-size", "many"}, cli.ExitUsage, toErr, "invalid value"},
+		{[]string{"serve", "extra"}, cli.ExitUsage, toErr, "unexpected arguments"},
+		{[]string{"serve", "-iface", "lo", "-config", missing}, cli.ExitRuntime, toErr, "no such file"},
+		{[]string{"status", "-h"}, cli.ExitOK, toOut, "-api"},
+		{[]string{"status", "-bogus"}, cli.ExitUsage, toErr, "flag provided but not defined"},
+		{[]string{"top", "-h"}, cli.ExitOK, toOut, "-api"},
+		{[]string{"top", "extra"}, cli.ExitUsage, toErr, "unexpected arguments"},
+		{[]string{"detach", "-h"}, cli.ExitOK, toOut, "-iface"},
+		{[]string{"detach"}, cli.ExitUsage, toErr, "-iface is required"},
+		{[]string{"probe", "-h"}, cli.ExitOK, toOut, "-iface"},
+		{[]string{"probe"}, cli.ExitUsage, toErr, "-iface is required"},
+		{[]string{"nft", "-h"}, cli.ExitOK, toOut, "-config"},
+		{[]string{"nft", "extra"}, cli.ExitUsage, toErr, "unexpected arguments"},
+		{[]string{"l7", "-h"}, cli.ExitOK, toOut, "-api"},
+		{[]string{"l7", "extra"}, cli.ExitUsage, toErr, "unexpected arguments"},
+		{[]string{"l7", "set", "-h"}, cli.ExitOK, toOut, "-f"},
+		{[]string{"l7", "set"}, cli.ExitUsage, toErr, "want -f FILE"},
+		{[]string{"allow", "-h"}, cli.ExitOK, toOut, "allow add|del|list"},
+		{[]string{"allow"}, cli.ExitUsage, toErr, "allow add|del|list"},
+		{[]string{"allow", "add", "-h"}, cli.ExitOK, toOut, "-token-file"},
+		{[]string{"allow", "add"}, cli.ExitUsage, toErr, "give CIDRs"},
+		{[]string{"allow", "add", "198.18.0.1/32"}, cli.ExitRuntime, toErr, "operator token"},
+		{[]string{"deny", "list", "198.18.0.1/32"}, cli.ExitUsage, toErr, "takes no CIDRs"},
+		{[]string{"deny", "frob"}, cli.ExitUsage, toErr, "deny add|del|list"},
+		{[]string{"limits", "-h"}, cli.ExitOK, toOut, "limits get"},
+		{[]string{"limits"}, cli.ExitUsage, toErr, "limits get"},
+		{[]string{"limits", "set", "-h"}, cli.ExitOK, toOut, "-rate"},
+		{[]string{"limits", "set", "-rate", "x"}, cli.ExitUsage, toErr, "invalid value"},
+		{[]string{"limits", "get", "extra"}, cli.ExitUsage, toErr, "unexpected arguments"},
+		{[]string{"lb", "-h"}, cli.ExitOK, toOut, "lb list"},
+		{[]string{"lb"}, cli.ExitUsage, toErr, "lb list"},
+		{[]string{"lb", "list", "-h"}, cli.ExitOK, toOut, "-api"},
+		{[]string{"lb", "list", "extra"}, cli.ExitUsage, toErr, "takes no arguments"},
+		{[]string{"lb", "add", "tcp/198.18.0.100:80"}, cli.ExitUsage, toErr, "at least one ADDR:PORT"},
+		{[]string{"xdplb", "-h"}, cli.ExitOK, toOut, "xdplb apply FILE"},
+		{[]string{"xdplb", "bogus"}, cli.ExitUsage, toErr, "xdplb list"},
+		{[]string{"xdplb", "list", "extra"}, cli.ExitUsage, toErr, "takes no arguments"},
+		{[]string{"xdplb", "apply"}, cli.ExitUsage, toErr, "want one FILE"},
+		{[]string{"xdplb", "apply", missing}, cli.ExitRuntime, toErr, "no such file"},
+		{[]string{"xdplb", "apply", badXDPLB}, cli.ExitRuntime, toErr, "/sctp: proto"},
 	} {
 		name := "shield " + strings.Join(tc.args, " ")
 		code, out, errw := runShield(t, tc.args...)
@@ -124,14 +124,14 @@ func TestCLIExitCodes(t *testing.T) {
 // same as fields.
 func TestVersion(t *testing.T) {
 	code, out, _ := runShield(t, "version")
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cli.ExitOK, code)
 	assert.Contains(t, out, version)
 	assert.Contains(t, out, strings.TrimSuffix(revision, "-dirty"))
 	assert.Contains(t, out, runtime.Version())
 
 	code, out, _ = runShield(t, "--version", "-json")
-	require.Equal(t, exitOK, code)
-	var v versionInfo
+	require.Equal(t, cli.ExitOK, code)
+	var v cli.VersionInfo
 	require.NoError(t, json.Unmarshal([]byte(out), &v), out)
 	assert.Equal(t, version, v.Version)
 	assert.Equal(t, revision, v.Revision+map[bool]string{true: "-dirty"}[v.Dirty])
@@ -149,7 +149,7 @@ func TestFatalErrorJSON(t *testing.T) {
 		{"serve", "-config", cfg},
 	} {
 		code, out, errw := runShield(t, args...)
-		assert.Equal(t, exitRuntime, code, "%v", args)
+		assert.Equal(t, cli.ExitRuntime, code, "%v", args)
 		assert.Empty(t, out, "%v", args)
 		var line map[string]any
 		require.NoError(t, json.Unmarshal([]byte(errw), &line), "%v: stderr %q", args, errw)
@@ -157,7 +157,7 @@ func TestFatalErrorJSON(t *testing.T) {
 		assert.NotEmpty(t, line["err"], "%v", args)
 	}
 	code, _, errw := runShield(t, "serve", "-log-format", "text", "-config", cfg)
-	assert.Equal(t, exitRuntime, code)
+	assert.Equal(t, cli.ExitRuntime, code)
 	assert.True(t, strings.HasPrefix(errw, "time="), "the flag overrides the file: %q", errw)
 }
 
@@ -172,7 +172,7 @@ func TestCheckSummary(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "shield.toml")
 	writeFile(t, cfg, "iface = \"lo\"\n[limits]\nrate = 100\nburst = 200\nprotected = [\"tcp/443\"]\n[lists]\ndeny = [\"198.18.0.0/24\"]\n")
 	code, out, errw := runShield(t, "serve", "-check", "-config", cfg)
-	require.Equal(t, exitOK, code, errw)
+	require.Equal(t, cli.ExitOK, code, errw)
 	assert.Empty(t, errw)
 	assert.NotContains(t, out, "{", "a struct dump")
 	assert.Contains(t, out, "configuration OK ("+cfg+")\n")
@@ -188,7 +188,7 @@ func TestCheckSummary(t *testing.T) {
 	}
 	// -workbench turns it on; a missing lab binary is said, not fatal.
 	code, out, errw = runShield(t, "serve", "-check", "-config", cfg, "-workbench")
-	require.Equal(t, exitOK, code, errw)
+	require.Equal(t, cli.ExitOK, code, errw)
 	assert.Contains(t, out, "  workbench        http://127.0.0.1:9470/workbench/, read-only view on, sessions 1h0m0s; ")
 }
 
@@ -216,7 +216,7 @@ func TestCheckNamesLine(t *testing.T) {
 		cfg := filepath.Join(dir, fmt.Sprintf("c%d.toml", i))
 		writeFile(t, cfg, tc.file)
 		code, _, errw := runShield(t, append([]string{"serve", "-check", "-config", cfg}, tc.flags...)...)
-		assert.Equal(t, exitRuntime, code, "%q", tc.file)
+		assert.Equal(t, cli.ExitRuntime, code, "%q", tc.file)
 		assert.Contains(t, errw, tc.want, "%q", tc.file)
 		assert.Contains(t, errw, cfg, "%q", tc.file)
 	}

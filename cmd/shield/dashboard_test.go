@@ -184,7 +184,7 @@ scrape_configs:
 				resp.Body.Close()
 				targets = string(b)
 			}
-			t.Fatalf("Prometheus did not scrape serve 5 times within 30 s (last: %d series, %v); targets: %s", n, err, targets)
+			require.Fail(t, fmt.Sprintf("Prometheus did not scrape serve 5 times within 30 s (last: %d series, %v); targets: %s", n, err, targets))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

@@ -53,19 +53,16 @@ func TestServeInAnotherNamespaceDoesNotTakeOver(t *testing.T) {
 	s1 := a.serve(t)
 	s1.stop(t)
 	okA, modeA := xdpAttached(t, a)
-	if !okA {
-		t.Fatalf("after the first service stopped, va in %s has no XDP program", a.edge.Name)
-	}
+	require.True(t, okA, "after the first service stopped, va in %s has no XDP program", a.edge.Name)
 	s2 := b.serve(t)
-	if ok, mode := xdpAttached(t, a); !ok || mode != modeA {
-		t.Errorf("after a service started in %s, va in %s has XDP attached %v (mode %d), want true (mode %d): taken over\n%s",
-			b.edge.Name, a.edge.Name, ok, mode, modeA, s2.out)
-	}
-	if ok, _ := xdpAttached(t, b); !ok {
-		t.Errorf("va in %s has no XDP program though its service runs", b.edge.Name)
-	}
-	if out := s2.out.String(); strings.Contains(out, "adopted") || strings.Contains(out, "attaching afresh") {
-		t.Errorf("the second namespace's service adopted or unpinned the first's link:\n%s", out)
+	ok, mode := xdpAttached(t, a)
+	const takenOver = "after a service started in %s, va in %s has XDP attached %v (mode %d), want true (mode %d): taken over\n%s"
+	assert.True(t, ok, takenOver, b.edge.Name, a.edge.Name, ok, mode, modeA, s2.out)
+	assert.Equal(t, modeA, mode, takenOver, b.edge.Name, a.edge.Name, ok, mode, modeA, s2.out)
+	ok, _ = xdpAttached(t, b)
+	assert.True(t, ok, "va in %s has no XDP program though its service runs", b.edge.Name)
+	for _, no := range []string{"adopted", "attaching afresh"} {
+		assert.NotContains(t, s2.out.String(), no, "the second namespace's service adopted or unpinned the first's link")
 	}
 }
 
@@ -75,22 +72,13 @@ func TestDetachRefusesNonBPFFS(t *testing.T) {
 	testutil.Root(t) // detach takes the pin root's lock first, as root
 	dir := t.TempDir()
 	victim := filepath.Join(dir, "victim", "a.conf")
-	if err := os.MkdirAll(filepath.Dir(victim), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.MkdirAll(filepath.Dir(victim), 0o700))
+	require.NoError(t, os.WriteFile(victim, []byte("precious"), 0o600))
 	cmd, out := plainCmd("detach", "-iface", "victim", "-pin-root", dir)
-	if err := cmd.Run(); err == nil {
-		t.Errorf("shield detach -pin-root %s (not bpffs) exited 0, want an error:\n%s", dir, out)
-	}
-	if _, err := os.Stat(victim); err != nil {
-		t.Errorf("detach on a non-bpffs directory removed %s: %v\n%s", victim, err, out)
-	}
-	if !strings.Contains(out.String(), "not on a bpf filesystem") {
-		t.Errorf("detach output = %q, want it to say the directory is not on a bpf filesystem", out)
-	}
+	assert.Error(t, cmd.Run(), "shield detach -pin-root %s (not bpffs) exited 0, want an error:\n%s", dir, out)
+	_, err := os.Stat(victim)
+	assert.NoError(t, err, "detach on a non-bpffs directory removed %s:\n%s", victim, out)
+	assert.Contains(t, out.String(), "not on a bpf filesystem", "detach output = %q, want it to say the directory is not on a bpf filesystem", out)
 }
 
 // TestFailedAttachLeavesNoOrphanPins (finding 7): a second service on the
@@ -100,14 +88,10 @@ func TestFailedAttachLeavesNoOrphanPins(t *testing.T) {
 	l := newLab(t, "orphan")
 	l.serve(t)
 	other := l.pinRoot + "-other"
-	if err := pinfs.EnsureBPFFS(other); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pinfs.EnsureBPFFS(other))
 	t.Cleanup(func() { os.RemoveAll(other) })
 	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", other, "-listen", "127.0.0.1:9471")
-	if err := cmd.Run(); err == nil {
-		t.Fatalf("a second serve on va under another pin root exited 0:\n%s", out)
-	}
+	require.Error(t, cmd.Run(), "a second serve on va under another pin root exited 0:\n%s", out)
 	var pins []string
 	filepath.WalkDir(other, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -115,9 +99,7 @@ func TestFailedAttachLeavesNoOrphanPins(t *testing.T) {
 		}
 		return nil
 	})
-	if len(pins) > 0 {
-		t.Errorf("the failed attach left %d pins: %v\n%s", len(pins), pins, out)
-	}
+	assert.Empty(t, pins, "the failed attach left %d pins: %v\n%s", len(pins), pins, out)
 }
 
 // envSquat makes the test binary, run as nobody, the squatter of
@@ -218,15 +200,10 @@ func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
 	l := newLab(t, "expose")
 	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile,
 		"-listen", "198.18.0.1:9470")
-	if err := cmd.Run(); err == nil {
-		t.Errorf("serve -listen 198.18.0.1:9470 without TLS exited 0, want a refusal:\n%s", out)
-	}
-	if !strings.Contains(out.String(), "beyond loopback") {
-		t.Errorf("serve's refusal does not say why:\n%s", out)
-	}
-	if ok, _ := xdpAttached(t, l); ok {
-		t.Errorf("the refused serve attached XDP to va:\n%s", out)
-	}
+	assert.Error(t, cmd.Run(), "serve -listen 198.18.0.1:9470 without TLS exited 0, want a refusal:\n%s", out)
+	assert.Contains(t, out.String(), "beyond loopback", "serve's refusal does not say why:\n%s", out)
+	ok, _ := xdpAttached(t, l)
+	assert.False(t, ok, "the refused serve attached XDP to va:\n%s", out)
 
 	// Protected: TLS, reads behind the token.
 	dir := t.TempDir()
@@ -234,15 +211,11 @@ func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
 	cert, key := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	cfgFile := filepath.Join(dir, "shield.toml")
 	for f, b := range map[string][]byte{cert: certPEM, key: keyPEM, cfgFile: []byte("[api]\nauth_reads = true\n")} {
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.WriteFile(f, b, 0o600))
 	}
 	cmd, out = l.shieldCmd("serve", "-config", cfgFile, "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile,
 		"-listen", "198.18.0.1:9470", "-tls-cert", cert, "-tls-key", key)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	s := &service{cmd: cmd, out: out, done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait() }()
 	t.Cleanup(func() { s.stop(t) })
@@ -265,26 +238,21 @@ func TestExposedAPIRefusedWithoutProtection(t *testing.T) {
 		var ae *client.Error
 		return errors.As(err, &ae)
 	})
-	if _, err := remote.Info(context.Background()); err == nil {
-		t.Error("a remote peer read /v1/info without the token")
-	}
+	_, err := remote.Info(context.Background())
+	assert.Error(t, err, "a remote peer read /v1/info without the token")
 	remote.Token = testToken
-	if _, err := remote.Info(context.Background()); err != nil {
-		t.Errorf("a remote peer with the token over TLS: %v", err)
-	}
+	_, err = remote.Info(context.Background())
+	assert.NoError(t, err, "a remote peer with the token over TLS")
 	plain := &client.Client{Base: "http://198.18.0.1:9470", Token: testToken, HTTP: &http.Client{Transport: &http.Transport{DialContext: tr.DialContext}, Timeout: 5 * time.Second}}
-	if _, err := plain.Info(context.Background()); err == nil {
-		t.Error("the API answered plain HTTP beside TLS")
-	}
+	_, err = plain.Info(context.Background())
+	assert.Error(t, err, "the API answered plain HTTP beside TLS")
 }
 
 // selfSigned makes a certificate for ip and its key, PEM-encoded.
 func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "xdpshield test"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
@@ -292,13 +260,9 @@ func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, BasicConstraintsValid: true, IsCA: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tpl, tpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	kd, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
 }
 
@@ -308,9 +272,7 @@ func selfSigned(t *testing.T, ip netip.Addr) (certPEM, keyPEM []byte) {
 func TestListChangeAtomicAcrossKill(t *testing.T) {
 	l := newLab(t, "kill")
 	cfg := filepath.Join(t.TempDir(), "shield.toml")
-	if err := os.WriteFile(cfg, []byte("[api]\nmax_body_bytes = 4194304\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(cfg, []byte("[api]\nmax_body_bytes = 4194304\n"), 0o600))
 	s1 := l.serve(t, "-config", cfg)
 	const n = 60000
 	batch := make([]string, n)
@@ -356,21 +318,15 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 	go l.client.Add(context.Background(), shield.DenyList, batch)
 	deadline := time.Now().Add(30 * time.Second)
 	for !written() {
-		if time.Now().After(deadline) {
-			t.Fatal("the batch did not start within 30 s")
-		}
+		require.False(t, time.Now().After(deadline), "the batch did not start within 30 s")
 	}
-	if err := s1.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s1.cmd.Process.Kill())
 	<-s1.done
 	s1.done <- nil
 
 	s2 := l.serve(t, "-config", cfg)
 	got, err := l.client.List(context.Background(), shield.DenyList)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	inForce := 0
 	for _, p := range got.Prefixes {
 		if strings.HasPrefix(p, "198.19.") {
@@ -383,7 +339,7 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 	case inForce == n:
 		t.Logf("the batch was complete when killed")
 	default:
-		t.Errorf("after kill -9 during a batch of %d deny prefixes, %d are in force: want all or none\n%s", n, inForce, s2.out)
+		assert.Fail(t, fmt.Sprintf("after kill -9 during a batch of %d deny prefixes, %d are in force: want all or none\n%s", n, inForce, s2.out))
 	}
 	t.Logf("kill -9 during the batch: %d of %d in force after the restart", inForce, n)
 }
@@ -396,54 +352,45 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	l := newLab(t, "relink")
 	s := l.serve(t)
 	ctx := context.Background()
-	if _, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.3/32"}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.3/32"})
+	require.NoError(t, err)
 	health := func() api.HealthResponse {
 		h, err := l.client.Health(ctx)
-		if err != nil {
-			t.Fatalf("GET /v1/health: %v", err)
-		}
+		require.NoError(t, err, "GET /v1/health")
 		return h
 	}
-	if h := health(); !h.Healthy {
-		t.Fatalf("health before the interface went = %+v, want healthy", h)
-	}
-	if err := l.edge.Do(func() error {
+	h := health()
+	require.True(t, h.Healthy, "health before the interface went = %+v, want healthy", h)
+	require.NoError(t, l.edge.Do(func() error {
 		lk, err := netlink.LinkByName("va")
 		if err != nil {
 			return err
 		}
 		return netlink.LinkDel(lk)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	waitFor(t, "the service to report the interface gone", func() bool { return !health().Healthy })
-	if m, err := l.client.Metrics(ctx); err != nil || !strings.Contains(m, `shield_attached{iface="va"} 0`) {
-		t.Errorf("metrics while the interface is gone lack shield_attached{iface=\"va\"} 0 (%v)", err)
+	m, err := l.client.Metrics(ctx)
+	if assert.NoError(t, err, "metrics while the interface is gone") {
+		assert.Contains(t, m, `shield_attached{iface="va"} 0`, "metrics while the interface is gone")
 	}
-	if in, err := l.client.Info(ctx); err != nil || in.Healthy {
-		t.Errorf("/v1/info while the interface is gone = %+v, %v; want healthy false", in, err)
+	in, err := l.client.Info(ctx)
+	if assert.NoError(t, err, "/v1/info while the interface is gone") {
+		assert.False(t, in.Healthy, "/v1/info while the interface is gone = %+v; want healthy false", in)
 	}
 	s.waitLog(t, "NOT PROTECTING")
 
 	// The interface comes back: the program follows, with its deny list.
-	if err := topo.Veth(l.edge, "va", l.storm, "vb"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, topo.Veth(l.edge, "va", l.storm, "vb"))
 	for _, a := range []struct {
 		ns   *topo.NS
 		dev  string
 		cidr string
 	}{{l.edge, "va", "198.18.0.1/24"}, {l.storm, "vb", "198.18.0.2/24"}, {l.storm, "vb", "198.18.0.3/24"}} {
-		if err := a.ns.AddAddr(a.dev, a.cidr); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, a.ns.AddAddr(a.dev, a.cidr))
 	}
 	waitFor(t, "the service to protect the new interface", func() bool { return health().Healthy })
-	if ok, _ := xdpAttached(t, l); !ok {
-		t.Fatal("health is back but va has no XDP program")
-	}
+	ok, _ := xdpAttached(t, l)
+	require.True(t, ok, "health is back but va has no XDP program")
 	before := denyDrops(t, l)
 	f := l.sender(t, "198.18.0.3", 9999, time.Millisecond, 20)
 	f.wg.Wait()
@@ -456,9 +403,8 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 func TestServeRefusesLoopback(t *testing.T) {
 	l := newLab(t, "lo")
 	l.serveRefused(t, "loopback", "lo")
-	if ok, _ := xdpAttachedOn(t, l, "lo"); ok {
-		t.Error("XDP attached to lo")
-	}
+	ok, _ := xdpAttachedOn(t, l, "lo")
+	assert.False(t, ok, "XDP attached to lo")
 	l.edge.Do(func() error { return pin.Detach(l.pinRoot, "lo") })
 }
 
@@ -470,7 +416,7 @@ func TestServeRefusesLinkOfRenamedInterface(t *testing.T) {
 	l := newLab(t, "rename")
 	s1 := l.serve(t)
 	s1.stop(t)
-	if err := l.edge.Do(func() error {
+	require.NoError(t, l.edge.Do(func() error {
 		va, err := netlink.LinkByName("va")
 		if err != nil {
 			return err
@@ -482,16 +428,11 @@ func TestServeRefusesLinkOfRenamedInterface(t *testing.T) {
 			return err
 		}
 		return netlink.LinkSetUp(va)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := topo.Veth(l.edge, "va", l.storm, "vd"); err != nil {
-		t.Fatal(err)
-	}
+	}))
+	require.NoError(t, topo.Veth(l.edge, "va", l.storm, "vd"))
 	out := l.serveRefused(t, "renamed", "va")
-	if ok, _ := xdpAttachedOn(t, l, "vc"); !ok {
-		t.Errorf("the renamed interface vc lost its program:\n%s", out)
-	}
+	ok, _ := xdpAttachedOn(t, l, "vc")
+	assert.True(t, ok, "the renamed interface vc lost its program:\n%s", out)
 }
 
 // serveRefused runs serve on iface and wants it to exit with an error whose
@@ -500,19 +441,16 @@ func (l *lab) serveRefused(t *testing.T, want, iface string) string {
 	t.Helper()
 	cmd, out := l.shieldCmd("serve", "-iface", iface, "-pin-root", l.pinRoot, "-token-file", l.tokenFile)
 	done := make(chan error, 1)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(out.String(), want) {
-			t.Errorf("serve -iface %s = %v, want a refusal saying %q:\n%s", iface, err, want, out)
-		}
+		assert.Error(t, err, "serve -iface %s: want a refusal saying %q:\n%s", iface, want, out)
+		assert.Contains(t, out.String(), want, "serve -iface %s = %v, want a refusal saying %q", iface, err, want)
 	case <-time.After(10 * time.Second):
 		cmd.Process.Signal(os.Interrupt)
 		<-done
-		t.Errorf("serve -iface %s was still serving after 10 s, want a refusal saying %q:\n%s", iface, want, out)
+		assert.Fail(t, fmt.Sprintf("serve -iface %s was still serving after 10 s, want a refusal saying %q:\n%s", iface, want, out))
 	}
 	return out.String()
 }

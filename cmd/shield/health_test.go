@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/internal/cli"
 )
 
 // TestHealthCommand: `shield health` (a container's HEALTHCHECK) exits 0
@@ -44,14 +46,14 @@ func TestHealthCommand(t *testing.T) {
 		return code, out.String() + errw.String()
 	}
 	code, out := health()
-	assert.Equal(t, exitOK, code, out)
+	assert.Equal(t, cli.ExitOK, code, out)
 	assert.Contains(t, out, "healthy")
 	healthy = false
 	code, out = health()
-	assert.Equal(t, exitRuntime, code, out)
+	assert.Equal(t, cli.ExitRuntime, code, out)
 	assert.Contains(t, out, "NOT PROTECTING: interface eth0 is gone")
 	srv.Close()
 	code, out = health()
-	assert.Equal(t, exitRuntime, code, out)
+	assert.Equal(t, cli.ExitRuntime, code, out)
 	assert.Contains(t, out, "unhealthy")
 }

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
+	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
@@ -25,38 +25,6 @@ import (
 
 // Tests named after issue 23's findings 5, 6 and 9, each reproducing the
 // report.
-
-// TestCheckRefusesWhatServeRefuses: `serve -check` said "configuration
-// OK" for rate 1e6/s with burst 1000 on the jiffies clock, which serve
-// then refused (a tick refills at most the burst: the rate would be
-// capped at burst x HZ). -check now makes serve's own check.
-func TestCheckRefusesWhatServeRefuses(t *testing.T) {
-	testutil.Root(t) // the tick is measured through BPF_PROG_TEST_RUN
-	conf := filepath.Join(t.TempDir(), "shield.toml")
-	require.NoError(t, os.WriteFile(conf, []byte("iface = \"eth0\"\nclock = \"jiffies\"\n[limits]\nrate = 1000000\nburst = 1000\n"), 0o600))
-	err := commands["serve"].run(context.Background(), []string{"-check", "-config", conf})
-	require.Error(t, err, "serve -check accepted rate 1e6/s burst 1000 on jiffies")
-	assert.Contains(t, err.Error(), "ceil(rate / HZ)")
-}
-
-// TestServeRefusesTokenFileOfAnotherUser: a token file of mode 0600 owned
-// by another user was accepted: that user chose the token the service
-// takes for the operator's.
-func TestServeRefusesTokenFileOfAnotherUser(t *testing.T) {
-	testutil.Root(t) // chown
-	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
-	require.NoError(t, os.Chown(tok, testutil.Nobody, testutil.Nobody))
-	conf := filepath.Join(dir, "shield.toml")
-	require.NoError(t, os.WriteFile(conf, []byte("iface = \"eth0\"\n[api]\ntoken_file = \""+tok+"\"\n"), 0o600))
-	err := commands["serve"].run(context.Background(), []string{"-check", "-config", conf})
-	require.Error(t, err, "serve -check accepted a token file owned by nobody")
-	assert.Contains(t, err.Error(), "belongs to uid 65534")
-	// The CLI reads a token file of its own user as before.
-	require.NoError(t, os.Chown(tok, os.Geteuid(), os.Getegid()))
-	require.NoError(t, commands["serve"].run(context.Background(), []string{"-check", "-config", conf}))
-}
 
 // TestCLIRefusesPlainHTTPBeyondLoopback: `shield deny add -api
 // http://198.18.0.1:9470` sent the bearer token in clear to a host of the
@@ -159,7 +127,7 @@ func TestPinRootOfAnotherUserRefused(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		cmd.Process.Signal(os.Interrupt)
 		<-done
-		t.Errorf("serve with a pin root made by nobody was still serving after 10 s:\n%s", sOut)
+		assert.Fail(t, "serve with a pin root made by nobody was still serving after 10 s:\n"+sOut.String())
 	}
 	ok, _ := xdpAttached(t, l)
 	assert.False(t, ok, "XDP attached with a pin root of nobody's")
@@ -212,7 +180,7 @@ func deadNamespaceLab(t *testing.T, role string) *lab {
 			return b
 		}
 	}
-	t.Fatal("in three tries, no new namespace reused a dead one's inode")
+	require.Fail(t, "in three tries, no new namespace reused a dead one's inode")
 	return nil
 }
 
@@ -260,7 +228,7 @@ func deadNamespaceTry(t *testing.T, role string) *lab {
 		return nil
 	}
 	t.Cleanup(func() {
-		b.edge.Do(func() error { return pin.Detach(b.pinRoot, "va", lbPins...) })
+		b.edge.Do(func() error { return pin.Detach(b.pinRoot, "va", serve.LBPins...) })
 		b.edge.Close()
 	})
 	require.NoError(t, topo.Veth(b.edge, "va", b.storm, "vb"))

@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/l7"
 )
 
@@ -36,12 +39,10 @@ func (b *l7Backend) requests() []string {
 func (l *lab) l7Backend(t *testing.T, addr string) *l7Backend {
 	t.Helper()
 	var ln net.Listener
-	if err := l.edge.Do(func() (err error) {
+	require.NoError(t, l.edge.Do(func() (err error) {
 		ln, err = net.Listen("tcp", addr)
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	b := &l7Backend{}
 	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b.mu.Lock()
@@ -85,7 +86,7 @@ func TestServeL7(t *testing.T) {
 	l := newLab(t, "l7sv")
 	api, web := l.l7Backend(t, "198.18.0.1:9001"), l.l7Backend(t, "198.18.0.1:9002")
 	conf := filepath.Join(t.TempDir(), "shield.toml")
-	if err := os.WriteFile(conf, []byte(`[l7]
+	require.NoError(t, os.WriteFile(conf, []byte(`[l7]
 listen = "198.18.0.1:80"
 hash_header = "X-User"
 [[l7.route]]
@@ -104,9 +105,7 @@ path_prefix = "/api/admin"
 name = "not-from-3"
 action = "deny"
 source = "198.18.0.3/32"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`), 0o600))
 	s := l.serve(t, "-config", conf)
 	s.waitLog(t, `msg="l7 proxy serving`)
 	fast, _ := l7.KernelServes()
@@ -116,9 +115,7 @@ source = "198.18.0.3/32"
 		req, _ := http.NewRequest("GET", "http://198.18.0.1"+path, nil)
 		req.Header.Set("X-User", user)
 		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatalf("GET %s as %s: %v\nserve:\n%s", path, user, err, s.out)
-		}
+		require.NoError(t, err, "GET %s as %s: %v\nserve:\n%s", path, user, err, s.out)
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
@@ -126,25 +123,23 @@ source = "198.18.0.3/32"
 	const nAPI, nWeb, nAdmin, nFrom3 = 30, 10, 5, 4
 	alice := l.l7Client(t, "198.18.0.2")
 	for i := range nAPI {
-		if code, body := get(alice, fmt.Sprintf("/api/items/%d", i), "alice"); code != 200 || body != fmt.Sprintf("198.18.0.1:9001 /api/items/%d", i) {
-			t.Fatalf("GET /api/items/%d = %d %q, want 200 from the api backend", i, code, body)
-		}
+		code, body := get(alice, fmt.Sprintf("/api/items/%d", i), "alice")
+		require.Equal(t, 200, code, "GET /api/items/%d = %d %q, want 200 from the api backend", i, code, body)
+		require.Equal(t, fmt.Sprintf("198.18.0.1:9001 /api/items/%d", i), body, "GET /api/items/%d = %d %q, want 200 from the api backend", i, code, body)
 	}
 	for i := range nWeb {
-		if code, body := get(alice, fmt.Sprintf("/index/%d", i), "alice"); code != 200 || body != fmt.Sprintf("198.18.0.1:9002 /index/%d", i) {
-			t.Fatalf("GET /index/%d = %d %q, want 200 from the web backend", i, code, body)
-		}
+		code, body := get(alice, fmt.Sprintf("/index/%d", i), "alice")
+		require.Equal(t, 200, code, "GET /index/%d = %d %q, want 200 from the web backend", i, code, body)
+		require.Equal(t, fmt.Sprintf("198.18.0.1:9002 /index/%d", i), body, "GET /index/%d = %d %q, want 200 from the web backend", i, code, body)
 	}
 	for i := range nAdmin {
-		if code, _ := get(alice, fmt.Sprintf("/api/admin/%d", i), "alice"); code != 403 {
-			t.Errorf("GET /api/admin/%d = %d, want 403", i, code)
-		}
+		code, _ := get(alice, fmt.Sprintf("/api/admin/%d", i), "alice")
+		assert.Equal(t, 403, code, "GET /api/admin/%d = %d, want 403", i, code)
 	}
 	mallory := l.l7Client(t, "198.18.0.3")
 	for i := range nFrom3 {
-		if code, _ := get(mallory, fmt.Sprintf("/api/items/%d", i), "mallory"); code != 403 {
-			t.Errorf("GET /api/items/%d from 198.18.0.3 = %d, want 403", i, code)
-		}
+		code, _ := get(mallory, fmt.Sprintf("/api/items/%d", i), "mallory")
+		assert.Equal(t, 403, code, "GET /api/items/%d from 198.18.0.3 = %d, want 403", i, code)
 	}
 
 	// The backends saw exactly the allowed requests: nothing of admin,
@@ -155,44 +150,33 @@ source = "198.18.0.3/32"
 		want int
 	}{{"api", api, nAPI}, {"web", web, nWeb}} {
 		got := b.b.requests()
-		if len(got) != b.want {
-			t.Errorf("%s backend got %d requests, want %d", b.name, len(got), b.want)
-		}
+		assert.Len(t, got, b.want, "%s backend got %d requests, want %d", b.name, len(got), b.want)
 		for _, r := range got {
-			if strings.HasPrefix(r, "/api/admin") || strings.HasSuffix(r, " mallory") {
-				t.Errorf("%s backend got a denied request: %q", b.name, r)
-			}
+			assert.False(t, strings.HasPrefix(r, "/api/admin") || strings.HasSuffix(r, " mallory"), "%s backend got a denied request: %q", b.name, r)
 		}
 	}
 
 	ctx := context.Background()
 	st, err := l.client.L7(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("GET /v1/l7 = %+v", st)
-	if st.Listen != "198.18.0.1:80" || len(st.Routes) != 2 || len(st.RBAC) != 2 {
-		t.Fatalf("GET /v1/l7 = %+v, want the configured proxy", st)
-	}
+	require.Equal(t, "198.18.0.1:80", st.Listen, "GET /v1/l7 = %+v, want the configured proxy", st)
+	require.Len(t, st.Routes, 2, "GET /v1/l7 = %+v, want the configured proxy", st)
+	require.Len(t, st.RBAC, 2, "GET /v1/l7 = %+v, want the configured proxy", st)
 	for i, want := range []uint64{nAPI, nWeb} {
-		if r := st.Routes[i]; r.Fast+r.Slow != want {
-			t.Errorf("route %s: fast %d + slow %d, want %d requests", r.Name, r.Fast, r.Slow, want)
-		}
+		r := st.Routes[i]
+		assert.Equal(t, want, r.Fast+r.Slow, "route %s: fast %d + slow %d, want %d requests", r.Name, r.Fast, r.Slow, want)
 	}
 	for i, want := range []uint64{nAdmin, nFrom3} {
-		if r := st.RBAC[i]; r.Denied != want {
-			t.Errorf("rule %s denied %d, want %d", r.Name, r.Denied, want)
-		}
+		r := st.RBAC[i]
+		assert.Equal(t, want, r.Denied, "rule %s denied %d, want %d", r.Name, r.Denied, want)
 	}
 	if fast {
-		if !st.FastPath.Attached || !st.FastPath.KernelPolicy {
-			t.Errorf("fast path = %+v on a kernel it runs on, want attached with the policy", st.FastPath)
-		}
+		assert.True(t, st.FastPath.Attached && st.FastPath.KernelPolicy, "fast path = %+v on a kernel it runs on, want attached with the policy", st.FastPath)
 		// One connection: its first request of each route is a miss (the
 		// proxy fills the pool), most of the rest go fast.
-		if r := st.Routes[0]; r.Fast < nAPI/2 {
-			t.Errorf("route api: %d of %d requests fast, want most (kernel: %v)", r.Fast, nAPI, st.FastPath.Messages)
-		}
+		r := st.Routes[0]
+		assert.GreaterOrEqual(t, r.Fast, uint64(nAPI/2), "route api: %d of %d requests fast, want most (kernel: %v)", r.Fast, nAPI, st.FastPath.Messages)
 		// The kernel judged every request once: redirected, or passed to
 		// the proxy with its reason (a denied one as deny, or as busy
 		// while the proxy still owed an answer on the connection).
@@ -202,39 +186,32 @@ source = "198.18.0.3/32"
 				judged += n
 			}
 		}
-		if want := uint64(nAPI + nWeb + nAdmin + nFrom3); judged != want || st.FastPath.Messages["deny"] == 0 {
-			t.Errorf("kernel judged %d requests (%v), want the %d sent, some denied", judged, st.FastPath.Messages, want)
-		}
+		want := uint64(nAPI + nWeb + nAdmin + nFrom3)
+		assert.Equal(t, want, judged, "kernel judged %d requests (%v), want the %d sent, some denied", judged, st.FastPath.Messages, want)
+		assert.NotZero(t, st.FastPath.Messages["deny"], "kernel judged %d requests (%v), want the %d sent, some denied", judged, st.FastPath.Messages, want)
 	} else {
-		if st.FastPath.Attached || st.FastPath.Why == "" || st.Routes[0].Slow != nAPI {
-			t.Errorf("fast path = %+v, routes %+v on a kernel the fast path does not serve (not among %v): want the proxy alone, saying why", st.FastPath, st.Routes, l7.Kernels)
-		}
+		const msg = "fast path = %+v, routes %+v on a kernel the fast path does not serve (not among %v): want the proxy alone, saying why"
+		assert.False(t, st.FastPath.Attached, msg, st.FastPath, st.Routes, l7.Kernels)
+		assert.NotEmpty(t, st.FastPath.Why, msg, st.FastPath, st.Routes, l7.Kernels)
+		assert.EqualValues(t, nAPI, st.Routes[0].Slow, msg, st.FastPath, st.Routes, l7.Kernels)
 		s.waitLog(t, "l7 proxy serving without the fast path")
 	}
 
 	// The CLI prints the same.
 	cmd, out := l.shieldCmd("l7")
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("shield l7: %v\n%s", err, out)
-	}
+	require.NoError(t, cmd.Run(), "shield l7:\n%s", out)
 	t.Logf("shield l7:\n%s", out)
-	if !regexp.MustCompile(fmt.Sprintf(`(?m)^no-admin\s+deny\s+path /api/admin\*\s+%d$`, nAdmin)).MatchString(out.String()) {
-		t.Errorf("shield l7 lacks the no-admin rule with %d denied:\n%s", nAdmin, out)
-	}
+	assert.True(t, regexp.MustCompile(fmt.Sprintf(`(?m)^no-admin\s+deny\s+path /api/admin\*\s+%d$`, nAdmin)).MatchString(out.String()), "shield l7 lacks the no-admin rule with %d denied:\n%s", nAdmin, out)
 
 	resp, err := l.client.HTTP.Get(l.client.Base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var text bytes.Buffer
 	text.ReadFrom(resp.Body)
 	resp.Body.Close()
 	metric := func(name string) uint64 {
 		t.Helper()
 		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\d+)$`).FindStringSubmatch(text.String())
-		if m == nil {
-			t.Fatalf("/metrics lacks %s", name)
-		}
+		require.NotNil(t, m, "/metrics lacks %s", name)
 		v, _ := strconv.ParseUint(m[1], 10, 64)
 		return v
 	}
@@ -245,22 +222,13 @@ source = "198.18.0.3/32"
 	}{{"api", nAPI, st.Routes[0].Fast}, {"web", nWeb, st.Routes[1].Fast}} {
 		f := metric(fmt.Sprintf(`shield_l7_requests_total{path="fast",route="%s"}`, r.route))
 		sl := metric(fmt.Sprintf(`shield_l7_requests_total{path="slow",route="%s"}`, r.route))
-		if f+sl != r.want || f != r.fast {
-			t.Errorf("/metrics route %s: fast %d slow %d, want %d in all, %d fast (as GET /v1/l7)", r.route, f, sl, r.want, r.fast)
-		}
+		assert.Equal(t, r.want, f+sl, "/metrics route %s: fast %d slow %d, want %d in all, %d fast (as GET /v1/l7)", r.route, f, sl, r.want, r.fast)
+		assert.Equal(t, r.fast, f, "/metrics route %s: fast %d slow %d, want %d in all, %d fast (as GET /v1/l7)", r.route, f, sl, r.want, r.fast)
 	}
-	if got := metric(`shield_l7_denied_total{rule="no-admin"}`); got != nAdmin {
-		t.Errorf("shield_l7_denied_total{rule=\"no-admin\"} = %d, want %d", got, nAdmin)
-	}
-	if got := metric(`shield_l7_denied_total{rule="not-from-3"}`); got != nFrom3 {
-		t.Errorf("shield_l7_denied_total{rule=\"not-from-3\"} = %d, want %d", got, nFrom3)
-	}
-	if got, want := metric("shield_l7_fast_path"), map[bool]uint64{true: 1, false: 0}[fast]; got != want {
-		t.Errorf("shield_l7_fast_path = %d, want %d", got, want)
-	}
-	if got := metric(`shield_l7_responses_total{code="2xx",route="api"}`); got != st.Routes[0].Slow {
-		t.Errorf("shield_l7_responses_total{code=\"2xx\",route=\"api\"} = %d, want the %d slow requests", got, st.Routes[0].Slow)
-	}
+	assert.EqualValues(t, nAdmin, metric(`shield_l7_denied_total{rule="no-admin"}`), `shield_l7_denied_total{rule="no-admin"}`)
+	assert.EqualValues(t, nFrom3, metric(`shield_l7_denied_total{rule="not-from-3"}`), `shield_l7_denied_total{rule="not-from-3"}`)
+	assert.Equal(t, map[bool]uint64{true: 1, false: 0}[fast], metric("shield_l7_fast_path"), "shield_l7_fast_path")
+	assert.Equal(t, st.Routes[0].Slow, metric(`shield_l7_responses_total{code="2xx",route="api"}`), `shield_l7_responses_total{code="2xx",route="api"}: want the slow requests`)
 }
 
 // TestServeL7SetHeader: with [l7.set_header] every request reaches its
@@ -271,7 +239,7 @@ func TestServeL7SetHeader(t *testing.T) {
 	l := newLab(t, "l7sh")
 	b := l.l7Backend(t, "198.18.0.1:9001")
 	conf := filepath.Join(t.TempDir(), "shield.toml")
-	if err := os.WriteFile(conf, []byte(`[l7]
+	require.NoError(t, os.WriteFile(conf, []byte(`[l7]
 listen = "198.18.0.1:80"
 [[l7.route]]
 name = "all"
@@ -280,9 +248,7 @@ backends = ["198.18.0.1:9001"]
 [l7.set_header]
 name = "X-Edge"
 value = "shield"
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`), 0o600))
 	s := l.serve(t, "-config", conf)
 	s.waitLog(t, `msg="l7 proxy serving`)
 	c := l.l7Client(t, "198.18.0.2")
@@ -291,38 +257,32 @@ value = "shield"
 		req, _ := http.NewRequest("GET", fmt.Sprintf("http://198.18.0.1/x/%d", i), nil)
 		req.Header.Set("X-Edge", "client")
 		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatalf("GET /x/%d: %v", i, err)
-		}
+		require.NoError(t, err, "GET /x/%d", i)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			t.Fatalf("GET /x/%d = %d, want 200", i, resp.StatusCode)
-		}
+		require.EqualValues(t, 200, resp.StatusCode, "GET /x/%d = %d, want 200", i, resp.StatusCode)
 	}
 	b.mu.Lock()
 	edge := append([]string(nil), b.edge...)
 	b.mu.Unlock()
-	if len(edge) != n {
-		t.Fatalf("backend got %d requests, want %d", len(edge), n)
-	}
+	require.Len(t, edge, n, "backend got %d requests, want %d", len(edge), n)
 	for i, v := range edge {
-		if v != "shield" {
-			t.Errorf("request %d reached the backend with X-Edge %q, want %q", i, v, "shield")
-		}
+		assert.EqualValues(t, "shield", v, "request %d reached the backend with X-Edge %q, want %q", i, v, "shield")
 	}
 	st, err := l.client.L7(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.SetHeader != "X-Edge: shield" || st.Routes[0].Fast != 0 || st.Routes[0].Slow != n {
-		t.Errorf("GET /v1/l7 = %+v, want set_header X-Edge: shield and all %d requests slow", st, n)
-	}
+	require.NoError(t, err)
+	const slow = "GET /v1/l7 = %+v, want set_header X-Edge: shield and all %d requests slow"
+	assert.Equal(t, "X-Edge: shield", st.SetHeader, slow, st, n)
+	assert.Zero(t, st.Routes[0].Fast, slow, st, n)
+	assert.EqualValues(t, n, st.Routes[0].Slow, slow, st, n)
 	if fast, _ := l7.KernelServes(); fast {
 		// Passed up as policy, or as busy while the proxy still owed the
 		// connection an answer; none fast.
-		if m := st.FastPath.Messages; !st.FastPath.Attached || m["policy"]+m["busy"] != n || m["policy"] == 0 || m["fast"] != 0 {
-			t.Errorf("fast path = %+v, want attached and all %d requests passed up as policy (or busy)", st.FastPath, n)
-		}
+		m := st.FastPath.Messages
+		const msg = "fast path = %+v, want attached and all %d requests passed up as policy (or busy)"
+		assert.True(t, st.FastPath.Attached, msg, st.FastPath, n)
+		assert.EqualValues(t, n, m["policy"]+m["busy"], msg, st.FastPath, n)
+		assert.NotZero(t, m["policy"], msg, st.FastPath, n)
+		assert.Zero(t, m["fast"], msg, st.FastPath, n)
 	}
 }

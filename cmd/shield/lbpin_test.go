@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -88,13 +90,11 @@ func lbResponders(t *testing.T, l *lab, addrs ...string) {
 	t.Helper()
 	for _, a := range addrs {
 		var ln net.Listener
-		if err := l.storm.Do(func() error {
+		require.NoError(t, l.storm.Do(func() error {
 			var err error
 			ln, err = net.Listen("tcp", a)
 			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		}))
 		testutil.AnswerLines(t, ln, func(c net.Conn) string { return c.LocalAddr().String() })
 	}
 }
@@ -111,31 +111,25 @@ func TestServeLBPinned(t *testing.T) {
 	l := newLab(t, "lbpin")
 	// A decoy holds the VIP: an untranslated connect lands there and
 	// answers "198.18.0.100:80".
-	if err := l.storm.AddAddr("vb", "198.18.0.100/24"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.storm.AddAddr("vb", "198.18.0.100/24"))
 	const vip, decoy = "198.18.0.100:80", "198.18.0.100:80"
 	lbResponders(t, l, "198.18.0.2:8080", "198.18.0.3:8080", decoy)
 
 	mnt := t.TempDir()
-	if err := cgroup2.Mount(mnt); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cgroup2.Mount(mnt))
 	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
 	cg := filepath.Join(mnt, fmt.Sprintf("xdps-lbpin-%d", os.Getpid()))
 	t.Cleanup(func() { os.Remove(cg) })
 	conf := filepath.Join(t.TempDir(), "shield.toml")
 	writeConf := func(backends string) {
 		t.Helper()
-		if err := os.WriteFile(conf, []byte(fmt.Sprintf(`[lb]
+		require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf(`[lb]
 cgroup = %q
 [[lb.service]]
 vip = "198.18.0.100"
 port = 80
 backends = [%s]
-`, cg, backends)), 0o600); err != nil {
-			t.Fatal(err)
-		}
+`, cg, backends)), 0o600))
 	}
 	writeConf(`"198.18.0.2:8080", "198.18.0.3:8080"`)
 
@@ -144,9 +138,7 @@ backends = [%s]
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), env+"="+l.edge.Name+" "+vip)
 		d, err := os.Open(cg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { d.Close() })
 		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(d.Fd())}
 		return cmd
@@ -157,38 +149,27 @@ backends = [%s]
 		cmd := inCgroup(envLBClient)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("client %s: %v: %s", when, err, errb.String())
-		}
+		require.NoError(t, cmd.Run(), "client %s: %s", when, &errb)
 		f := strings.Fields(out.String())
-		if len(f) != 2 {
-			t.Fatalf("client %s printed %q", when, out.String())
-		}
+		require.Len(t, f, 2, "client %s printed %q", when, out.String())
 		return f[0], f[1]
 	}
 	lbDir := filepath.Join(l.pinDir(t), lbpin.Subdir)
 
 	s1 := l.serve(t, "-config", conf)
 	s1.waitLog(t, `msg="lb attached"`)
-	if _, err := os.Stat(lbDir); err != nil {
-		t.Errorf("serve pinned no balancer in %s: %v", lbDir, err)
-	}
+	_, err := os.Stat(lbDir)
+	assert.NoError(t, err, "serve pinned no balancer in %s", lbDir)
 
 	// A socket connected before everything that follows, held open.
 	hold := inCgroup(envLBClient)
 	holdIn, err := hold.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	holdOut, err := hold.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var holdErr bytes.Buffer
 	hold.Stderr = &holdErr
-	if err := hold.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, hold.Start())
 	t.Cleanup(func() { holdIn.Close(); hold.Wait() })
 	holdLines := bufio.NewReader(holdOut)
 	holdAsk := func(when string) (string, string) {
@@ -198,24 +179,21 @@ backends = [%s]
 		}
 		line, err := holdLines.ReadString('\n')
 		f := strings.Fields(line)
-		if err != nil || len(f) != 2 {
-			t.Fatalf("held socket %s: %q, %v: %s", when, line, err, holdErr.String())
-		}
+		require.NoError(t, err, "held socket %s: %q: %s", when, line, &holdErr)
+		require.Len(t, f, 2, "held socket %s: %q: %s", when, line, &holdErr)
 		return f[0], f[1]
 	}
 	heldBE, peer := holdAsk("")
-	if heldBE == decoy || peer != vip {
-		t.Fatalf("held socket reached %s with peer %s, want a backend and the VIP", heldBE, peer)
-	}
+	require.NotEqual(t, decoy, heldBE, "held socket reached %s with peer %s, want a backend and the VIP", heldBE, peer)
+	require.Equal(t, vip, peer, "held socket reached %s with peer %s, want a backend and the VIP", heldBE, peer)
 
 	// kill -9: nothing closes anything.
-	if err := s1.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, s1.cmd.Process.Kill())
 	<-s1.done
 	for i := range 5 {
-		if be, peer := client("after kill -9"); be == decoy || peer != vip {
-			t.Errorf("connect %d with serve killed reached %s with peer %s; want a backend and the VIP (the decoy is the untranslated VIP)", i, be, peer)
+		be, peer := client("after kill -9")
+		const msg = "connect %d with serve killed reached %s with peer %s; want a backend and the VIP (the decoy is the untranslated VIP)"
+		if !assert.NotEqual(t, decoy, be, msg, i, be, peer) || !assert.Equal(t, vip, peer, msg, i, be, peer) {
 			break
 		}
 	}
@@ -232,73 +210,58 @@ backends = [%s]
 	writeConf(strconv.Quote(kept))
 	s2 := l.serve(t, "-config", conf)
 	s2.waitLog(t, `msg="lb attached"`)
-	if !strings.Contains(s2.out.String(), "adopted=true") {
-		t.Errorf("the restarted serve did not adopt the pinned balancer:\n%s", s2.out)
-	}
-	if be, peer := holdAsk("after the restart"); be != heldBE || peer != vip {
-		t.Errorf("socket connected before the restart: answered by %s with peer %s, want %s and the VIP", be, peer, heldBE)
-	}
+	assert.Contains(t, s2.out.String(), "adopted=true", "the restarted serve did not adopt the pinned balancer:\n%s", s2.out)
+	be, peer := holdAsk("after the restart")
+	assert.Equal(t, heldBE, be, "socket connected before the restart: answered by %s with peer %s, want %s and the VIP", be, peer, heldBE)
+	assert.Equal(t, vip, peer, "socket connected before the restart: answered by %s with peer %s, want %s and the VIP", be, peer, heldBE)
 	for i := range 10 {
-		if be, peer := client("after the restart"); be != kept || peer != vip {
-			t.Fatalf("connect %d after the restart reached %s with peer %s; want %s (%s was removed) and the VIP", i, be, peer, kept, removed)
-		}
+		be, peer := client("after the restart")
+		require.Equal(t, kept, be, "connect %d after the restart reached %s with peer %s; want %s (%s was removed) and the VIP", i, be, peer, kept, removed)
+		require.Equal(t, vip, peer, "connect %d after the restart reached %s with peer %s; want %s (%s was removed) and the VIP", i, be, peer, kept, removed)
 	}
 
 	// SIGTERM: a clean stop keeps the balancer too.
 	s2.stop(t)
-	if be, peer := client("after SIGTERM"); be != kept || peer != vip {
-		t.Errorf("connect with serve stopped reached %s with peer %s; want %s and the VIP", be, peer, kept)
-	}
+	be, peer = client("after SIGTERM")
+	assert.Equal(t, kept, be, "connect with serve stopped reached %s with peer %s; want %s and the VIP", be, peer, kept)
+	assert.Equal(t, vip, peer, "connect with serve stopped reached %s with peer %s; want %s and the VIP", be, peer, kept)
 
 	// detach -lb-only: the balancer goes, the shield stays.
-	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot, "-lb-only"); cmd.Run() != nil {
-		t.Fatalf("detach -lb-only: %s", out)
-	}
-	if _, err := os.Stat(lbDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s after detach -lb-only: %v, want it gone", lbDir, err)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(lbDir), "link")); err != nil {
-		t.Errorf("the shield's link after detach -lb-only: %v, want it kept", err)
-	}
-	if be, _ := client("after detach -lb-only"); be != decoy {
-		t.Errorf("connect after detach -lb-only reached %s, want the untranslated VIP (decoy)", be)
-	}
+	cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot, "-lb-only")
+	require.NoError(t, cmd.Run(), "detach -lb-only: %s", out)
+	_, err = os.Stat(lbDir)
+	assert.ErrorIs(t, err, os.ErrNotExist, "%s after detach -lb-only: want it gone", lbDir)
+	_, err = os.Stat(filepath.Join(filepath.Dir(lbDir), "link"))
+	assert.NoError(t, err, "the shield's link after detach -lb-only: want it kept")
+	be, _ = client("after detach -lb-only")
+	assert.Equal(t, decoy, be, "connect after detach -lb-only reached %s, want the untranslated VIP (decoy)", be)
 
 	// A fresh start pins again; detach removes everything.
 	s3 := l.serve(t, "-config", conf)
 	s3.waitLog(t, `msg="lb attached"`)
-	if !strings.Contains(s3.out.String(), "adopted=false") {
-		t.Errorf("serve after detach -lb-only adopted something:\n%s", s3.out)
-	}
+	assert.Contains(t, s3.out.String(), "adopted=false", "serve after detach -lb-only adopted something:\n%s", s3.out)
 	s3.stop(t)
-	if be, peer := client("after a fresh start"); be != kept || peer != vip {
-		t.Errorf("connect after a fresh start, serve stopped: %s with peer %s; want %s and the VIP", be, peer, kept)
-	}
+	be, peer = client("after a fresh start")
+	assert.Equal(t, kept, be, "connect after a fresh start, serve stopped: %s with peer %s; want %s and the VIP", be, peer, kept)
+	assert.Equal(t, vip, peer, "connect after a fresh start, serve stopped: %s with peer %s; want %s and the VIP", be, peer, kept)
 
 	// A configuration with no service left: serve removes the pinned one.
-	if err := os.WriteFile(conf, []byte(fmt.Sprintf("[lb]\ncgroup = %q\n", cg)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(conf, []byte(fmt.Sprintf("[lb]\ncgroup = %q\n", cg)), 0o600))
 	s4 := l.serve(t, "-config", conf)
 	s4.waitLog(t, `msg="lb removed`)
-	if _, err := os.Stat(lbDir); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("%s with no service configured: %v, want it removed", lbDir, err)
-	}
-	if be, _ := client("with no service configured"); be != decoy {
-		t.Errorf("connect with no service configured reached %s, want the untranslated VIP (decoy)", be)
-	}
+	_, err = os.Stat(lbDir)
+	assert.ErrorIs(t, err, os.ErrNotExist, "%s with no service configured: want it removed", lbDir)
+	be, _ = client("with no service configured")
+	assert.Equal(t, decoy, be, "connect with no service configured reached %s, want the untranslated VIP (decoy)", be)
 	writeConf(strconv.Quote(kept))
 	s4.stop(t)
 	s5 := l.serve(t, "-config", conf)
 	s5.waitLog(t, `msg="lb attached"`)
 	s5.stop(t)
-	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
-		t.Fatalf("detach: %s", out)
-	}
-	if _, err := os.Stat(filepath.Dir(lbDir)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pin directory after detach: %v, want it gone with the balancer's pins", err)
-	}
-	if be, _ := client("after detach"); be != decoy {
-		t.Errorf("connect after detach reached %s, want the untranslated VIP (decoy)", be)
-	}
+	cmd, out = l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot)
+	require.NoError(t, cmd.Run(), "detach: %s", out)
+	_, err = os.Stat(filepath.Dir(lbDir))
+	assert.ErrorIs(t, err, os.ErrNotExist, "pin directory after detach: want it gone with the balancer's pins")
+	be, _ = client("after detach")
+	assert.Equal(t, decoy, be, "connect after detach reached %s, want the untranslated VIP (decoy)", be)
 }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -38,33 +40,22 @@ func TestServeMillionSources(t *testing.T) {
 	ctx := context.Background()
 	s := l.serve(t)
 	// Let the probe flow at its own pace.
-	if _, err := l.client.SetLimits(ctx, shield.Limits{Rate: 1_000_000, Burst: 1_000_000, AdmissionRate: 10000, AdmissionBurst: 10000}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := l.client.SetLimits(ctx, shield.Limits{Rate: 1_000_000, Burst: 1_000_000, AdmissionRate: 10000, AdmissionBurst: 10000})
+	require.NoError(t, err)
 
 	m, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir(t), bpf.ShieldMapSources), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer m.Close()
 	tab, err := shield.OpenTable(l.pinDir(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer tab.Close()
 	fillStart := time.Now()
-	if err := testutil.FillSources(tab.Put, shield.ErrSetFull, millionSources); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, testutil.FillSources(tab.Put, shield.ErrSetFull, millionSources))
 	t.Logf("filled %d sources in %v", millionSources, time.Since(fillStart).Round(time.Millisecond))
 
 	c, err := l.client.Counters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.Sources.Tracked < millionSources*99/100 {
-		t.Fatalf("tracked %d sources, want about %d", c.Sources.Tracked, millionSources)
-	}
+	require.NoError(t, err)
+	require.True(t, c.Sources.Tracked >= millionSources*99/100, "tracked %d sources, want about %d", c.Sources.Tracked, millionSources)
 
 	_, received := l.receiver(t, 9998)
 	probe := l.sender(t, "198.18.0.3", 9998, 500*time.Microsecond, 0)
@@ -76,53 +67,39 @@ func TestServeMillionSources(t *testing.T) {
 			n = shield.MaxTop
 		}
 		d, seen, err := batchWalk(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seen < c.Sources.Tracked*99/100 {
-			t.Fatalf("the reference walk saw %d entries, want about %d", seen, c.Sources.Tracked)
-		}
+		require.NoError(t, err)
+		require.True(t, seen >= c.Sources.Tracked*99/100, "the reference walk saw %d entries, want about %d", seen, c.Sources.Tracked)
 		direct = append(direct, d)
 		start := time.Now()
 		top, err := l.client.Top(ctx, n, shield.ByDropped)
-		if err != nil {
-			t.Fatalf("Top: %v", err)
-		}
+		require.NoError(t, err, "Top")
 		lat = append(lat, time.Since(start))
 		walk = append(walk, top.ElapsedMs)
-		if top.Scanned < c.Sources.Tracked*99/100 || len(top.Sources) != n {
-			t.Fatalf("Top scanned %d and returned %d, want about %d and %d", top.Scanned, len(top.Sources), c.Sources.Tracked, n)
-		}
-		if !slices.IsSortedFunc(top.Sources, func(a, b shield.Source) int { return -cmpU(a.Dropped, b.Dropped) }) {
-			t.Fatal("Top is not sorted by dropped")
-		}
+		require.GreaterOrEqual(t, top.Scanned, c.Sources.Tracked*99/100, "Top scanned %d and returned %d, want about %d and %d", top.Scanned, len(top.Sources), c.Sources.Tracked, n)
+		require.Len(t, top.Sources, n, "Top scanned %d and returned %d, want about %d and %d", top.Scanned, len(top.Sources), c.Sources.Tracked, n)
+		require.True(t, slices.IsSortedFunc(top.Sources, func(a, b shield.Source) int { return -cmpU(a.Dropped, b.Dropped) }), "Top is not sorted by dropped")
 	}
 	probe.halt()
 	time.Sleep(100 * time.Millisecond)
 	med := func(d []time.Duration) time.Duration { d = slices.Clone(d); slices.Sort(d); return d[len(d)/2] }
 	t.Logf("GET /v1/top with %d sources: %v (its walk, ms: %v); a batched walk of the table alone: %v", c.Sources.Tracked, lat, walk, direct)
-	if ratio := float64(med(lat)) / float64(med(direct)); ratio > 0.5 {
-		t.Errorf("median /v1/top latency %v is %.2f times the median batched walk of the table (%v), want at most 0.5 (the service reads the table's mapping)", med(lat), ratio, med(direct))
-	} else {
+	ratio := float64(med(lat)) / float64(med(direct))
+	if assert.LessOrEqual(t, ratio, 0.5, "median /v1/top latency %v is %.2f times the median batched walk of the table (%v), want at most 0.5 (the service reads the table's mapping)", med(lat), ratio, med(direct)) {
 		t.Logf("median /v1/top latency %v, %.2f times the plain walk's %v", med(lat), ratio, med(direct))
 	}
-	if got, sent := received.Load(), probe.sent.Load(); got != sent {
-		t.Errorf("during the walks %d of %d probe datagrams arrived", got, sent)
-	} else {
+	got, sent := received.Load(), probe.sent.Load()
+	if assert.Equal(t, sent, got, "during the walks %d of %d probe datagrams arrived", got, sent) {
 		t.Logf("probe flow during the walks: %d/%d datagrams arrived", got, sent)
 	}
 
-	if _, err := l.client.Metrics(ctx); err != nil {
-		t.Fatal(err)
-	}
+	_, err = l.client.Metrics(ctx)
+	require.NoError(t, err)
 	rss, hwm := procMem(t, s.cmd.Process.Pid)
 	// The service reads the table through a mapping of the kernel's
 	// memory, which counts in its RSS once read: 64 bytes a source.
 	table := float64(c.Sources.Capacity) * 64 / (1 << 20)
 	t.Logf("service memory with %d sources: VmRSS %.1f MiB, VmHWM (peak) %.1f MiB, of which the mapped table up to %.0f MiB", c.Sources.Tracked, rss, hwm, table)
-	if hwm-table >= 100 {
-		t.Errorf("service peak RSS %.1f MiB, less the mapped table's %.0f MiB, want < 100 MiB", hwm, table)
-	}
+	assert.True(t, hwm-table < 100, "service peak RSS %.1f MiB, less the mapped table's %.0f MiB, want < 100 MiB", hwm, table)
 }
 
 // batchWalk reads every set of the sources table m with system calls, in
@@ -166,9 +143,7 @@ func cmpU(a, b uint64) int {
 func procMem(t *testing.T, pid int) (rss, hwm float64) {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
@@ -177,9 +152,7 @@ func procMem(t *testing.T, pid int) (rss, hwm float64) {
 			continue
 		}
 		kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-		if err != nil {
-			t.Fatalf("parse %s %q: %v", k, v, err)
-		}
+		require.NoError(t, err, "parse %s %q", k, v)
 		if k == "VmRSS" {
 			rss = kb / 1024
 		} else {

@@ -19,11 +19,15 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/link"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/api/client"
+	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/internal/pinfs"
+	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
@@ -58,7 +62,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "no admin directory of the tests' own, services use the default:", err)
 		os.Exit(m.Run())
 	}
-	os.Setenv(envAdminDir, dir)
+	os.Setenv(cli.EnvAdminDir, dir)
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -79,44 +83,32 @@ type lab struct {
 func newLab(t *testing.T, role string) *lab {
 	t.Helper()
 	testutil.Root(t)
-	if _, err := exec.LookPath("nsenter"); err != nil {
-		t.Fatalf("nsenter (util-linux) is needed to start the service in a namespace: %v", err)
-	}
+	_, err := exec.LookPath("nsenter")
+	require.NoError(t, err, "nsenter (util-linux) is needed to start the service in a namespace")
 	l := &lab{}
-	var err error
-	if l.edge, err = topo.New(role + "-edge"); err != nil {
-		t.Fatal(err)
-	}
+	l.edge, err = topo.New(role + "-edge")
+	require.NoError(t, err)
 	t.Cleanup(func() { l.edge.Close() })
-	if l.storm, err = topo.New(role + "-storm"); err != nil {
-		t.Fatal(err)
-	}
+	l.storm, err = topo.New(role + "-storm")
+	require.NoError(t, err)
 	t.Cleanup(func() { l.storm.Close() })
-	if err := topo.Veth(l.edge, "va", l.storm, "vb"); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, topo.Veth(l.edge, "va", l.storm, "vb"))
 	for _, a := range []struct {
 		ns   *topo.NS
 		dev  string
 		cidr string
 	}{{l.edge, "va", "198.18.0.1/24"}, {l.storm, "vb", "198.18.0.2/24"}, {l.storm, "vb", "198.18.0.3/24"}} {
-		if err := a.ns.AddAddr(a.dev, a.cidr); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, a.ns.AddAddr(a.dev, a.cidr))
 	}
 	l.pinRoot = filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", role, os.Getpid()))
-	if err := pinfs.EnsureBPFFS(l.pinRoot); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pinfs.EnsureBPFFS(l.pinRoot))
 	t.Cleanup(func() {
 		// Pins left by a failed test: detach first so no link stays.
-		l.edge.Do(func() error { return pin.Detach(l.pinRoot, "va", lbPins...) })
+		l.edge.Do(func() error { return pin.Detach(l.pinRoot, "va", serve.LBPins...) })
 		os.RemoveAll(l.pinRoot)
 	})
 	l.tokenFile = filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(l.tokenFile, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(l.tokenFile, []byte(testToken+"\n"), 0o600))
 	l.client = clientIn(t, l.edge)
 	return l
 }
@@ -142,13 +134,11 @@ func clientIn(t *testing.T, ns *topo.NS) *client.Client {
 func (l *lab) pinDir(t *testing.T) string {
 	t.Helper()
 	var dir string
-	if err := l.edge.Do(func() error {
+	require.NoError(t, l.edge.Do(func() error {
 		var err error
 		dir, err = pin.PinDir(l.pinRoot, "va")
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	return dir
 }
 
@@ -191,9 +181,7 @@ func (l *lab) serve(t *testing.T, extra ...string) *service {
 	t.Helper()
 	args := append([]string{"serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile}, extra...)
 	cmd, out := l.shieldCmd(args...)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start serve: %v", err)
-	}
+	require.NoError(t, cmd.Start(), "start serve")
 	s := &service{cmd: cmd, out: out, done: make(chan error, 1)}
 	go func() { s.done <- cmd.Wait() }()
 	t.Cleanup(func() { s.stop(t) })
@@ -208,12 +196,10 @@ func (l *lab) serve(t *testing.T, extra ...string) *service {
 		select {
 		case err := <-s.done:
 			s.done <- err
-			t.Fatalf("serve exited (%v) before answering:\n%s", err, out)
+			require.Fail(t, fmt.Sprintf("serve exited (%v) before answering:\n%s", err, out))
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not answer within 30 s: %v\n%s", err, out)
-		}
+		require.False(t, time.Now().After(deadline), "serve did not answer within 30 s: %v\n%s", err, out)
 		time.Sleep(50 * time.Millisecond)
 	}
 }
@@ -227,12 +213,10 @@ func (s *service) stop(t *testing.T) {
 	s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-s.done:
-		if err != nil {
-			t.Errorf("serve exited with %v:\n%s", err, s.out)
-		}
+		assert.NoError(t, err, "serve exited with %v:\n%s", err, s.out)
 	case <-time.After(30 * time.Second):
 		s.cmd.Process.Kill()
-		t.Errorf("serve did not stop within 30 s:\n%s", s.out)
+		assert.Fail(t, "serve did not stop within 30 s:\n"+s.out.String())
 	}
 }
 
@@ -247,13 +231,11 @@ type udpFlow struct {
 func (l *lab) receiver(t *testing.T, port int) (*net.UDPConn, *atomic.Int64) {
 	t.Helper()
 	var rc *net.UDPConn
-	if err := l.edge.Do(func() error {
+	require.NoError(t, l.edge.Do(func() error {
 		var err error
 		rc, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(198, 18, 0, 1), Port: port})
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	t.Cleanup(func() { rc.Close() })
 	var n atomic.Int64
 	go func() {
@@ -274,13 +256,11 @@ func (l *lab) receiver(t *testing.T, port int) (*net.UDPConn, *atomic.Int64) {
 func (l *lab) sender(t *testing.T, src string, port int, every time.Duration, count int) *udpFlow {
 	t.Helper()
 	var c *net.UDPConn
-	if err := l.storm.Do(func() error {
+	require.NoError(t, l.storm.Do(func() error {
 		var err error
 		c, err = net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(src)}, &net.UDPAddr{IP: net.IPv4(198, 18, 0, 1), Port: port})
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	f := &udpFlow{stop: make(chan struct{})}
 	f.wg.Add(1)
 	go func() {
@@ -315,29 +295,23 @@ func (f *udpFlow) halt() {
 func denyDrops(t *testing.T, l *lab) uint64 {
 	t.Helper()
 	c, err := l.client.Counters(context.Background())
-	if err != nil {
-		t.Fatalf("Counters: %v", err)
-	}
+	require.NoError(t, err, "Counters")
 	for _, p := range c.Packets {
 		if p.Verdict == "drop" && p.Reason == "deny" && p.Proto == "udp" {
 			return p.Packets
 		}
 	}
-	t.Fatal("no drop/deny/udp counter")
+	require.Fail(t, "no drop/deny/udp counter")
 	return 0
 }
 
 func linkInfo(t *testing.T, l *lab) *link.Info {
 	t.Helper()
 	lk, err := link.LoadPinnedLink(filepath.Join(l.pinDir(t), "link"), nil)
-	if err != nil {
-		t.Fatalf("load pinned link: %v", err)
-	}
+	require.NoError(t, err, "load pinned link")
 	defer lk.Close()
 	info, err := lk.Info()
-	if err != nil {
-		t.Fatalf("link info: %v", err)
-	}
+	require.NoError(t, err, "link info")
 	return info
 }
 
@@ -347,16 +321,14 @@ func xdpAttached(t *testing.T, l *lab) (bool, uint32) { return xdpAttachedOn(t, 
 func xdpAttachedOn(t *testing.T, l *lab, iface string) (bool, uint32) {
 	t.Helper()
 	var x *netlink.LinkXdp
-	if err := l.edge.Do(func() error {
+	require.NoError(t, l.edge.Do(func() error {
 		lk, err := netlink.LinkByName(iface)
 		if err != nil {
 			return err
 		}
 		x = lk.Attrs().Xdp
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	if x == nil {
 		return false, 0
 	}
@@ -373,18 +345,16 @@ func TestServeLifecycle(t *testing.T) {
 	_, received := l.receiver(t, 9999)
 
 	s1 := l.serve(t)
-	if !strings.Contains(s1.out.String(), "msg=attached") {
-		t.Fatalf("first serve did not log a fresh attach:\n%s", s1.out)
-	}
+	require.Contains(t, s1.out.String(), "msg=attached", "first serve did not log a fresh attach:\n%s", s1.out)
 
 	// Safe default: the machine's own addresses are marked own (a frame
 	// from the wire claiming one is spoofed), not allow-listed.
-	if al, err := l.client.List(ctx, shield.AllowList); err != nil || len(al.Prefixes) != 0 {
-		t.Errorf("allow list = %v, %v; want it empty", al.Prefixes, err)
+	al, err := l.client.List(ctx, shield.AllowList)
+	if assert.NoError(t, err, "allow list") {
+		assert.Empty(t, al.Prefixes, "allow list = %v; want it empty", al.Prefixes)
 	}
-	if out := s1.out.String(); !strings.Contains(out, "msg=\"own addresses: frames from the wire claiming them are dropped as spoofed\"") ||
-		!strings.Contains(out, "198.18.0.1") {
-		t.Errorf("serve did not log the edge's own addresses as spoofed sources:\n%s", out)
+	for _, want := range []string{"msg=\"own addresses: frames from the wire claiming them are dropped as spoofed\"", "198.18.0.1"} {
+		assert.Contains(t, s1.out.String(), want, "serve did not log the edge's own addresses as spoofed sources")
 	}
 
 	// The path works: an unlisted source gets through.
@@ -393,12 +363,10 @@ func TestServeLifecycle(t *testing.T) {
 	waitFor(t, "5 packets from 198.18.0.3", func() bool { return received.Load() >= 5 })
 
 	limits := shield.Limits{Rate: 123, Burst: 456, AdmissionRate: 789, AdmissionBurst: 1011}
-	if _, err := l.client.SetLimits(ctx, limits); err != nil {
-		t.Fatalf("SetLimits: %v", err)
-	}
-	if _, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.2/32", "2001:db8:bad::/48"}); err != nil {
-		t.Fatalf("deny add: %v", err)
-	}
+	_, err = l.client.SetLimits(ctx, limits)
+	require.NoError(t, err, "SetLimits")
+	_, err = l.client.Add(ctx, shield.DenyList, []string{"198.18.0.2/32", "2001:db8:bad::/48"})
+	require.NoError(t, err, "deny add")
 	before := received.Load()
 
 	// Deny-listed traffic flows for the rest of the test.
@@ -407,92 +375,77 @@ func TestServeLifecycle(t *testing.T) {
 
 	// A second instance is refused while the first runs.
 	cmd, out := l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile, "-listen", "127.0.0.1:9471")
-	if err := cmd.Run(); err == nil || !strings.Contains(out.String(), "already running on va") {
-		t.Fatalf("second serve = %v, want a refusal naming the lock:\n%s", err, out)
-	}
+	require.Error(t, cmd.Run(), "second serve: want a refusal naming the lock:\n%s", out)
+	require.Contains(t, out.String(), "already running on va", "second serve: want a refusal naming the lock")
 
 	info1 := linkInfo(t, l)
 	drops1 := denyDrops(t, l)
 	sent1 := flood.sent.Load()
 	s1.stop(t)
-	if ok, _ := xdpAttached(t, l); !ok {
-		t.Fatal("no XDP program on va after the service stopped")
-	}
+	ok, _ := xdpAttached(t, l)
+	require.True(t, ok, "no XDP program on va after the service stopped")
 	time.Sleep(300 * time.Millisecond) // traffic keeps hitting the pinned program
 
 	s2 := l.serve(t)
-	if !strings.Contains(s2.out.String(), "adopted pinned shield") {
-		t.Errorf("second serve did not adopt:\n%s", s2.out)
-	}
+	assert.Contains(t, s2.out.String(), "adopted pinned shield", "second serve did not adopt:\n%s", s2.out)
 	info2 := linkInfo(t, l)
-	if info2.ID != info1.ID {
-		t.Errorf("link id = %d after restart, want the pinned %d", info2.ID, info1.ID)
-	}
-	if info2.Program == info1.Program {
-		t.Errorf("program id = %d after restart, want a new program replacing %d", info2.Program, info1.Program)
-	}
-	if !strings.Contains(s2.out.String(), fmt.Sprintf("old_program_id=%d", info1.Program)) {
-		t.Errorf("restart log does not name the replaced program %d:\n%s", info1.Program, s2.out)
-	}
+	assert.Equal(t, info1.ID, info2.ID, "link id = %d after restart, want the pinned %d", info2.ID, info1.ID)
+	assert.NotEqual(t, info1.Program, info2.Program, "program id = %d after restart, want a new program replacing %d", info2.Program, info1.Program)
+	assert.Contains(t, s2.out.String(), fmt.Sprintf("old_program_id=%d", info1.Program), "restart log does not name the replaced program %d:\n%s", info1.Program, s2.out)
 
-	if in, err := l.client.Info(ctx); err != nil || !in.Adopted || in.Iface != "va" || in.LinkID != uint32(info2.ID) ||
-		in.ProgramID != uint32(info2.Program) || in.Mode != "native" {
-		t.Errorf("Info after restart = %+v, %v; want adopted, va, native, link %d, program %d", in, err, info2.ID, info2.Program)
+	in, err := l.client.Info(ctx)
+	if assert.NoError(t, err, "Info after restart") {
+		const msg = "Info after restart = %+v; want adopted, va, native, link %d, program %d"
+		assert.True(t, in.Adopted, msg, in, info2.ID, info2.Program)
+		assert.Equal(t, "va", in.Iface, msg, in, info2.ID, info2.Program)
+		assert.Equal(t, uint32(info2.ID), in.LinkID, msg, in, info2.ID, info2.Program)
+		assert.Equal(t, uint32(info2.Program), in.ProgramID, msg, in, info2.ID, info2.Program)
+		assert.Equal(t, "native", in.Mode, msg, in, info2.ID, info2.Program)
 	}
 
 	// State survived.
-	if got, err := l.client.Limits(ctx); err != nil || !got.Equal(limits) {
-		t.Errorf("Limits after restart = %+v, %v; want %+v", got, err, limits)
+	got, err := l.client.Limits(ctx)
+	if assert.NoError(t, err, "Limits after restart") {
+		assert.True(t, got.Equal(limits), "Limits after restart = %+v; want %+v", got, limits)
 	}
 	dl, err := l.client.List(ctx, shield.DenyList)
-	if err != nil || strings.Join(dl.Prefixes, " ") != "198.18.0.2/32 2001:db8:bad::/48" {
-		t.Errorf("deny list after restart = %v, %v", dl.Prefixes, err)
+	if assert.NoError(t, err, "deny list after restart") {
+		assert.Equal(t, "198.18.0.2/32 2001:db8:bad::/48", strings.Join(dl.Prefixes, " "), "deny list after restart")
 	}
 	top, err := l.client.Top(ctx, 10, shield.ByPassed)
-	if err != nil {
-		t.Fatalf("Top: %v", err)
-	}
+	require.NoError(t, err, "Top")
 	found := false
 	for _, s := range top.Sources {
 		if s.Addr == netip.MustParseAddr("198.18.0.3") && s.Passed >= 5 {
 			found = true
 		}
 	}
-	if !found {
-		t.Errorf("tracked source 198.18.0.3 lost across restart: %+v", top.Sources)
-	}
+	assert.True(t, found, "tracked source 198.18.0.3 lost across restart: %+v", top.Sources)
 
 	time.Sleep(300 * time.Millisecond)
 	flood.halt()
 	time.Sleep(100 * time.Millisecond)
 	drops2 := denyDrops(t, l)
 	sent := flood.sent.Load()
-	if drops2 < drops1 {
-		t.Errorf("deny counter went back from %d to %d: counters not adopted", drops1, drops2)
-	}
+	assert.True(t, drops2 >= drops1, "deny counter went back from %d to %d: counters not adopted", drops1, drops2)
 	// Every datagram sent during the restart was counted as dropped.
-	if during, dropped := sent-sent1, drops2-drops1; dropped < uint64(during)*9/10 {
-		t.Errorf("during the restart %d datagrams were sent, only %d counted as deny drops", during, dropped)
-	}
-	if got := received.Load(); got != before {
-		t.Fatalf("%d datagrams from the deny-listed source reached the stack (sent %d)", got-before, sent)
-	}
+	during, dropped := sent-sent1, drops2-drops1
+	assert.GreaterOrEqual(t, dropped, uint64(during)*9/10, "during the restart %d datagrams were sent, only %d counted as deny drops", during, dropped)
+	reached := received.Load()
+	require.Equal(t, before, reached, "%d datagrams from the deny-listed source reached the stack (sent %d)", reached-before, sent)
 	t.Logf("restart: %d datagrams sent by the denied source, %d counted as deny drops, 0 received", sent, drops2)
 
 	// Detach refuses while the service runs, then removes everything.
-	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() == nil || !strings.Contains(out.String(), "stop it first") {
-		t.Errorf("detach while serving succeeded or said:\n%s", out)
-	}
+	cmd, out = l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot)
+	assert.Error(t, cmd.Run(), "detach while serving succeeded:\n%s", out)
+	assert.Contains(t, out.String(), "stop it first", "detach while serving said")
 	s2.stop(t)
-	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
-		t.Fatalf("detach failed:\n%s", out)
-	}
-	if ok, _ := xdpAttached(t, l); ok {
-		t.Error("XDP program still attached after detach")
-	}
-	if _, err := os.Stat(l.pinDir(t)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("pin directory still there after detach: %v", err)
-	}
+	cmd, out = l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot)
+	require.NoError(t, cmd.Run(), "detach failed:\n%s", out)
+	ok, _ = xdpAttached(t, l)
+	assert.False(t, ok, "XDP program still attached after detach")
+	_, err = os.Stat(l.pinDir(t))
+	assert.ErrorIs(t, err, os.ErrNotExist, "pin directory still there after detach")
 	// Without the shield the same source gets through: the sender was live.
 	after := l.sender(t, "198.18.0.2", 9999, time.Millisecond, 5)
 	after.wg.Wait()
@@ -500,20 +453,17 @@ func TestServeLifecycle(t *testing.T) {
 
 	// Mode: generic as asked, kept across a restart, a different one refused.
 	s3 := l.serve(t, "-mode", "generic")
-	if _, mode := xdpAttached(t, l); mode != 2 { // XDP_ATTACHED_SKB
-		t.Errorf("attach mode = %d, want generic (2)", mode)
-	}
+	_, mode := xdpAttached(t, l)
+	assert.EqualValues(t, 2, mode, "attach mode = %d, want generic (2)", mode) // XDP_ATTACHED_SKB
 	s3.stop(t)
 	cmd, out = l.shieldCmd("serve", "-iface", "va", "-pin-root", l.pinRoot, "-token-file", l.tokenFile, "-mode", "native")
-	if err := cmd.Run(); err == nil || !strings.Contains(out.String(), "attached in generic mode, native was asked") {
-		t.Errorf("serve -mode native over a generic link = %v:\n%s", err, out)
-	}
-	if ok, mode := xdpAttached(t, l); !ok || mode != 2 {
-		t.Errorf("after the refused restart: attached %v mode %d, want the generic program kept", ok, mode)
-	}
-	if cmd, out := l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot); cmd.Run() != nil {
-		t.Fatalf("detach failed:\n%s", out)
-	}
+	assert.Error(t, cmd.Run(), "serve -mode native over a generic link:\n%s", out)
+	assert.Contains(t, out.String(), "attached in generic mode, native was asked", "serve -mode native over a generic link")
+	ok, mode = xdpAttached(t, l)
+	assert.True(t, ok, "after the refused restart: attached %v mode %d, want the generic program kept", ok, mode)
+	assert.EqualValues(t, 2, mode, "after the refused restart: attached %v mode %d, want the generic program kept", ok, mode)
+	cmd, out = l.shieldCmd("detach", "-iface", "va", "-pin-root", l.pinRoot)
+	require.NoError(t, cmd.Run(), "detach failed:\n%s", out)
 }
 
 // waitLog waits until the service has written want: the API can answer
@@ -522,9 +472,7 @@ func (s *service) waitLog(t *testing.T, want string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(s.out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not log %q:\n%s", want, s.out)
-		}
+		require.False(t, time.Now().After(deadline), "serve did not log %q:\n%s", want, s.out)
 		time.Sleep(20 * time.Millisecond)
 	}
 }
@@ -533,9 +481,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
 		time.Sleep(20 * time.Millisecond)
 	}
 }

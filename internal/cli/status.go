@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -11,10 +11,6 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 )
 
-func init() {
-	commands["status"] = command{"show counters, table use, limits and list sizes (API)", runStatus}
-}
-
 // statusReport is what `shield status -json` prints.
 type statusReport struct {
 	Info     api.Info             `json:"info"`
@@ -24,15 +20,15 @@ type statusReport struct {
 	Deny     int                  `json:"deny_prefixes"`
 }
 
-func runStatus(ctx context.Context, args []string) error {
+func runStatus(ctx context.Context, e *Env, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("status: unexpected arguments %q", fs.Args())
+		return Usagef("status: unexpected arguments %q", fs.Args())
 	}
 	cl, err := cf.client(false)
 	if err != nil {
@@ -58,7 +54,7 @@ func runStatus(ctx context.Context, args []string) error {
 	}
 	r.Allow, r.Deny = len(al.Prefixes), len(dl.Prefixes)
 	if cf.json {
-		return printJSON(r)
+		return e.PrintJSON(r)
 	}
 	c := r.Counters
 	if in := r.Info; in.Iface != "" {
@@ -66,18 +62,18 @@ func runStatus(ctx context.Context, args []string) error {
 		if in.Adopted {
 			how = "adopted"
 		}
-		fmt.Fprintf(stdout, "shield   %s on %s (%s XDP), link %d, program %d, %s, up %s\n", in.Version, in.Iface, in.Mode,
+		fmt.Fprintf(e.Stdout, "shield   %s on %s (%s XDP), link %d, program %d, %s, up %s\n", in.Version, in.Iface, in.Mode,
 			in.LinkID, in.ProgramID, how, time.Duration(in.UptimeSeconds*float64(time.Second)).Round(time.Second))
 		if !in.Healthy {
-			fmt.Fprintf(stdout, "NOT PROTECTING: %s\n", in.Problem)
+			fmt.Fprintf(e.Stdout, "NOT PROTECTING: %s\n", in.Problem)
 		}
 	}
-	fmt.Fprintf(stdout, "sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
+	fmt.Fprintf(e.Stdout, "sources  %d tracked of %d (%.1f%%)\n", c.Sources.Tracked, c.Sources.Capacity,
 		100*float64(c.Sources.Tracked)/float64(max(c.Sources.Capacity, 1)))
-	printLimits("limits   ", r.Limits)
-	fmt.Fprintf(stdout, "lists    allow %d prefixes, deny %d prefixes\n", r.Allow, r.Deny)
-	fmt.Fprintf(stdout, "packets  passed %d, dropped %d\n\n", c.Verdicts["pass"], c.Verdicts["drop"])
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	printLimits(e.Stdout, "limits   ", r.Limits)
+	fmt.Fprintf(e.Stdout, "lists    allow %d prefixes, deny %d prefixes\n", r.Allow, r.Deny)
+	fmt.Fprintf(e.Stdout, "packets  passed %d, dropped %d\n\n", c.Verdicts["pass"], c.Verdicts["drop"])
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "VERDICT\tREASON\tTCP\tUDP\tICMP\tOTHER\t")
 	type row struct{ v, r string }
 	var rows []row

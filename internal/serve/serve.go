@@ -1,11 +1,10 @@
-package main
+package serve
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -15,6 +14,7 @@ import (
 	"github.com/coreos/go-systemd/v22/daemon"
 
 	"github.com/xdpshield/xdpshield/api"
+	"github.com/xdpshield/xdpshield/internal/cli"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/pin"
@@ -25,24 +25,11 @@ import (
 const (
 	keyIface  = "iface"
 	keyPinDir = "pin_dir"
-	keyErr    = "err"
+	keyErr    = cli.KeyErr
 	keyKeys   = "keys"
 )
 
-// version and revision label the binary (logs, shield_build_info): from
-// the build's own information (buildinfo.go), unless set at link time
-// with -ldflags "-X main.version=v1.2.3 -X main.revision=...".
-var (
-	version  = ""
-	revision = ""
-)
-
-func init() {
-	commands["serve"] = command{"attach the shield to an interface and serve its API", runServe}
-	version, revision = buildVersion(version, revision)
-}
-
-func runServe(ctx context.Context, args []string) error {
+func runServe(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "configuration file (TOML; see docs/shield.example.toml)")
 	check := fs.Bool("check", false, "validate the configuration and exit")
@@ -62,14 +49,14 @@ func runServe(ctx context.Context, args []string) error {
 	// Hidden: the container lane proves a capability is needed by the
 	// kernel's refusal, not only by this check.
 	noCapCheck := os.Getenv("SHIELD_NO_CAP_CHECK") == "1"
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return cli.HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("serve: unexpected arguments %q", fs.Args())
+		return cli.Usagef("serve: unexpected arguments %q", fs.Args())
 	}
 	if *logFormat != "" {
-		errLogFormat = *logFormat
+		e.LogFormat = *logFormat
 	}
 	// load reads the file and lays the flags over it (again on SIGHUP).
 	load := func() (config, settings, error) {
@@ -78,7 +65,7 @@ func runServe(ctx context.Context, args []string) error {
 			return cfg, settings{}, err
 		}
 		if *logFormat == "" {
-			errLogFormat = cfg.Log.Format
+			e.LogFormat = cfg.Log.Format
 		}
 		// fromFlag: the keys a flag set, whose errors name no line.
 		fromFlag := map[string]bool{}
@@ -122,7 +109,7 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	if *check {
-		printCheck(stdout, *cfgPath, cfg, set)
+		printCheck(e.Stdout, *cfgPath, cfg, set)
 		return nil
 	}
 	if !noCapCheck {
@@ -130,8 +117,8 @@ func runServe(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	log := newLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
-	sc := serviceConfig(cfg, set)
+	log := cli.NewLogger(os.Stderr, cfg.Log.Format, cfg.Log.Level)
+	sc := serviceConfig(e, cfg, set)
 	sc.AdoptUnverifiedPins = *adoptPins
 	return serve(ctx, log, sc, func() (svc.Config, error) {
 		if *cfgPath == "" {
@@ -143,7 +130,7 @@ func runServe(ctx context.Context, args []string) error {
 		if err != nil {
 			return svc.Config{}, err
 		}
-		return serviceConfig(cfg, set), nil
+		return serviceConfig(e, cfg, set), nil
 	})
 }
 
@@ -158,16 +145,6 @@ func tokenState(path string) string {
 		return "none (read-only API)"
 	}
 	return path
-}
-
-func newLogger(w io.Writer, format, level string) *slog.Logger {
-	var lv slog.Level
-	lv.UnmarshalText([]byte(level))
-	o := &slog.HandlerOptions{Level: lv}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, o))
-	}
-	return slog.New(slog.NewTextHandler(w, o))
 }
 
 // serve runs the service (service) until ctx is done, telling systemd
@@ -226,7 +203,7 @@ func serve(ctx context.Context, log *slog.Logger, sc svc.Config, reload func() (
 }
 
 // serviceConfig is the validated configuration in the service's types.
-func serviceConfig(cfg config, set settings) svc.Config {
+func serviceConfig(e *cli.Env, cfg config, set settings) svc.Config {
 	return svc.Config{
 		Iface:             cfg.Iface,
 		Mode:              set.mode,
@@ -238,7 +215,7 @@ func serviceConfig(cfg config, set settings) svc.Config {
 		Deny:              set.deny,
 		SpoofOwnAddresses: cfg.Lists.OwnAddressesSpoofed,
 		API:               cfg.apiConfig(set.token),
-		Build:             api.BuildInfo{Version: version, Revision: revision},
+		Build:             api.BuildInfo{Version: e.Version, Revision: e.Revision},
 		LB:                cfg.LB,
 		L7:                cfg.L7,
 		XDPLB:             cfg.XDPLB,

@@ -1,14 +1,11 @@
-package main
+package cli
 
 import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -25,16 +22,13 @@ import (
 
 // Environment the API commands read when their flags are not given.
 const (
-	envAPI       = "SHIELD_API"
-	envToken     = "SHIELD_TOKEN"
-	envTokenFile = "SHIELD_TOKEN_FILE"
-	envCAFile    = "SHIELD_CA_FILE"
-	envAdminSock = "SHIELD_ADMIN_SOCKET"
-	envAdminDir  = "SHIELD_ADMIN_DIR"
+	EnvAPI         = "SHIELD_API"
+	EnvToken       = "SHIELD_TOKEN"
+	EnvTokenFile   = "SHIELD_TOKEN_FILE"
+	EnvCAFile      = "SHIELD_CA_FILE"
+	EnvAdminSocket = "SHIELD_ADMIN_SOCKET"
+	EnvAdminDir    = "SHIELD_ADMIN_DIR"
 )
-
-// stdout is where the API commands print (tests capture it).
-var stdout io.Writer = os.Stdout
 
 // clientFlags are the flags every API command takes.
 type clientFlags struct {
@@ -46,11 +40,11 @@ type clientFlags struct {
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.api, "api", "", "service URL (default $"+envAPI+" or http://"+api.DefaultListen+")")
-	fs.StringVar(&c.tokenFile, "token-file", "", "operator token file, for changes (default $"+envTokenFile+", or the token in $"+envToken+")")
-	fs.StringVar(&c.caFile, "ca-file", "", "PEM certificates to trust for an https:// -api (default $"+envCAFile+", else the system's)")
-	fs.StringVar(&c.adminSock, "admin-socket", "", "the service's admin socket (default $"+envAdminSock+", else the one of a loopback -api in $"+
-		envAdminDir+" or "+svc.DefaultAdminDir+")")
+	fs.StringVar(&c.api, "api", "", "service URL (default $"+EnvAPI+" or http://"+api.DefaultListen+")")
+	fs.StringVar(&c.tokenFile, "token-file", "", "operator token file, for changes (default $"+EnvTokenFile+", or the token in $"+EnvToken+")")
+	fs.StringVar(&c.caFile, "ca-file", "", "PEM certificates to trust for an https:// -api (default $"+EnvCAFile+", else the system's)")
+	fs.StringVar(&c.adminSock, "admin-socket", "", "the service's admin socket (default $"+EnvAdminSocket+", else the one of a loopback -api in $"+
+		EnvAdminDir+" or "+svc.DefaultAdminDir+")")
 	fs.BoolVar(&c.json, "json", false, "print JSON instead of a table")
 }
 
@@ -58,7 +52,7 @@ func (c *clientFlags) register(fs *flag.FlagSet) {
 func (c *clientFlags) client(needToken bool) (*client.Client, error) {
 	base := c.api
 	if base == "" {
-		base = os.Getenv(envAPI)
+		base = os.Getenv(EnvAPI)
 	}
 	if base == "" {
 		base = "http://" + api.DefaultListen
@@ -84,7 +78,7 @@ func (c *clientFlags) client(needToken bool) (*client.Client, error) {
 	}
 	ca := c.caFile
 	if ca == "" {
-		ca = os.Getenv(envCAFile)
+		ca = os.Getenv(EnvCAFile)
 	}
 	if ca != "" && sock == "" {
 		pem, err := os.ReadFile(ca)
@@ -100,7 +94,7 @@ func (c *clientFlags) client(needToken bool) (*client.Client, error) {
 	}
 	tf := c.tokenFile
 	if tf == "" {
-		tf = os.Getenv(envTokenFile)
+		tf = os.Getenv(EnvTokenFile)
 	}
 	switch {
 	case tf != "":
@@ -109,10 +103,10 @@ func (c *clientFlags) client(needToken bool) (*client.Client, error) {
 			return nil, err
 		}
 		cl.Token = tok
-	case os.Getenv(envToken) != "":
-		cl.Token = strings.TrimSpace(os.Getenv(envToken))
+	case os.Getenv(EnvToken) != "":
+		cl.Token = strings.TrimSpace(os.Getenv(EnvToken))
 	case needToken:
-		return nil, fmt.Errorf("changes need the operator token: -token-file, $%s or $%s", envTokenFile, envToken)
+		return nil, fmt.Errorf("changes need the operator token: -token-file, $%s or $%s", EnvTokenFile, EnvToken)
 	}
 	return cl, nil
 }
@@ -127,20 +121,6 @@ func operator() string {
 	}
 	host, _ := os.Hostname()
 	return name + "@" + host
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// helpOK turns -h (flag.ErrHelp, usage already printed) into a clean exit.
-func helpOK(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	return err
 }
 
 // plainOnlyToLoopback refuses an http:// URL whose host is not a loopback
@@ -172,7 +152,7 @@ func (c *clientFlags) adminSocket(base string) (string, error) {
 	if c.adminSock != "" {
 		return c.adminSock, nil
 	}
-	if p := os.Getenv(envAdminSock); p != "" {
+	if p := os.Getenv(EnvAdminSocket); p != "" {
 		return p, nil
 	}
 	u, err := url.Parse(base)
@@ -183,7 +163,7 @@ func (c *clientFlags) adminSocket(base string) (string, error) {
 	if port == "" {
 		port = "80"
 	}
-	dir := os.Getenv(envAdminDir)
+	dir := os.Getenv(EnvAdminDir)
 	if dir == "" {
 		dir = svc.DefaultAdminDir
 	}

@@ -1,17 +1,18 @@
-package main
+package serve
 
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/BurntSushi/toml"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/internal/cli"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
@@ -19,22 +20,26 @@ import (
 // The documented example must stay a valid, complete configuration: every
 // key it shows decodes, and it validates once given a token file.
 func TestExampleConfig(t *testing.T) {
-	t.Setenv(envAdminDir, "") // TestMain's, for the services the tests start
-	c, err := loadConfig(filepath.Join("..", "..", "docs", "shield.example.toml"))
-	if err != nil {
-		t.Fatalf("loadConfig(example) = %v", err)
-	}
-	if _, err := c.validate(); err != nil {
-		t.Fatalf("example config invalid: %v", err)
-	}
+	t.Setenv(cli.EnvAdminDir, "") // TestMain's, for the services the tests start
+	c, err := loadConfig(testutil.RepoFile(t, "../..", "docs/shield.example.toml"))
+	require.NoError(t, err, "loadConfig(example)")
+	_, err = c.validate()
+	require.NoError(t, err, "example config invalid")
 	def := defaultConfig()
 	def.Iface = c.Iface
-	if c.API != def.API || !reflect.DeepEqual(c.Limits, def.Limits) || c.Log != def.Log || c.Mode != def.Mode ||
-		c.TableSize != def.TableSize || c.PinRoot != def.PinRoot || c.Clock != def.Clock ||
-		c.Lists.OwnAddressesSpoofed != def.Lists.OwnAddressesSpoofed ||
-		c.LB.Cgroup != def.LB.Cgroup || c.LB.ReverseSize != def.LB.ReverseSize || len(c.LB.Service) != 0 {
-		t.Errorf("example config differs from the defaults it documents:\n got %+v\nwant %+v", c, def)
-	}
+	// The example differs from the defaults it documents in none of these.
+	const msg = "example config differs from the defaults it documents"
+	assert.Equal(t, def.API, c.API, msg)
+	assert.Equal(t, def.Limits, c.Limits, msg)
+	assert.Equal(t, def.Log, c.Log, msg)
+	assert.Equal(t, def.Mode, c.Mode, msg)
+	assert.Equal(t, def.TableSize, c.TableSize, msg)
+	assert.Equal(t, def.PinRoot, c.PinRoot, msg)
+	assert.Equal(t, def.Clock, c.Clock, msg)
+	assert.Equal(t, def.Lists.OwnAddressesSpoofed, c.Lists.OwnAddressesSpoofed, msg)
+	assert.Equal(t, def.LB.Cgroup, c.LB.Cgroup, msg)
+	assert.Equal(t, def.LB.ReverseSize, c.LB.ReverseSize, msg)
+	assert.Empty(t, c.LB.Service, msg)
 }
 
 // TestExampleConfigSpellsLimits: the example spells every key of
@@ -42,12 +47,9 @@ func TestExampleConfig(t *testing.T) {
 // setting cannot go undocumented.
 func TestExampleConfigSpellsLimits(t *testing.T) {
 	var c config
-	if _, err := toml.DecodeFile(filepath.Join("..", "..", "docs", "shield.example.toml"), &c); err != nil {
-		t.Fatalf("decode example: %v", err)
-	}
-	if want := shield.DefaultLimits(); !reflect.DeepEqual(c.Limits, want) {
-		t.Errorf("example [limits] = %+v, want every key of %+v", c.Limits, want)
-	}
+	_, err := toml.DecodeFile(testutil.RepoFile(t, "../..", "docs/shield.example.toml"), &c)
+	require.NoError(t, err, "decode example")
+	assert.Equal(t, shield.DefaultLimits(), c.Limits, "example [limits]: want every key")
 }
 
 // l7Conf is an [l7] section that validates; cases break one key of it.
@@ -189,35 +191,12 @@ func TestConfigErrors(t *testing.T) {
 			if err == nil {
 				_, err = c.validate()
 			}
-			switch {
-			case tc.want == "" && err != nil:
-				t.Errorf("config %q: %v, want no error", tc.body, err)
-			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Errorf("config %q: %v, want an error with %q", tc.body, err, tc.want)
+			if tc.want == "" {
+				assert.NoError(t, err, "config %q: %v, want no error", tc.body, err)
+			} else {
+				assert.ErrorContains(t, err, tc.want, "config %q: %v, want an error with %q", tc.body, err, tc.want)
 			}
 		})
-	}
-}
-
-// TestTokenFileFIFODoesNotBlock (issue 10, finding 7): a FIFO as token file
-// held serve in open(), deaf to SIGTERM. It must be refused at once.
-func TestTokenFileFIFODoesNotBlock(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "token")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := readTokenFile(fifo)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("readTokenFile(fifo) = %v, want a not-a-regular-file error", err)
-		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("readTokenFile(fifo) still blocked after 2 s")
 	}
 }
 
@@ -234,34 +213,21 @@ func TestLaneConfigReadsBack(t *testing.T) {
 	want.Limits.DryRun = true
 	dir := t.TempDir()
 	path := filepath.Join(dir, "shield.toml")
-	if err := os.WriteFile(path, []byte(e2e.ContainerShieldConfig(want)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(e2e.ContainerShieldConfig(want)), 0o600))
 	c, err := loadConfig(path)
-	if err != nil {
-		t.Fatalf("loadConfig(lane's file) = %v\n%s", err, e2e.ContainerShieldConfig(want))
-	}
-	if c.API.TokenFile != "/etc/xdpshield/token" {
-		t.Errorf("token_file = %q, want the container's /etc/xdpshield/token", c.API.TokenFile)
-	}
+	require.NoError(t, err, "loadConfig(lane's file) = %v\n%s", err, e2e.ContainerShieldConfig(want))
+	assert.Equal(t, "/etc/xdpshield/token", c.API.TokenFile, "token_file = %q, want the container's /etc/xdpshield/token", c.API.TokenFile)
 	c.API.TokenFile = filepath.Join(dir, "token")
-	if err := os.WriteFile(c.API.TokenFile, []byte(want.API.Token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(c.API.TokenFile, []byte(want.API.Token+"\n"), 0o600))
 	s, err := c.validate()
-	if err != nil {
-		t.Fatalf("lane's file invalid: %v", err)
-	}
-	if !s.limits.Equal(want.Limits) || !reflect.DeepEqual(s.limits, want.Limits) {
-		t.Errorf("limits = %+v, want %+v", s.limits, want.Limits)
-	}
-	if !reflect.DeepEqual(s.allow, want.Allow) || !reflect.DeepEqual(s.deny, want.Deny) {
-		t.Errorf("allow, deny = %v, %v, want %v, %v", s.allow, s.deny, want.Allow, want.Deny)
-	}
-	if s.clock != want.Clock || s.mode != want.Mode || c.Iface != want.Iface ||
-		c.TableSize != uint64(want.TableSize) || c.Lists.OwnAddressesSpoofed != want.SpoofOwnAddresses {
-		t.Errorf("clock %v, mode %v, iface %q, table %d, own spoofed %v; want %v, %v, %q, %d, %v",
-			s.clock, s.mode, c.Iface, c.TableSize, c.Lists.OwnAddressesSpoofed,
-			want.Clock, want.Mode, want.Iface, want.TableSize, want.SpoofOwnAddresses)
-	}
+	require.NoError(t, err, "lane's file invalid")
+	assert.True(t, s.limits.Equal(want.Limits), "limits = %+v, want %+v", s.limits, want.Limits)
+	assert.Equal(t, want.Limits, s.limits, "limits")
+	assert.Equal(t, want.Allow, s.allow, "allow")
+	assert.Equal(t, want.Deny, s.deny, "deny")
+	assert.Equal(t, want.Clock, s.clock, "clock")
+	assert.Equal(t, want.Mode, s.mode, "mode")
+	assert.Equal(t, want.Iface, c.Iface, "iface")
+	assert.Equal(t, uint64(want.TableSize), c.TableSize, "table_size")
+	assert.Equal(t, want.SpoofOwnAddresses, c.Lists.OwnAddressesSpoofed, "own_addresses_spoofed")
 }

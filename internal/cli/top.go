@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -9,21 +9,17 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 )
 
-func init() {
-	commands["top"] = command{"list the top talkers by dropped or passed packets (API)", runTop}
-}
-
-func runTop(ctx context.Context, args []string) error {
+func runTop(ctx context.Context, e *Env, args []string) error {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	n := fs.Int("n", 10, fmt.Sprintf("how many sources (1-%d)", shield.MaxTop))
 	byName := fs.String("by", "dropped", "rank by dropped or passed")
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("top: unexpected arguments %q", fs.Args())
+		return Usagef("top: unexpected arguments %q", fs.Args())
 	}
 	by, err := shield.ParseTopOrder(*byName)
 	if err != nil {
@@ -38,9 +34,9 @@ func runTop(ctx context.Context, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printJSON(r)
+		return e.PrintJSON(r)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tSOURCE\tPASSED\tDROPPED\tLIMITED")
 	for i, s := range r.Sources {
 		lim := ""
@@ -52,7 +48,7 @@ func runTop(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "(%d sources scanned in %.0f ms, by %s)\n", r.Scanned, r.ElapsedMs, r.By)
+	fmt.Fprintf(e.Stdout, "(%d sources scanned in %.0f ms, by %s)\n", r.Scanned, r.ElapsedMs, r.By)
 	return nil
 }
 

@@ -1,25 +1,22 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/xdpshield/xdpshield/shield"
 )
 
-func init() {
-	commands["limits"] = command{"limits get | limits set [-rate N] [-burst N] [-admission-rate N] [-admission-burst N] [-dry-run=BOOL] [-protected LIST] [-unprotected-rate N ...] [-key-prefix6 N] (API)", runLimits}
-}
-
-func runLimits(ctx context.Context, args []string) error {
-	if subHelp(args, "limits: want `limits get` or `limits set -rate N ...`"+" (`shield limits SUB -h` shows its flags)") {
+func runLimits(ctx context.Context, e *Env, args []string) error {
+	if e.SubHelp(args, "limits: want `limits get` or `limits set -rate N ...`"+" (`shield limits SUB -h` shows its flags)") {
 		return nil
 	}
 	if len(args) == 0 || (args[0] != "get" && args[0] != "set") {
-		return usagef("limits: want `limits get` or `limits set -rate N ...`")
+		return Usagef("limits: want `limits get` or `limits set -rate N ...`")
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("limits "+sub, flag.ContinueOnError)
@@ -38,11 +35,11 @@ func runLimits(ctx context.Context, args []string) error {
 	kp4 := fs.Uint("key-prefix4", 0, "prefix length an IPv4 source is keyed by (1-32)")
 	kp6 := fs.Uint("key-prefix6", 0, "prefix length an IPv6 source is keyed by (1-128)")
 	aggs := fs.String("aggregates", "", "comma-separated capacities of protected destinations, shared by every source: DEST=RATE/BURST, e.g. udp/53=10000/20000 (empty: none)")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args[1:]); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("limits %s: unexpected arguments %q", sub, fs.Args())
+		return Usagef("limits %s: unexpected arguments %q", sub, fs.Args())
 	}
 	cl, err := cf.client(sub == "set")
 	if err != nil {
@@ -54,9 +51,9 @@ func runLimits(ctx context.Context, args []string) error {
 	}
 	if sub == "get" {
 		if cf.json {
-			return printJSON(cur)
+			return e.PrintJSON(cur)
 		}
-		printLimits("", cur)
+		printLimits(e.Stdout, "", cur)
 		return nil
 	}
 	next := cur
@@ -120,14 +117,14 @@ func runLimits(ctx context.Context, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printJSON(ch)
+		return e.PrintJSON(ch)
 	}
-	printLimits("old ", ch.Old)
-	printLimits("new ", ch.New)
+	printLimits(e.Stdout, "old ", ch.Old)
+	printLimits(e.Stdout, "new ", ch.New)
 	return nil
 }
 
-func printLimits(prefix string, l shield.Limits) {
+func printLimits(w io.Writer, prefix string, l shield.Limits) {
 	prot := "every destination"
 	if len(l.Protected) > 0 {
 		ds := make([]string, len(l.Protected))
@@ -145,7 +142,7 @@ func printLimits(prefix string, l shield.Limits) {
 		}
 		agg = strings.Join(as, ",")
 	}
-	fmt.Fprintf(stdout, "%srate %d/s burst %d, admission %d/s burst %d, dry-run %v; protected %s; "+
+	fmt.Fprintf(w, "%srate %d/s burst %d, admission %d/s burst %d, dry-run %v; protected %s; "+
 		"unprotected %d/s burst %d, admission %d/s burst %d; sources keyed by /%d and /%d; aggregates %s\n",
 		prefix, l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, l.DryRun, prot,
 		u.Rate, u.Burst, u.AdmissionRate, u.AdmissionBurst, l.KeyPrefix4, l.KeyPrefix6, agg)

@@ -1,18 +1,15 @@
-package main
+package cli
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/xdpshield/xdpshield/api"
 )
-
-func init() {
-	commands["lb"] = command{"lb list | lb add|drain|remove SERVICE BACKEND... | lb create|replace [flags] SERVICE BACKEND[@W]... | lb delete SERVICE | lb mode SERVICE MODE: the socket balancer's services (API)", runLB}
-}
 
 const lbUsage = "lb: want `lb list`, `lb add|drain|remove PROTO/VIP:PORT ADDR:PORT...`, " +
 	"`lb create|replace [-mode M] [-source-range P]... [-affinity D] [-drain ADDR:PORT]... PROTO/VIP:PORT ADDR:PORT[@W]...`, " +
@@ -25,13 +22,13 @@ func (f *stringsFlag) String() string     { return strings.Join(*f, ",") }
 func (f *stringsFlag) Set(v string) error { *f = append(*f, v); return nil }
 
 // runLB: `shield lb list`, `shield lb add tcp/198.18.0.100:80 198.18.0.13:8080`.
-func runLB(ctx context.Context, args []string) error {
-	if subHelp(args, lbUsage+" (`shield lb SUB -h` shows its flags; lb list shows the list)") {
+func runLB(ctx context.Context, e *Env, args []string) error {
+	if e.SubHelp(args, lbUsage+" (`shield lb SUB -h` shows its flags; lb list shows the list)") {
 		return nil
 	}
 	subs := map[string]bool{"list": true, "add": true, "drain": true, "remove": true, "create": true, "replace": true, "delete": true, "mode": true}
 	if len(args) == 0 || !subs[args[0]] {
-		return usagef("%s", lbUsage)
+		return Usagef("%s", lbUsage)
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet("lb "+sub, flag.ContinueOnError)
@@ -47,22 +44,22 @@ func runLB(ctx context.Context, args []string) error {
 			fs.Var(&drain, "drain", "a backend that drains (repeatable)")
 		}
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args[1:]); err != nil {
+		return HelpOK(err)
 	}
 	switch sub {
 	case "delete":
 		if fs.NArg() != 1 {
-			return usagef("lb delete: want PROTO/VIP:PORT")
+			return Usagef("lb delete: want PROTO/VIP:PORT")
 		}
 	case "mode":
 		if fs.NArg() != 2 {
-			return usagef("lb mode: want PROTO/VIP:PORT and random or maglev")
+			return Usagef("lb mode: want PROTO/VIP:PORT and random or maglev")
 		}
 	case "list":
 	default:
 		if fs.NArg() < 2 {
-			return usagef("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
+			return Usagef("lb %s: want PROTO/VIP:PORT and at least one ADDR:PORT", sub)
 		}
 	}
 	cl, err := cf.client(sub != "list")
@@ -71,16 +68,16 @@ func runLB(ctx context.Context, args []string) error {
 	}
 	if sub == "list" {
 		if fs.NArg() > 0 {
-			return usagef("lb list takes no arguments")
+			return Usagef("lb list takes no arguments")
 		}
 		r, err := cl.LB(ctx)
 		if err != nil {
 			return err
 		}
 		if cf.json {
-			return printJSON(r)
+			return e.PrintJSON(r)
 		}
-		printLB(r)
+		printLB(e.Stdout, r)
 		return nil
 	}
 	var s api.LBService
@@ -92,7 +89,7 @@ func runLB(ctx context.Context, args []string) error {
 		if err := cl.LBDelete(ctx, fs.Arg(0)); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "deleted %s\n", fs.Arg(0))
+		fmt.Fprintf(e.Stdout, "deleted %s\n", fs.Arg(0))
 		return nil
 	case "mode":
 		s, err = cl.LBMode(ctx, fs.Arg(0), fs.Arg(1))
@@ -103,14 +100,14 @@ func runLB(ctx context.Context, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printJSON(s)
+		return e.PrintJSON(s)
 	}
-	printLB(api.LBResponse{Services: []api.LBService{s}})
+	printLB(e.Stdout, api.LBResponse{Services: []api.LBService{s}})
 	return nil
 }
 
-func printLB(r api.LBResponse) {
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+func printLB(w io.Writer, r api.LBResponse) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tMODE\tBACKENDS\tSOURCE RANGES\tTRANSLATED\tNO BACKEND\tDENIED")
 	for _, s := range r.Services {
 		var bs []string
@@ -137,10 +134,10 @@ func printLB(r api.LBResponse) {
 	tw.Flush()
 	switch {
 	case r.StateMode == "sk_storage":
-		fmt.Fprintf(stdout, "(%d calls to no service; %d sockets hold state, on the sockets; %d evicted, %d missed)\n",
+		fmt.Fprintf(w, "(%d calls to no service; %d sockets hold state, on the sockets; %d evicted, %d missed)\n",
 			r.NotService, r.ReverseEntries, r.StateEvicted, r.StateMissed)
 	case r.ReverseCapacity > 0:
-		fmt.Fprintf(stdout, "(%d calls to no service; %d sockets hold state, of %d in the lru; %d evicted, %d missed)\n",
+		fmt.Fprintf(w, "(%d calls to no service; %d sockets hold state, of %d in the lru; %d evicted, %d missed)\n",
 			r.NotService, r.ReverseEntries, r.ReverseCapacity, r.StateEvicted, r.StateMissed)
 	}
 }

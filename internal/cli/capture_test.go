@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ import (
 // two dropped frames as a pcap tcpdump reads; without a token it fails.
 func TestCaptureCommand(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
@@ -43,15 +43,13 @@ func TestCaptureCommand(t *testing.T) {
 	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
 	file := filepath.Join(dir, "drops.pcap")
 
-	err = commands["capture"].run(context.Background(), []string{"-api", srv.URL, "-w", file, "-seconds", "1"})
+	err = Commands()["capture"].Run(context.Background(), testEnv(os.Stdout), []string{"-api", srv.URL, "-w", file, "-seconds", "1"})
 	require.ErrorContains(t, err, "operator token")
 
 	var errOut bytes.Buffer
-	stderr = &errOut
-	defer func() { stderr = os.Stderr }()
 	done := make(chan error, 1)
 	go func() {
-		done <- commands["capture"].run(context.Background(),
+		done <- Commands()["capture"].Run(context.Background(), &Env{Stdout: os.Stdout, Stderr: &errOut},
 			[]string{"-api", srv.URL, "-token-file", tok, "-w", file, "-count", "2", "-seconds", "20"})
 	}()
 	require.Eventually(t, func() bool {
@@ -72,7 +70,7 @@ func TestCaptureCommand(t *testing.T) {
 	case err := <-done:
 		require.NoError(t, err)
 	case <-time.After(15 * time.Second):
-		t.Fatal("capture did not stop at its count")
+		require.Fail(t, "capture did not stop at its count")
 	}
 	require.Contains(t, errOut.String(), "2 dropped frames written to "+file)
 	out, err := exec.Command("tcpdump", "-nn", "-r", file).CombinedOutput()

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"bytes"
@@ -9,6 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
@@ -36,15 +40,9 @@ own_addresses_spoofed = false
 allow = ["198.18.2.0/24"]
 deny = ["198.18.3.0/24", "2001:db8:0:3::/64"]
 `
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
 	var out bytes.Buffer
-	stdout = &out
-	defer func() { stdout = os.Stdout }()
-	if err := commands["nft"].run(context.Background(), []string{"-config", path}); err != nil {
-		t.Fatalf("shield nft -config: %v", err)
-	}
+	require.NoError(t, Commands()["nft"].Run(context.Background(), &cli.Env{Stdout: &out, Stderr: os.Stderr}, []string{"-config", path}), "shield nft -config")
 	rs := out.String()
 	for _, want := range []string{
 		`device "edge0"`,
@@ -60,9 +58,7 @@ deny = ["198.18.3.0/24", "2001:db8:0:3::/64"]
 		"elements = { 198.18.3.0/24 }",
 		"elements = { 2001:db8:0:3::/64 }",
 	} {
-		if !strings.Contains(rs, want) {
-			t.Errorf("shield nft output lacks %q:\n%s", want, rs)
-		}
+		assert.Contains(t, rs, want, "shield nft output lacks %q:\n%s", want, rs)
 	}
 	testutil.Root(t)
 	if _, err := exec.LookPath("nft"); err != nil {
@@ -70,7 +66,6 @@ deny = ["198.18.3.0/24", "2001:db8:0:3::/64"]
 	}
 	cmd := exec.Command("nft", "-c", "-f", "-")
 	cmd.Stdin = strings.NewReader(rs)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("nft -c -f refuses the output: %v: %s\n%s", err, b, rs)
-	}
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "nft -c -f refuses the output: %s\n%s", b, rs)
 }

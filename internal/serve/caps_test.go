@@ -1,7 +1,6 @@
-package main
+package serve
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,9 +32,7 @@ func TestMissingCaps(t *testing.T) {
 		{"net_admin alone", bit(capNetAdmin), false, []string{"CAP_BPF", "CAP_PERFMON"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := missingCaps(tc.eff, tc.adopting); !slices.Equal(got, tc.want) {
-				t.Errorf("missingCaps(%#x, %v) = %v, want %v", tc.eff, tc.adopting, got, tc.want)
-			}
+			assert.Equal(t, tc.want, missingCaps(tc.eff, tc.adopting), "missingCaps(%#x, %v)", tc.eff, tc.adopting)
 		})
 	}
 }

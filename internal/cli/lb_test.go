@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -27,31 +26,23 @@ import (
 // service with a balancer, as a table and with -json.
 func TestLBCLI(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	defer sh.Close()
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	k := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP}
-	if err := l.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: []lbconf.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}}}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, l.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: []lbconf.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}}}))
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer srv.Close()
 	serveAdmin(t, srv.Config.Handler)
 	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
 	run := func(auth bool, sub string, rest ...string) (string, error) {
 		t.Helper()
 		args := []string{sub, "-api", srv.URL}
@@ -59,46 +50,39 @@ func TestLBCLI(t *testing.T) {
 			args = append(args, "-token-file", tok)
 		}
 		var out bytes.Buffer
-		stdout = &out
-		defer func() { stdout = os.Stdout }()
-		err := commands["lb"].run(context.Background(), append(args, rest...))
+		err := Commands()["lb"].Run(context.Background(), testEnv(&out), append(args, rest...))
 		return out.String(), err
 	}
 
 	out, err := run(true, "add", "tcp/198.18.1.1:80", "198.18.2.2:8080", "198.18.2.3:8080")
-	if err != nil || !strings.Contains(out, "198.18.2.1:8080, 198.18.2.2:8080, 198.18.2.3:8080") {
-		t.Errorf("lb add = %q, %v; want the three backends listed", out, err)
-	}
+	assert.NoError(t, err, "lb add")
+	assert.Contains(t, out, "198.18.2.1:8080, 198.18.2.2:8080, 198.18.2.3:8080", "lb add = %q, %v; want the three backends listed", out, err)
 	out, err = run(true, "drain", "tcp/198.18.1.1:80", "198.18.2.1:8080")
-	if err != nil || !strings.Contains(out, "198.18.2.1:8080 (draining)") {
-		t.Errorf("lb drain = %q, %v; want 198.18.2.1:8080 (draining)", out, err)
-	}
-	if _, err := run(true, "remove", "tcp/198.18.1.1:80", "198.18.2.1:8080"); err != nil {
-		t.Errorf("lb remove: %v", err)
-	}
+	assert.NoError(t, err, "lb drain")
+	assert.Contains(t, out, "198.18.2.1:8080 (draining)", "lb drain = %q, %v; want 198.18.2.1:8080 (draining)", out, err)
+	_, err = run(true, "remove", "tcp/198.18.1.1:80", "198.18.2.1:8080")
+	assert.NoError(t, err, "lb remove")
 	out, err = run(false, "list", "-json")
 	var r api.LBResponse
-	if err != nil || json.Unmarshal([]byte(out), &r) != nil || len(r.Services) != 1 || len(r.Services[0].Backends) != 2 {
-		t.Errorf("lb list -json = %q, %v; want one service with two backends", out, err)
+	assert.NoError(t, err, "lb list -json")
+	if assert.NoError(t, json.Unmarshal([]byte(out), &r), "lb list -json = %q", out) && assert.Len(t, r.Services, 1, "lb list -json = %q; want one service with two backends", out) {
+		assert.Len(t, r.Services[0].Backends, 2, "lb list -json = %q; want one service with two backends", out)
 	}
 	out, err = run(false, "list")
-	if err != nil || !strings.Contains(out, "tcp/198.18.1.1:80  random  198.18.2.2:8080, 198.18.2.3:8080") {
-		t.Errorf("lb list = %q, %v", out, err)
-	}
+	assert.NoError(t, err, "lb list")
+	assert.Contains(t, out, "tcp/198.18.1.1:80  random  198.18.2.2:8080, 198.18.2.3:8080", "lb list = %q, %v", out, err)
 	// Refusals are errors naming the problem; a change needs the token.
-	if _, err := run(true, "add", "tcp/198.18.1.1:80", "198.18.2.2:8080"); err == nil || !strings.Contains(err.Error(), "400 Bad Request: service tcp/198.18.1.1:80: duplicate backend 198.18.2.2:8080") {
-		t.Errorf("lb add of a duplicate: %v, want a 400 naming it", err)
-	}
-	if _, err := run(false, "add", "tcp/198.18.1.1:80", "198.18.2.9:8080"); err == nil || !strings.Contains(err.Error(), "operator token") {
-		t.Errorf("lb add without a token: %v, want a refusal asking for the token", err)
-	}
+	_, err = run(true, "add", "tcp/198.18.1.1:80", "198.18.2.2:8080")
+	assert.ErrorContains(t, err, "400 Bad Request: service tcp/198.18.1.1:80: duplicate backend 198.18.2.2:8080", "lb add of a duplicate: %v, want a 400 naming it", err)
+	_, err = run(false, "add", "tcp/198.18.1.1:80", "198.18.2.9:8080")
+	assert.ErrorContains(t, err, "operator token", "lb add without a token: %v, want a refusal asking for the token", err)
 }
 
 // TestLBCLIServices runs `shield lb create|mode|replace|delete`: a whole
 // service through the API, refusals naming every problem at once.
 func TestLBCLIServices(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
@@ -116,9 +100,7 @@ func TestLBCLIServices(t *testing.T) {
 	run := func(sub string, rest ...string) (string, error) {
 		t.Helper()
 		var out bytes.Buffer
-		stdout = &out
-		defer func() { stdout = os.Stdout }()
-		err := commands["lb"].run(context.Background(), append([]string{sub, "-api", srv.URL, "-token-file", tok}, rest...))
+		err := Commands()["lb"].Run(context.Background(), testEnv(&out), append([]string{sub, "-api", srv.URL, "-token-file", tok}, rest...))
 		return out.String(), err
 	}
 	const svc = "udp/198.18.1.1:53"

@@ -1,10 +1,11 @@
-package main
+package cli
 
 import (
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -15,24 +16,20 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 )
 
-func init() {
-	commands["l7"] = command{"l7 [-json]: the L7 proxy, fast path, routes and rules with their counts | l7 get: the policy in force as an [l7] TOML section | l7 set -f FILE: replace the policy (API)", runL7}
-}
-
 // runL7: `shield l7 [-json]` reads GET /v1/l7; `shield l7 get` and `shield
 // l7 set -f FILE` read and replace the policy (/v1/l7/policy).
-func runL7(ctx context.Context, args []string) error {
+func runL7(ctx context.Context, e *Env, args []string) error {
 	if len(args) > 0 && (args[0] == "get" || args[0] == "set") {
-		return runL7Policy(ctx, args[0], args[1:])
+		return runL7Policy(ctx, e, args[0], args[1:])
 	}
 	fs := flag.NewFlagSet("l7", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("l7: unexpected arguments %q", fs.Args())
+		return Usagef("l7: unexpected arguments %q", fs.Args())
 	}
 	cl, err := cf.client(false)
 	if err != nil {
@@ -43,13 +40,13 @@ func runL7(ctx context.Context, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printJSON(r)
+		return e.PrintJSON(r)
 	}
-	printL7(r)
+	printL7(e.Stdout, r)
 	return nil
 }
 
-func printL7(r api.L7Response) {
+func printL7(w io.Writer, r api.L7Response) {
 	fp := "on, the policy in the kernel"
 	switch {
 	case !r.FastPath.Attached:
@@ -57,11 +54,11 @@ func printL7(r api.L7Response) {
 	case !r.FastPath.KernelPolicy:
 		fp = "attached, every request to the proxy: " + r.FastPath.Why
 	}
-	fmt.Fprintf(stdout, "l7 proxy on %s; fast path %s\n", r.Listen, fp)
+	fmt.Fprintf(w, "l7 proxy on %s; fast path %s\n", r.Listen, fp)
 	if r.HashHeader != "" || r.SetHeader != "" {
-		fmt.Fprintf(stdout, "hash header %q, set header %q\n", r.HashHeader, r.SetHeader)
+		fmt.Fprintf(w, "hash header %q, set header %q\n", r.HashHeader, r.SetHeader)
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROUTE\tHOST\tPREFIX\tBACKENDS\tFAST\tSLOW\t2XX\t3XX\t4XX\t5XX")
 	for _, rt := range r.Routes {
 		host := rt.Host
@@ -73,7 +70,7 @@ func printL7(r api.L7Response) {
 	}
 	tw.Flush()
 	if len(r.RBAC) > 0 {
-		tw = tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "RULE\tACTION\tMATCHES\tDENIED")
 		for _, ru := range r.RBAC {
 			var m []string
@@ -96,7 +93,7 @@ func printL7(r api.L7Response) {
 		}
 		tw.Flush()
 	}
-	fmt.Fprintf(stdout, "(%d requests matched no route", r.NoRoute)
+	fmt.Fprintf(w, "(%d requests matched no route", r.NoRoute)
 	if len(r.FastPath.Messages) > 0 {
 		keys := make([]string, 0, len(r.FastPath.Messages))
 		for k := range r.FastPath.Messages {
@@ -109,9 +106,9 @@ func printL7(r api.L7Response) {
 				parts = append(parts, fmt.Sprintf("%s %d", k, v))
 			}
 		}
-		fmt.Fprintf(stdout, "; kernel: %s", strings.Join(parts, ", "))
+		fmt.Fprintf(w, "; kernel: %s", strings.Join(parts, ", "))
 	}
-	fmt.Fprintln(stdout, ")")
+	fmt.Fprintln(w, ")")
 }
 
 // l7File is a policy file: the [l7] section of serve's configuration
@@ -149,19 +146,19 @@ func readL7Policy(path string) (l7.Config, error) {
 	return f.L7.Config, nil
 }
 
-func runL7Policy(ctx context.Context, sub string, args []string) error {
+func runL7Policy(ctx context.Context, e *Env, sub string, args []string) error {
 	fs := flag.NewFlagSet("l7 "+sub, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	file := fs.String("f", "", "policy file: an [l7] section ([[l7.route]], [[l7.rbac]], hash_header, [l7.set_header]) (set)")
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("l7 %s: unexpected arguments %q", sub, fs.Args())
+		return Usagef("l7 %s: unexpected arguments %q", sub, fs.Args())
 	}
 	if sub == "set" && *file == "" {
-		return usagef("l7 set: want -f FILE")
+		return Usagef("l7 set: want -f FILE")
 	}
 	if sub == "get" && *file != "" {
 		return errors.New("l7 get: -f is for l7 set")
@@ -183,9 +180,9 @@ func runL7Policy(ctx context.Context, sub string, args []string) error {
 			return err
 		}
 		if cf.json {
-			return printJSON(p)
+			return e.PrintJSON(p)
 		}
-		return toml.NewEncoder(stdout).Encode(struct {
+		return toml.NewEncoder(e.Stdout).Encode(struct {
 			L7 l7.Config `toml:"l7"`
 		}{p})
 	}
@@ -194,9 +191,9 @@ func runL7Policy(ctx context.Context, sub string, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printJSON(ch)
+		return e.PrintJSON(ch)
 	}
-	fmt.Fprintf(stdout, "l7 policy generation %d: %d routes, %d rules (was %d routes, %d rules); not kept across a restart of serve, which reads its configuration file\n",
+	fmt.Fprintf(e.Stdout, "l7 policy generation %d: %d routes, %d rules (was %d routes, %d rules); not kept across a restart of serve, which reads its configuration file\n",
 		ch.Generation, len(ch.New.Routes), len(ch.New.RBAC), len(ch.Old.Routes), len(ch.Old.RBAC))
 	return nil
 }

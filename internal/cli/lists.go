@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -11,29 +11,20 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 )
 
-func init() {
-	commands["allow"] = command{"allow add|del|list [CIDR...] [-f FILE]: the allow list (API)", func(ctx context.Context, args []string) error {
-		return runList(ctx, shield.AllowList, args)
-	}}
-	commands["deny"] = command{"deny add|del|list [CIDR...] [-f FILE]: the deny list (API)", func(ctx context.Context, args []string) error {
-		return runList(ctx, shield.DenyList, args)
-	}}
-}
-
-func runList(ctx context.Context, l shield.List, args []string) error {
-	if subHelp(args, fmt.Sprintf("%s: want `%s add|del|list` (`shield %s SUB -h` shows its flags)", l, l, l)) {
+func runList(ctx context.Context, e *Env, l shield.List, args []string) error {
+	if e.SubHelp(args, fmt.Sprintf("%s: want `%s add|del|list` (`shield %s SUB -h` shows its flags)", l, l, l)) {
 		return nil
 	}
 	if len(args) == 0 || (args[0] != "add" && args[0] != "del" && args[0] != "list") {
-		return usagef("%s: want `%s add|del|list`", l, l)
+		return Usagef("%s: want `%s add|del|list`", l, l)
 	}
 	sub := args[0]
 	fs := flag.NewFlagSet(l.String()+" "+sub, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
 	file := fs.String("f", "", "read CIDRs from FILE too, one per line (# comments; - is stdin)")
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args[1:]); err != nil {
+		return HelpOK(err)
 	}
 	cidrs := fs.Args()
 	if *file != "" {
@@ -44,10 +35,10 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 		cidrs = append(cidrs, more...)
 	}
 	if sub == "list" && len(cidrs) > 0 {
-		return usagef("%s list takes no CIDRs", l)
+		return Usagef("%s list takes no CIDRs", l)
 	}
 	if sub != "list" && len(cidrs) == 0 {
-		return usagef("%s %s: give CIDRs as arguments or with -f", l, sub)
+		return Usagef("%s %s: give CIDRs as arguments or with -f", l, sub)
 	}
 	cl, err := cf.client(sub != "list")
 	if err != nil {
@@ -61,7 +52,7 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 			return err
 		}
 		if cf.json {
-			return printJSON(r)
+			return e.PrintJSON(r)
 		}
 		prefixes = r.Prefixes
 	case "add", "del":
@@ -74,17 +65,17 @@ func runList(ctx context.Context, l shield.List, args []string) error {
 			return err
 		}
 		if cf.json {
-			return printJSON(r)
+			return e.PrintJSON(r)
 		}
 		if sub == "add" {
-			fmt.Fprintf(stdout, "added %d new prefixes; the %s list holds %d\n", len(r.Added), l, len(r.Prefixes))
+			fmt.Fprintf(e.Stdout, "added %d new prefixes; the %s list holds %d\n", len(r.Added), l, len(r.Prefixes))
 		} else {
-			fmt.Fprintf(stdout, "removed %d prefixes; the %s list holds %d\n", len(r.Removed), l, len(r.Prefixes))
+			fmt.Fprintf(e.Stdout, "removed %d prefixes; the %s list holds %d\n", len(r.Removed), l, len(r.Prefixes))
 		}
 		return nil
 	}
 	for _, p := range prefixes {
-		fmt.Fprintln(stdout, p)
+		fmt.Fprintln(e.Stdout, p)
 	}
 	return nil
 }

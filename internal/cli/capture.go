@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -10,11 +10,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 )
 
-func init() {
-	commands["capture"] = command{"write a pcap of dropped frames, sampled and bounded (API)", runCapture}
-}
-
-func runCapture(ctx context.Context, args []string) error {
+func runCapture(ctx context.Context, e *Env, args []string) error {
 	fs := flag.NewFlagSet("capture", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
@@ -22,14 +18,14 @@ func runCapture(ctx context.Context, args []string) error {
 	count := fs.Int("count", api.DefaultCaptureCount, fmt.Sprintf("stop after this many frames (1-%d)", api.MaxCaptureCount))
 	seconds := fs.Int("seconds", api.DefaultCaptureSeconds, fmt.Sprintf("stop after this many seconds (1-%d)", api.MaxCaptureSeconds))
 	sample := fs.Int("sample", 1, "capture one drop in this many")
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("capture: unexpected arguments %q", fs.Args())
+		return Usagef("capture: unexpected arguments %q", fs.Args())
 	}
 	if *file == "" {
-		return usagef("capture: -w FILE is required")
+		return Usagef("capture: -w FILE is required")
 	}
 	cl, err := cf.client(true)
 	if err != nil {
@@ -40,13 +36,13 @@ func runCapture(ctx context.Context, args []string) error {
 		return err
 	}
 	if *file == "-" {
-		_, err = stdout.Write(data)
+		_, err = e.Stdout.Write(data)
 		return err
 	}
 	if err := os.WriteFile(*file, data, 0o600); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "%d dropped frames written to %s\n", pcapRecords(data), *file)
+	fmt.Fprintf(e.Stderr, "%d dropped frames written to %s\n", pcapRecords(data), *file)
 	return nil
 }
 

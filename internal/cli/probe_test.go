@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -27,10 +30,8 @@ func TestProbeFlags(t *testing.T) {
 		{[]string{"-iface", "no-such-iface0"}, "no-such-iface0"},
 		{[]string{"-iface", "lo", "extra"}, "unexpected arguments"},
 	} {
-		err := commands["probe"].run(context.Background(), tc.args)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("shield probe %q = %v, want an error containing %q", tc.args, err, tc.want)
-		}
+		err := Commands()["probe"].Run(context.Background(), testEnv(os.Stdout), tc.args)
+		assert.ErrorContains(t, err, tc.want, "shield probe %q = %v, want an error containing %q", tc.args, err, tc.want)
 	}
 }
 
@@ -41,43 +42,36 @@ func TestProbeJSON(t *testing.T) {
 	testutil.Root(t)
 	ns := newLoopbackNS(t)
 	var out bytes.Buffer
-	stdout = &out
-	defer func() { stdout = os.Stdout }()
 	done := make(chan error, 1)
 	go func() {
 		done <- ns.Do(func() error {
-			return commands["probe"].run(context.Background(), []string{"-iface", "lo", "-port", "7078", "-json", "-interval", "300ms", "-duration", "1500ms"})
+			return Commands()["probe"].Run(context.Background(), testEnv(&out), []string{"-iface", "lo", "-port", "7078", "-json", "-interval", "300ms", "-duration", "1500ms"})
 		})
 	}()
 	time.Sleep(500 * time.Millisecond)
 	const n = 20
 	udpPingPong(t, ns, 7078, n)
-	if err := <-done; err != nil {
-		t.Fatalf("shield probe: %v", err)
-	}
+	require.NoError(t, <-done, "shield probe")
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	var last probeSnapshot
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
-		t.Fatalf("last -json line %q: %v", lines[len(lines)-1], err)
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &last), "last -json line %q", lines[len(lines)-1])
+	assert.EqualValues(t, n, last.Stats.Answered, "shield probe -json = %+v, want %d answered requests on one flow", last, n)
+	if assert.Len(t, last.Flows, 1, "shield probe -json = %+v, want %d answered requests on one flow", last, n) {
+		assert.EqualValues(t, n, last.Flows[0].Count, "shield probe -json = %+v, want %d answered requests on one flow", last, n)
 	}
-	if last.Stats.Answered != n || len(last.Flows) != 1 || last.Flows[0].Count != n || last.Mode == "" {
-		t.Errorf("shield probe -json = %+v, want %d answered requests on one flow", last, n)
-	}
+	assert.NotEmpty(t, last.Mode, "shield probe -json = %+v, want %d answered requests on one flow", last, n)
 	var inHist uint64
 	for _, s := range last.Slots {
 		inHist += s.Count
 	}
-	if inHist != n || last.P50 <= 0 {
-		t.Errorf("histogram holds %d requests (p50 %v), want %d", inHist, last.P50, n)
-	}
+	assert.EqualValues(t, n, inHist, "histogram holds %d requests (p50 %v), want %d", inHist, last.P50, n)
+	assert.True(t, last.P50 > 0, "histogram holds %d requests (p50 %v), want %d", inHist, last.P50, n)
 }
 
 func newLoopbackNS(t *testing.T) *topo.NS {
 	t.Helper()
 	ns, err := topo.New("probecli")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ns.Close() })
 	return ns
 }
@@ -117,9 +111,7 @@ func udpPingPong(t *testing.T, ns *topo.NS, port, n int) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 }
 
 func TestPrintProbe(t *testing.T) {
@@ -141,8 +133,6 @@ func TestPrintProbe(t *testing.T) {
 	printProbe(&b, s)
 	out := b.String()
 	for _, want := range []string{"on eth0 (tcx)", "31 requests, 31 answered", "198.18.4.2:40000 > 198.18.4.1:443", strings.Repeat("#", 50), "(2 more flows)"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("printProbe output lacks %q:\n%s", want, out)
-		}
+		assert.Contains(t, out, want, "printProbe output lacks %q:\n%s", want, out)
 	}
 }

@@ -1,9 +1,10 @@
-package main
+package cli
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -15,16 +16,12 @@ import (
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
-func init() {
-	commands["xdplb"] = command{"xdplb [list] | xdplb apply FILE: the XDP balancer's VIPs, backends and counters (API)", runXDPLB}
-}
-
 const xdplbUsage = "xdplb: want `xdplb list` or `xdplb apply FILE` (FILE: the [xdplb] section's keys, at top level)"
 
 // runXDPLB: `shield xdplb list` reads GET /v1/xdplb; `shield xdplb apply
 // FILE` validates FILE and replaces the whole configuration (PUT).
-func runXDPLB(ctx context.Context, args []string) error {
-	if subHelp(args, xdplbUsage+" (`shield xdplb SUB -h` shows its flags)") {
+func runXDPLB(ctx context.Context, e *Env, args []string) error {
+	if e.SubHelp(args, xdplbUsage+" (`shield xdplb SUB -h` shows its flags)") {
 		return nil
 	}
 	sub := "list"
@@ -32,18 +29,18 @@ func runXDPLB(ctx context.Context, args []string) error {
 		sub, args = args[0], args[1:]
 	}
 	if sub != "list" && sub != "apply" {
-		return usagef(xdplbUsage)
+		return Usagef(xdplbUsage)
 	}
 	fs := flag.NewFlagSet("xdplb "+sub, flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	var cfg xdplb.Config
 	if sub == "apply" {
 		if fs.NArg() != 1 {
-			return usagef("xdplb apply: want one FILE")
+			return Usagef("xdplb apply: want one FILE")
 		}
 		md, err := toml.DecodeFile(fs.Arg(0), &cfg)
 		if err != nil {
@@ -56,7 +53,7 @@ func runXDPLB(ctx context.Context, args []string) error {
 			return fmt.Errorf("%s: %w", fs.Arg(0), err)
 		}
 	} else if fs.NArg() > 0 {
-		return usagef("xdplb list takes no arguments")
+		return Usagef("xdplb list takes no arguments")
 	}
 	cl, err := cf.client(sub == "apply")
 	if err != nil {
@@ -72,14 +69,14 @@ func runXDPLB(ctx context.Context, args []string) error {
 		return err
 	}
 	if cf.json {
-		return printJSON(r)
+		return e.PrintJSON(r)
 	}
-	printXDPLB(r)
+	printXDPLB(e.Stdout, r)
 	return nil
 }
 
-func printXDPLB(r api.XDPLBResponse) {
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+func printXDPLB(w io.Writer, r api.XDPLBResponse) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "VIP\tBACKENDS\tPACKETS\tBYTES")
 	for _, v := range r.Config.VIPs {
 		var bs []string
@@ -100,5 +97,5 @@ func printXDPLB(r api.XDPLBResponse) {
 	for _, name := range slices.Sorted(maps.Keys(r.Stats.Reasons)) {
 		rs = append(rs, fmt.Sprintf("%s %d", name, r.Stats.Reasons[name]))
 	}
-	fmt.Fprintf(stdout, "(next hop %s; %s)\n", r.Config.NextHop, strings.Join(rs, ", "))
+	fmt.Fprintf(w, "(next hop %s; %s)\n", r.Config.NextHop, strings.Join(rs, ", "))
 }

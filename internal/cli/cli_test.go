@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
@@ -25,22 +28,18 @@ import (
 // -json, and checks that refused changes are errors that change nothing.
 func TestCLI(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{envAPI, envToken, envTokenFile} {
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
 	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
+	require.NoError(t, err, "Load")
 	defer sh.Close()
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
 	defer srv.Close()
 	serveAdmin(t, srv.Config.Handler)
 	tok := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tok, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
 
 	// run runs `shield NAME [SUB] -api URL [-token-file F] ARGS...` and
 	// returns what it printed.
@@ -56,47 +55,34 @@ func TestCLI(t *testing.T) {
 			args = append(args, "-token-file", tok)
 		}
 		var out bytes.Buffer
-		stdout = &out
-		defer func() { stdout = os.Stdout }()
-		err := commands[name].run(context.Background(), append(args, rest...))
+		err := Commands()[name].Run(context.Background(), testEnv(&out), append(args, rest...))
 		return out.String(), err
 	}
 	mustRun := func(auth bool, words ...string) string {
 		t.Helper()
 		out, err := run(auth, words...)
-		if err != nil {
-			t.Fatalf("shield %s: %v", strings.Join(words, " "), err)
-		}
+		require.NoError(t, err, "shield %s", strings.Join(words, " "))
 		return out
 	}
 	decode := func(out string, v any) {
 		t.Helper()
-		if err := json.Unmarshal([]byte(out), v); err != nil {
-			t.Fatalf("-json output %q: %v", out, err)
-		}
+		require.NoError(t, json.Unmarshal([]byte(out), v), "-json output %q", out)
 	}
 	contains := func(what, out string, wants ...string) {
 		t.Helper()
 		for _, w := range wants {
-			if !strings.Contains(out, w) {
-				t.Errorf("%s printed %q, want it to contain %q", what, out, w)
-			}
+			assert.Contains(t, out, w, "%s printed %q, want it to contain %q", what, out, w)
 		}
 	}
 
 	contains("allow add", mustRun(true, "allow", "add", "198.18.1.0/24", "2001:db8:1::/48"), "added 2 new prefixes; the allow list holds 2")
 	var lr api.ListResponse
 	decode(mustRun(true, "deny", "add", "-json", "198.19.0.0/16", "198.18.0.9"), &lr)
-	if got := strings.Join(lr.Added, " "); lr.List != "deny" || got != "198.18.0.9/32 198.19.0.0/16" {
-		t.Errorf("deny add -json = %+v, want deny with both added", lr)
-	}
-	if out := mustRun(false, "deny", "list"); out != "198.18.0.9/32\n198.19.0.0/16\n" {
-		t.Errorf("deny list = %q", out)
-	}
+	assert.Equal(t, "deny", lr.List, "deny add -json = %+v, want deny with both added", lr)
+	assert.Equal(t, "198.18.0.9/32 198.19.0.0/16", strings.Join(lr.Added, " "), "deny add -json = %+v, want deny with both added", lr)
+	assert.Equal(t, "198.18.0.9/32\n198.19.0.0/16\n", mustRun(false, "deny", "list"), "deny list")
 	decode(mustRun(false, "deny", "list", "-json"), &lr)
-	if len(lr.Prefixes) != 2 {
-		t.Errorf("deny list -json = %+v, want 2 prefixes", lr)
-	}
+	assert.Len(t, lr.Prefixes, 2, "deny list -json = %+v, want 2 prefixes", lr)
 	contains("deny del", mustRun(true, "deny", "del", "198.19.0.0/16"), "removed 1 prefixes; the deny list holds 1")
 
 	contains("limits set", mustRun(true, "limits", "set", "-rate", "7", "-burst", "9"),
@@ -105,15 +91,11 @@ func TestCLI(t *testing.T) {
 	want.Rate, want.Burst = 7, 9
 	var got shield.Limits
 	decode(mustRun(false, "limits", "get", "-json"), &got)
-	if !got.Equal(want) {
-		t.Errorf("limits get -json = %+v, want %+v", got, want)
-	}
+	assert.True(t, got.Equal(want), "limits get -json = %+v, want %+v", got, want)
 	contains("limits get", mustRun(false, "limits", "get"), "rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
 	var ch api.LimitsChange
 	decode(mustRun(true, "limits", "set", "-json", "-dry-run=false"), &ch)
-	if !ch.Old.Equal(want) || !ch.New.Equal(want) {
-		t.Errorf("limits set -json = %+v, want old and new %+v", ch, want)
-	}
+	assert.True(t, ch.Old.Equal(want) && ch.New.Equal(want), "limits set -json = %+v, want old and new %+v", ch, want)
 	contains("limits set -protected", mustRun(true, "limits", "set", "-protected", "tcp/443,udp/198.18.0.1:53", "-unprotected-rate", "5000", "-key-prefix6", "56"),
 		"new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false; protected tcp/443,udp/198.18.0.1:53; unprotected 5000/s burst 250000", "keyed by /32 and /56")
 	contains("limits set -aggregates", mustRun(true, "limits", "set", "-aggregates", "tcp/443=5000/10000"), "aggregates none\n", "aggregates tcp/443=5000/10000\n")
@@ -127,28 +109,30 @@ func TestCLI(t *testing.T) {
 	for i, src := range []string{"198.18.0.7", "198.18.0.9"} {
 		f := sim.From(src, sim.UDP).Bytes()
 		for range 12 - 10*i {
-			if _, err := sim.Run(sh.Program(), f); err != nil {
-				t.Fatal(err)
-			}
+			_, err := sim.Run(sh.Program(), f)
+			require.NoError(t, err)
 		}
 	}
 	top := mustRun(false, "top", "-n", "3")
 	contains("top", top, "SOURCE", "198.18.0.7", "(1 sources scanned")
-	if fs := strings.Fields(strings.Split(top, "\n")[1]); strings.Join(fs, " ") != "1 198.18.0.7 9 3 yes" {
-		t.Errorf("top row = %q, want 1 198.18.0.7 9 3 yes", fs)
-	}
+	fs := strings.Fields(strings.Split(top, "\n")[1])
+	assert.Equal(t, "1 198.18.0.7 9 3 yes", strings.Join(fs, " "), "top row = %q, want 1 198.18.0.7 9 3 yes", fs)
 	var tr api.TopResponse
 	decode(mustRun(false, "top", "-json", "-by", "passed"), &tr)
-	if tr.By != "passed" || len(tr.Sources) != 1 || tr.Sources[0].Passed != 9 || !tr.Sources[0].Limited {
-		t.Errorf("top -json -by passed = %+v", tr)
+	assert.Equal(t, "passed", tr.By, "top -json -by passed = %+v", tr)
+	if assert.Len(t, tr.Sources, 1, "top -json -by passed = %+v", tr) {
+		assert.Equal(t, uint64(9), tr.Sources[0].Passed, "top -json -by passed = %+v", tr)
+		assert.True(t, tr.Sources[0].Limited, "top -json -by passed = %+v", tr)
 	}
 	contains("status", mustRun(false, "status"), "sources  1 tracked of 4096", "limits   rate 7/s burst 9",
 		"lists    allow 2 prefixes, deny 1 prefixes", "packets  passed 9, dropped 5")
 	var st statusReport
 	decode(mustRun(false, "status", "-json"), &st)
-	if !st.Limits.Equal(want) || st.Allow != 2 || st.Deny != 1 || st.Counters.Reasons["limit"] != 3 || st.Counters.Reasons["deny"] != 2 {
-		t.Errorf("status -json = %+v", st)
-	}
+	assert.True(t, st.Limits.Equal(want), "status -json = %+v", st)
+	assert.Equal(t, 2, st.Allow, "status -json = %+v", st)
+	assert.Equal(t, 1, st.Deny, "status -json = %+v", st)
+	assert.EqualValues(t, 3, st.Counters.Reasons["limit"], "status -json = %+v", st)
+	assert.EqualValues(t, 2, st.Counters.Reasons["deny"], "status -json = %+v", st)
 
 	// Refusals: errors, and the state is as it was.
 	for _, tc := range []struct {
@@ -167,18 +151,25 @@ func TestCLI(t *testing.T) {
 		{false, []string{"status", "extra"}, "unexpected arguments"},
 		{false, []string{"limits", "show"}, "want `limits get`"},
 	} {
-		if _, err := run(tc.auth, tc.words...); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("shield %s = %v, want an error containing %q", strings.Join(tc.words, " "), err, tc.want)
-		}
+		_, err := run(tc.auth, tc.words...)
+		assert.ErrorContains(t, err, tc.want, "shield %s = %v, want an error containing %q", strings.Join(tc.words, " "), err, tc.want)
 	}
-	if l := sh.Limits(); !l.Equal(want) {
-		t.Errorf("limits after the refusals = %+v, want %+v", l, want)
-	}
+	l := sh.Limits()
+	assert.True(t, l.Equal(want), "limits after the refusals = %+v, want %+v", l, want)
 	for l, n := range map[shield.List]int{shield.AllowList: 2, shield.DenyList: 1} {
-		if ps, err := sh.List(l); err != nil || len(ps) != n {
-			t.Errorf("%s list after the refusals = %v, %v; want %d prefixes", l, ps, err, n)
+		ps, err := sh.List(l)
+		if assert.NoError(t, err, "%s list after the refusals", l) {
+			assert.Len(t, ps, n, "%s list after the refusals = %v; want %d prefixes", l, ps, n)
 		}
 	}
+}
+
+const testToken = "lifecycle-test-token-0123456789"
+
+// testEnv prints to out, and the errors of flags to the test binary's
+// stderr, as shield does.
+func testEnv(out io.Writer) *Env {
+	return &Env{Stdout: out, Stderr: os.Stderr, LogFormat: "text"}
 }
 
 // serveAdmin serves h on an admin socket in a directory of the test's and
@@ -188,12 +179,10 @@ func serveAdmin(t *testing.T, h http.Handler) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "admin.sock")
 	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	t.Setenv(envAdminSock, path)
+	t.Setenv(EnvAdminSocket, path)
 	return path
 }

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -13,14 +13,7 @@ import (
 	"github.com/xdpshield/xdpshield/probe"
 )
 
-func init() {
-	commands["probe"] = command{
-		summary: "time requests per flow on an interface with the tc probe (root); live histogram or -json",
-		run:     runProbe,
-	}
-}
-
-func runProbe(ctx context.Context, args []string) error {
+func runProbe(ctx context.Context, e *Env, args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ContinueOnError)
 	iface := fs.String("iface", "", "interface to probe (requests come in on it, answers leave by it)")
 	port := fs.Uint("port", 0, "time only flows to this local port (0: every port)")
@@ -29,14 +22,14 @@ func runProbe(ctx context.Context, args []string) error {
 	nflows := fs.Int("flows", 10, "flows to show, busiest first")
 	asJSON := fs.Bool("json", false, "print one JSON object per interval instead of the live view")
 	clsact := fs.Bool("clsact", false, "attach with a clsact qdisc even where TCX is available")
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("probe: unexpected arguments %q", fs.Args())
+		return Usagef("probe: unexpected arguments %q", fs.Args())
 	}
 	if *iface == "" {
-		return usagef("probe: -iface is required")
+		return Usagef("probe: -iface is required")
 	}
 	if *port > 65535 {
 		return fmt.Errorf("probe: -port %d out of range", *port)
@@ -80,12 +73,12 @@ func runProbe(ctx context.Context, args []string) error {
 			if err != nil {
 				return fmt.Errorf("encode probe snapshot: %w", err)
 			}
-			fmt.Fprintf(stdout, "%s\n", b)
+			fmt.Fprintf(e.Stdout, "%s\n", b)
 		} else {
 			if !done {
-				fmt.Fprint(stdout, "\033[H\033[2J") // redraw in place
+				fmt.Fprint(e.Stdout, "\033[H\033[2J") // redraw in place
 			}
-			printProbe(stdout, snap)
+			printProbe(e.Stdout, snap)
 		}
 		if done {
 			return nil

@@ -1,4 +1,4 @@
-package main
+package serve
 
 import (
 	"context"
@@ -8,18 +8,12 @@ import (
 	"math"
 	"time"
 
+	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
-func init() {
-	commands["nft"] = command{
-		summary: "print (or -apply) the nftables ruleset equivalent to a serve configuration",
-		run:     runNft,
-	}
-}
-
-func runNft(ctx context.Context, args []string) error {
+func runNft(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("nft", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "configuration file, as for serve (TOML; see docs/shield.example.toml)")
 	iface := fs.String("iface", "", "interface to protect (overrides the file)")
@@ -29,11 +23,11 @@ func runNft(ctx context.Context, args []string) error {
 	del := fs.Bool("delete", false, "remove the table from this network namespace and exit")
 	table := fs.String("table", nft.DefaultTable, "name of the netdev table")
 	timeout := fs.Duration("timeout", time.Minute, "how long an idle source stays in its set")
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return cli.HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("nft: unexpected arguments %q", fs.Args())
+		return cli.Usagef("nft: unexpected arguments %q", fs.Args())
 	}
 	if *del {
 		return nft.Delete(ctx, nil, *table)
@@ -81,13 +75,13 @@ func runNft(ctx context.Context, args []string) error {
 		if err := nft.Apply(ctx, nil, rs); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "applied: table netdev %s on %s (`nft list table netdev %s` shows it, `shield nft -delete` removes it)\n", *table, cfg.Iface, *table)
+		fmt.Fprintf(e.Stdout, "applied: table netdev %s on %s (`nft list table netdev %s` shows it, `shield nft -delete` removes it)\n", *table, cfg.Iface, *table)
 		return nil
 	case *check:
 		if err := nft.Check(ctx, nil, rs); err != nil {
 			return err
 		}
 	}
-	fmt.Fprint(stdout, rs)
+	fmt.Fprint(e.Stdout, rs)
 	return nil
 }

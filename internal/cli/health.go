@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -8,23 +8,19 @@ import (
 	"time"
 )
 
-func init() {
-	commands["health"] = command{"exit 0 while the service protects its interface, 1 when not or unreachable (API; a container's HEALTHCHECK)", runHealth}
-}
-
 // healthTimeout bounds the request: a health check that hangs is a
 // failed one.
 const healthTimeout = 5 * time.Second
 
-func runHealth(ctx context.Context, args []string) error {
+func runHealth(ctx context.Context, e *Env, args []string) error {
 	fs := flag.NewFlagSet("health", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return helpOK(err)
+	if err := e.Parse(fs, args); err != nil {
+		return HelpOK(err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("health: unexpected arguments %q", fs.Args())
+		return Usagef("health: unexpected arguments %q", fs.Args())
 	}
 	cl, err := cf.client(false)
 	if err != nil {
@@ -37,7 +33,7 @@ func runHealth(ctx context.Context, args []string) error {
 		return fmt.Errorf("unhealthy: %w", err)
 	}
 	if cf.json {
-		if err := printJSON(h); err != nil {
+		if err := e.PrintJSON(h); err != nil {
 			return err
 		}
 	}
@@ -45,7 +41,7 @@ func runHealth(ctx context.Context, args []string) error {
 		return errors.New("unhealthy: NOT PROTECTING: " + h.Problem)
 	}
 	if !cf.json {
-		fmt.Fprintln(stdout, "healthy: protecting the interface")
+		fmt.Fprintln(e.Stdout, "healthy: protecting the interface")
 	}
 	return nil
 }
