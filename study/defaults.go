@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -50,7 +52,7 @@ const designClientPPS = 351
 // datagramBudget is the datagram p99 a storm may cost a legitimate client
 // whose quiet p99 is under e2e's floor: e2e.DefaultBudget's limit.
 func datagramBudget(baseline time.Duration) time.Duration {
-	return e2e.DefaultBudget().Limit(e2e.Datagram, baseline)
+	return e2e.DefaultBudget().Limit(parts.Datagram, baseline)
 }
 
 // StudyDefaults are the defaults the study measures with.
@@ -60,10 +62,10 @@ func StudyDefaults() Defaults { return Derive(designClientPPS, UDPCapacity, data
 // limit of the datagram service.
 func (d Defaults) Apply(l shield.Limits) shield.Limits {
 	l.Rate, l.Burst = d.Rate, d.Burst
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: e2e.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
+	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: storm.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
 	return l
 }
 
 func (d Defaults) String() string {
-	return fmt.Sprintf("per source %d packets/s, burst %d; udp/%d aggregate %d/s, burst %d", d.Rate, d.Burst, e2e.DatagramPort, d.AggRate, d.AggBurst)
+	return fmt.Sprintf("per source %d packets/s, burst %d; udp/%d aggregate %d/s, burst %d", d.Rate, d.Burst, storm.DatagramPort, d.AggRate, d.AggBurst)
 }

@@ -18,7 +18,8 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
@@ -38,7 +39,7 @@ func startEdge(self string, ns *topo.NS) (*edgeProc, *x509.CertPool, error) {
 			return nil, nil, fmt.Errorf("find the shield binary: %w", err)
 		}
 	}
-	cert, pool, err := e2e.NewCertificate(e2e.Edge4, e2e.Edge6, e2e.Front4, e2e.Front6)
+	cert, pool, err := parts.NewCertificate(storm.Edge4, storm.Edge6, storm.Front4, storm.Front6)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,7 +101,7 @@ func (e *edgeProc) stop() {
 // UDPCapacity is the datagram service's capacity. The storm demo's
 // service answers 15,000/s, over what its storm of 4 few sources passes
 // at the per-source limit. The study's storm has 32 sources (16 per
-// family), and e2e.Storm sends each 10 ms tick's UDP first, so nearly all
+// family), and storm.Run sends each 10 ms tick's UDP first, so nearly all
 // a source passes is UDP: up to 32,000/s at the old default of 1,000/s
 // each (10,700 were it a third). 10,000 is under what per-source limits
 // let through at any rate the legitimate client can live with (it sends
@@ -121,16 +122,16 @@ func ServeEdge(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("parse certificate: %w", err)
 	}
-	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", e2e.EdgePort))
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", storm.EdgePort))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := e2e.ServeEdge(ln, cert)
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: e2e.DatagramPort})
+	srv := parts.ServeEdge(ln, cert)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: storm.DatagramPort})
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	udp, err := e2e.ServeDatagram(conn, UDPCapacity)
+	udp, err := parts.ServeDatagram(conn, UDPCapacity)
 	if err != nil {
 		return err
 	}

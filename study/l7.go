@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/study/peers"
@@ -563,7 +563,7 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 		slog.Warn("l7: errors", "target", target, "errors", errs, "ok", len(lat), logErr, firstErr)
 	}
 	smp.RPS = float64(len(lat)) / secs
-	ms := func(q float64) float64 { return float64(e2e.Quantile(lat, q)) / 1e6 }
+	ms := func(q float64) float64 { return float64(parts.Quantile(lat, q)) / 1e6 }
 	smp.P50, smp.P99 = ms(0.5), ms(0.99)
 	if len(lat) >= MinSamples(0.999) { // at least 10 samples beyond it
 		smp.P999 = ms(0.999)

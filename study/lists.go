@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -157,10 +157,10 @@ func (s *study) listRuns() int {
 // min(n, MaxMany4) of them the many-forged storm's sources (the frames'
 // sources); beyond them, entries no frame carries.
 func listAddrs(family string, n int) []netip.Prefix {
-	f := e2e.Flow{First: e2e.Many4, Count: uint32(n)}
+	f := storm.Flow{First: storm.Many4, Count: uint32(n)}
 	bits := 32
 	if family == "ipv6" {
-		f.First, bits = e2e.Many6, 128
+		f.First, bits = storm.Many6, 128
 	}
 	out := make([]netip.Prefix, n)
 	for i := range out {
@@ -248,13 +248,13 @@ func (s *study) listSection(ctx context.Context) error {
 
 // listTemplate is UDP from the first min(n, MaxMany4) listed sources (n 0:
 // as many as the 1,000 list).
-func (s *study) listTemplate(fam string, n int) (e2e.Template, error) {
+func (s *study) listTemplate(fam string, n int) (storm.Template, error) {
 	if n == 0 {
 		n = ListSizes[0]
 	}
-	f := e2e.Flow{Proto: e2e.UDP, First: e2e.Many4, Count: uint32(min(n, e2e.MaxMany4))}
+	f := storm.Flow{Proto: storm.UDP, First: storm.Many4, Count: uint32(min(n, storm.MaxMany4))}
 	if fam == "ipv6" {
-		f.First = e2e.Many6
+		f.First = storm.Many6
 	}
 	return s.template(f)
 }
@@ -262,7 +262,7 @@ func (s *study) listTemplate(fam string, n int) (e2e.Template, error) {
 // xfCLI times `xdp-filter ip` once per address for n addresses, as an
 // operator adds them, on a load of its own, unloaded after.
 func (s *study) xfCLI(ctx context.Context, xf string, n int) (float64, error) {
-	if err := s.xfRun(ctx, xf, "load", e2e.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
+	if err := s.xfRun(ctx, xf, "load", storm.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
 		return 0, err
 	}
 	defer s.xfUnload(ctx, xf)
@@ -290,10 +290,10 @@ func (s *study) xfRun(ctx context.Context, xf string, args ...string) error {
 }
 
 func (s *study) xfUnload(ctx context.Context, xf string) {
-	if err := s.xfRun(context.WithoutCancel(ctx), xf, "unload", e2e.EdgeDev); err != nil {
+	if err := s.xfRun(context.WithoutCancel(ctx), xf, "unload", storm.EdgeDev); err != nil {
 		s.log.Warn("unload xdp-filter", logErr, err)
 	}
-	if _, err := os.Stat(filepath.Join(xfPins, "programs", e2e.EdgeDev)); err == nil {
+	if _, err := os.Stat(filepath.Join(xfPins, "programs", storm.EdgeDev)); err == nil {
 		s.log.Warn("xdp-filter left its pins", "dir", xfPins)
 	}
 }
@@ -360,7 +360,7 @@ func xfDrops() (uint64, error) {
 
 // listDrop loads target with list pre (timing the load), then measures its
 // drop capacity from tpl at full speed for DropPhase.
-func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target string, tpl e2e.Template, pre []netip.Prefix, xf string) error {
+func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target string, tpl storm.Template, pre []netip.Prefix, xf string) error {
 	var count func() (uint64, error)
 	switch target {
 	case "floor":
@@ -402,7 +402,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 			return cs.Verdict(shield.Drop), err
 		}
 	case "xdp-filter":
-		if err := s.xfRun(ctx, xf, "load", e2e.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
+		if err := s.xfRun(ctx, xf, "load", storm.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
 			return err
 		}
 		defer s.xfUnload(ctx, xf)
@@ -428,7 +428,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 	if s.opt.Quick {
 		phase /= 2
 	}
-	d, _, err := s.dropPhase(ctx, run, []e2e.Template{tpl}, nil, phase, s.edge.cpu)
+	d, _, err := s.dropPhase(ctx, run, []storm.Template{tpl}, nil, phase, s.edge.cpu)
 	if err != nil {
 		return err
 	}

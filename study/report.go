@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
 )
@@ -465,7 +466,7 @@ func Conclusion(r *Results) []string {
 func defaultsPara(r *Results) string {
 	used := r.Defaults
 	p := fmt.Sprintf("**Which default the data supports.** The study's service is the datagram service (udp/%d, %s requests/s: see the legitimate-traffic section for why 10,000) behind e2e's client and storm. Its limits were derived before measuring from the paced client's %.0f packets/s of the published study and the datagram budget of %.0f ms: %s. ",
-		e2e.DatagramPort, e2e.Human(used.Capacity), used.ClientPPS, float64(used.Budget)/1e6, used)
+		storm.DatagramPort, e2e.Human(used.Capacity), used.ClientPPS, float64(used.Budget)/1e6, used)
 	if r.Derived == nil {
 		return p + "This run measured no paced client through the shield to derive them again."
 	}

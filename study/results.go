@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/internal/kernel"
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
@@ -114,7 +114,7 @@ type Sample struct {
 	ProbeKA    *probe.Histogram `json:"-"` // the keep-alive connections' flows
 }
 
-func sampleOf(s *e2e.Samples) Sample {
+func sampleOf(s *parts.Samples) Sample {
 	var smp Sample
 	if s == nil {
 		return smp
@@ -129,7 +129,7 @@ func sampleOf(s *e2e.Samples) Sample {
 	if smp.Seconds > 0 {
 		smp.RPS = float64(ok) / smp.Seconds
 	}
-	ka, nc, dg := s.Lat[e2e.KeepAlive], s.Lat[e2e.NewConn], s.Lat[e2e.Datagram]
+	ka, nc, dg := s.Lat[parts.KeepAlive], s.Lat[parts.NewConn], s.Lat[parts.Datagram]
 	smp.KAP50, smp.KAP99, smp.KAP999 = quantileMs(ka, 0.5), quantileMs(ka, 0.99), quantileMs(ka, 0.999)
 	smp.NewP50, smp.NewP99, smp.NewP999 = quantileMs(nc, 0.5), quantileMs(nc, 0.99), quantileMs(nc, 0.999)
 	smp.UDPP50, smp.UDPP99 = quantileMs(dg, 0.5), quantileMs(dg, 0.99)
@@ -486,7 +486,7 @@ func (r *Results) derive() *Defaults {
 }
 
 // stormUDP is the most UDP packets/s the study's few-source storm passes
-// at a per-source rate: 32 sources, and e2e.Storm sends each tick's UDP
+// at a per-source rate: 32 sources, and storm.Run sends each tick's UDP
 // first, so nearly all a source passes is UDP.
 func stormUDP(rate uint64) float64 { return 32 * float64(rate) }
 

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
 )
 
 // Q is a figure that may be missing (NaN): a quantile of too few samples,
@@ -52,7 +52,7 @@ func quantileMs(d []time.Duration, q float64) Q {
 	if len(d) < MinSamples(q) {
 		return missing
 	}
-	return Q(float64(e2e.Quantile(slices.Clone(d), q)) / 1e6)
+	return Q(float64(parts.Quantile(slices.Clone(d), q)) / 1e6)
 }
 
 // fmtQ prints a figure, or "n/a (n=N)" when it is missing.

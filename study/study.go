@@ -17,6 +17,8 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
@@ -153,12 +155,12 @@ var DropSources = []string{"few", "many"}
 type study struct {
 	opt    Options
 	log    *slog.Logger
-	top    *e2e.Topology
-	gen    e2e.Generator
+	top    *storm.Topology
+	gen    storm.Generator
 	edge   *edgeProc
 	pool   *x509.CertPool
-	few    []e2e.Template
-	many   []e2e.Template
+	few    []storm.Template
+	many   []storm.Template
 	manyW  []float64
 	res    *Results
 	bar    *bar
@@ -183,7 +185,7 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 		s.log = slog.Default()
 	}
 	// Not beside a storm (nor another study): each would measure the other.
-	unlock, err := e2e.LockStorms(ctx, s.log)
+	unlock, err := parts.LockStorms(ctx, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("study: %w", err)
 	}
@@ -243,12 +245,12 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 
 func (s *study) setup() error {
 	var err error
-	if s.top, err = e2e.NewTopology(); err != nil {
+	if s.top, err = storm.NewTopology(); err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
 	s.res.RPS = s.top.RPS
 	s.nftRun = nft.Command(s.top.Edge.Command)
-	if s.gen, err = e2e.NewGenerator("auto", s.top.Storm, s.top.StormIfindex); err != nil {
+	if s.gen, err = storm.NewGenerator("auto", s.top.Storm, s.top.StormIfindex); err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.res.Generator = s.gen.Name()
@@ -258,16 +260,16 @@ func (s *study) setup() error {
 	// The storms: e2e's few sources (16 per family, UDP, SYN and ICMP)
 	// and its many forged ones (all of 198.19.0.0/16, 4M of
 	// 2001:db8:1::/96), weighted so each forged source recurs alike.
-	for _, p := range []e2e.Proto{e2e.UDP, e2e.TCPSYN, e2e.ICMP} {
-		for _, f := range []e2e.Flow{{Proto: p, First: e2e.Few4, Count: 16}, {Proto: p, First: e2e.Few6, Count: 16}} {
+	for _, p := range []storm.Proto{storm.UDP, storm.TCPSYN, storm.ICMP} {
+		for _, f := range []storm.Flow{{Proto: p, First: storm.Few4, Count: 16}, {Proto: p, First: storm.Few6, Count: 16}} {
 			t, err := s.template(f)
 			if err != nil {
 				return err
 			}
 			s.few = append(s.few, t)
 		}
-		many4, many6 := uint32(e2e.MaxMany4), uint32(1<<22)
-		for _, f := range []e2e.Flow{{Proto: p, First: e2e.Many4, Count: many4}, {Proto: p, First: e2e.Many6, Count: many6}} {
+		many4, many6 := uint32(storm.MaxMany4), uint32(1<<22)
+		for _, f := range []storm.Flow{{Proto: p, First: storm.Many4, Count: many4}, {Proto: p, First: storm.Many6, Count: many6}} {
 			t, err := s.template(f)
 			if err != nil {
 				return err
@@ -279,12 +281,12 @@ func (s *study) setup() error {
 	return nil
 }
 
-func (s *study) template(f e2e.Flow) (e2e.Template, error) {
-	dst := e2e.Edge4
+func (s *study) template(f storm.Flow) (storm.Template, error) {
+	dst := storm.Edge4
 	if f.First.Is6() {
-		dst = e2e.Edge6
+		dst = storm.Edge6
 	}
-	return e2e.BuildTemplate(f, s.top.StormMAC, s.top.EdgeMAC, dst)
+	return storm.BuildTemplate(f, s.top.StormMAC, s.top.EdgeMAC, dst)
 }
 
 func (s *study) close() {
@@ -383,7 +385,7 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 			}
 		}
 	case "nft":
-		rs, err := nft.Render(nft.Config{Ifaces: []string{e2e.EdgeDev, e2e.FrontDev}, TableSize: tableSize}.WithLimits(Limits()))
+		rs, err := nft.Render(nft.Config{Ifaces: []string{storm.EdgeDev, storm.FrontDev}, TableSize: tableSize}.WithLimits(Limits()))
 		if err != nil {
 			return nil, err
 		}
@@ -415,7 +417,7 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 		return nil, fmt.Errorf("unknown program %q", c.Program)
 	}
 	if c.Probe {
-		pr, err := probe.Load(probe.Options{Port: e2e.EdgePort})
+		pr, err := probe.Load(probe.Options{Port: storm.EdgePort})
 		if err != nil {
 			return nil, err
 		}
@@ -466,12 +468,12 @@ func (s *study) legit(ctx context.Context, run int, c Config) error {
 	var stormErr error
 	var stormSent []uint64
 	if c.Storm {
-		spec := e2e.StormSpec{Templates: s.few, Rate: s.opt.StormRate,
+		spec := storm.Spec{Templates: s.few, Rate: s.opt.StormRate,
 			Duration: 4*s.opt.Phase + 10*time.Second, MaxFrames: s.opt.StormRate * uint64((4*s.opt.Phase+10*time.Second)/time.Second)}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stormSent, stormErr = e2e.Storm(sctx, s.gen, spec, nil)
+			stormSent, stormErr = storm.Run(sctx, s.gen, spec, nil)
 		}()
 		time.Sleep(200 * time.Millisecond) // the storm is on before the client starts
 	}
@@ -495,14 +497,14 @@ func (s *study) legit(ctx context.Context, run int, c Config) error {
 
 // phase runs the legitimate client in one phase and reads its figures.
 func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (Sample, error) {
-	cc := e2e.DefaultClientConfig()
+	cc := parts.DefaultClientConfig()
 	if ph == PhaseSaturation {
 		// Back to back on one kept-alive connection per family: the
 		// client's loop goes on at once when late.
-		cc = e2e.ClientConfig{KeepAliveRate: 1e6, Timeout: cc.Timeout}
+		cc = parts.ClientConfig{KeepAliveRate: 1e6, Timeout: cc.Timeout}
 	}
-	rec := &e2e.Recorder{}
-	cl := e2e.StartClient(s.top.Storm, s.pool, cc, rec, e2e.Front4, e2e.Front6)
+	rec := &parts.Recorder{}
+	cl := parts.StartClient(s.top.Storm, s.pool, cc, rec, storm.Front4, storm.Front6)
 	defer cl.Stop()
 	// Warm up: connections opened, neighbours resolved, the client's
 	// first packets admitted.
@@ -511,7 +513,7 @@ func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (
 	}
 	var src0 shield.Source
 	if p.sh != nil {
-		src0, _, _ = p.sh.Source(e2e.Client4)
+		src0, _, _ = p.sh.Source(storm.Client4)
 	}
 	if p.probe != nil {
 		if err := p.probe.Reset(); err != nil {
@@ -538,7 +540,7 @@ func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (
 		smp.CPUPerReqUs = (smp.ServerCPU + smp.SoftirqCPU) / float64(n) * 1e6
 	}
 	if p.sh != nil {
-		if src1, ok, err := p.sh.Source(e2e.Client4); err == nil && ok {
+		if src1, ok, err := p.sh.Source(storm.Client4); err == nil && ok {
 			smp.ClientPPS = float64(src1.Passed+src1.Dropped-src0.Passed-src0.Dropped) / smp.Seconds
 			smp.ClientDropped = src1.Dropped - src0.Dropped
 		}
@@ -645,7 +647,7 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 // sent, refused by the storm link, seen by the edge, the CPU time read
 // (the edge server's process too with s.edge.cpu, the machine alone with
 // s.edge.machine), and the frames the edge's end received (edgeRx).
-func (s *study) dropPhase(ctx context.Context, run int, tpls []e2e.Template, w []float64, phase time.Duration, read func() (cpuReading, error)) (d DropSample, edgeRx uint64, err error) {
+func (s *study) dropPhase(ctx context.Context, run int, tpls []storm.Template, w []float64, phase time.Duration, read func() (cpuReading, error)) (d DropSample, edgeRx uint64, err error) {
 	v0, err := s.top.VethStats()
 	if err != nil {
 		return d, 0, err
@@ -701,7 +703,7 @@ const bigChunk = 1 << 19
 
 // fullSpeed sends tpls in turn, in shares w (nil: equal), as fast as the
 // generator goes, for d; it returns the frames sent per template.
-func fullSpeed(ctx context.Context, g e2e.Generator, tpls []e2e.Template, w []float64, d time.Duration) ([]uint64, error) {
+func fullSpeed(ctx context.Context, g storm.Generator, tpls []storm.Template, w []float64, d time.Duration) ([]uint64, error) {
 	if w == nil {
 		w = make([]float64, len(tpls))
 		for i := range w {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
@@ -110,7 +110,7 @@ func TestReportNamesEveryConfiguration(t *testing.T) {
 // context ends, and has set nothing up meanwhile.
 func TestWaitsForStorm(t *testing.T) {
 	testutil.Root(t)
-	unlock, err := e2e.LockStorms(context.Background(), slog.Default())
+	unlock, err := parts.LockStorms(context.Background(), slog.Default())
 	require.NoError(t, err)
 	defer unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

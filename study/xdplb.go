@@ -11,7 +11,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -29,7 +29,7 @@ func lbFlows(target string) uint32 {
 	if target == "xdplb-16" {
 		return 16
 	}
-	return e2e.MaxMany4
+	return storm.MaxMany4
 }
 
 // lbBackends is how many backends the balanced VIP has (never reached: the
@@ -285,14 +285,14 @@ func (s *study) lbConfig() xdplb.Config {
 		b4 = append(b4, xdplb.Backend{Addr: netip.AddrFrom4([4]byte{198, 18, 210, byte(i + 1)})})
 		b6 = append(b6, xdplb.Backend{Addr: netip.MustParseAddr(fmt.Sprintf("2001:db8:210::%d", i+1))})
 	}
-	return xdplb.Config{NextHop: xdplb.MAC(s.top.StormMAC), Source4: e2e.Edge4, Source6: e2e.Edge6, MTU: 1500,
+	return xdplb.Config{NextHop: xdplb.MAC(s.top.StormMAC), Source4: storm.Edge4, Source6: storm.Edge6, MTU: 1500,
 		VIPs: []xdplb.VIP{
-			{Addr: e2e.Edge4, Port: e2e.DatagramPort, Proto: "udp", Backends: b4},
-			{Addr: e2e.Edge6, Port: e2e.DatagramPort, Proto: "udp", Backends: b6},
+			{Addr: storm.Edge4, Port: storm.DatagramPort, Proto: "udp", Backends: b4},
+			{Addr: storm.Edge6, Port: storm.DatagramPort, Proto: "udp", Backends: b6},
 		}}
 }
 
-func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, tpl e2e.Template) error {
+func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, tpl storm.Template) error {
 	var prog *ebpf.Program
 	var count func() (uint64, error)
 	var reasons func() (map[string]uint64, error)
@@ -348,7 +348,7 @@ func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, t
 	if s.opt.Quick {
 		phase /= 2
 	}
-	d, _, err := s.dropPhase(ctx, run, []e2e.Template{tpl}, nil, phase, s.edge.machine)
+	d, _, err := s.dropPhase(ctx, run, []storm.Template{tpl}, nil, phase, s.edge.machine)
 	if err != nil {
 		return err
 	}
