@@ -192,9 +192,9 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 	// The storm takes the lock itself (parts.LockStorms) and would wait
 	// for it: only see that it is free now. A done context makes Take try
 	// once.
-	probe, cancel := context.WithCancel(context.Background())
+	once, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, release, err := flock.Take(probe, []string{r.lockPath}, 0o600, nil)
+	_, release, err := flock.Take(once, []string{r.lockPath}, 0o600, nil)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return errBusy
