@@ -1,4 +1,4 @@
-package study
+package results
 
 import (
 	"bytes"
@@ -48,7 +48,7 @@ func MinSamples(q float64) int { return int(math.Ceil(10/(1-q) - 1e-9)) }
 
 // quantileMs is the q-quantile of d in ms, or missing when d is too small
 // a sample to carry it.
-func quantileMs(d []time.Duration, q float64) Q {
+func QuantileMs(d []time.Duration, q float64) Q {
 	if len(d) < MinSamples(q) {
 		return missing
 	}
@@ -56,7 +56,7 @@ func quantileMs(d []time.Duration, q float64) Q {
 }
 
 // fmtQ prints a figure, or "n/a (n=N)" when it is missing.
-func fmtQ(q Q, format string, n int) string {
+func FmtQ(q Q, format string, n int) string {
 	if !q.OK() {
 		return fmt.Sprintf("n/a (n=%d)", n)
 	}
@@ -151,7 +151,7 @@ const Alpha = 0.05
 
 // differ compares two sets of runs: whether they separate (Mann-Whitney
 // p < Alpha) and how the test reads, for the report.
-func differ(a, b []float64) (bool, string) {
+func Differ(a, b []float64) (bool, string) {
 	a, b = valid(a), valid(b)
 	p := MannWhitney(a, b)
 	return p < Alpha, fmt.Sprintf("Mann-Whitney U over %d and %d runs, p = %.3f", len(a), len(b), p)
