@@ -10,7 +10,7 @@
 // its `const volatile` load-time switches set by name, on a copy, and on a
 // verifier refusal the verifier's whole log (still an *ebpf.VerifierError
 // for errors.As, so a loader can fall back to another variant). shield/,
-// l7/, probe/ and e2e/'s generator load through it.
+// l7/, probe/ and e2e/storm's generator load through it.
 //
 // It owns nothing at run time: shield/ loads and owns the XDP programs and
 // their maps, l7/ the L7 fast path's (l7.c), probe/ the tc probe's, lb/ the

@@ -7,25 +7,27 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // fill computes a phase's figures from what was recorded and read.
-func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[stormKind][]uint64) {
+func (r *run) fill(ph *Phase, s *parts.Samples, before, after snapshot, sent map[stormKind][]uint64) {
 	ph.Legit.Kinds = map[string]Dist{}
 	if s != nil {
 		secs := s.End.Sub(s.Start).Seconds()
-		for k := range numKinds {
+		for k := range parts.NumKinds {
 			lat := s.Lat[k]
 			d := Dist{N: len(lat), Fail: s.Fail[k]}
 			if len(lat) > 0 {
-				d.P50Ms = ms(Quantile(lat, 0.50))
-				d.P99Ms = ms(Quantile(lat, 0.99))
-				d.MaxMs = ms(Quantile(lat, 1))
+				d.P50Ms = ms(parts.Quantile(lat, 0.50))
+				d.P99Ms = ms(parts.Quantile(lat, 0.99))
+				d.MaxMs = ms(parts.Quantile(lat, 1))
 			}
-			ph.Legit.Kinds[Kind(k).String()] = d
+			ph.Legit.Kinds[parts.Kind(k).String()] = d
 			ph.Legit.Requests += len(lat) + s.Fail[k]
 			ph.Legit.Failures += s.Fail[k]
 		}
@@ -39,7 +41,7 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[storm
 			ph.Legit.Errors = s.Errors
 		}
 	}
-	for _, a := range []netip.Addr{Client4, Client6} {
+	for _, a := range []netip.Addr{storm.Client4, storm.Client6} {
 		passed, dropped := sourceDelta(before, after, a)
 		ph.Legit.Seen += passed + dropped
 		ph.Legit.Dropped += dropped
@@ -61,7 +63,7 @@ func (r *run) fill(ph *Phase, s *Samples, before, after snapshot, sent map[storm
 					ph.Sent.Denied += n
 				default:
 					ph.Sent.Storm += n
-					if f.Proto == UDP {
+					if f.Proto == storm.UDP {
 						ph.Sent.AtService += n
 					}
 					perSource[f.First.Is4()] += ceilDiv(n, uint64(f.Count))
@@ -177,7 +179,7 @@ func (r *run) assert(ph *Phase, k stormKind) {
 		"the shield saw %d packets of the client's sources and dropped %d", l.Seen, l.Dropped)
 	if a := ph.API; a != nil {
 		r.check(ph, "api answers", a.Polls > 0 && a.Failures == 0,
-			"%s: %d polls, %d failed, slowest %.1f ms %s", a.Prober, a.Polls, a.Failures, a.MaxMs, a.LastErr)
+			"%s: %d polls, %d failed, slowest %.1f ms %s", a.Request, a.Polls, a.Failures, a.MaxMs, a.LastErr)
 	}
 	r.check(ph, "table within capacity", ph.Table.Samples > 0 && ph.Table.Max <= int(ph.Table.Capacity),
 		"at most %d entries seen over %d samples, capacity %d", ph.Table.Max, ph.Table.Samples, ph.Table.Capacity)
@@ -256,14 +258,14 @@ func (r *run) assert(ph *Phase, k stormKind) {
 // includes its resends).
 func (r *run) assertBudget(ph *Phase) {
 	b := r.cfg.Budget
-	for kind := range numKinds {
+	for kind := range parts.NumKinds {
 		name := kind.String()
-		if r.cfg.Client.rate(kind) == 0 {
+		if r.cfg.Client.Rate(kind) == 0 {
 			continue
 		}
 		d := ph.Legit.Kinds[name]
 		note := ""
-		if kind == Datagram {
+		if kind == parts.Datagram {
 			note = slowService(ph)
 		}
 		r.budgetCheck(ph, name+" success", d.N+d.Fail > 0 && d.success() >= b.MinSuccess,
@@ -272,8 +274,8 @@ func (r *run) assertBudget(ph *Phase) {
 	if ph.Name == "baseline" {
 		return
 	}
-	for kind := range numKinds {
-		if r.cfg.Client.rate(kind) == 0 {
+	for kind := range parts.NumKinds {
+		if r.cfg.Client.Rate(kind) == 0 {
 			continue
 		}
 		name := kind.String()
@@ -284,7 +286,7 @@ func (r *run) assertBudget(ph *Phase) {
 			capped = "cap " + b.P99Cap.String()
 		}
 		note := ""
-		if kind == Datagram {
+		if kind == parts.Datagram {
 			note = slowService(ph)
 		}
 		if b.P99Cap > 0 && r.base[kind] > b.P99Cap {
@@ -347,7 +349,7 @@ func (r *run) assertHarm(ph *Phase) {
 func (r *run) assertRestart(ph *Phase, err error) {
 	st := ph.Restart
 	if st == nil {
-		st = &RestartStats{}
+		st = &parts.RestartStats{}
 	}
 	r.check(ph, "shield restarted mid-storm", err == nil, "%v", err)
 	r.check(ph, "pinned link adopted by the new service", st.LinkBefore != 0 && st.LinkAfter == st.LinkBefore && st.Adopted,

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/features"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -87,10 +88,10 @@ func BenchmarkLiveCost(b *testing.B) {
 	require.NoError(b, err)
 	eMAC, err := edge.HardwareAddr("lce0")
 	require.NoError(b, err)
-	g, err := NewXDPGenerator(gen, gIdx)
+	g, err := storm.NewXDPGenerator(gen, gIdx)
 	require.NoError(b, err)
 	defer g.Close()
-	tpl, err := BuildTemplate(Flow{Proto: UDP, First: netip.MustParseAddr("198.18.0.1"), Count: 16}, gMAC, eMAC, netip.MustParseAddr("198.19.0.1"))
+	tpl, err := storm.BuildTemplate(storm.Flow{Proto: storm.UDP, First: netip.MustParseAddr("198.18.0.1"), Count: 16}, gMAC, eMAC, netip.MustParseAddr("198.19.0.1"))
 	require.NoError(b, err)
 
 	drop, err := sim.DropProgram()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/workbench"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestProgressJSON(t *testing.T) {
 	p := Progress{Phase: "few-sources", Elapsed: 1500 * time.Millisecond, Length: 3 * time.Second, SentPPS: 10000,
 		DropPPS: map[string]float64{"limit": 9000}, PassPPS: 40, Requests: 12, Failures: 1, APIOK: true, Sources: 7, Shield: true}
-	p.P50[KeepAlive], p.P99[KeepAlive] = 400*time.Microsecond, 2500*time.Microsecond
+	p.P50[parts.KeepAlive], p.P99[parts.KeepAlive] = 400*time.Microsecond, 2500*time.Microsecond
 	var got workbench.StormProgress
 	dec := json.NewDecoder(bytes.NewReader(ProgressJSON(p)))
 	dec.DisallowUnknownFields()

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/workbench"
 )
 
@@ -64,7 +65,7 @@ func ProgressLine(p Progress) string {
 	}
 	return fmt.Sprintf("%-22s %4.1f/%.0fs  sent %7s pps  pass %6s pps  drop/s [%s]  legit %d req (%d failed) p99 new %.1f ms ka %.1f ms udp %.1f ms  api %s  table %s",
 		p.Phase, p.Elapsed.Seconds(), p.Length.Seconds(), Human(p.SentPPS), pass, d,
-		p.Requests, p.Failures, ms(p.P99[NewConn]), ms(p.P99[KeepAlive]), ms(p.P99[Datagram]), api, table)
+		p.Requests, p.Failures, ms(p.P99[parts.NewConn]), ms(p.P99[parts.KeepAlive]), ms(p.P99[parts.Datagram]), api, table)
 }
 
 // PrintTable writes the final table and the assertions.
@@ -76,7 +77,7 @@ func PrintTable(w io.Writer, res *Result) {
 	fmt.Fprintln(tw, "phase\treq/s\tsuccess\tnew p50\tnew p99\tka p50\tka p99\tudp ok\tudp p99\tsent\tsent pps\tpass ok\tallow\tdrop limit\tadmission\tdeny\tveth drop\tapi\ttable max\t")
 	rows := append(append([]*Phase{}, res.Phases...), res.Contrast...)
 	for _, p := range rows {
-		n, k, u := p.Legit.Kinds[NewConn.String()], p.Legit.Kinds[KeepAlive.String()], p.Legit.Kinds[Datagram.String()]
+		n, k, u := p.Legit.Kinds[parts.NewConn.String()], p.Legit.Kinds[parts.KeepAlive.String()], p.Legit.Kinds[parts.Datagram.String()]
 		c := p.Counters
 		get := func(m map[string]uint64, key string) string {
 			if c == nil {
@@ -147,9 +148,9 @@ func rateName(r uint64) string {
 // ProgressJSON is p as one line of `shieldlab storm -progress-json` (the
 // workbench reads it: workbench.StormProgress), latencies in ms by kind.
 func ProgressJSON(p Progress) []byte {
-	ms := func(d [numKinds]time.Duration) map[string]float64 {
+	ms := func(d [parts.NumKinds]time.Duration) map[string]float64 {
 		m := map[string]float64{}
-		for k := range numKinds {
+		for k := range parts.NumKinds {
 			m[k.String()] = float64(d[k].Microseconds()) / 1000
 		}
 		return m

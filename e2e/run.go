@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/kernel"
 	"github.com/xdpshield/xdpshield/shield"
 )
@@ -23,20 +25,20 @@ import (
 type run struct {
 	cfg   Config
 	log   *slog.Logger
-	dep   Deployment
-	top   *Topology
+	dep   parts.Deployment
+	top   *storm.Topology
 	sh    *shield.Shield
-	svc   ShieldSide // `shield serve`'s wiring, on edge0
+	svc   parts.ShieldSide // `shield serve`'s wiring, on edge0
 	token string
-	xdp   []io.Closer // detach the shield from edge0 and edge1
-	storm StormSide   // generators (allow/deny probes on AF_PACKET: a few thousand frames/s need no 28 ms live-frames runs) and client
-	poll  *poller
+	xdp   []io.Closer     // detach the shield from edge0 and edge1
+	storm parts.StormSide // generators (the allow/deny-listed sources on AF_PACKET: a few thousand frames/s need no 28 ms live-frames runs) and client
+	watch *apiWatch
 	res   *Result
-	edge  EdgeSide // HTTPS server and datagram service
-	tpls  map[stormKind][]Template
+	edge  parts.EdgeSide // HTTPS server and datagram service
+	tpls  map[stormKind][]storm.Template
 	flows map[stormKind][]stormFlow // what each template is, in the same order
 	few   []netip.Addr              // the few storm's sources, both families
-	base  [numKinds]time.Duration
+	base  [parts.NumKinds]time.Duration
 	// restarted: the shield was restarted in a phase (Restarter).
 	restarted bool
 }
@@ -54,7 +56,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		r.log = slog.Default()
 	}
 	if r.dep == nil {
-		r.dep = Local{}
+		r.dep = parts.Local{}
 	}
 	r.res = &Result{
 		Started:   time.Now().UTC(),
@@ -69,7 +71,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	// One storm at a time on a machine: two measure each other (`go test
 	// ./...` runs the namespace storm and the container lane at once).
-	unlock, err := LockStorms(ctx, r.log)
+	unlock, err := parts.LockStorms(ctx, r.log)
 	if err != nil {
 		r.res.Error = err.Error()
 		return r.res, err
@@ -173,7 +175,7 @@ func (r *run) phases(ctx context.Context) (*Result, error) {
 
 func (r *run) setup() error {
 	var err error
-	if r.top, err = NewTopologyIn(r.dep); err != nil {
+	if r.top, err = storm.NewTopologyIn(r.dep); err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
 	r.res.RemovedOld = r.top.RemovedStale()
@@ -184,17 +186,17 @@ func (r *run) setup() error {
 	if r.storm, err = r.dep.StartStorm(r.top, r.cfg.Generator); err != nil {
 		return fmt.Errorf("storm side: %w", err)
 	}
-	r.res.Generator = r.storm.Name() + " (allow/deny probes: af_packet)"
+	r.res.Generator = r.storm.Name() + " (allow/deny-listed sources: af_packet)"
 	if err := r.buildStorms(); err != nil {
 		return err
 	}
-	p := newAPIProber(r.svc.APIAddr(), r.token, r.top.Edge)
-	r.poll = &poller{p: p, timeout: r.cfg.ProbeTimeout}
+	c := newAPICounters(r.svc.APIAddr(), r.token, r.top.Edge)
+	r.watch = &apiWatch{c: c, timeout: r.cfg.WatchTimeout}
 
 	if r.edge, err = r.dep.StartEdge(r.top, r.cfg.UDPCapacity); err != nil {
 		return fmt.Errorf("edge: %w", err)
 	}
-	if err := r.storm.StartClient(r.edge.CA(), r.cfg.Client, Front4, Front6); err != nil {
+	if err := r.storm.StartClient(r.edge.CA(), r.cfg.Client, storm.Front4, storm.Front6); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
 	// Warm up: neighbour resolution, the client's first (admitted) packets.
@@ -213,8 +215,8 @@ func (r *run) close() {
 			r.log.Warn("stop the edge", logErr, err)
 		}
 	}
-	if r.poll != nil {
-		r.poll.p.Close()
+	if r.watch != nil {
+		r.watch.c.Close()
 	}
 	for _, l := range r.xdp {
 		l.Close()
@@ -230,14 +232,14 @@ func (r *run) close() {
 }
 
 func (r *run) buildStorms() error {
-	r.tpls = map[stormKind][]Template{}
+	r.tpls = map[stormKind][]storm.Template{}
 	r.flows = map[stormKind][]stormFlow{}
-	add := func(k stormKind, f Flow, w float64, role string) error {
-		dst := Edge4
+	add := func(k stormKind, f storm.Flow, w float64, role string) error {
+		dst := storm.Edge4
 		if f.First.Is6() {
-			dst = Edge6
+			dst = storm.Edge6
 		}
-		t, err := BuildTemplate(f, r.top.StormMAC, r.top.EdgeMAC, dst)
+		t, err := storm.BuildTemplate(f, r.top.StormMAC, r.top.EdgeMAC, dst)
 		if err != nil {
 			return err
 		}
@@ -245,7 +247,7 @@ func (r *run) buildStorms() error {
 		r.flows[k] = append(r.flows[k], stormFlow{Flow: f, weight: w, role: role})
 		return nil
 	}
-	many4 := min(r.cfg.ManySources, MaxMany4)
+	many4 := min(r.cfg.ManySources, storm.MaxMany4)
 	many6 := r.cfg.ManySources
 	// Half the storm asks the datagram service, where an unfiltered flood
 	// does its harm; a quarter is SYNs, a quarter pings. Of the SYNs, 3/5
@@ -253,46 +255,46 @@ func (r *run) buildStorms() error {
 	// to the HTTPS port behind a Destination Options header (IPv6; IPv4
 	// sends the plain SYN there): the two escapes of issue 23, which the
 	// shield must limit as the plain SYN.
-	share := map[Proto]float64{UDP: 0.5, TCPSYN: 0.15, TCPSYNOther: 0.05, TCPSYNExt: 0.05, ICMP: 0.25}
-	for _, p := range []Proto{UDP, TCPSYN, TCPSYNOther, TCPSYNExt, ICMP} {
+	share := map[storm.Proto]float64{storm.UDP: 0.5, storm.TCPSYN: 0.15, storm.TCPSYNOther: 0.05, storm.TCPSYNExt: 0.05, storm.ICMP: 0.25}
+	for _, p := range []storm.Proto{storm.UDP, storm.TCPSYN, storm.TCPSYNOther, storm.TCPSYNExt, storm.ICMP} {
 		p4 := p
-		if p == TCPSYNExt {
-			p4 = TCPSYN
+		if p == storm.TCPSYNExt {
+			p4 = storm.TCPSYN
 		}
 		// Few: every source of both families at the same rate.
-		if err := add(stormFew, Flow{p4, Few4, r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
+		if err := add(stormFew, storm.Flow{Proto: p4, First: storm.Few4, Count: r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
 			return err
 		}
-		if err := add(stormFew, Flow{p, Few6, r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
+		if err := add(stormFew, storm.Flow{Proto: p, First: storm.Few6, Count: r.cfg.FewSources}, share[p]/2, "storm"); err != nil {
 			return err
 		}
 		// Many: shares proportional to each family's range, so every forged
 		// address recurs at the same (low) rate, as with a forger drawing
 		// from the whole address space.
 		tot := float64(many4) + float64(many6)
-		if err := add(stormMany, Flow{p4, Many4, many4}, share[p]*float64(many4)/tot, "storm"); err != nil {
+		if err := add(stormMany, storm.Flow{Proto: p4, First: storm.Many4, Count: many4}, share[p]*float64(many4)/tot, "storm"); err != nil {
 			return err
 		}
-		if err := add(stormMany, Flow{p, Many6, many6}, share[p]*float64(many6)/tot, "storm"); err != nil {
+		if err := add(stormMany, storm.Flow{Proto: p, First: storm.Many6, Count: many6}, share[p]*float64(many6)/tot, "storm"); err != nil {
 			return err
 		}
 	}
-	for _, first := range []netip.Addr{Few4, Few6} {
-		f := Flow{First: first, Count: r.cfg.FewSources}
+	for _, first := range []netip.Addr{storm.Few4, storm.Few6} {
+		f := storm.Flow{First: first, Count: r.cfg.FewSources}
 		for i := range f.Count {
 			r.few = append(r.few, f.Source(i))
 		}
 	}
-	// The allow-listed probes ping rather than ask the datagram service:
+	// The allow-listed sources ping rather than ask the datagram service:
 	// what they send is the operator's trust, not the storm, and must not
 	// spend the service's capacity.
-	for _, a := range []netip.Addr{Allowed4, Allowed6} {
-		if err := add(probes, Flow{ICMP, a, 1}, 1, "allowed"); err != nil {
+	for _, a := range []netip.Addr{storm.Allowed4, storm.Allowed6} {
+		if err := add(listed, storm.Flow{Proto: storm.ICMP, First: a, Count: 1}, 1, "allowed"); err != nil {
 			return err
 		}
 	}
-	for _, a := range []netip.Addr{Denied4, Denied6} {
-		if err := add(probes, Flow{TCPSYN, a, 1}, 1, "denied"); err != nil {
+	for _, a := range []netip.Addr{storm.Denied4, storm.Denied6} {
+		if err := add(listed, storm.Flow{Proto: storm.TCPSYN, First: a, Count: 1}, 1, "denied"); err != nil {
 			return err
 		}
 	}
@@ -302,7 +304,7 @@ func (r *run) buildStorms() error {
 // stormFlow is one template's flow, its share of the storm and its role:
 // "storm", "allowed" or "denied".
 type stormFlow struct {
-	Flow
+	storm.Flow
 	weight float64
 	role   string
 }
@@ -321,10 +323,10 @@ func (r *run) weights(k stormKind) []float64 {
 type snapshot struct {
 	at       time.Time
 	counters shield.Counters
-	veth     VethCounters
+	veth     storm.VethCounters
 	sources  map[netip.Addr]shield.Source // the client's and the few storm's, when tracked
 	served   uint64                       // requests the datagram service answered
-	udp      UDPCounters                  // the edge's
+	udp      parts.UDPCounters            // the edge's
 }
 
 func (r *run) snap() (snapshot, error) {
@@ -333,7 +335,7 @@ func (r *run) snap() (snapshot, error) {
 	if s.counters, err = r.sh.Counters(); err != nil {
 		return s, err
 	}
-	for _, a := range append([]netip.Addr{Client4, Client6}, r.few...) {
+	for _, a := range append([]netip.Addr{storm.Client4, storm.Client6}, r.few...) {
 		src, ok, err := r.sh.Source(a)
 		if err != nil {
 			return s, err
@@ -345,7 +347,7 @@ func (r *run) snap() (snapshot, error) {
 	if s.served, err = r.edge.Served(); err != nil {
 		return s, err
 	}
-	if s.udp, err = ReadUDPCounters(r.top.Edge); err != nil {
+	if s.udp, err = parts.ReadUDPCounters(r.top.Edge); err != nil {
 		return s, err
 	}
 	if s.veth, err = r.top.VethStats(); err != nil {
@@ -355,7 +357,7 @@ func (r *run) snap() (snapshot, error) {
 }
 
 // phase runs one phase: the legitimate client throughout, the storm of kind
-// k if any, the API poller and the table watcher; then settles and reads.
+// k if any, the API watch and the table watcher; then settles and reads.
 func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool) (*Phase, error) {
 	log := r.log.With(logPhase, name)
 	ph := &Phase{Name: name, Storm: string(k), Shield: shielded, Table: TableStats{Capacity: r.cfg.TableSize}}
@@ -371,25 +373,25 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	if _, err := r.storm.Switch(true); err != nil {
 		return nil, err
 	}
-	r.poll.switchPhase(true)
+	r.watch.switchPhase(true)
 	start := time.Now()
 
 	var sent atomic.Uint64
-	var per, perProbe []uint64
-	var genErr, probeErr error
+	var per, perListed []uint64
+	var genErr, listedErr error
 	if k != stormNone {
-		probeSpec := StormSpec{
-			Templates: r.tpls[probes],
-			Rate:      r.cfg.ProbeRate * uint64(len(r.tpls[probes])),
+		listedSpec := storm.Spec{
+			Templates: r.tpls[listed],
+			Rate:      r.cfg.ListedRate * uint64(len(r.tpls[listed])),
 			Duration:  r.cfg.PhaseDuration,
-			MaxFrames: r.cfg.ProbeRate * uint64(len(r.tpls[probes])) * uint64(r.cfg.PhaseDuration/time.Second+1),
+			MaxFrames: r.cfg.ListedRate * uint64(len(r.tpls[listed])) * uint64(r.cfg.PhaseDuration/time.Second+1),
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			perProbe, probeErr = r.storm.Storm(pctx, true, probeSpec, &sent)
+			perListed, listedErr = r.storm.Storm(pctx, true, listedSpec, &sent)
 		}()
-		spec := StormSpec{
+		spec := storm.Spec{
 			Templates: r.tpls[k],
 			Weights:   r.weights(k),
 			Rate:      r.cfg.Rate,
@@ -405,10 +407,10 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r.poll.run(pctx, r.cfg.ProbeEvery)
+		r.watch.run(pctx, r.cfg.WatchEvery)
 	}()
 	var restartErr error
-	if rs, ok := r.dep.(Restarter); ok && shielded && k != stormNone && !r.restarted {
+	if rs, ok := r.dep.(parts.Restarter); ok && shielded && k != stormNone && !r.restarted {
 		r.restarted = true
 		wg.Add(1)
 		go func() {
@@ -422,8 +424,8 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 				return
 			case <-time.After(r.cfg.PhaseDuration / 5):
 			}
-			r.poll.pause(true)
-			defer r.poll.pause(false)
+			r.watch.pause(true)
+			defer r.watch.pause(false)
 			st, err := rs.RestartShield(ctx)
 			ph.Restart, restartErr = &st, err
 		}()
@@ -452,7 +454,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 			if r.cfg.Progress == nil {
 				continue
 			}
-			p := Progress{Phase: name, Elapsed: now.Sub(start), Length: r.cfg.PhaseDuration, APIOK: r.poll.ok(), DropPPS: map[string]float64{}, Shield: shielded}
+			p := Progress{Phase: name, Elapsed: now.Sub(start), Length: r.cfg.PhaseDuration, APIOK: r.watch.ok(), DropPPS: map[string]float64{}, Shield: shielded}
 			dt := now.Sub(lastAt).Seconds()
 			s := sent.Load()
 			p.SentPPS = float64(s-lastSent) / dt
@@ -479,9 +481,9 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 	cancel()
 	wg.Wait()
 	samples, recErr := r.storm.Switch(false)
-	ph.API = r.poll.switchPhase(false)
+	ph.API = r.watch.switchPhase(false)
 	ph.Seconds = time.Since(start).Seconds()
-	if err := errors.Join(genErr, probeErr, recErr); err != nil {
+	if err := errors.Join(genErr, listedErr, recErr); err != nil {
 		return nil, err
 	}
 
@@ -501,10 +503,10 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 			ph.Table.Samples++
 		}
 	}
-	r.fill(ph, samples, before, after, map[stormKind][]uint64{k: per, probes: perProbe})
+	r.fill(ph, samples, before, after, map[stormKind][]uint64{k: per, listed: perListed})
 	if name == "baseline" {
-		for kind := range numKinds {
-			r.base[kind] = time.Duration(ph.Legit.Kinds[Kind(kind).String()].P99Ms * 1e6)
+		for kind := range parts.NumKinds {
+			r.base[kind] = time.Duration(ph.Legit.Kinds[parts.Kind(kind).String()].P99Ms * 1e6)
 		}
 	}
 	r.assert(ph, k)
@@ -516,7 +518,7 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 }
 
 // watchTable samples the table's occupancy every two seconds (a walk of a
-// full table costs the edge some CPU; the API probe reports the count too,
+// full table costs the edge some CPU; the API watch reports the count too,
 // from its own cached walk, and fails if it exceeds the capacity).
 func (r *run) watchTable(ctx context.Context, t *TableStats, mu *sync.Mutex) {
 	tk := time.NewTicker(2 * time.Second)

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -58,8 +60,8 @@ func DefaultBudget() Budget {
 }
 
 // Floor is the least baseline p99 the ratio applies to for kind k.
-func (b Budget) Floor(k Kind) time.Duration {
-	if k == NewConn {
+func (b Budget) Floor(k parts.Kind) time.Duration {
+	if k == parts.NewConn {
 		return b.P99Floor
 	}
 	return b.P99FloorKeep
@@ -67,7 +69,7 @@ func (b Budget) Floor(k Kind) time.Duration {
 
 // Limit returns the p99 a storm phase may reach for requests of kind k
 // given their baseline p99.
-func (b Budget) Limit(k Kind, baseline time.Duration) time.Duration {
+func (b Budget) Limit(k parts.Kind, baseline time.Duration) time.Duration {
 	limit := time.Duration(b.P99Ratio * float64(max(baseline, b.Floor(k))))
 	if b.P99Cap > 0 {
 		limit = min(limit, b.P99Cap)
@@ -87,21 +89,21 @@ type Config struct {
 	ManySources   uint32        // IPv6 forged sources; IPv4 uses min(this, 65536)
 	TableSize     uint32        // capacity of the shield's sources table
 	Limits        shield.Limits // Limits.DryRun runs the storms against a shield that only counts
-	Client        ClientConfig
+	Client        parts.ClientConfig
 	Budget        Budget
 	// UDPCapacity is how many requests a second the edge's datagram
 	// service answers (DatagramService): above the shield's pass-through
 	// under either storm, far below what an unfiltered storm aims at it.
 	UDPCapacity  float64
-	ProbeRate    uint64        // frames/s of each allow/deny-listed probe source (AF_PACKET, beside the storm)
+	ListedRate   uint64        // frames/s of each allow/deny-listed source (AF_PACKET, beside the storm)
 	Contrast     bool          // also run the storms with no program attached; they must break the budget
-	ProbeEvery   time.Duration // how often the service's API is asked
-	ProbeTimeout time.Duration // a slower answer is a failure
+	WatchEvery   time.Duration // how often the service's API is asked
+	WatchTimeout time.Duration // a slower answer is a failure
 	// Progress, when set, is called about twice a second.
 	Progress func(Progress)
 	Logger   *slog.Logger
-	// Deployment runs the storm's parts; nil: Local.
-	Deployment Deployment
+	// Deployment runs the storm's parts; nil: parts.Local.
+	Deployment parts.Deployment
 }
 
 // DefaultConfig is the `make demo` run: 4 phases of 8 s and 2 contrast
@@ -137,13 +139,13 @@ func DefaultConfig() Config {
 		// phase (admission 10,000/s), so the table's replacement is exercised.
 		TableSize:    1 << 16,
 		Limits:       StormLimits(shield.Limits{Rate: 1000, Burst: 200, AdmissionRate: 10_000, AdmissionBurst: 1000}),
-		Client:       DefaultClientConfig(),
+		Client:       parts.DefaultClientConfig(),
 		Budget:       DefaultBudget(),
 		UDPCapacity:  15_000,
-		ProbeRate:    2000, // twice the per-source limit: an allow-listed source is not limited
+		ListedRate:   2000, // twice the per-source limit: an allow-listed source is not limited
 		Contrast:     true,
-		ProbeEvery:   250 * time.Millisecond,
-		ProbeTimeout: time.Second,
+		WatchEvery:   250 * time.Millisecond,
+		WatchTimeout: time.Second,
 	}
 }
 
@@ -155,8 +157,8 @@ func DefaultConfig() Config {
 // the IPv6 storm sources each lie in a /64 of their own.
 func StormLimits(l shield.Limits) shield.Limits {
 	l.Protected = []shield.Destination{
-		{Proto: shield.ProtoTCP, Port: EdgePort},
-		{Proto: shield.ProtoUDP, Port: DatagramPort},
+		{Proto: shield.ProtoTCP, Port: storm.EdgePort},
+		{Proto: shield.ProtoUDP, Port: storm.DatagramPort},
 		{Proto: shield.ProtoICMP},
 	}
 	return l
@@ -187,12 +189,12 @@ func ShortConfig() Config {
 	cfg.Generator = "af_packet"
 	cfg.FewSources = 1
 	cfg.Limits = StormLimits(shield.Limits{Rate: 50, Burst: 20, AdmissionRate: 50, AdmissionBurst: 20})
-	cfg.Client = ClientConfig{NewConnRate: 1, KeepAliveRate: 4, Timeout: 5 * time.Second,
+	cfg.Client = parts.ClientConfig{NewConnRate: 1, KeepAliveRate: 4, Timeout: 5 * time.Second,
 		UDPRate: 4, UDPAttempt: time.Second, UDPAttempts: 1}
 	cfg.UDPCapacity = 200
-	// The listed probes are judged by the reason the shield gives them,
+	// The listed sources are judged by the reason the shield gives them,
 	// not their rate: 100/s each spares the emulated CPUs.
-	cfg.ProbeRate = 100
+	cfg.ListedRate = 100
 	cfg.Budget.P99Cap = 0 // no absolute time means anything under TCG
 	return cfg
 }
@@ -219,8 +221,8 @@ func (c *Config) validate() error {
 	if c.UDPCapacity < 1 || c.UDPCapacity > 1e6 {
 		errs = append(errs, fmt.Errorf("datagram service capacity %v out of [1, 1e6]", c.UDPCapacity))
 	}
-	if c.ProbeRate < 1 || c.ProbeRate > 100_000 {
-		errs = append(errs, fmt.Errorf("probe rate %d out of [1, 100000]", c.ProbeRate))
+	if c.ListedRate < 1 || c.ListedRate > 100_000 {
+		errs = append(errs, fmt.Errorf("listed sources' rate %d out of [1, 100000]", c.ListedRate))
 	}
 	if c.TableSize != 0 { // 0: the service's default
 		if err := shield.CheckTableSize(c.TableSize); err != nil {
@@ -238,7 +240,7 @@ type Progress struct {
 	SentPPS  float64
 	DropPPS  map[string]float64 // by reason
 	PassPPS  float64
-	P50, P99 [numKinds]time.Duration
+	P50, P99 [parts.NumKinds]time.Duration
 	Requests int
 	Failures int
 	APIOK    bool
@@ -248,41 +250,41 @@ type Progress struct {
 
 // Result is a whole run, as printed and written to JSON.
 type Result struct {
-	Started    time.Time     `json:"started"`
-	Kernel     string        `json:"kernel"`
-	Generator  string        `json:"generator"`
-	RPS        bool          `json:"rps"`      // the edge's stack work spread over every core
-	Rate       uint64        `json:"rate_pps"` // 0: full speed
-	Phase      float64       `json:"phase_seconds"`
-	TableSize  uint32        `json:"table_size"`
-	Limits     shield.Limits `json:"limits"`
-	Budget     Budget        `json:"budget"`
-	Client     ClientConfig  `json:"client"`
-	LegitNote  string        `json:"legit_client"`
-	Phases     []*Phase      `json:"phases"`
-	Contrast   []*Phase      `json:"contrast"`
-	OK         bool          `json:"ok"`
-	Error      string        `json:"error,omitempty"` // the run stopped early (interrupted, or broken)
-	Failed     []string      `json:"failed"`
-	RemovedOld []string      `json:"removed_stale_namespaces,omitempty"`
+	Started    time.Time          `json:"started"`
+	Kernel     string             `json:"kernel"`
+	Generator  string             `json:"generator"`
+	RPS        bool               `json:"rps"`      // the edge's stack work spread over every core
+	Rate       uint64             `json:"rate_pps"` // 0: full speed
+	Phase      float64            `json:"phase_seconds"`
+	TableSize  uint32             `json:"table_size"`
+	Limits     shield.Limits      `json:"limits"`
+	Budget     Budget             `json:"budget"`
+	Client     parts.ClientConfig `json:"client"`
+	LegitNote  string             `json:"legit_client"`
+	Phases     []*Phase           `json:"phases"`
+	Contrast   []*Phase           `json:"contrast"`
+	OK         bool               `json:"ok"`
+	Error      string             `json:"error,omitempty"` // the run stopped early (interrupted, or broken)
+	Failed     []string           `json:"failed"`
+	RemovedOld []string           `json:"removed_stale_namespaces,omitempty"`
 }
 
 // Phase is one phase's figures and assertions.
 type Phase struct {
-	Name     string        `json:"name"`
-	Storm    string        `json:"storm"` // none, few, many
-	Shield   bool          `json:"shield_attached"`
-	Seconds  float64       `json:"seconds"`
-	Legit    LegitStats    `json:"legit"`
-	Sent     SentStats     `json:"sent"`
-	Counters *CounterStats `json:"counters,omitempty"`
-	Veth     VethStats     `json:"veth"`
-	API      *APIStats     `json:"api"`
-	Table    TableStats    `json:"table"`
-	Few      []SourceStats `json:"few_sources,omitempty"` // each source of the few storm, with the shield attached
-	Service  ServiceStats  `json:"udp_service"`
-	Restart  *RestartStats `json:"shield_restart,omitempty"` // the shield restarted mid-phase (Restarter deployments)
-	Checks   []Check       `json:"assertions"`
+	Name     string              `json:"name"`
+	Storm    string              `json:"storm"` // none, few, many
+	Shield   bool                `json:"shield_attached"`
+	Seconds  float64             `json:"seconds"`
+	Legit    LegitStats          `json:"legit"`
+	Sent     SentStats           `json:"sent"`
+	Counters *CounterStats       `json:"counters,omitempty"`
+	Veth     VethStats           `json:"veth"`
+	API      *APIStats           `json:"api"`
+	Table    TableStats          `json:"table"`
+	Few      []SourceStats       `json:"few_sources,omitempty"` // each source of the few storm, with the shield attached
+	Service  ServiceStats        `json:"udp_service"`
+	Restart  *parts.RestartStats `json:"shield_restart,omitempty"` // the shield restarted mid-phase (Restarter deployments)
+	Checks   []Check             `json:"assertions"`
 }
 
 // SourceStats are one storm source's figures in a phase.
@@ -296,9 +298,9 @@ type SourceStats struct {
 
 // ServiceStats are the datagram service's figures in a phase.
 type ServiceStats struct {
-	Capacity float64     `json:"capacity_per_second"`
-	Answered uint64      `json:"answered"` // requests answered, the storm's and the client's
-	Kernel   UDPCounters `json:"kernel"`   // the edge namespace's UDP counters
+	Capacity float64           `json:"capacity_per_second"`
+	Answered uint64            `json:"answered"` // requests answered, the storm's and the client's
+	Kernel   parts.UDPCounters `json:"kernel"`   // the edge namespace's UDP counters
 }
 
 // LegitStats are the legitimate client's figures in a phase.
@@ -337,8 +339,8 @@ type SentStats struct {
 	ByFlow    map[string]uint64 `json:"by_flow"`
 	Storm     uint64            `json:"storm"`      // forged or few sources
 	AtService uint64            `json:"at_service"` // the storm's UDP frames, aimed at the datagram service
-	Allowed   uint64            `json:"allowed"`    // allow-listed probes
-	Denied    uint64            `json:"denied"`     // deny-listed probes
+	Allowed   uint64            `json:"allowed"`    // allow-listed sources
+	Denied    uint64            `json:"denied"`     // deny-listed sources
 	// MaxPerSource is the most frames any one storm source sent.
 	MaxPerSource uint64 `json:"max_per_source"`
 }
@@ -381,5 +383,5 @@ const (
 	stormNone stormKind = "none"
 	stormFew  stormKind = "few"
 	stormMany stormKind = "many"
-	probes    stormKind = "probes" // allow- and deny-listed sources, sent beside either storm
+	listed    stormKind = "listed" // allow- and deny-listed sources, sent beside either storm
 )

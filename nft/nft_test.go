@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/shield"
@@ -105,10 +105,10 @@ func TestRulesetInNamespace(t *testing.T) {
 	if _, err := exec.LookPath("nft"); err != nil {
 		testutil.SkipOrFail(t, "nft not installed (ci/deps.sh installs nftables)")
 	}
-	top, err := e2e.NewTopology()
+	top, err := storm.NewTopology()
 	require.NoError(t, err)
 	t.Cleanup(func() { top.Close() })
-	gen, err := e2e.NewPacketGenerator(top.Storm, top.StormIfindex)
+	gen, err := storm.NewPacketGenerator(top.Storm, top.StormIfindex)
 	require.NoError(t, err)
 	defer gen.Close()
 	run := nft.Command(top.Edge.Command)
@@ -130,46 +130,46 @@ func TestRulesetInNamespace(t *testing.T) {
 		name   string
 		limits shield.Limits
 		mod    func(*nft.Config)
-		flow   e2e.Flow
+		flow   storm.Flow
 		frames uint32
 		want   want
 	}{
-		{"own4 spoofed", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(e2e.Few4, 32)} },
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
-		{"own6 spoofed over allow", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(e2e.Allowed6, 128)} },
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Allowed6, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
+		{"own4 spoofed", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(storm.Few4, 32)} },
+			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
+		{"own6 spoofed over allow", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(storm.Allowed6, 128)} },
+			storm.Flow{Proto: storm.UDP, First: storm.Allowed6, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
 		{"syn4 to a protected port", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
-			e2e.Flow{Proto: e2e.TCPSYN, First: e2e.Few4, Count: 1}, 20000, want{limited: true}},
+			storm.Flow{Proto: storm.TCPSYN, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
 		{"udp4 to an ephemeral port: return traffic", shield.Limits{Rate: 10, Burst: 10, AdmissionRate: 10000, AdmissionBurst: 10000},
 			func(c *nft.Config) {
 				protect443(c)
-				c.Ephemeral = shield.PortRange{Lo: e2e.DatagramPort, Hi: e2e.DatagramPort}
+				c.Ephemeral = shield.PortRange{Lo: storm.DatagramPort, Hi: storm.DatagramPort}
 			},
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 20000, want{limited: true, pass: nft.CounterUnprotectedPass, drop: nft.CounterUnprotectedDrop}},
+			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 20000, want{limited: true, pass: nft.CounterUnprotectedPass, drop: nft.CounterUnprotectedDrop}},
 		{"udp4 to another port: protected", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 20000, want{limited: true}},
+			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
 		{"syn4 to a port no one names: protected", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
-			e2e.Flow{Proto: e2e.TCPSYNOther, First: e2e.Few4, Count: 1}, 20000, want{limited: true}},
+			storm.Flow{Proto: storm.TCPSYNOther, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
 		{"syn6 behind destination options: protected", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
-			e2e.Flow{Proto: e2e.TCPSYNExt, First: e2e.Few6, Count: 1}, 20000, want{limited: true}},
+			storm.Flow{Proto: storm.TCPSYNExt, First: storm.Few6, Count: 1}, 20000, want{limited: true}},
 		{"16 sources of one /24 share a bucket", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000},
 			func(c *nft.Config) { c.KeyPrefix4 = 24 },
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 16}, 20000, want{limited: true}},
-		{"deny4", shield.DefaultLimits(), nil, e2e.Flow{Proto: e2e.UDP, First: e2e.Denied4, Count: 1}, 3000, want{counter: nft.CounterDeny}},
-		{"deny6", shield.DefaultLimits(), nil, e2e.Flow{Proto: e2e.UDP, First: e2e.Denied6, Count: 1}, 3000, want{counter: nft.CounterDeny}},
+			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 16}, 20000, want{limited: true}},
+		{"deny4", shield.DefaultLimits(), nil, storm.Flow{Proto: storm.UDP, First: storm.Denied4, Count: 1}, 3000, want{counter: nft.CounterDeny}},
+		{"deny6", shield.DefaultLimits(), nil, storm.Flow{Proto: storm.UDP, First: storm.Denied6, Count: 1}, 3000, want{counter: nft.CounterDeny}},
 		{"allow4 over the limit", shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100}, nil,
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Allowed4, Count: 1}, 3000, want{counter: nft.CounterAllow, passed: true}},
+			storm.Flow{Proto: storm.UDP, First: storm.Allowed4, Count: 1}, 3000, want{counter: nft.CounterAllow, passed: true}},
 		{"flood4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Few4, Count: 1}, 20000, want{limited: true}},
+			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
 		{"flood6", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Few6, Count: 1}, 20000, want{limited: true}},
+			storm.Flow{Proto: storm.UDP, First: storm.Few6, Count: 1}, 20000, want{limited: true}},
 		{"strangers4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 200, AdmissionBurst: 200}, nil,
-			e2e.Flow{Proto: e2e.UDP, First: e2e.Many4, Count: 20000}, 20000, want{admitted: true}},
+			storm.Flow{Proto: storm.UDP, First: storm.Many4, Count: 20000}, 20000, want{admitted: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := nft.Config{Ifaces: []string{e2e.EdgeDev, e2e.FrontDev}, TableSize: 65536, Limits: tc.limits,
-				Allow: []netip.Prefix{netip.PrefixFrom(e2e.Allowed4, 32), netip.PrefixFrom(e2e.Allowed6, 128)},
-				Deny:  []netip.Prefix{netip.PrefixFrom(e2e.Denied4, 32), netip.PrefixFrom(e2e.Denied6, 128)}}
+			cfg := nft.Config{Ifaces: []string{storm.EdgeDev, storm.FrontDev}, TableSize: 65536, Limits: tc.limits,
+				Allow: []netip.Prefix{netip.PrefixFrom(storm.Allowed4, 32), netip.PrefixFrom(storm.Allowed6, 128)},
+				Deny:  []netip.Prefix{netip.PrefixFrom(storm.Denied4, 32), netip.PrefixFrom(storm.Denied6, 128)}}
 			if tc.mod != nil {
 				tc.mod(&cfg)
 			}
@@ -182,14 +182,14 @@ func TestRulesetInNamespace(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, nft.Apply(ctx, run, rs)) // a fresh table: fresh counters and sets
 			t.Cleanup(func() { nft.Delete(ctx, run, "") })
-			dst := e2e.Edge4
+			dst := storm.Edge4
 			if tc.flow.First.Is6() {
-				dst = e2e.Edge6
+				dst = storm.Edge6
 			}
-			tpl, err := e2e.BuildTemplate(tc.flow, top.StormMAC, top.EdgeMAC, dst)
+			tpl, err := storm.BuildTemplate(tc.flow, top.StormMAC, top.EdgeMAC, dst)
 			require.NoError(t, err)
 			start := time.Now()
-			per, err := e2e.Storm(ctx, gen, e2e.StormSpec{Templates: []e2e.Template{tpl}, Duration: 20 * time.Second, MaxFrames: uint64(tc.frames)}, nil)
+			per, err := storm.Run(ctx, gen, storm.Spec{Templates: []storm.Template{tpl}, Duration: 20 * time.Second, MaxFrames: uint64(tc.frames)}, nil)
 			require.NoError(t, err)
 			time.Sleep(200 * time.Millisecond) // the ring drains
 			elapsed := time.Since(start).Seconds()

@@ -13,7 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/probe"
@@ -76,7 +77,7 @@ func TestTimingsMatchClient(t *testing.T) {
 }
 
 func timings(t *testing.T, clsact bool) {
-	top, err := e2e.NewTopology()
+	top, err := storm.NewTopology()
 	require.NoError(t, err)
 	t.Cleanup(func() { top.Close() })
 	p, err := probe.Load(probe.Options{Port: port, Clsact: clsact})
@@ -93,7 +94,7 @@ func timings(t *testing.T, clsact bool) {
 
 	const n = 60
 	for _, delay := range []time.Duration{2 * time.Millisecond, 10 * time.Millisecond} {
-		for _, dst := range []netip.Addr{e2e.Front4, e2e.Front6} {
+		for _, dst := range []netip.Addr{storm.Front4, storm.Front6} {
 			for _, network := range []string{"udp", "tcp"} {
 				t.Run(fmt.Sprintf("%s-%s-%v", network, dst, delay), func(t *testing.T) {
 					lat, local := ask(t, top.Storm, network, netip.AddrPortFrom(dst, port), delay, n)
@@ -112,7 +113,7 @@ func timings(t *testing.T, clsact bool) {
 						want++
 					}
 					assert.Equal(t, want, f.Count, "flow %s: requests timed", local)
-					c50, c90 := e2e.Quantile(lat, 0.5), e2e.Quantile(lat, 0.9)
+					c50, c90 := parts.Quantile(lat, 0.5), parts.Quantile(lat, 0.9)
 					p50, p90 := f.Histogram.Quantile(0.5), f.Histogram.Quantile(0.9)
 					t.Logf("client p50 %v p90 %v; probe p50 %v p90 %v (%d timed)", c50, c90, p50, p90, f.Count)
 					assert.True(t, within(p50, c50) && within(p90, c90), "probe p50 %v p90 %v, client p50 %v p90 %v: outside the tolerance", p50, p90, c50, c90)

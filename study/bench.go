@@ -7,18 +7,13 @@ import (
 	"strings"
 
 	"golang.org/x/perf/benchfmt"
-)
 
-// BenchRow is one line of the simulator's benchmark table.
-type BenchRow struct {
-	Name  string  `json:"name"`
-	NsPkt float64 `json:"ns_per_packet"`
-	XRef  float64 `json:"x_xdp_drop"`
-}
+	"github.com/xdpshield/xdpshield/study/results"
+)
 
 // simBench runs the simulator's benchmarks (the go tool, in the source
 // tree the study runs from) and parses their ns/pkt and x-ref metrics.
-func simBench(ctx context.Context, quick bool) ([]BenchRow, string, error) {
+func simBench(ctx context.Context, quick bool) ([]results.BenchRow, string, error) {
 	if _, err := exec.LookPath("go"); err != nil {
 		return nil, "", fmt.Errorf("no go tool: %w", err)
 	}
@@ -46,8 +41,8 @@ func tail(s string) string {
 // parseBench reads `BenchmarkX/y-2  N  T ns/op  A ns/pkt  B x-ref ...`
 // lines (golang.org/x/perf/benchfmt: the Go benchmark format), keeping the
 // rows with an ns/pkt metric.
-func parseBench(out string) []BenchRow {
-	var rows []BenchRow
+func parseBench(out string) []results.BenchRow {
+	var rows []results.BenchRow
 	rd := benchfmt.NewReader(strings.NewReader(out), "bench")
 	for rd.Scan() {
 		res, ok := rd.Result().(*benchfmt.Result)
@@ -61,7 +56,7 @@ func parseBench(out string) []BenchRow {
 				name += string(p)
 			}
 		}
-		r := BenchRow{Name: name}
+		r := results.BenchRow{Name: name}
 		for _, v := range res.Values {
 			unit, val := v.Unit, v.Value
 			if v.OrigUnit != "" { // benchfmt tidies ns/pkt to sec/pkt

@@ -2,9 +2,10 @@
 // in one run and repeated, what the hook costs legitimate traffic and where
 // it pays, against nftables (the twin of nft) and against nothing.
 //
-// In throwaway namespaces (e2e's topology, generators, client and edge
-// server, reused, not copied; the edge server runs in a process of its own
-// so its CPU time can be read from /proc) it measures:
+// In throwaway namespaces (e2e/storm's topology and generators, e2e/parts'
+// client and edge server, reused, not copied; the edge server runs in a
+// process of its own, study/proc, so its CPU time can be read from /proc)
+// it measures:
 //
 //   - legitimate throughput (fixed rate and saturation), p50/p99/p99.9 and
 //     the edge's CPU time per request, with no program, the shield passing
@@ -32,7 +33,10 @@
 // Options.Only (shieldlab study -only) runs some sections alone.
 //
 // It writes report.md, results.json and PNG plots (drawn by gnuplot) to an
-// output directory. It must not touch anything outside the namespaces it
+// output directory. Its parts are packages of their own: study/results
+// (the figures, their statistics and targets), study/report (report.md,
+// the plots), study/proc (the edge server's process and the CPU readings)
+// and study/peers (the L7 peers' configurations). It must not touch anything outside the namespaces it
 // creates (the e2e rules: addresses from 198.18.0.0/15 and 2001:db8::/32,
 // bounded generators, everything removed at the end); its figures are
 // medians over runs with their spread, never asserted here.

@@ -20,25 +20,13 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
-	"github.com/xdpshield/xdpshield/e2e"
+
+	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/study/peers"
-)
-
-// L7 targets, in the order of a round (rotated from round to round).
-var L7Targets = []string{"direct", "fast path", "go proxy", "haproxy", "nginx"}
-
-// L7 load shapes.
-const (
-	L7Closed = "closed" // each connection sends its next request when the last is answered
-	L7Fixed  = "fixed"  // requests at a fixed rate, latency from when each was due
-)
-
-// L7 connection kinds and response bodies.
-var (
-	L7Conns  = []string{"keep-alive", "new"}
-	L7Bodies = []int{2, 64 << 10}
+	"github.com/xdpshield/xdpshield/study/proc"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // l7Port is where each proxy listens in the L7 namespace, by target.
@@ -59,103 +47,6 @@ func l7Policy(backend string) l7.Config {
 	}
 }
 
-// L7Cell is one cell of the L7 comparison (target, load, connection kind,
-// body size) over every round.
-type L7Cell struct {
-	Target  string     `json:"target"`
-	Load    string     `json:"load"`
-	Conn    string     `json:"conn"`
-	Body    int        `json:"body_bytes"`
-	Samples []L7Sample `json:"runs"`
-	RPS     Stat       `json:"requests_per_second"`
-	P50     Stat       `json:"p50_ms"`
-	P99     Stat       `json:"p99_ms"`
-	P999    Stat       `json:"p999_ms"` // N 0: no run had enough samples
-	CPUReq  Stat       `json:"cpu_per_request_us"`
-	BusyReq Stat       `json:"busy_per_request_us"`
-	Errors  Stat       `json:"errors"`
-}
-
-// L7Sample is one round of a cell.
-type L7Sample struct {
-	Run        int     `json:"run"`
-	Seconds    float64 `json:"seconds"`
-	Requests   int     `json:"requests"`
-	Errors     int     `json:"errors"`
-	RPS        float64 `json:"requests_per_second"`
-	P50        float64 `json:"p50_ms"`
-	P99        float64 `json:"p99_ms"`
-	P999       float64 `json:"p999_ms,omitempty"`
-	ProxyCPU   float64 `json:"proxy_cpu_seconds"`
-	SoftirqCPU float64 `json:"softirq_cpu_seconds"`
-	BusyCPU    float64 `json:"busy_cpu_seconds"`
-	CPUPerReq  float64 `json:"cpu_per_request_us"`  // (proxy + softirq) / requests
-	BusyPerReq float64 `json:"busy_per_request_us"` // every CPU's non-idle time / requests
-}
-
-// L7Results are the L7 comparison.
-type L7Results struct {
-	Versions  map[string]string `json:"versions"`
-	Conns     int               `json:"connections"`
-	Rate      float64           `json:"fixed_rate"`
-	Seconds   float64           `json:"phase_seconds"`
-	FastPath  string            `json:"fast_path"` // "attached" or why not
-	Cells     []*L7Cell         `json:"cells"`
-	Skipped   []string          `json:"skipped,omitempty"`
-	HAProxy   string            `json:"haproxy_config"`
-	NginxConf string            `json:"nginx_config"`
-}
-
-func (r *L7Results) cell(target, load, conn string, body int) *L7Cell {
-	for _, c := range r.Cells {
-		if c.Target == target && c.Load == load && c.Conn == conn && c.Body == body {
-			return c
-		}
-	}
-	c := &L7Cell{Target: target, Load: load, Conn: conn, Body: body}
-	r.Cells = append(r.Cells, c)
-	return c
-}
-
-// Cell returns the cell, nil when not measured.
-func (r *L7Results) Cell(target, load, conn string, body int) *L7Cell {
-	if r == nil {
-		return nil
-	}
-	for _, c := range r.Cells {
-		if c.Target == target && c.Load == load && c.Conn == conn && c.Body == body {
-			return c
-		}
-	}
-	return nil
-}
-
-func (r *L7Results) finish() {
-	for _, c := range r.Cells {
-		col := func(f func(L7Sample) float64) Stat {
-			var xs []float64
-			for _, s := range c.Samples {
-				if v := f(s); v >= 0 {
-					xs = append(xs, v)
-				}
-			}
-			return statOf(xs)
-		}
-		c.RPS = col(func(s L7Sample) float64 { return s.RPS })
-		c.P50 = col(func(s L7Sample) float64 { return s.P50 })
-		c.P99 = col(func(s L7Sample) float64 { return s.P99 })
-		c.P999 = col(func(s L7Sample) float64 {
-			if s.P999 == 0 {
-				return -1
-			}
-			return s.P999
-		})
-		c.CPUReq = col(func(s L7Sample) float64 { return s.CPUPerReq })
-		c.BusyReq = col(func(s L7Sample) float64 { return s.BusyPerReq })
-		c.Errors = col(func(s L7Sample) float64 { return float64(s.Errors) })
-	}
-}
-
 // l7Plan is what the L7 section measures.
 type l7Plan struct {
 	loads  []string
@@ -168,9 +59,9 @@ type l7Plan struct {
 
 func (s *study) l7Plan() l7Plan {
 	if s.opt.Quick {
-		return l7Plan{loads: []string{L7Closed}, conns: []string{"keep-alive"}, bodies: []int{2}, conc: 4, rate: 1000, phase: 300 * time.Millisecond}
+		return l7Plan{loads: []string{results.L7Closed}, conns: []string{"keep-alive"}, bodies: []int{2}, conc: 4, rate: 1000, phase: 300 * time.Millisecond}
 	}
-	return l7Plan{loads: []string{L7Closed, L7Fixed}, conns: L7Conns, bodies: L7Bodies, conc: 4, rate: 2000, phase: s.opt.Phase / 4}
+	return l7Plan{loads: []string{results.L7Closed, results.L7Fixed}, conns: results.L7Conns, bodies: results.L7Bodies, conc: 4, rate: 2000, phase: s.opt.Phase / 4}
 }
 
 func (p l7Plan) steps(runs int) int { return runs * len(p.loads) * len(p.conns) * len(p.bodies) }
@@ -230,7 +121,7 @@ func peerVersion(bin string, args ...string) string {
 // turn at the same load.
 func (s *study) l7Section(ctx context.Context) error {
 	plan := s.l7Plan()
-	res := &L7Results{Versions: map[string]string{}, Conns: plan.conc, Rate: plan.rate, Seconds: plan.phase.Seconds()}
+	res := &results.L7Results{Versions: map[string]string{}, Conns: plan.conc, Rate: plan.rate, Seconds: plan.phase.Seconds()}
 	s.res.L7 = res
 	res.Versions["haproxy"] = peerVersion("haproxy", "-v")
 	res.Versions["nginx"] = peerVersion("nginx", "-v")
@@ -309,7 +200,7 @@ func (s *study) l7Section(ctx context.Context) error {
 		e.addr[p.name] = p.addr
 	}
 	// Every target answers the policy before it is measured.
-	for _, t := range L7Targets {
+	for _, t := range results.L7Targets {
 		if a, ok := e.addr[t]; ok {
 			if err := e.check(ctx, t, a); err != nil {
 				return err
@@ -321,8 +212,8 @@ func (s *study) l7Section(ctx context.Context) error {
 			for _, conn := range plan.conns {
 				for _, body := range plan.bodies {
 					s.bar.step(fmt.Sprintf("run %d/%d L7 %s %s %dB", run+1, s.opt.Runs, load, conn, body))
-					for i := range L7Targets {
-						t := L7Targets[(i+run)%len(L7Targets)]
+					for i := range results.L7Targets {
+						t := results.L7Targets[(i+run)%len(results.L7Targets)]
 						a, ok := e.addr[t]
 						if !ok {
 							continue
@@ -332,7 +223,7 @@ func (s *study) l7Section(ctx context.Context) error {
 							return fmt.Errorf("l7 %s %s %s %d: %w", t, load, conn, body, err)
 						}
 						smp.Run = run
-						c := res.cell(t, load, conn, body)
+						c := res.AddCell(t, load, conn, body)
 						c.Samples = append(c.Samples, smp)
 					}
 				}
@@ -458,7 +349,7 @@ func (e *l7Env) check(ctx context.Context, target, addr string) error {
 // measure runs one cell's phase against addr: plan.conc connections
 // (each a goroutine on a thread in the namespace), closed loop or together
 // at plan.rate, keep-alive or a new connection a request.
-func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, body int, plan l7Plan) (L7Sample, error) {
+func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, body int, plan l7Plan) (results.L7Sample, error) {
 	req := fmt.Sprintf("GET /item?size=%d HTTP/1.1\r\nHost: a.test\r\nX-User: user%%d\r\n\r\n", body)
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -466,7 +357,7 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 	var firstErr error
 	cpu0, err := e.cpu(target)
 	if err != nil {
-		return L7Sample{}, err
+		return results.L7Sample{}, err
 	}
 	start := time.Now()
 	end := start.Add(plan.phase)
@@ -485,7 +376,7 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 				r := fmt.Sprintf(req, w)
 				due := start.Add(time.Duration(w) * interval / time.Duration(plan.conc))
 				for k := 0; ; k++ {
-					if load == L7Fixed {
+					if load == results.L7Fixed {
 						if d := time.Until(due); d > 0 {
 							time.Sleep(d)
 						}
@@ -494,7 +385,7 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 					if !t0.Before(end) || ctx.Err() != nil {
 						break
 					}
-					if load == L7Fixed {
+					if load == results.L7Fixed {
 						t0 = due // from when it was due: no coordinated omission
 						due = due.Add(interval)
 					}
@@ -553,9 +444,9 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 	secs := time.Since(start).Seconds()
 	cpu1, err := e.cpu(target)
 	if err != nil {
-		return L7Sample{}, err
+		return results.L7Sample{}, err
 	}
-	smp := L7Sample{Seconds: secs, Requests: len(lat) + errs, Errors: errs}
+	smp := results.L7Sample{Seconds: secs, Requests: len(lat) + errs, Errors: errs}
 	if len(lat) == 0 {
 		return smp, fmt.Errorf("no request answered: %v", firstErr)
 	}
@@ -563,14 +454,14 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 		slog.Warn("l7: errors", "target", target, "errors", errs, "ok", len(lat), logErr, firstErr)
 	}
 	smp.RPS = float64(len(lat)) / secs
-	ms := func(q float64) float64 { return float64(e2e.Quantile(lat, q)) / 1e6 }
+	ms := func(q float64) float64 { return float64(parts.Quantile(lat, q)) / 1e6 }
 	smp.P50, smp.P99 = ms(0.5), ms(0.99)
-	if len(lat) >= MinSamples(0.999) { // at least 10 samples beyond it
+	if len(lat) >= results.MinSamples(0.999) { // at least 10 samples beyond it
 		smp.P999 = ms(0.999)
 	}
-	smp.ProxyCPU = cpu1.proc - cpu0.proc
-	smp.SoftirqCPU = cpu1.softirq - cpu0.softirq
-	smp.BusyCPU = cpu1.busy - cpu0.busy
+	smp.ProxyCPU = cpu1.Proc - cpu0.Proc
+	smp.SoftirqCPU = cpu1.Softirq - cpu0.Softirq
+	smp.BusyCPU = cpu1.Busy - cpu0.Busy
 	smp.CPUPerReq = (smp.ProxyCPU + smp.SoftirqCPU) / float64(len(lat)) * 1e6
 	smp.BusyPerReq = smp.BusyCPU / float64(len(lat)) * 1e6
 	return smp, nil
@@ -578,17 +469,17 @@ func (e *l7Env) measure(ctx context.Context, target, addr, load, conn string, bo
 
 // cpu reads the CPU time of target's processes (and their children:
 // nginx's worker) and the machine's softirq and busy time.
-func (e *l7Env) cpu(target string) (cpuReading, error) {
-	var r cpuReading
+func (e *l7Env) cpu(target string) (proc.CPUReading, error) {
+	var r proc.CPUReading
 	var err error
 	if c := e.procs[target]; c != nil && c.Process != nil {
-		r.proc, err = treeCPU(c.Process.Pid)
+		r.Proc, err = treeCPU(c.Process.Pid)
 		if err != nil {
 			return r, err
 		}
 	}
-	m, err := (&edgeProc{}).machine()
-	r.softirq, r.busy = m.softirq, m.busy
+	m, err := (&proc.Edge{}).Machine()
+	r.Softirq, r.Busy = m.Softirq, m.Busy
 	return r, err
 }
 

@@ -16,22 +16,11 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
+	"github.com/xdpshield/xdpshield/study/results"
 )
-
-// List targets: the XDP_DROP floor, the shield's deny list and xdp-tools'
-// xdp-filter with its list as a deny list, on the same link, from the same
-// frames. (xdp-filter's "-p deny" is a default-deny policy, its list
-// then the allowed: a deny list is "-p allow", its default.)
-var ListTargets = []string{"floor", "shield", "xdp-filter"}
-
-// ListSizes are the deny lists' sizes (host prefixes, per family).
-var ListSizes = []int{1000, 1 << 16, 1 << 20}
-
-// ListFamilies are the families measured.
-var ListFamilies = []string{"ipv4", "ipv6"}
 
 // xdp-filter's pins (xdp-tools 1.3: fixed paths) and libxdp's directory.
 const (
@@ -43,105 +32,15 @@ const (
 	xdpDrop    = 1 // XDP_DROP: its slot of xdp_stats_map
 )
 
-// ListCell is one (target, family, size) over every run. The floor's size
-// is 0: it has no list.
-type ListCell struct {
-	Target  string       `json:"target"`
-	Family  string       `json:"family"`
-	Size    int          `json:"size"`
-	Samples []DropSample `json:"runs"`
-	Load    []float64    `json:"load_seconds"` // time to write the list, each run
-	Refused string       `json:"refused,omitempty"`
-	Held    int          `json:"held,omitempty"` // entries written before the refusal
-	SeenPPS Stat         `json:"seen_pps"`
-	DropPPS Stat         `json:"drop_pps"`
-	PerCPU  Stat         `json:"drops_per_softirq_cpu_second"`
-	LoadSec Stat         `json:"load_seconds_stat"`
-}
-
-// ListResults are the list comparison.
-type ListResults struct {
-	XDPFilter string      `json:"xdp_filter_version"`
-	Sizes     []int       `json:"sizes"`
-	CLIAddrs  int         `json:"cli_addresses"`
-	CLISec    []float64   `json:"cli_seconds"` // `xdp-filter ip` run CLIAddrs times, each run
-	CLIPerMs  Stat        `json:"cli_ms_per_address"`
-	Cells     []*ListCell `json:"cells"`
-	Skipped   []string    `json:"skipped,omitempty"`
-}
-
-// Cell returns a cell, nil when not measured.
-func (r *ListResults) Cell(target, family string, size int) *ListCell {
-	if r == nil {
-		return nil
-	}
-	for _, c := range r.Cells {
-		if c.Target == target && c.Family == family && c.Size == size {
-			return c
-		}
-	}
-	return nil
-}
-
-func (r *ListResults) cell(target, family string, size int) *ListCell {
-	if c := r.Cell(target, family, size); c != nil {
-		return c
-	}
-	c := &ListCell{Target: target, Family: family, Size: size}
-	r.Cells = append(r.Cells, c)
-	return c
-}
-
-func (r *ListResults) finish() {
-	for _, c := range r.Cells {
-		col := func(f func(DropSample) float64) Stat {
-			var xs []float64
-			for _, s := range c.Samples {
-				xs = append(xs, f(s))
-			}
-			return statOf(xs)
-		}
-		c.SeenPPS = col(func(s DropSample) float64 { return s.SeenPPS })
-		c.DropPPS = col(func(s DropSample) float64 { return s.DropPPS })
-		c.PerCPU = col(func(s DropSample) float64 { return s.DropsPerCPUSec })
-		c.LoadSec = statOf(c.Load)
-	}
-	var per []float64
-	for _, s := range r.CLISec {
-		per = append(per, s/float64(max(r.CLIAddrs, 1))*1e3)
-	}
-	r.CLIPerMs = statOf(per)
-}
-
-func (r *ListResults) missing() []string {
-	if r == nil {
-		return []string{"lists: not measured"}
-	}
-	var out []string
-	for _, c := range r.Cells {
-		switch {
-		case c.Refused != "":
-		case len(c.Samples) == 0:
-			out = append(out, fmt.Sprintf("lists %s %s %d: not measured", c.Target, c.Family, c.Size))
-		case c.DropPPS.Median <= 0:
-			out = append(out, fmt.Sprintf("lists %s %s %d: nothing dropped", c.Target, c.Family, c.Size))
-		}
-	}
-	if len(r.Cells) == 0 {
-		out = append(out, "lists: no cell measured")
-	}
-	return out
-}
-
 func (s *study) listSizes() []int {
 	if s.opt.Quick {
-		return ListSizes[:1]
+		return results.ListSizes[:1]
 	}
-	return ListSizes
+	return results.ListSizes
 }
 
 func (s *study) listSteps() int {
-	return s.listRuns() * len(ListFamilies) * (1 + 2*len(s.listSizes()))
+	return s.listRuns() * len(results.ListFamilies) * (1 + 2*len(s.listSizes()))
 }
 
 // listRuns: -quick makes one run of the list section (it checks that every
@@ -157,10 +56,10 @@ func (s *study) listRuns() int {
 // min(n, MaxMany4) of them the many-forged storm's sources (the frames'
 // sources); beyond them, entries no frame carries.
 func listAddrs(family string, n int) []netip.Prefix {
-	f := e2e.Flow{First: e2e.Many4, Count: uint32(n)}
+	f := storm.Flow{First: storm.Many4, Count: uint32(n)}
 	bits := 32
 	if family == "ipv6" {
-		f.First, bits = e2e.Many6, 128
+		f.First, bits = storm.Many6, 128
 	}
 	out := make([]netip.Prefix, n)
 	for i := range out {
@@ -171,7 +70,7 @@ func listAddrs(family string, n int) []netip.Prefix {
 
 // listSection measures each list target's drop capacity and load time.
 func (s *study) listSection(ctx context.Context) error {
-	res := &ListResults{Sizes: s.listSizes()}
+	res := &results.ListResults{Sizes: s.listSizes()}
 	s.res.Lists = res
 	xf, xfErr := exec.LookPath("xdp-filter")
 	switch {
@@ -209,13 +108,13 @@ func (s *study) listSection(ctx context.Context) error {
 			}
 			res.CLISec = append(res.CLISec, secs)
 		}
-		for _, fam := range ListFamilies {
+		for _, fam := range results.ListFamilies {
 			tpl, err := s.listTemplate(fam, 0)
 			if err != nil {
 				return err
 			}
 			s.bar.step(fmt.Sprintf("run %d/%d lists %s floor", run+1, s.listRuns(), fam))
-			if err := s.listDrop(ctx, run, res.cell("floor", fam, 0), "floor", tpl, nil, ""); err != nil {
+			if err := s.listDrop(ctx, run, res.AddCell("floor", fam, 0), "floor", tpl, nil, ""); err != nil {
 				return fmt.Errorf("lists floor %s: %w", fam, err)
 			}
 			for _, n := range res.Sizes {
@@ -233,7 +132,7 @@ func (s *study) listSection(ctx context.Context) error {
 					if t == "xdp-filter" && xf == "" {
 						continue
 					}
-					if err := s.listDrop(ctx, run, res.cell(t, fam, n), t, tpl, pre, xf); err != nil {
+					if err := s.listDrop(ctx, run, res.AddCell(t, fam, n), t, tpl, pre, xf); err != nil {
 						return fmt.Errorf("lists %s %s %d: %w", t, fam, n, err)
 					}
 					if ctx.Err() != nil {
@@ -248,13 +147,13 @@ func (s *study) listSection(ctx context.Context) error {
 
 // listTemplate is UDP from the first min(n, MaxMany4) listed sources (n 0:
 // as many as the 1,000 list).
-func (s *study) listTemplate(fam string, n int) (e2e.Template, error) {
+func (s *study) listTemplate(fam string, n int) (storm.Template, error) {
 	if n == 0 {
-		n = ListSizes[0]
+		n = results.ListSizes[0]
 	}
-	f := e2e.Flow{Proto: e2e.UDP, First: e2e.Many4, Count: uint32(min(n, e2e.MaxMany4))}
+	f := storm.Flow{Proto: storm.UDP, First: storm.Many4, Count: uint32(min(n, storm.MaxMany4))}
 	if fam == "ipv6" {
-		f.First = e2e.Many6
+		f.First = storm.Many6
 	}
 	return s.template(f)
 }
@@ -262,7 +161,7 @@ func (s *study) listTemplate(fam string, n int) (e2e.Template, error) {
 // xfCLI times `xdp-filter ip` once per address for n addresses, as an
 // operator adds them, on a load of its own, unloaded after.
 func (s *study) xfCLI(ctx context.Context, xf string, n int) (float64, error) {
-	if err := s.xfRun(ctx, xf, "load", e2e.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
+	if err := s.xfRun(ctx, xf, "load", storm.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
 		return 0, err
 	}
 	defer s.xfUnload(ctx, xf)
@@ -290,10 +189,10 @@ func (s *study) xfRun(ctx context.Context, xf string, args ...string) error {
 }
 
 func (s *study) xfUnload(ctx context.Context, xf string) {
-	if err := s.xfRun(context.WithoutCancel(ctx), xf, "unload", e2e.EdgeDev); err != nil {
+	if err := s.xfRun(context.WithoutCancel(ctx), xf, "unload", storm.EdgeDev); err != nil {
 		s.log.Warn("unload xdp-filter", logErr, err)
 	}
-	if _, err := os.Stat(filepath.Join(xfPins, "programs", e2e.EdgeDev)); err == nil {
+	if _, err := os.Stat(filepath.Join(xfPins, "programs", storm.EdgeDev)); err == nil {
 		s.log.Warn("xdp-filter left its pins", "dir", xfPins)
 	}
 }
@@ -360,7 +259,7 @@ func xfDrops() (uint64, error) {
 
 // listDrop loads target with list pre (timing the load), then measures its
 // drop capacity from tpl at full speed for DropPhase.
-func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target string, tpl e2e.Template, pre []netip.Prefix, xf string) error {
+func (s *study) listDrop(ctx context.Context, run int, c *results.ListCell, target string, tpl storm.Template, pre []netip.Prefix, xf string) error {
 	var count func() (uint64, error)
 	switch target {
 	case "floor":
@@ -378,7 +277,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 		}
 		defer l.Close()
 	case "shield":
-		sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Limits: Limits()})
+		sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Limits: results.Limits()})
 		if err != nil {
 			return err
 		}
@@ -402,7 +301,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 			return cs.Verdict(shield.Drop), err
 		}
 	case "xdp-filter":
-		if err := s.xfRun(ctx, xf, "load", e2e.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
+		if err := s.xfRun(ctx, xf, "load", storm.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {
 			return err
 		}
 		defer s.xfUnload(ctx, xf)
@@ -428,7 +327,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 	if s.opt.Quick {
 		phase /= 2
 	}
-	d, _, err := s.dropPhase(ctx, run, []e2e.Template{tpl}, nil, phase, s.edge.cpu)
+	d, _, err := s.dropPhase(ctx, run, []storm.Template{tpl}, nil, phase, s.edge.CPU)
 	if err != nil {
 		return err
 	}
@@ -441,12 +340,10 @@ func (s *study) listDrop(ctx context.Context, run int, c *ListCell, target strin
 		}
 		d.Dropped = d1 - d0
 	}
-	d.rates()
+	d.Rates()
 	c.Samples = append(c.Samples, d)
 	return nil
 }
-
-var errNoLists = errors.New("no list cells")
 
 // xfVersion is the installed xdp-tools package's version (xdp-filter
 // 1.3 prints none of its own).

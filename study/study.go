@@ -16,11 +16,16 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
+	"github.com/xdpshield/xdpshield/internal/kernel"
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/sim"
+	"github.com/xdpshield/xdpshield/study/proc"
+	"github.com/xdpshield/xdpshield/study/report"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // Log attribute keys.
@@ -47,24 +52,13 @@ type Options struct {
 	Only []string
 }
 
-// Sections of the study, selected with Options.Only (shieldlab study -only).
-const (
-	SectionMain  = "main"  // legitimate traffic and drop capacity against nftables, and the benchmarks
-	SectionPeers = "peers" // the L7 fast path beside the Go proxy, HAProxy and nginx
-	SectionLists = "lists" // large deny lists: the shield beside xdp-filter and the XDP_DROP floor
-	SectionXDPLB = "xdplb" // the XDP layer-4 balancer's packet rate beside the XDP_DROP and XDP_TX floors
-)
-
-// Sections are every section, in the order of a run.
-var Sections = []string{SectionMain, SectionPeers, SectionLists, SectionXDPLB}
-
 func (o Options) sections() ([]string, error) {
 	if len(o.Only) == 0 {
-		return Sections, nil
+		return results.Sections, nil
 	}
 	for _, x := range o.Only {
-		if !slices.Contains(Sections, x) {
-			return nil, fmt.Errorf("study: unknown section %q (sections: %v)", x, Sections)
+		if !slices.Contains(results.Sections, x) {
+			return nil, fmt.Errorf("study: unknown section %q (sections: %v)", x, results.Sections)
 		}
 	}
 	return o.Only, nil
@@ -82,61 +76,12 @@ func QuickOptions() Options {
 	return Options{Quick: true, Runs: 2, Phase: time.Second, DropPhase: time.Second, StormRate: 500_000, Bench: true}
 }
 
-// Limits are the limits of the shield and of its nftables twin in every
-// configuration: the service's defaults with the destinations the storm
-// floods protected as in the storm demo (TCP 443, UDP 53, ICMP), and the
-// per-source rate and burst and the datagram service's aggregate limit
-// the study derives for its service (StudyDefaults).
-func Limits() shield.Limits { return StudyDefaults().Apply(e2e.StormLimits(shield.DefaultLimits())) }
-
-// Config is one way the edge is set up for legitimate traffic.
-type Config struct {
-	Name    string `json:"name"`
-	Program string `json:"program"` // none, shield, dryrun, allowall, nft
-	Storm   bool   `json:"storm"`   // a few-source storm at StormRate throughout
-	Probe   bool   `json:"probe"`   // the tc probe on the client link
-}
-
-// Configs are the configurations measured, in the order of a run.
-var Configs = []Config{
-	{"none", "none", false, false},
-	{"shield-dryrun", "dryrun", false, false},
-	{"shield-allowall", "allowall", false, false},
-	{"shield", "shield", false, false},
-	{"nft", "nft", false, false},
-	{"probe", "none", false, true},
-	{"shield+probe", "shield", false, true},
-	{"none/storm", "none", true, false},
-	{"shield/storm", "shield", true, false},
-	{"nft/storm", "nft", true, false},
-	{"shield+probe/storm", "shield", true, true},
-}
-
-// Phases of a configuration.
-const (
-	PhaseFixed      = "fixed"      // the e2e client's default pace
-	PhaseSaturation = "saturation" // keep-alive requests back to back
-)
-
-// Drop-capacity targets. shield-nopass is the shield with a source limit
-// that passes almost nothing (1 packet/s, burst 1; strangers admitted as by
-// default): the same drop paths as the shield's, without the stack's work
-// on what the default limits let through, which on two shared cores slows
-// the generator.
-//
-// generator is the generator alone: no program on the storm link's edge
-// end and GRO off there, so the veth runs no NAPI and refuses every frame
-// at once. Its rate is the generator's own, the ceiling of every other
-// figure: a floor close to it is set by the generator, not the receiver
-// (GeneratorBound).
-var DropTargets = []string{"generator", "floor", "shield", "shield-nopass", "nft"}
-
 // dropOrder is the order of the drop-capacity targets in run: the shield
 // and the shield passing almost nothing, compared run by run (Conclusion),
 // take turns going first, so a drift of the shared machine within a run
 // favours neither.
 func dropOrder(run int) []string {
-	order := slices.Clone(DropTargets)
+	order := slices.Clone(results.DropTargets)
 	if run%2 == 1 {
 		i, j := slices.Index(order, "shield"), slices.Index(order, "shield-nopass")
 		if i >= 0 && j >= 0 {
@@ -146,27 +91,24 @@ func dropOrder(run int) []string {
 	return order
 }
 
-// Drop-capacity source sets.
-var DropSources = []string{"few", "many"}
-
 // study holds what a run needs.
 type study struct {
 	opt    Options
 	log    *slog.Logger
-	top    *e2e.Topology
-	gen    e2e.Generator
-	edge   *edgeProc
+	top    *storm.Topology
+	gen    storm.Generator
+	edge   *proc.Edge
 	pool   *x509.CertPool
-	few    []e2e.Template
-	many   []e2e.Template
+	few    []storm.Template
+	many   []storm.Template
 	manyW  []float64
-	res    *Results
+	res    *results.Results
 	bar    *bar
 	nftRun nft.Runner
 }
 
 // Run carries out the study and writes its output to opt.Out.
-func Run(ctx context.Context, opt Options) (*Results, error) {
+func Run(ctx context.Context, opt Options) (*results.Results, error) {
 	if opt.Runs < 1 || opt.Phase <= 0 || opt.DropPhase <= 0 || opt.Out == "" {
 		return nil, fmt.Errorf("study: runs %d, phase %v, drop phase %v, out %q: all required", opt.Runs, opt.Phase, opt.DropPhase, opt.Out)
 	}
@@ -183,7 +125,7 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 		s.log = slog.Default()
 	}
 	// Not beside a storm (nor another study): each would measure the other.
-	unlock, err := e2e.LockStorms(ctx, s.log)
+	unlock, err := parts.LockStorms(ctx, s.log)
 	if err != nil {
 		return nil, fmt.Errorf("study: %w", err)
 	}
@@ -192,22 +134,22 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if n := runtime.NumCPU() + 1; runtime.GOMAXPROCS(0) < n {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
 	}
-	main := slices.Contains(secs, SectionMain)
+	main := slices.Contains(secs, results.SectionMain)
 	steps := 0
 	if main {
-		steps += opt.Runs*len(Configs)*2 + opt.Runs*len(DropTargets)*len(DropSources)
+		steps += opt.Runs*len(results.Configs)*2 + opt.Runs*len(results.DropTargets)*len(results.DropSources)
 		if opt.Bench {
 			steps++
 		}
 	}
-	if slices.Contains(secs, SectionPeers) {
+	if slices.Contains(secs, results.SectionPeers) {
 		steps += s.l7Plan().steps(opt.Runs)
 	}
-	lists := slices.Contains(secs, SectionLists)
+	lists := slices.Contains(secs, results.SectionLists)
 	if lists {
 		steps += s.listSteps()
 	}
-	lbs := slices.Contains(secs, SectionXDPLB)
+	lbs := slices.Contains(secs, results.SectionXDPLB)
 	if lbs {
 		steps += s.lbSteps()
 	}
@@ -221,7 +163,7 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if main {
 		err = s.all(ctx)
 	}
-	if err == nil && slices.Contains(secs, SectionPeers) {
+	if err == nil && slices.Contains(secs, results.SectionPeers) {
 		err = s.l7Section(ctx)
 	}
 	if err == nil && lists {
@@ -234,8 +176,8 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 	if err != nil {
 		s.res.Error = err.Error()
 	}
-	s.res.finish()
-	if werr := Write(opt.Out, s.res); werr != nil {
+	s.res.Finish()
+	if werr := report.Write(opt.Out, s.res); werr != nil {
 		return s.res, errors.Join(err, werr)
 	}
 	return s.res, err
@@ -243,31 +185,31 @@ func Run(ctx context.Context, opt Options) (*Results, error) {
 
 func (s *study) setup() error {
 	var err error
-	if s.top, err = e2e.NewTopology(); err != nil {
+	if s.top, err = storm.NewTopology(); err != nil {
 		return fmt.Errorf("topology: %w", err)
 	}
 	s.res.RPS = s.top.RPS
 	s.nftRun = nft.Command(s.top.Edge.Command)
-	if s.gen, err = e2e.NewGenerator("auto", s.top.Storm, s.top.StormIfindex); err != nil {
+	if s.gen, err = storm.NewGenerator("auto", s.top.Storm, s.top.StormIfindex); err != nil {
 		return fmt.Errorf("generator: %w", err)
 	}
 	s.res.Generator = s.gen.Name()
-	if s.edge, s.pool, err = startEdge(s.opt.Self, s.top.Edge); err != nil {
+	if s.edge, s.pool, err = proc.StartEdge(s.opt.Self, s.top.Edge); err != nil {
 		return fmt.Errorf("edge server: %w", err)
 	}
 	// The storms: e2e's few sources (16 per family, UDP, SYN and ICMP)
 	// and its many forged ones (all of 198.19.0.0/16, 4M of
 	// 2001:db8:1::/96), weighted so each forged source recurs alike.
-	for _, p := range []e2e.Proto{e2e.UDP, e2e.TCPSYN, e2e.ICMP} {
-		for _, f := range []e2e.Flow{{Proto: p, First: e2e.Few4, Count: 16}, {Proto: p, First: e2e.Few6, Count: 16}} {
+	for _, p := range []storm.Proto{storm.UDP, storm.TCPSYN, storm.ICMP} {
+		for _, f := range []storm.Flow{{Proto: p, First: storm.Few4, Count: 16}, {Proto: p, First: storm.Few6, Count: 16}} {
 			t, err := s.template(f)
 			if err != nil {
 				return err
 			}
 			s.few = append(s.few, t)
 		}
-		many4, many6 := uint32(e2e.MaxMany4), uint32(1<<22)
-		for _, f := range []e2e.Flow{{Proto: p, First: e2e.Many4, Count: many4}, {Proto: p, First: e2e.Many6, Count: many6}} {
+		many4, many6 := uint32(storm.MaxMany4), uint32(1<<22)
+		for _, f := range []storm.Flow{{Proto: p, First: storm.Many4, Count: many4}, {Proto: p, First: storm.Many6, Count: many6}} {
 			t, err := s.template(f)
 			if err != nil {
 				return err
@@ -279,17 +221,17 @@ func (s *study) setup() error {
 	return nil
 }
 
-func (s *study) template(f e2e.Flow) (e2e.Template, error) {
-	dst := e2e.Edge4
+func (s *study) template(f storm.Flow) (storm.Template, error) {
+	dst := storm.Edge4
 	if f.First.Is6() {
-		dst = e2e.Edge6
+		dst = storm.Edge6
 	}
-	return e2e.BuildTemplate(f, s.top.StormMAC, s.top.EdgeMAC, dst)
+	return storm.BuildTemplate(f, s.top.StormMAC, s.top.EdgeMAC, dst)
 }
 
 func (s *study) close() {
 	if s.edge != nil {
-		s.edge.stop()
+		s.edge.Stop()
 	}
 	if s.gen != nil {
 		s.gen.Close()
@@ -305,8 +247,8 @@ func (s *study) all(ctx context.Context) error {
 	for run := range s.opt.Runs {
 		// Rotate the order from run to run, so a drift of the shared
 		// machine does not always fall on the same configuration.
-		for i := range Configs {
-			c := Configs[(i+run)%len(Configs)]
+		for i := range results.Configs {
+			c := results.Configs[(i+run)%len(results.Configs)]
 			if err := s.legit(ctx, run, c); err != nil {
 				return fmt.Errorf("run %d, %s: %w", run+1, c.Name, err)
 			}
@@ -314,7 +256,7 @@ func (s *study) all(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		for _, src := range DropSources {
+		for _, src := range results.DropSources {
 			for _, t := range dropOrder(run) {
 				if err := s.drop(ctx, run, t, src); err != nil {
 					return fmt.Errorf("run %d, drop capacity %s/%s: %w", run+1, t, src, err)
@@ -345,7 +287,7 @@ type protection struct {
 	noGRO bool // the storm link's GRO is off (generator alone)
 }
 
-func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*protection, error) {
+func (s *study) protect(ctx context.Context, c results.Config, tableSize uint32) (*protection, error) {
 	p := &protection{}
 	ok := false
 	defer func() {
@@ -356,7 +298,7 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 	switch c.Program {
 	case "none":
 	case "shield", "dryrun", "allowall", "shield-nopass":
-		l := Limits()
+		l := results.Limits()
 		l.DryRun = c.Program == "dryrun"
 		if c.Program == "shield-nopass" {
 			l.Rate, l.Burst = 1, 1
@@ -383,7 +325,7 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 			}
 		}
 	case "nft":
-		rs, err := nft.Render(nft.Config{Ifaces: []string{e2e.EdgeDev, e2e.FrontDev}, TableSize: tableSize}.WithLimits(Limits()))
+		rs, err := nft.Render(nft.Config{Ifaces: []string{storm.EdgeDev, storm.FrontDev}, TableSize: tableSize}.WithLimits(results.Limits()))
 		if err != nil {
 			return nil, err
 		}
@@ -415,7 +357,7 @@ func (s *study) protect(ctx context.Context, c Config, tableSize uint32) (*prote
 		return nil, fmt.Errorf("unknown program %q", c.Program)
 	}
 	if c.Probe {
-		pr, err := probe.Load(probe.Options{Port: e2e.EdgePort})
+		pr, err := probe.Load(probe.Options{Port: storm.EdgePort})
 		if err != nil {
 			return nil, err
 		}
@@ -454,7 +396,7 @@ func (s *study) undo(ctx context.Context, p *protection) {
 
 // legit measures configuration c: a fixed-rate phase, then a saturation
 // phase, the storm (if any) raging through both.
-func (s *study) legit(ctx context.Context, run int, c Config) error {
+func (s *study) legit(ctx context.Context, run int, c results.Config) error {
 	p, err := s.protect(ctx, c, 1<<16)
 	if err != nil {
 		return err
@@ -466,23 +408,23 @@ func (s *study) legit(ctx context.Context, run int, c Config) error {
 	var stormErr error
 	var stormSent []uint64
 	if c.Storm {
-		spec := e2e.StormSpec{Templates: s.few, Rate: s.opt.StormRate,
+		spec := storm.Spec{Templates: s.few, Rate: s.opt.StormRate,
 			Duration: 4*s.opt.Phase + 10*time.Second, MaxFrames: s.opt.StormRate * uint64((4*s.opt.Phase+10*time.Second)/time.Second)}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stormSent, stormErr = e2e.Storm(sctx, s.gen, spec, nil)
+			stormSent, stormErr = storm.Run(sctx, s.gen, spec, nil)
 		}()
 		time.Sleep(200 * time.Millisecond) // the storm is on before the client starts
 	}
-	for _, ph := range []string{PhaseFixed, PhaseSaturation} {
+	for _, ph := range []string{results.PhaseFixed, results.PhaseSaturation} {
 		s.bar.step(fmt.Sprintf("run %d/%d %s %s", run+1, s.opt.Runs, c.Name, ph))
 		smp, err := s.phase(ctx, c, ph, p)
 		if err != nil {
 			return err
 		}
 		smp.Run = run
-		s.res.addLegit(c, ph, smp)
+		s.res.AddLegit(c, ph, smp)
 	}
 	cancel()
 	wg.Wait()
@@ -494,51 +436,51 @@ func (s *study) legit(ctx context.Context, run int, c Config) error {
 }
 
 // phase runs the legitimate client in one phase and reads its figures.
-func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (Sample, error) {
-	cc := e2e.DefaultClientConfig()
-	if ph == PhaseSaturation {
+func (s *study) phase(ctx context.Context, c results.Config, ph string, p *protection) (results.Sample, error) {
+	cc := parts.DefaultClientConfig()
+	if ph == results.PhaseSaturation {
 		// Back to back on one kept-alive connection per family: the
 		// client's loop goes on at once when late.
-		cc = e2e.ClientConfig{KeepAliveRate: 1e6, Timeout: cc.Timeout}
+		cc = parts.ClientConfig{KeepAliveRate: 1e6, Timeout: cc.Timeout}
 	}
-	rec := &e2e.Recorder{}
-	cl := e2e.StartClient(s.top.Storm, s.pool, cc, rec, e2e.Front4, e2e.Front6)
+	rec := &parts.Recorder{}
+	cl := parts.StartClient(s.top.Storm, s.pool, cc, rec, storm.Front4, storm.Front6)
 	defer cl.Stop()
 	// Warm up: connections opened, neighbours resolved, the client's
 	// first packets admitted.
 	if err := sleep(ctx, 300*time.Millisecond); err != nil {
-		return Sample{}, err
+		return results.Sample{}, err
 	}
 	var src0 shield.Source
 	if p.sh != nil {
-		src0, _, _ = p.sh.Source(e2e.Client4)
+		src0, _, _ = p.sh.Source(storm.Client4)
 	}
 	if p.probe != nil {
 		if err := p.probe.Reset(); err != nil {
-			return Sample{}, err
+			return results.Sample{}, err
 		}
 	}
-	cpu0, err := s.edge.cpu()
+	cpu0, err := s.edge.CPU()
 	if err != nil {
-		return Sample{}, err
+		return results.Sample{}, err
 	}
 	rec.Switch(true)
 	if err := sleep(ctx, s.opt.Phase); err != nil {
-		return Sample{}, err
+		return results.Sample{}, err
 	}
 	got := rec.Switch(false)
-	cpu1, err := s.edge.cpu()
+	cpu1, err := s.edge.CPU()
 	if err != nil {
-		return Sample{}, err
+		return results.Sample{}, err
 	}
-	smp := sampleOf(got)
-	smp.ServerCPU = cpu1.proc - cpu0.proc
-	smp.SoftirqCPU = cpu1.softirq - cpu0.softirq
+	smp := results.SampleOf(got)
+	smp.ServerCPU = cpu1.Proc - cpu0.Proc
+	smp.SoftirqCPU = cpu1.Softirq - cpu0.Softirq
 	if n := smp.Requests - smp.Failures; n > 0 {
 		smp.CPUPerReqUs = (smp.ServerCPU + smp.SoftirqCPU) / float64(n) * 1e6
 	}
 	if p.sh != nil {
-		if src1, ok, err := p.sh.Source(e2e.Client4); err == nil && ok {
+		if src1, ok, err := p.sh.Source(storm.Client4); err == nil && ok {
 			smp.ClientPPS = float64(src1.Passed+src1.Dropped-src0.Passed-src0.Dropped) / smp.Seconds
 			smp.ClientDropped = src1.Dropped - src0.Dropped
 		}
@@ -557,7 +499,7 @@ func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (
 		}
 		ka := new(probe.Histogram)
 		for _, f := range flows {
-			if f.Count >= keepAliveFlow {
+			if f.Count >= results.KeepAliveFlow {
 				ka.Add(f.Histogram)
 			}
 		}
@@ -565,11 +507,6 @@ func (s *study) phase(ctx context.Context, c Config, ph string, p *protection) (
 	}
 	return smp, nil
 }
-
-// keepAliveFlow is the least number of requests the probe must have timed
-// on a flow to count it as one of the client's kept-alive connections
-// (which make 100 a second; a new connection makes 3 or 4).
-const keepAliveFlow = 20
 
 func sleep(ctx context.Context, d time.Duration) error {
 	select {
@@ -584,7 +521,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 // DropPhase against target, from few or many sources.
 func (s *study) drop(ctx context.Context, run int, target, sources string) error {
 	s.bar.step(fmt.Sprintf("run %d/%d drop capacity %s, %s sources", run+1, s.opt.Runs, target, sources))
-	c := Config{Name: target, Program: target}
+	c := results.Config{Name: target, Program: target}
 	p, err := s.protect(ctx, c, shield.DefaultTableSize)
 	if err != nil {
 		return err
@@ -600,7 +537,7 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			return err
 		}
 	}
-	d, edgeRx, err := s.dropPhase(ctx, run, tpls, w, s.opt.DropPhase, s.edge.cpu)
+	d, edgeRx, err := s.dropPhase(ctx, run, tpls, w, s.opt.DropPhase, s.edge.CPU)
 	if err != nil {
 		return err
 	}
@@ -635,17 +572,17 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			}
 		}
 	}
-	d.rates()
-	s.res.addDrop(target, sources, d)
+	d.Rates()
+	s.res.AddDrop(target, sources, d)
 	return nil
 }
 
 // dropPhase sends tpls (weights w) at full speed for phase, lets the ring
 // drain, and returns what every drop-capacity cell measures alike: frames
 // sent, refused by the storm link, seen by the edge, the CPU time read
-// (the edge server's process too with s.edge.cpu, the machine alone with
-// s.edge.machine), and the frames the edge's end received (edgeRx).
-func (s *study) dropPhase(ctx context.Context, run int, tpls []e2e.Template, w []float64, phase time.Duration, read func() (cpuReading, error)) (d DropSample, edgeRx uint64, err error) {
+// (the edge server's process too with s.edge.CPU, the machine alone with
+// s.edge.Machine), and the frames the edge's end received (edgeRx).
+func (s *study) dropPhase(ctx context.Context, run int, tpls []storm.Template, w []float64, phase time.Duration, read func() (proc.CPUReading, error)) (d results.DropSample, edgeRx uint64, err error) {
 	v0, err := s.top.VethStats()
 	if err != nil {
 		return d, 0, err
@@ -671,25 +608,15 @@ func (s *study) dropPhase(ctx context.Context, run int, tpls []e2e.Template, w [
 	if err != nil {
 		return d, 0, err
 	}
-	d = DropSample{Run: run, Seconds: secs}
+	d = results.DropSample{Run: run, Seconds: secs}
 	for _, n := range per {
 		d.Sent += n
 	}
 	d.Refused = v1.Storm.TxDropped - v0.Storm.TxDropped
 	d.Seen = d.Sent - min(d.Refused, d.Sent)
-	d.SoftirqCPU = cpu1.softirq - cpu0.softirq
-	d.BusyCPU = cpu1.busy - cpu0.busy
+	d.SoftirqCPU = cpu1.Softirq - cpu0.Softirq
+	d.BusyCPU = cpu1.Busy - cpu0.Busy
 	return d, v1.Edge.RxPackets - v0.Edge.RxPackets, nil
-}
-
-// rates fills the per-second figures from the counts.
-func (d *DropSample) rates() {
-	d.SentPPS = float64(d.Sent) / d.Seconds
-	d.SeenPPS = float64(d.Seen) / d.Seconds
-	d.DropPPS = float64(d.Dropped) / d.Seconds
-	if d.SoftirqCPU > 0 {
-		d.DropsPerCPUSec = float64(d.Dropped) / d.SoftirqCPU
-	}
 }
 
 // bigChunk is the most frames one generator call sends at full speed: a
@@ -701,7 +628,7 @@ const bigChunk = 1 << 19
 
 // fullSpeed sends tpls in turn, in shares w (nil: equal), as fast as the
 // generator goes, for d; it returns the frames sent per template.
-func fullSpeed(ctx context.Context, g e2e.Generator, tpls []e2e.Template, w []float64, d time.Duration) ([]uint64, error) {
+func fullSpeed(ctx context.Context, g storm.Generator, tpls []storm.Template, w []float64, d time.Duration) ([]uint64, error) {
 	if w == nil {
 		w = make([]float64, len(tpls))
 		for i := range w {
@@ -728,4 +655,23 @@ func fullSpeed(ctx context.Context, g e2e.Generator, tpls []e2e.Template, w []fl
 		}
 	}
 	return per, nil
+}
+
+func newResults(opt Options) *results.Results {
+	return &results.Results{
+		Started:      time.Now().UTC(),
+		Command:      opt.Command,
+		Revision:     results.Revision(),
+		Kernel:       kernel.Release(),
+		CPUModel:     results.CPUModel(),
+		Cores:        runtime.NumCPU(),
+		Quick:        opt.Quick,
+		Runs:         opt.Runs,
+		PhaseSeconds: opt.Phase.Seconds(),
+		DropSeconds:  opt.DropPhase.Seconds(),
+		StormRate:    opt.StormRate,
+		Limits:       results.Limits(),
+		Defaults:     results.StudyDefaults(),
+		LoadStart:    results.LoadAvg(),
+	}
 }

@@ -11,134 +11,12 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/lb/maglev"
 	"github.com/xdpshield/xdpshield/sim"
+	"github.com/xdpshield/xdpshield/study/results"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
-
-// LBTargets are what the xdplb section puts on edge0, in the order of a run:
-// the XDP_DROP floor, the XDP_TX floor (the frame sent back out unmodified)
-// and the balancer (match the VIP, pick a backend, encapsulate, XDP_TX)
-// with 65,536 flows (most frames a new flow for its CPU's connection
-// table: an LRU insert) and with 16 (every frame a connection-table hit).
-var LBTargets = []string{"drop", "tx", "xdplb", "xdplb-16"}
-
-// lbFlows is how many flows (sources) each target is sent.
-func lbFlows(target string) uint32 {
-	if target == "xdplb-16" {
-		return 16
-	}
-	return e2e.MaxMany4
-}
-
-// lbBackends is how many backends the balanced VIP has (never reached: the
-// encapsulated frames go back out edge0 to storm0, which drops them).
-const lbBackends = 4
-
-// LBCell is one (target, family) over every run. In its samples, Dropped
-// is what the target handled: dropped, sent back, or balanced.
-type LBCell struct {
-	Target  string       `json:"target"`
-	Family  string       `json:"family"`
-	Samples []DropSample `json:"runs"`
-	// Reasons are xdplb's counters over each run (its decisions).
-	Reasons []map[string]uint64 `json:"xdplb_reasons,omitempty"`
-	GenPPS  Stat                `json:"generator_pps"` // sent / seconds: the generator's own rate
-	SeenPPS Stat                `json:"seen_pps"`
-	DonePPS Stat                `json:"handled_pps"`
-	PerCPU  Stat                `json:"handled_per_softirq_cpu_second"`
-}
-
-// GeneratorBound reports whether the generator's own rate (what it sends
-// into the XDP_DROP floor, floor) is not well above what c handled
-// (within 10%): the figure is then the generator's, not the target's.
-// The floor itself always is.
-func (c *LBCell) GeneratorBound(floor *LBCell) bool {
-	return floor != nil && c.DonePPS.Median >= 0.9*floor.GenPPS.Median
-}
-
-// Moved is the share of new flows that change backend when one of N
-// backends goes: Maglev (xdplb's table) against a hash modulo N and
-// against nftables' `jhash ... mod N`, which is no modulo: nft_jhash
-// scales the hash into N ranges (reciprocal_scale, (h*N)>>32).
-type Moved struct {
-	N      int     `json:"backends"`
-	Maglev float64 `json:"maglev"`
-	Modulo float64 `json:"modulo"`
-	NFT    float64 `json:"nft_jhash"`
-}
-
-// LBResults are the xdplb section.
-type LBResults struct {
-	Cells   []*LBCell `json:"cells"`
-	Moved   []Moved   `json:"moved"`
-	Skipped []string  `json:"skipped,omitempty"`
-}
-
-// Cell returns a cell, nil when not measured.
-func (r *LBResults) Cell(target, family string) *LBCell {
-	if r == nil {
-		return nil
-	}
-	for _, c := range r.Cells {
-		if c.Target == target && c.Family == family {
-			return c
-		}
-	}
-	return nil
-}
-
-func (r *LBResults) cell(target, family string) *LBCell {
-	if c := r.Cell(target, family); c != nil {
-		return c
-	}
-	c := &LBCell{Target: target, Family: family}
-	r.Cells = append(r.Cells, c)
-	return c
-}
-
-func (r *LBResults) finish() {
-	for _, c := range r.Cells {
-		col := func(f func(DropSample) float64) Stat {
-			var xs []float64
-			for _, s := range c.Samples {
-				xs = append(xs, f(s))
-			}
-			return statOf(xs)
-		}
-		c.GenPPS = col(func(s DropSample) float64 { return float64(s.Sent) / s.Seconds })
-		c.SeenPPS = col(func(s DropSample) float64 { return s.SeenPPS })
-		c.DonePPS = col(func(s DropSample) float64 { return s.DropPPS })
-		c.PerCPU = col(func(s DropSample) float64 { return s.DropsPerCPUSec })
-	}
-}
-
-func (r *LBResults) missing() []string {
-	if r == nil {
-		return []string{"xdplb: not measured"}
-	}
-	var out []string
-	for _, t := range LBTargets {
-		for _, fam := range ListFamilies {
-			c := r.Cell(t, fam)
-			switch {
-			case c == nil || len(c.Samples) == 0:
-				out = append(out, fmt.Sprintf("xdplb %s %s: not measured", t, fam))
-			case c.DonePPS.Median <= 0:
-				out = append(out, fmt.Sprintf("xdplb %s %s: nothing handled", t, fam))
-			}
-		}
-	}
-	for _, m := range r.Moved {
-		// Maglev's disruption bound (Eisenbud et al., NSDI 2016, 3.4): the
-		// removed backend's share moves, little more.
-		if m.Maglev < 1/float64(m.N)-0.01 || m.Maglev > 1/float64(m.N)+0.05 {
-			out = append(out, fmt.Sprintf("xdplb moved n=%d: Maglev moved %.3f of the flows, not about 1/n", m.N, m.Maglev))
-		}
-	}
-	return out
-}
 
 // lbRuns: -quick makes one run (it checks that every target handled
 // frames, nothing more).
@@ -149,13 +27,13 @@ func (s *study) lbRuns() int {
 	return s.opt.Runs
 }
 
-func (s *study) lbSteps() int { return s.lbRuns() * len(ListFamilies) * len(LBTargets) }
+func (s *study) lbSteps() int { return s.lbRuns() * len(results.ListFamilies) * len(results.LBTargets) }
 
 // movedShares computes, for n backends of which the last goes, the share
 // of the balancer's table (new flows) whose backend changes, and what
 // hashing modulo n (nftables' `jhash ... mod n`) moves.
-func movedShares() []Moved {
-	var out []Moved
+func movedShares() []results.Moved {
+	var out []results.Moved
 	for _, n := range []int{3, 5, 10} {
 		names := make([]string, n)
 		for i := range names {
@@ -181,7 +59,7 @@ func movedShares() []Moved {
 				scaled++
 			}
 		}
-		out = append(out, Moved{N: n, Maglev: float64(moved) / float64(len(before)), Modulo: float64(mod) / float64(len(before)), NFT: float64(scaled) / grid})
+		out = append(out, results.Moved{N: n, Maglev: float64(moved) / float64(len(before)), Modulo: float64(mod) / float64(len(before)), NFT: float64(scaled) / grid})
 	}
 	return out
 }
@@ -189,7 +67,7 @@ func movedShares() []Moved {
 // lbSection measures each target's packet rate on edge0 from the
 // generator's UDP frames to the edge's datagram port (the VIP).
 func (s *study) lbSection(ctx context.Context) error {
-	res := &LBResults{Moved: movedShares()}
+	res := &results.LBResults{Moved: movedShares()}
 	s.res.LB = res
 	// storm0 drops what edge0 sends back (XDP_TX): a veth delivers XDP_TX
 	// frames to a peer that runs NAPI, and this keeps them out of the
@@ -209,15 +87,15 @@ func (s *study) lbSection(ctx context.Context) error {
 	}
 	defer bl.Close()
 	for run := range s.lbRuns() {
-		for _, fam := range ListFamilies {
-			for i := range LBTargets {
-				t := LBTargets[(i+run)%len(LBTargets)]
-				tpl, err := s.listTemplate(fam, int(lbFlows(t)))
+		for _, fam := range results.ListFamilies {
+			for i := range results.LBTargets {
+				t := results.LBTargets[(i+run)%len(results.LBTargets)]
+				tpl, err := s.listTemplate(fam, int(results.LBFlows(t)))
 				if err != nil {
 					return err
 				}
 				s.bar.step(fmt.Sprintf("run %d/%d xdplb %s %s", run+1, s.lbRuns(), fam, t))
-				if err := s.lbRate(ctx, run, res.cell(t, fam), t, tpl); err != nil {
+				if err := s.lbRate(ctx, run, res.AddCell(t, fam), t, tpl); err != nil {
 					return fmt.Errorf("xdplb %s %s: %w", t, fam, err)
 				}
 				if ctx.Err() != nil {
@@ -278,21 +156,21 @@ func txProgram() (*ebpf.Program, error) {
 }
 
 // lbConfig balances the edge's datagram port on Edge4 and Edge6 over
-// lbBackends addresses nobody holds, encapsulated towards storm0.
+// LBBackends addresses nobody holds, encapsulated towards storm0.
 func (s *study) lbConfig() xdplb.Config {
 	var b4, b6 []xdplb.Backend
-	for i := range lbBackends {
+	for i := range results.LBBackends {
 		b4 = append(b4, xdplb.Backend{Addr: netip.AddrFrom4([4]byte{198, 18, 210, byte(i + 1)})})
 		b6 = append(b6, xdplb.Backend{Addr: netip.MustParseAddr(fmt.Sprintf("2001:db8:210::%d", i+1))})
 	}
-	return xdplb.Config{NextHop: xdplb.MAC(s.top.StormMAC), Source4: e2e.Edge4, Source6: e2e.Edge6, MTU: 1500,
+	return xdplb.Config{NextHop: xdplb.MAC(s.top.StormMAC), Source4: storm.Edge4, Source6: storm.Edge6, MTU: 1500,
 		VIPs: []xdplb.VIP{
-			{Addr: e2e.Edge4, Port: e2e.DatagramPort, Proto: "udp", Backends: b4},
-			{Addr: e2e.Edge6, Port: e2e.DatagramPort, Proto: "udp", Backends: b6},
+			{Addr: storm.Edge4, Port: storm.DatagramPort, Proto: "udp", Backends: b4},
+			{Addr: storm.Edge6, Port: storm.DatagramPort, Proto: "udp", Backends: b6},
 		}}
 }
 
-func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, tpl e2e.Template) error {
+func (s *study) lbRate(ctx context.Context, run int, c *results.LBCell, target string, tpl storm.Template) error {
 	var prog *ebpf.Program
 	var count func() (uint64, error)
 	var reasons func() (map[string]uint64, error)
@@ -348,7 +226,7 @@ func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, t
 	if s.opt.Quick {
 		phase /= 2
 	}
-	d, _, err := s.dropPhase(ctx, run, []e2e.Template{tpl}, nil, phase, s.edge.machine)
+	d, _, err := s.dropPhase(ctx, run, []storm.Template{tpl}, nil, phase, s.edge.Machine)
 	if err != nil {
 		return err
 	}
@@ -368,7 +246,7 @@ func (s *study) lbRate(ctx context.Context, run int, c *LBCell, target string, t
 		}
 		c.Reasons = append(c.Reasons, r)
 	}
-	d.rates()
+	d.Rates()
 	c.Samples = append(c.Samples, d)
 	return nil
 }

@@ -13,20 +13,21 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/sim"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // TestLBMissing: the xdplb section's check (what -quick fails on) names a
 // target that handled nothing and a cell never measured, and accepts
 // Maglev's moved share only near 1/n.
 func TestLBMissing(t *testing.T) {
-	r := &LBResults{Moved: movedShares()}
-	for _, tg := range LBTargets {
-		for _, fam := range ListFamilies {
-			r.cell(tg, fam).Samples = []DropSample{{Seconds: 1, Sent: 10, SeenPPS: 10, DropPPS: 10}}
+	r := &results.LBResults{Moved: movedShares()}
+	for _, tg := range results.LBTargets {
+		for _, fam := range results.ListFamilies {
+			r.AddCell(tg, fam).Samples = []results.DropSample{{Seconds: 1, Sent: 10, SeenPPS: 10, DropPPS: 10}}
 		}
 	}
-	r.finish()
-	require.Empty(t, r.missing(), "every cell handled frames")
+	r.Finish()
+	require.Empty(t, r.Missing(), "every cell handled frames")
 	for _, m := range r.Moved {
 		assert.InDelta(t, 1/float64(m.N), m.Maglev, 0.05, "Maglev, n=%d", m.N)
 		assert.Greater(t, m.Modulo, 0.5, "modulo, n=%d", m.N)
@@ -38,16 +39,16 @@ func TestLBMissing(t *testing.T) {
 
 	r.Cell("xdplb", "ipv6").Samples[0].DropPPS = 0
 	r.Cells = r.Cells[1:] // drop/ipv4 never measured
-	r.Moved = append(r.Moved, Moved{N: 4, Maglev: 0.75})
-	r.finish()
-	got := strings.Join(r.missing(), "\n")
+	r.Moved = append(r.Moved, results.Moved{N: 4, Maglev: 0.75})
+	r.Finish()
+	got := strings.Join(r.Missing(), "\n")
 	assert.Contains(t, got, "xdplb xdplb ipv6: nothing handled")
 	assert.Contains(t, got, "xdplb drop ipv4: not measured")
 	assert.Contains(t, got, "n=4: Maglev moved 0.750")
 
-	floor := &LBCell{GenPPS: Stat{Median: 1e6}}
-	assert.True(t, (&LBCell{DonePPS: Stat{Median: 0.95e6}}).GeneratorBound(floor))
-	assert.False(t, (&LBCell{DonePPS: Stat{Median: 0.5e6}}).GeneratorBound(floor))
+	floor := &results.LBCell{GenPPS: results.Stat{Median: 1e6}}
+	assert.True(t, (&results.LBCell{DonePPS: results.Stat{Median: 0.95e6}}).GeneratorBound(floor))
+	assert.False(t, (&results.LBCell{DonePPS: results.Stat{Median: 0.5e6}}).GeneratorBound(floor))
 }
 
 // TestRepairProgram: storm0's program writes the generator's Ethernet

@@ -16,7 +16,7 @@ import (
 // set up a KVM vCPU, on a machine where guests crawl or never run (seen
 // here, nested: every kernel boot under KVM hung until its timeout, while
 // TCG booted). VMTEST_ACCEL=tcg|kvm
-// overrides. The probe runs once per process.
+// overrides. The trial runs once per process.
 func kvmUsable() bool {
 	switch os.Getenv("VMTEST_ACCEL") {
 	case "tcg":
@@ -28,7 +28,7 @@ func kvmUsable() bool {
 	return kvmOK
 }
 
-// kvmFaster boots the probe's guest under TCG and under KVM and says
+// kvmFaster boots the trial guest under TCG and under KVM and says
 // whether KVM ran it to its end no slower than TCG did. Seen here: a nested
 // KVM that ran the boot sector in 3.6-3.8 s where TCG took 0.3 s (and
 // sometimes not within 15 s), and never booted a kernel within 90 s.

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestGuestRuns: the accelerator probe's guest runs to its end under TCG,
-// which works wherever qemu does; so a probe under KVM that does not end
+// TestGuestRuns: the accelerator trial's guest runs to its end under TCG,
+// which works wherever qemu does; so a trial under KVM that does not end
 // says KVM does not run guests here, not that the guest is wrong.
 func TestGuestRuns(t *testing.T) {
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
@@ -17,5 +17,5 @@ func TestGuestRuns(t *testing.T) {
 	}
 	start := time.Now()
 	require.NoError(t, guestRuns("tcg", 30*time.Second))
-	t.Logf("the probe's guest ran under TCG in %s; KVM usable here: %v", time.Since(start).Round(time.Millisecond), kvmUsable())
+	t.Logf("the trial guest ran under TCG in %s; KVM usable here: %v", time.Since(start).Round(time.Millisecond), kvmUsable())
 }

@@ -34,7 +34,7 @@
 // and runs each binary in its package directory. It reports the guest's
 // uptime at each step (PHASE lines: /init started, mounted, modules
 // loaded, first test), which the matrix shows as the boot's phases. qemu
-// runs with KVM when a probe shows it works (VMTEST_ACCEL forces kvm or
+// runs with KVM when a trial boot shows it works (VMTEST_ACCEL forces kvm or
 // tcg), TCG otherwise, 2 vCPUs, machine pc; the kernel console
 // goes to ttyS0 (a file, dumped on a panic or a timeout, live with -v), the
 // test output to ttyS1 (streamed live, framed by @@VMTEST markers).

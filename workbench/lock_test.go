@@ -6,7 +6,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/flock"
 )
 
-// takeLock holds path as another storm's process would (e2e.LockStorms).
+// takeLock holds path as another storm's process would (parts.LockStorms).
 func takeLock(path string) (int, func(), error) {
 	return flock.Take(context.Background(), []string{path}, 0o600, nil)
 }

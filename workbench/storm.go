@@ -80,7 +80,7 @@ type StormConfig struct {
 	// Phase is each phase's length (the storm's -duration).
 	Phase time.Duration
 	// LockPath is the storm lock's file (flock.StormLockPath when empty:
-	// the one e2e.LockStorms takes).
+	// the one parts.LockStorms takes).
 	LockPath string
 	// Timeout ends a storm that runs longer (its namespaces are removed
 	// by the storm itself on SIGINT, or by the next one).
@@ -189,12 +189,12 @@ func (r *stormRunner) start(scenario string, contrast bool) error {
 	if r.state.Running {
 		return errBusy
 	}
-	// The storm takes the lock itself (e2e.LockStorms) and would wait
+	// The storm takes the lock itself (parts.LockStorms) and would wait
 	// for it: only see that it is free now. A done context makes Take try
 	// once.
-	probe, cancel := context.WithCancel(context.Background())
+	once, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, release, err := flock.Take(probe, []string{r.lockPath}, 0o600, nil)
+	_, release, err := flock.Take(once, []string{r.lockPath}, 0o600, nil)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return errBusy

@@ -7,15 +7,15 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
 )
 
-// The container lane's agents (e2e/agent.go): the edge image runs
+// The container lane's agents (e2e/parts/agent.go): the edge image runs
 // `shieldlab e2e-edge`, the storm image `shieldlab e2e-storm`. Hidden: the
 // lane's tooling, not a command to run by hand.
 func init() {
-	hidden["e2e-edge"] = command{"the container lane's edge: HTTPS server and datagram service", runAgent(e2e.ServeEdgeAgent)}
-	hidden["e2e-storm"] = command{"the container lane's storm: generators and legitimate client", runAgent(e2e.ServeStormAgent)}
+	hidden["e2e-edge"] = command{"the container lane's edge: HTTPS server and datagram service", runAgent(parts.ServeEdgeAgent)}
+	hidden["e2e-storm"] = command{"the container lane's storm: generators and legitimate client", runAgent(parts.ServeStormAgent)}
 }
 
 func runAgent(serve func(context.Context, string, *slog.Logger) error) func(context.Context, []string) error {

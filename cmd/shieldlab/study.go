@@ -12,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/study"
+	"github.com/xdpshield/xdpshield/study/proc"
+	"github.com/xdpshield/xdpshield/study/report"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 func init() {
@@ -28,7 +31,7 @@ func init() {
 	commands["study-edge"] = command{
 		summary: "(internal) the study's edge server, started by shieldlab study in its namespace",
 		run: func(ctx context.Context, args []string) error {
-			return study.ServeEdge(ctx, os.Stdin, os.Stdout)
+			return proc.ServeEdge(ctx, os.Stdin, os.Stdout)
 		},
 	}
 }
@@ -44,7 +47,7 @@ func runStudy(ctx context.Context, args []string) error {
 	bench := fs.Bool("bench", true, "run the simulator's benchmarks (go test -bench ./shield/datapath, from the source tree)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	docs := fs.String("docs", "", "also publish the report as DIR/study.md with its plots in DIR/study/ (make study: docs)")
-	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(study.Sections, ", ")+" (default: every one)")
+	only := fs.String("only", "", "run only these sections, comma-separated: "+strings.Join(results.Sections, ", ")+" (default: every one)")
 	render := fs.Bool("render", false, "measure nothing: draw the report and plots of the study in -out again (and -docs)")
 	if err := fs.Parse(args); err != nil {
 		return helpOK(err)
@@ -53,15 +56,15 @@ func runStudy(ctx context.Context, args []string) error {
 		return fmt.Errorf("study: unexpected arguments %q", fs.Args())
 	}
 	if *render {
-		res, err := study.Load(*out)
+		res, err := results.Load(*out)
 		if err != nil {
 			return fmt.Errorf("study -render: %w", err)
 		}
-		if err := study.Write(*out, res); err != nil {
+		if err := report.Write(*out, res); err != nil {
 			return err
 		}
 		if *docs != "" {
-			return study.WriteDocs(*docs, *out, res)
+			return report.WriteDocs(*docs, *out, res)
 		}
 		return nil
 	}
@@ -99,7 +102,7 @@ func runStudy(ctx context.Context, args []string) error {
 	if res != nil {
 		fmt.Fprintf(stdout, "study written to %s (report.md, results.json, plots)\n", filepath.Clean(*out))
 		if *docs != "" && err == nil {
-			if err := study.WriteDocs(*docs, *out, res); err != nil {
+			if err := report.WriteDocs(*docs, *out, res); err != nil {
 				return fmt.Errorf("study: publish to %s: %w", *docs, err)
 			}
 			fmt.Fprintf(stdout, "published to %s\n", filepath.Join(*docs, "study.md"))

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -47,7 +47,7 @@ func TestModernCapabilities(t *testing.T) {
 	ns, err := topo.New("caps")
 	require.NoError(t, err)
 	defer ns.Close()
-	require.NoError(t, topo.Veth(ns, e2e.EdgeDev, ns, "peer0"))
+	require.NoError(t, topo.Veth(ns, storm.EdgeDev, ns, "peer0"))
 	RemoveStalePinRoots()
 	pinRoot := filepath.Join("/sys/fs/bpf", fmt.Sprintf("%s%d", CapsPinPrefix, os.Getpid()))
 	require.NoError(t, pinfs.EnsureBPFFS(pinRoot))
@@ -55,11 +55,11 @@ func TestModernCapabilities(t *testing.T) {
 	detach := func() {
 		t.Helper()
 		dir := ""
-		ns.Do(func() error { dir, _ = pin.PinDir(pinRoot, e2e.EdgeDev); return nil })
+		ns.Do(func() error { dir, _ = pin.PinDir(pinRoot, storm.EdgeDev); return nil })
 		if _, err := os.Stat(dir); err != nil {
 			return
 		}
-		require.NoError(t, ns.Do(func() error { return pin.Detach(pinRoot, e2e.EdgeDev) }), "detach")
+		require.NoError(t, ns.Do(func() error { return pin.Detach(pinRoot, storm.EdgeDev) }), "detach")
 	}
 	defer detach()
 
@@ -72,7 +72,7 @@ func TestModernCapabilities(t *testing.T) {
 			set += ",+" + strings.ToLower(strings.TrimPrefix(c, "CAP_"))
 		}
 		cmd := exec.Command("nsenter", "--net=/run/netns/"+ns.Name, "setpriv", "--bounding-set", set, "--inh-caps", set,
-			bin, "serve", "-iface", e2e.EdgeDev, "-pin-root", pinRoot)
+			bin, "serve", "-iface", storm.EdgeDev, "-pin-root", pinRoot)
 		cmd.Env = os.Environ()
 		if checkOff {
 			cmd.Env = append(cmd.Env, "SHIELD_NO_CAP_CHECK=1")

@@ -17,6 +17,8 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
@@ -100,7 +102,7 @@ func RemoveStalePinRoots() {
 // exits non-zero naming it).
 var ShieldCaps = []string{"CAP_SYS_ADMIN"}
 
-// Lane is an e2e.Deployment of containers on one daemon: the edge and the
+// Lane is a parts.Deployment of containers on one daemon: the edge and the
 // storm in containers of network mode none that Run wires, the shield in a
 // container sharing the edge's namespace.
 type Lane struct {
@@ -122,11 +124,11 @@ type Lane struct {
 	shieldReq       tc.ContainerRequest
 	maps            *shield.Shield // the service's pinned maps, opened by the test
 	pinDir          string         // the service's pin directory, as the host sees it
-	top             *e2e.Topology
+	top             *storm.Topology
 }
 
-var _ e2e.Deployment = (*Lane)(nil)
-var _ e2e.Restarter = (*Lane)(nil)
+var _ parts.Deployment = (*Lane)(nil)
+var _ parts.Restarter = (*Lane)(nil)
 
 func (l *Lane) logf(format string, args ...any) {
 	if l.Logf != nil {
@@ -266,7 +268,7 @@ func RunLine(edge string, caps []string) string {
 
 // StartShield writes the configuration and token, starts the shield
 // container and opens its pinned maps for Run to read.
-func (l *Lane) StartShield(top *e2e.Topology, cfg service.Config) (e2e.ShieldSide, error) {
+func (l *Lane) StartShield(top *storm.Topology, cfg service.Config) (parts.ShieldSide, error) {
 	l.top = top
 	conf := filepath.Join(l.Dir, "shield")
 	if err := os.WriteFile(filepath.Join(conf, "shield.toml"), []byte(ShieldConfig(cfg)), 0o600); err != nil {
@@ -287,7 +289,7 @@ func (l *Lane) StartShield(top *e2e.Topology, cfg service.Config) (e2e.ShieldSid
 	}
 	if err := top.Edge.Do(func() error {
 		var err error
-		l.pinDir, err = pin.PinDir(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev)
+		l.pinDir, err = pin.PinDir(filepath.Join(l.PinRoot, "xdpshield"), storm.EdgeDev)
 		return err
 	}); err != nil {
 		return nil, err
@@ -307,7 +309,7 @@ func (l *Lane) Detach() error {
 	if err := l.stopShield(); err != nil {
 		return err
 	}
-	return l.top.Edge.Do(func() error { return pin.Detach(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev) })
+	return l.top.Edge.Do(func() error { return pin.Detach(filepath.Join(l.PinRoot, "xdpshield"), storm.EdgeDev) })
 }
 
 func (l *Lane) stopShield() error {
@@ -338,24 +340,24 @@ func (l *Lane) Close() error {
 		errs = append(errs, l.maps.Close())
 	}
 	if _, err := os.Stat(l.pinDir); l.top != nil && l.pinDir != "" && err == nil {
-		errs = append(errs, l.top.Edge.Do(func() error { return pin.Detach(filepath.Join(l.PinRoot, "xdpshield"), e2e.EdgeDev) }))
+		errs = append(errs, l.top.Edge.Do(func() error { return pin.Detach(filepath.Join(l.PinRoot, "xdpshield"), storm.EdgeDev) }))
 	}
 	return errors.Join(errs...)
 }
 
-func (l *Lane) StartEdge(top *e2e.Topology, udpCapacity float64) (e2e.EdgeSide, error) {
-	return e2e.RemoteEdge(filepath.Join(l.Dir, "edge"), udpCapacity)
+func (l *Lane) StartEdge(top *storm.Topology, udpCapacity float64) (parts.EdgeSide, error) {
+	return parts.RemoteEdge(filepath.Join(l.Dir, "edge"), udpCapacity)
 }
 
-func (l *Lane) StartStorm(top *e2e.Topology, kind string) (e2e.StormSide, error) {
-	return e2e.RemoteStorm(filepath.Join(l.Dir, "storm"), kind)
+func (l *Lane) StartStorm(top *storm.Topology, kind string) (parts.StormSide, error) {
+	return parts.RemoteStorm(filepath.Join(l.Dir, "storm"), kind)
 }
 
 // RestartShield stops the shield container, removes it, leaves the edge a
 // second with no service at all (the pinned program alone), then starts a
 // new container from the same request and waits for it to serve.
-func (l *Lane) RestartShield(ctx context.Context) (e2e.RestartStats, error) {
-	var st e2e.RestartStats
+func (l *Lane) RestartShield(ctx context.Context) (parts.RestartStats, error) {
+	var st parts.RestartStats
 	linkID := func() (uint32, error) {
 		lk, err := link.LoadPinnedLink(filepath.Join(l.pinDir, "link"), nil)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
@@ -101,12 +102,12 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	ns, err := attach(ctx, "capedge", edge)
 	require.NoError(t, err)
 	defer ns.Close()
-	require.NoError(t, topo.Veth(ns, e2e.EdgeDev, ns, "peer0"))
+	require.NoError(t, topo.Veth(ns, storm.EdgeDev, ns, "peer0"))
 	conf := t.TempDir()
 	cfg := e2e.StormServiceConfig(e2e.ShortConfig(), "0123456789abcdef0123456789abcdef")
 	require.NoError(t, os.WriteFile(filepath.Join(conf, "shield.toml"), []byte(ShieldConfig(cfg)), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(conf, "token"), []byte(cfg.API.Token+"\n"), 0o600))
-	defer ns.Do(func() error { return pin.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) })
+	defer ns.Do(func() error { return pin.Detach(filepath.Join(pinRoot, "xdpshield"), storm.EdgeDev) })
 
 	// run starts a shield container with caps and returns its exit code
 	// once it said it serves (serving: it is then stopped) or failed.
@@ -142,7 +143,7 @@ func testCapabilities(t *testing.T, p *tc.DockerProvider, pinRoot string) {
 	// (pins removed) a fresh start.
 	for _, state := range []string{"adopting", "fresh"} {
 		if state == "fresh" {
-			require.NoError(t, ns.Do(func() error { return pin.Detach(filepath.Join(pinRoot, "xdpshield"), e2e.EdgeDev) }))
+			require.NoError(t, ns.Do(func() error { return pin.Detach(filepath.Join(pinRoot, "xdpshield"), storm.EdgeDev) }))
 		}
 		for _, miss := range ShieldCaps {
 			rest := slices.DeleteFunc(slices.Clone(ShieldCaps), func(c string) bool { return c == miss })

@@ -63,6 +63,6 @@ func Take(ctx context.Context, paths []string, perm os.FileMode, onWait func()) 
 }
 
 // StormLockPath is the file whose flock serialises storms (and the
-// study's measurements) across processes: e2e.LockStorms takes it, and
+// study's measurements) across processes: e2e/parts.LockStorms takes it, and
 // the workbench checks it before it starts one.
 func StormLockPath() string { return filepath.Join(os.TempDir(), "xdpshield-storm.lock") }

@@ -256,11 +256,11 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	}
 	var t timer
 	// Size the timed runs from the reference's cost.
-	probe, _, err := t.run(ref, frame, 10000)
+	trial, _, err := t.run(ref, frame, 10000)
 	if err != nil {
 		return res, err
 	}
-	repeat := max(int(float64(o.Run.Nanoseconds())/max(probe, 1)), 1000)
+	repeat := max(int(float64(o.Run.Nanoseconds())/max(trial, 1)), 1000)
 	runs := max(int(o.Side/o.Run), 1)
 	res.Packets = repeat * runs
 	res.PrecisionNs = 1 / float64(res.Packets)

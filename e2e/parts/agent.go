@@ -1,4 +1,4 @@
-package e2e
+package parts
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
@@ -58,7 +59,7 @@ func ServeEdgeAgent(ctx context.Context, dir string, log *slog.Logger) error {
 			http.Error(w, "already started", http.StatusConflict)
 			return
 		}
-		e, err := Local{}.StartEdge(&Topology{Edge: ns}, capacity)
+		e, err := Local{}.StartEdge(&storm.Topology{Edge: ns}, capacity)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -86,8 +87,8 @@ func ServeEdgeAgent(ctx context.Context, dir string, log *slog.Logger) error {
 
 // stormRun is a storm request to the storm agent, and its answer.
 type stormRun struct {
-	Probe bool      `json:"probe"`
-	Spec  StormSpec `json:"spec"`
+	Listed bool       `json:"listed"`
+	Spec   storm.Spec `json:"spec"`
 }
 
 type stormDone struct {
@@ -102,8 +103,8 @@ type clientStart struct {
 }
 
 type peekAnswer struct {
-	P50   [numKinds]time.Duration `json:"p50"`
-	P99   [numKinds]time.Duration `json:"p99"`
+	P50   [NumKinds]time.Duration `json:"p50"`
+	P99   [NumKinds]time.Duration `json:"p99"`
 	Reqs  int                     `json:"requests"`
 	Fails int                     `json:"failures"`
 }
@@ -120,7 +121,7 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 	var (
 		mu      sync.Mutex
 		s       *localStorm
-		running = map[bool]context.CancelFunc{} // by probe: the storm in progress
+		running = map[bool]context.CancelFunc{} // by listed: the storm in progress
 	)
 	get := func(w http.ResponseWriter) *localStorm {
 		mu.Lock()
@@ -138,7 +139,7 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 			http.Error(w, "already started", http.StatusConflict)
 			return
 		}
-		idx, err := ns.LinkIndex(StormDev)
+		idx, err := ns.LinkIndex(storm.StormDev)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
@@ -164,11 +165,11 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		mu.Lock()
-		running[req.Probe] = cancel
+		running[req.Listed] = cancel
 		mu.Unlock()
-		per, err := s.Storm(sctx, req.Probe, req.Spec, nil)
+		per, err := s.Storm(sctx, req.Listed, req.Spec, nil)
 		mu.Lock()
-		delete(running, req.Probe)
+		delete(running, req.Listed)
 		mu.Unlock()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -183,7 +184,7 @@ func ServeStormAgent(ctx context.Context, dir string, log *slog.Logger) error {
 	mux.HandleFunc("POST /stop", func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		defer mu.Unlock()
-		if cancel, ok := running[r.URL.Query().Get("probe") == "1"]; ok {
+		if cancel, ok := running[r.URL.Query().Get("listed") == "1"]; ok {
 			cancel()
 		}
 	})
@@ -357,7 +358,7 @@ type remoteStorm struct {
 
 func (s *remoteStorm) Name() string { return s.name }
 
-func (s *remoteStorm) Storm(ctx context.Context, probe bool, spec StormSpec, sent *atomic.Uint64) ([]uint64, error) {
+func (s *remoteStorm) Storm(ctx context.Context, listed bool, spec storm.Spec, sent *atomic.Uint64) ([]uint64, error) {
 	// When ctx ends first, the agent is asked to stop, and answers with
 	// what it sent, as Storm does.
 	stopped := make(chan struct{})
@@ -366,9 +367,9 @@ func (s *remoteStorm) Storm(ctx context.Context, probe bool, spec StormSpec, sen
 		select {
 		case <-stopped:
 		case <-ctx.Done():
-			q := url.Values{"probe": {"0"}}
-			if probe {
-				q.Set("probe", "1")
+			q := url.Values{"listed": {"0"}}
+			if listed {
+				q.Set("listed", "1")
 			}
 			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -378,7 +379,7 @@ func (s *remoteStorm) Storm(ctx context.Context, probe bool, spec StormSpec, sen
 	rctx, cancel := context.WithTimeout(context.Background(), spec.Duration+time.Minute)
 	defer cancel()
 	var done stormDone
-	if err := s.c.call(rctx, "POST", "/storm", nil, stormRun{Probe: probe, Spec: spec}, &done); err != nil {
+	if err := s.c.call(rctx, "POST", "/storm", nil, stormRun{Listed: listed, Spec: spec}, &done); err != nil {
 		return nil, err
 	}
 	if len(done.Per) != len(spec.Templates) || len(done.Next) != len(spec.Templates) {
@@ -411,7 +412,7 @@ func (s *remoteStorm) Switch(start bool) (*Samples, error) {
 	return smp, nil
 }
 
-func (s *remoteStorm) Peek() (p50, p99 [numKinds]time.Duration, reqs, fails int) {
+func (s *remoteStorm) Peek() (p50, p99 [NumKinds]time.Duration, reqs, fails int) {
 	var a peekAnswer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -1,28 +1,26 @@
-package study
+package report
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
-	"time"
 
 	"github.com/xdpshield/xdpshield/e2e"
-	"github.com/xdpshield/xdpshield/probe"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // Write writes results.json, the plots and report.md into dir.
-func Write(dir string, r *Results) error {
+func Write(dir string, r *results.Results) error {
 	if err := e2e.WriteJSON(filepath.Join(dir, "results.json"), r); err != nil {
 		return err
 	}
-	if err := writeRaw(dir, r); err != nil {
+	if err := results.WriteRaw(dir, r); err != nil {
 		return err
 	}
 	plots, perr := Plot(dir, r)
@@ -37,68 +35,39 @@ func Write(dir string, r *Results) error {
 	return perr
 }
 
-// countedQ prints a quantile q (ms) of n samples, or n/a when n is under
-// MinSamples(q).
-func countedQ(v float64, n uint64, q float64) string {
-	if n < uint64(MinSamples(q)) {
-		return fmt.Sprintf("n/a (n=%d)", n)
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
-// med is a median over runs, or n/a when no run had the figure.
-func med(s Stat, format string) string {
-	if s.N == 0 {
-		return "n/a"
-	}
-	return fmt.Sprintf(format, s.Median)
-}
-
-func spread(s Stat, format string) string {
-	if s.N == 0 {
-		return "n/a"
-	}
-	if s.N < 2 {
-		return fmt.Sprintf(format, s.Median)
-	}
-	return fmt.Sprintf(format+" ("+format+"–"+format+")", s.Median, s.Min, s.Max)
-}
-
-func mpps(x float64) string { return fmt.Sprintf("%.2f", x/1e6) }
-
 // Headline writes the table docs/measurements quotes: for each configuration,
 // legitimate throughput at saturation, keep-alive p50/p99/p99.9 at the
 // fixed rate and CPU per request.
-func Headline(w io.Writer, r *Results) {
+func Headline(w io.Writer, r *results.Results) {
 	fmt.Fprintln(w, "| configuration | saturation req/s | paced: keep-alive p50 ms | p99 ms (pooled) | p99.9 ms (pooled) | datagram p50 ms | p99 ms (pooled) | success | edge CPU µs/req |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-	for _, c := range Configs {
-		fx, sat := r.legit(c.Name, PhaseFixed), r.legit(c.Name, PhaseSaturation)
+	for _, c := range results.Configs {
+		fx, sat := r.LegitOf(c.Name, results.PhaseFixed), r.LegitOf(c.Name, results.PhaseSaturation)
 		if fx == nil || sat == nil {
 			continue
 		}
 		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %.2f%% | %.0f |\n", c.Name, sat.RPS.Median,
-			med(fx.KAP50, "%.2f"), fmtQ(fx.PooledKAP99, "%.2f", fx.PooledKAN), fmtQ(fx.PooledKAP999, "%.2f", fx.PooledKAN),
-			med(fx.UDPP50, "%.2f"), fmtQ(fx.PooledUDPP99, "%.2f", fx.PooledUDPN), 100*fx.Success.Median, fx.CPUReq.Median)
+			results.Med(fx.KAP50, "%.2f"), results.FmtQ(fx.PooledKAP99, "%.2f", fx.PooledKAN), results.FmtQ(fx.PooledKAP999, "%.2f", fx.PooledKAN),
+			results.Med(fx.UDPP50, "%.2f"), results.FmtQ(fx.PooledUDPP99, "%.2f", fx.PooledUDPN), 100*fx.Success.Median, fx.CPUReq.Median)
 	}
 	if len(r.Drop) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "| drop capacity (Mpps at the edge; generator's rate in the phase) | few sources | many forged |")
 		fmt.Fprintln(w, "|---|---:|---:|")
-		for _, t := range DropTargets {
-			few, many := r.drop(t, "few"), r.drop(t, "many")
+		for _, t := range results.DropTargets {
+			few, many := r.DropOf(t, "few"), r.DropOf(t, "many")
 			if few == nil || many == nil {
 				continue
 			}
 			if t == "generator" {
-				fmt.Fprintf(w, "| %s | %s sent | %s sent |\n", dropName(t), mpps(few.SentPPS.Median), mpps(many.SentPPS.Median))
+				fmt.Fprintf(w, "| %s | %s sent | %s sent |\n", dropName(t), results.Mpps(few.SentPPS.Median), results.Mpps(many.SentPPS.Median))
 				continue
 			}
 			fmt.Fprintf(w, "| %s | %s dropped of %s (generator %s) | %s dropped of %s (generator %s) |\n", dropName(t),
-				mpps(few.DropPPS.Median), mpps(few.SeenPPS.Median), mpps(few.SentPPS.Median),
-				mpps(many.DropPPS.Median), mpps(many.SeenPPS.Median), mpps(many.SentPPS.Median))
+				results.Mpps(few.DropPPS.Median), results.Mpps(few.SeenPPS.Median), results.Mpps(few.SentPPS.Median),
+				results.Mpps(many.DropPPS.Median), results.Mpps(many.SeenPPS.Median), results.Mpps(many.SentPPS.Median))
 		}
-		for _, src := range DropSources {
+		for _, src := range results.DropSources {
 			if b := r.GeneratorBound(src); b != "" {
 				fmt.Fprintf(w, "\n**%s sources: %s.**\n", src, b)
 			}
@@ -111,7 +80,7 @@ func dropName(t string) string {
 }
 
 // Report writes report.md.
-func Report(w io.Writer, r *Results, plots []string) {
+func Report(w io.Writer, r *results.Results, plots []string) {
 	title := "xdpshield study"
 	if r.Quick {
 		title += " (quick: too short to draw conclusions from)"
@@ -129,7 +98,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 	if r.Error != "" {
 		fmt.Fprintf(w, "\n**INCOMPLETE**: %s\n", r.Error)
 	}
-	if r.ran(SectionMain) {
+	if r.Ran(results.SectionMain) {
 		fmt.Fprintln(w, "\n## Headline")
 		fmt.Fprintln(w)
 		Headline(w, r)
@@ -157,7 +126,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", t.Name, t.Want, t.Got, test, mark)
 		}
-		fmt.Fprintf(w, "\nA verdict needs the runs to separate from the target's threshold: Mann-Whitney U (exact, two-sided) between the runs of the one and the runs of the other scaled by the threshold, p < %.2f; where they do not, neither met nor missed. With 2 runs and 2 the least p is 1/3: a quick run gives no such verdict. A quantile is printed only from enough answers: p50 from %d, p99 from %d, p99.9 from %d (ten beyond it); else n/a with the count. p99 and p99.9 are over every run's answers pooled.\n", Alpha, MinSamples(0.5), MinSamples(0.99), MinSamples(0.999))
+		fmt.Fprintf(w, "\nA verdict needs the runs to separate from the target's threshold: Mann-Whitney U (exact, two-sided) between the runs of the one and the runs of the other scaled by the threshold, p < %.2f; where they do not, neither met nor missed. With 2 runs and 2 the least p is 1/3: a quick run gives no such verdict. A quantile is printed only from enough answers: p50 from %d, p99 from %d, p99.9 from %d (ten beyond it); else n/a with the count. p99 and p99.9 are over every run's answers pooled.\n", results.Alpha, results.MinSamples(0.5), results.MinSamples(0.99), results.MinSamples(0.999))
 
 		fmt.Fprintln(w, "\n## Conclusion")
 		fmt.Fprintln(w)
@@ -167,12 +136,12 @@ func Report(w io.Writer, r *Results, plots []string) {
 
 		fmt.Fprintln(w, "## Legitimate traffic")
 		fmt.Fprintln(w, "\nThe e2e HTTPS client from its own addresses (one per family) to the edge's client link; the edge server is a process of its own. *fixed*: the storm demo's pace (25 new-connection, 100 keep-alive and 25 datagram requests/s per family; the datagram service answers at most 10,000/s, and the storm's UDP frames are aimed at it: the storm demo's service answers 15,000/s, over what its storm of 4 few sources passes; the study's 32 sources, whose storm sends each tick's UDP first, pass up to 32,000 UDP/s at the old default of 1,000/s each, so at 10,000 no per-source rate the client can live with keeps them under the capacity: the case the aggregate limit is for); *saturation*: keep-alive requests back to back, one connection per family. CPU per request: the edge server's process time plus every CPU's softirq time (where XDP, tc, nftables and the receive path run; a neighbour's softirq lands there too), over successful requests. Latencies in ms.")
-		for _, ph := range []string{PhaseFixed, PhaseSaturation} {
+		for _, ph := range []string{results.PhaseFixed, results.PhaseSaturation} {
 			fmt.Fprintf(w, "\n### %s\n\n", ph)
 			fmt.Fprintln(w, "| configuration | req/s | success | keep-alive p50 | p99 (pooled) | p99.9 (pooled) | new conn p50 | p99 (pooled) | datagram p50 | p99 (pooled) | CPU µs/req | client pps (dropped) |")
 			fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-			for _, c := range Configs {
-				l := r.legit(c.Name, ph)
+			for _, c := range results.Configs {
+				l := r.LegitOf(c.Name, ph)
 				if l == nil {
 					continue
 				}
@@ -185,39 +154,41 @@ func Report(w io.Writer, r *Results, plots []string) {
 					}
 				}
 				if len(pps) > 0 {
-					cp = fmt.Sprintf("%.0f (%.0f)", statOf(pps).Median, statOf(dropped).Median)
+					cp = fmt.Sprintf("%.0f (%.0f)", results.StatOf(pps).Median, results.StatOf(dropped).Median)
 				}
-				np50, np99 := spread(l.NewP50, "%.2f"), fmtQ(l.PooledNewP99, "%.2f", l.PooledNewN)
-				up50, up99 := spread(l.UDPP50, "%.2f"), fmtQ(l.PooledUDPP99, "%.2f", l.PooledUDPN)
-				if ph == PhaseSaturation {
+				np50, np99 := results.Spread(l.NewP50, "%.2f"), results.FmtQ(l.PooledNewP99, "%.2f", l.PooledNewN)
+				up50, up99 := results.Spread(l.UDPP50, "%.2f"), results.FmtQ(l.PooledUDPP99, "%.2f", l.PooledUDPN)
+				if ph == results.PhaseSaturation {
 					np50, np99, up50, up99 = "-", "-", "-", "-" // keep-alive only
 				}
 				fmt.Fprintf(w, "| %s | %s | %.2f%% | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", c.Name,
-					spread(l.RPS, "%.0f"), 100*l.Success.Median, spread(l.KAP50, "%.2f"), fmtQ(l.PooledKAP99, "%.2f", l.PooledKAN), fmtQ(l.PooledKAP999, "%.2f", l.PooledKAN),
-					np50, np99, up50, up99, spread(l.CPUReq, "%.0f"), cp)
+					results.Spread(l.RPS, "%.0f"), 100*l.Success.Median, results.Spread(l.KAP50, "%.2f"), results.FmtQ(l.PooledKAP99, "%.2f", l.PooledKAN), results.FmtQ(l.PooledKAP999, "%.2f", l.PooledKAN),
+					np50, np99, up50, up99, results.Spread(l.CPUReq, "%.0f"), cp)
 			}
 		}
 
 		fmt.Fprintln(w, "\n## Drop capacity")
 		fmt.Fprintln(w, "\nThe live-frames generator at full speed on the storm link, no legitimate client. *few*: 16 sources per family; *many*: all of 198.19.0.0/16 and 4,194,304 of 2001:db8:1::/96, each recurring alike. Seen: frames the link handed to the edge (sent less what the veth refused). Per CPU-second: drops over every CPU's softirq time in the phase. The shield and the twin have the default table (1,048,576 sources; the twin: that many per family). The shield is loaded as `shield serve` loads it (shield.Load) and attached by the study to the storm link; the twin is `shield nft`'s ruleset for the same limits, applied with nft. The twin has the shield's admission bucket too (one named limit shared by every stranger), so a forged flood's new sources are admitted at the admission rate, not each with a burst of its own; what it tracked at the end is what its sets took in.")
-		fmt.Fprintf(w, "\n*The generator* is %s. Its own rate is measured first in every run: the same frames into the storm link with no program on the edge end and GRO off there, so the veth runs no NAPI and refuses each frame at once. Every other row prints the generator's rate in its own phase beside what the edge dropped. A veth runs its peer's XDP program in NAPI on the core that sent the frame, so the generator's and the receiver's costs add up on that core: a floor near the generator's own rate is the generator's, not the receiver's, and the verdicts are then marked generator-bound (wanted: the generator alone >= %.1fx the floor). *ns/frame over the generator*: 1/rate - 1/(the generator's own rate), the receiver's cost per frame on that core.\n", r.Generator, GeneratorMargin)
+		fmt.Fprintf(w, "\n*The generator* is %s. Its own rate is measured first in every run: the same frames into the storm link with no program on the edge end and GRO off there, so the veth runs no NAPI and refuses each frame at once. Every other row prints the generator's rate in its own phase beside what the edge dropped. A veth runs its peer's XDP program in NAPI on the core that sent the frame, so the generator's and the receiver's costs add up on that core: a floor near the generator's own rate is the generator's, not the receiver's, and the verdicts are then marked generator-bound (wanted: the generator alone >= %.1fx the floor). *ns/frame over the generator*: 1/rate - 1/(the generator's own rate), the receiver's cost per frame on that core.\n", r.Generator, results.GeneratorMargin)
 		fmt.Fprintln(w, "\n| target | sources | generator Mpps | seen Mpps | dropped Mpps | x floor | x nftables | ns/frame over the generator | passed | drops per softirq CPU-s | sources tracked at end |")
 		fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		for _, src := range DropSources {
-			fl, nf := r.drop("floor", src), r.drop("nft", src)
-			for _, t := range DropTargets {
-				d := r.drop(t, src)
+		for _, src := range results.DropSources {
+			fl, nf := r.DropOf("floor", src), r.DropOf("nft", src)
+			for _, t := range results.DropTargets {
+				d := r.DropOf(t, src)
 				if d == nil {
 					continue
 				}
-				rng := func(s Stat) string { return fmt.Sprintf("%s (%s–%s)", mpps(s.Median), mpps(s.Min), mpps(s.Max)) }
+				rng := func(s results.Stat) string {
+					return fmt.Sprintf("%s (%s–%s)", results.Mpps(s.Median), results.Mpps(s.Min), results.Mpps(s.Max))
+				}
 				xf, xn, over := "-", "-", "-"
 				if t != "generator" {
 					if fl != nil && fl.DropPPS.Median > 0 {
-						xf = fmt.Sprintf("%.2f", ratio(d.DropPPS.Median, fl.DropPPS.Median))
+						xf = fmt.Sprintf("%.2f", results.Ratio(d.DropPPS.Median, fl.DropPPS.Median))
 					}
 					if nf != nil && nf.DropPPS.Median > 0 {
-						xn = fmt.Sprintf("%.1f", ratio(d.DropPPS.Median, nf.DropPPS.Median))
+						xn = fmt.Sprintf("%.1f", results.Ratio(d.DropPPS.Median, nf.DropPPS.Median))
 					}
 					if ns, ok := r.OverGenerator(d); ok {
 						over = fmt.Sprintf("%.1f", ns)
@@ -232,7 +203,7 @@ func Report(w io.Writer, r *Results, plots []string) {
 					e2e.Human(d.Passed.Median), e2e.Human(d.PerCPU.Median), d.Tracked.Median)
 			}
 		}
-		for _, src := range DropSources {
+		for _, src := range results.DropSources {
 			if b := r.GeneratorBound(src); b != "" {
 				fmt.Fprintf(w, "\n**%s sources: %s.**\n", src, b)
 			}
@@ -242,17 +213,17 @@ func Report(w io.Writer, r *Results, plots []string) {
 		fmt.Fprintln(w, "\nThe tc probe on the client link times each request from its first packet in to the edge's first answering packet out, per 5-tuple (TCP: data segments and SYN/SYN-ACK only). The client's keep-alive times also include the round trip, its own TLS and HTTP work and its wake-ups, so the probe reads less; its histogram slots are a quarter of their lower bound wide. Over every run of the fixed phase:")
 		fmt.Fprintln(w, "\n| configuration | requests timed, all flows | p50 ms | p99 ms | on keep-alive flows | p50 ms | p99 ms | client keep-alive requests | p50 ms | p99 ms |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-		for _, c := range Configs {
-			l := r.legit(c.Name, PhaseFixed)
+		for _, c := range results.Configs {
+			l := r.LegitOf(c.Name, results.PhaseFixed)
 			if l == nil || !c.Probe {
 				continue
 			}
-			n := len(l.pooled)
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %s | %s | %d | %s | %s |\n", c.Name, l.ProbeN, countedQ(l.ProbeP50, l.ProbeN, 0.5), countedQ(l.ProbeP99, l.ProbeN, 0.99),
-				l.ProbeKAN, countedQ(l.ProbeKAP50, l.ProbeKAN, 0.5), countedQ(l.ProbeKAP99, l.ProbeKAN, 0.99), n,
-				fmtQ(quantileMs(l.pooled, 0.5), "%.2f", n), fmtQ(quantileMs(l.pooled, 0.99), "%.2f", n))
+			n := len(l.PooledKA)
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %s | %s | %d | %s | %s |\n", c.Name, l.ProbeN, results.CountedQ(l.ProbeP50, l.ProbeN, 0.5), results.CountedQ(l.ProbeP99, l.ProbeN, 0.99),
+				l.ProbeKAN, results.CountedQ(l.ProbeKAP50, l.ProbeKAN, 0.5), results.CountedQ(l.ProbeKAP99, l.ProbeKAN, 0.99), n,
+				results.FmtQ(results.QuantileMs(l.PooledKA, 0.5), "%.2f", n), results.FmtQ(results.QuantileMs(l.PooledKA, 0.99), "%.2f", n))
 		}
-		fmt.Fprintf(w, "\nKeep-alive flows are those with at least %d requests timed (a new connection makes 3 or 4: SYN, TLS, request). All flows include the new connections' SYN to SYN-ACK, answered by the kernel in microseconds.\n", keepAliveFlow)
+		fmt.Fprintf(w, "\nKeep-alive flows are those with at least %d requests timed (a new connection makes 3 or 4: SYN, TLS, request). All flows include the new connections' SYN to SYN-ACK, answered by the kernel in microseconds.\n", results.KeepAliveFlow)
 		fmt.Fprintln(w, "\nIts cost is the throughput and CPU rows *probe* against *none*, *shield+probe* against *shield*, and *shield+probe/storm* against *shield/storm* above.")
 
 		fmt.Fprintln(w, "\n## The simulator's ns/packet")
@@ -278,16 +249,16 @@ func Report(w io.Writer, r *Results, plots []string) {
 				fmt.Fprintf(w, "| %s | %.2f | %.1f | %s |\n", l.Target, l.Mpps, l.NsFrame, over)
 			}
 			fmt.Fprintf(w, "\nLive, the shield costs %.1f ns/frame more than XDP_DROP (generator alone: %.2fx the floor%s).\n", r.Live[2].NsOverGen-r.Live[1].NsOverGen, r.Live[0].GeneratorMx,
-				map[bool]string{true: "; GENERATOR-BOUND: these measure the generator", false: ""}[r.Live[0].GeneratorMx < GeneratorMargin])
+				map[bool]string{true: "; GENERATOR-BOUND: these measure the generator", false: ""}[r.Live[0].GeneratorMx < results.GeneratorMargin])
 		}
 	}
-	if r.ran(SectionPeers) {
+	if r.Ran(results.SectionPeers) {
 		ReportL7(w, r)
 	}
-	if r.ran(SectionLists) {
+	if r.Ran(results.SectionLists) {
 		ReportLists(w, r)
 	}
-	if r.ran(SectionXDPLB) {
+	if r.Ran(results.SectionXDPLB) {
 		ReportLB(w, r)
 	}
 	if len(plots) > 0 {
@@ -308,23 +279,23 @@ func Report(w io.Writer, r *Results, plots []string) {
 
 // Conclusion draws the plain-language conclusion from the numbers: every
 // verdict in it is a comparison of medians measured in the same study.
-func Conclusion(r *Results) []string {
+func Conclusion(r *results.Results) []string {
 	var out []string
-	get := func(n, ph string) *Legit { return r.legit(n, ph) }
-	none, noneSat := get("none", PhaseFixed), get("none", PhaseSaturation)
-	dry, drySat := get("shield-dryrun", PhaseFixed), get("shield-dryrun", PhaseSaturation)
+	get := func(n, ph string) *results.Legit { return r.LegitOf(n, ph) }
+	none, noneSat := get("none", results.PhaseFixed), get("none", results.PhaseSaturation)
+	dry, drySat := get("shield-dryrun", results.PhaseFixed), get("shield-dryrun", results.PhaseSaturation)
 	if none == nil || dry == nil || noneSat == nil || drySat == nil {
 		return []string{"Not enough was measured to conclude."}
 	}
 	if r.Quick {
 		out = append(out, "This is a quick run (CI): its phases are too short and too few for the figures below to mean much, and 2 runs against 2 never separate (Mann-Whitney U: the least p is 1/3), so it gives no verdict on a difference.")
 	}
-	rps := func(s Sample) float64 { return s.RPS }
-	kap50 := func(s Sample) float64 { return float64(s.KAP50) }
-	cpuReq := func(s Sample) float64 { return s.CPUPerReqUs }
-	tp, p50 := ratio(drySat.RPS.Median, noneSat.RPS.Median), ratio(dry.KAP50.Median, none.KAP50.Median)
-	tpSep, tpTest := differ(drySat.column(rps), noneSat.column(rps))
-	p50Sep, p50Test := differ(dry.column(kap50), none.column(kap50))
+	rps := func(s results.Sample) float64 { return s.RPS }
+	kap50 := func(s results.Sample) float64 { return float64(s.KAP50) }
+	cpuReq := func(s results.Sample) float64 { return s.CPUPerReqUs }
+	tp, p50 := results.Ratio(drySat.RPS.Median, noneSat.RPS.Median), results.Ratio(dry.KAP50.Median, none.KAP50.Median)
+	tpSep, tpTest := results.Differ(drySat.Column(rps), noneSat.Column(rps))
+	p50Sep, p50Test := results.Differ(dry.Column(kap50), none.Column(kap50))
 	verdict := fmt.Sprintf("no difference the runs carry (throughput: %s; p50: %s)", tpTest, p50Test)
 	var costs []string
 	if tpSep && tp < 1 {
@@ -337,26 +308,26 @@ func Conclusion(r *Results) []string {
 		verdict = "a cost the runs carry: " + strings.Join(costs, "; ")
 	}
 	cpu := "no difference the runs carry"
-	if sep, test := differ(dry.column(cpuReq), none.column(cpuReq)); sep {
-		cpu = fmt.Sprintf("%.1fx (%s)", ratio(dry.CPUReq.Median, none.CPUReq.Median), test)
+	if sep, test := results.Differ(dry.Column(cpuReq), none.Column(cpuReq)); sep {
+		cpu = fmt.Sprintf("%.1fx (%s)", results.Ratio(dry.CPUReq.Median, none.CPUReq.Median), test)
 	} else {
 		cpu += " (" + test + ")"
 	}
 	out = append(out, fmt.Sprintf("**What the hook costs when it only watches.** With the shield attached and passing everything (dry-run), legitimate throughput at saturation was %.1f%% of no program (range of the no-program runs: %.0f%% of their median) and the keep-alive p50 %.2fx: %s. The edge's CPU per request at the fixed rate was %s µs against %s µs with no program: %s. Allow-listing everyone gave %s. The simulator's table below puts the program's own cost at tens of nanoseconds per packet, against the hundreds of microseconds of CPU a TLS request costs this edge: on legitimate traffic alone the hook is noise.",
-		100*tp, 100*noneSat.RPS.Spread(), p50, verdict, spread(dry.CPUReq, "%.0f"), spread(none.CPUReq, "%.0f"), cpu, allowAll(r)))
+		100*tp, 100*noneSat.RPS.Spread(), p50, verdict, results.Spread(dry.CPUReq, "%.0f"), results.Spread(none.CPUReq, "%.0f"), cpu, allowAll(r)))
 
-	shQ, shS, noS, nfS := get("shield", PhaseFixed), get("shield/storm", PhaseFixed), get("none/storm", PhaseFixed), get("nft/storm", PhaseFixed)
+	shQ, shS, noS, nfS := get("shield", results.PhaseFixed), get("shield/storm", results.PhaseFixed), get("none/storm", results.PhaseFixed), get("nft/storm", results.PhaseFixed)
 	if shQ != nil && shS != nil && noS != nil && nfS != nil {
 		para := fmt.Sprintf("**Under a storm.** With a few-source storm of %s frames/s (%s packets/s per source) on the edge, the legitimate keep-alive p99 over every run's answers was %s ms with the shield (quiet: %s ms), %s ms with the nftables twin and %s ms with no protection; its p50 (median of the runs) %s, %s and %s ms; success %.2f%%, %.2f%% and %.2f%%; the edge's CPU per request %.0f, %.0f and %.0f µs.",
-			e2e.Human(float64(r.StormRate)), e2e.Human(float64(r.StormRate)/32), fmtQ(shS.PooledKAP99, "%.2f", shS.PooledKAN), fmtQ(shQ.PooledKAP99, "%.2f", shQ.PooledKAN),
-			fmtQ(nfS.PooledKAP99, "%.2f", nfS.PooledKAN), fmtQ(noS.PooledKAP99, "%.2f", noS.PooledKAN), med(shS.KAP50, "%.2f"), med(nfS.KAP50, "%.2f"), med(noS.KAP50, "%.2f"),
+			e2e.Human(float64(r.StormRate)), e2e.Human(float64(r.StormRate)/32), results.FmtQ(shS.PooledKAP99, "%.2f", shS.PooledKAN), results.FmtQ(shQ.PooledKAP99, "%.2f", shQ.PooledKAN),
+			results.FmtQ(nfS.PooledKAP99, "%.2f", nfS.PooledKAN), results.FmtQ(noS.PooledKAP99, "%.2f", noS.PooledKAN), results.Med(shS.KAP50, "%.2f"), results.Med(nfS.KAP50, "%.2f"), results.Med(noS.KAP50, "%.2f"),
 			100*shS.Success.Median, 100*nfS.Success.Median, 100*noS.Success.Median,
 			shS.CPUReq.Median, nfS.CPUReq.Median, noS.CPUReq.Median)
-		sepNf, testNf := differ(shS.column(cpuReq), nfS.column(cpuReq))
-		sepNo, testNo := differ(shS.column(cpuReq), noS.column(cpuReq))
+		sepNf, testNf := results.Differ(shS.Column(cpuReq), nfS.Column(cpuReq))
+		sepNo, testNo := results.Differ(shS.Column(cpuReq), noS.Column(cpuReq))
 		cheaper := sepNf && sepNo && shS.CPUReq.Median < min(nfS.CPUReq.Median, noS.CPUReq.Median)
-		fNf, ftNf := differ(shS.column(kap50), nfS.column(kap50))
-		fNo, ftNo := differ(shS.column(kap50), noS.column(kap50))
+		fNf, ftNf := results.Differ(shS.Column(kap50), nfS.Column(kap50))
+		fNo, ftNo := results.Differ(shS.Column(kap50), noS.Column(kap50))
 		faster := fNf && fNo && shS.KAP50.Median < min(nfS.KAP50.Median, noS.KAP50.Median)
 		tests := fmt.Sprintf("CPU per request against nftables: %s; against none: %s; keep-alive p50 against nftables: %s; against none: %s", testNf, testNo, ftNf, ftNo)
 		switch {
@@ -364,7 +335,7 @@ func Conclusion(r *Results) []string {
 			para += " The shield earns its place here: the lowest p50 and the least CPU per request, because it drops the storm before the kernel builds an skb for it (" + tests + ")."
 		case cheaper:
 			para += fmt.Sprintf(" The shield earns its place in CPU: it cut the edge's CPU per legitimate request %.1fx against nftables and %.1fx against no protection, because it drops the storm before the kernel builds an skb for it; its p50 does not separate from both. The hook buys headroom here, not latency (%s).",
-				ratio(nfS.CPUReq.Median, shS.CPUReq.Median), ratio(noS.CPUReq.Median, shS.CPUReq.Median), tests)
+				results.Ratio(nfS.CPUReq.Median, shS.CPUReq.Median), results.Ratio(noS.CPUReq.Median, shS.CPUReq.Median), tests)
 		case faster:
 			para += " The shield gave the lowest p50, but its CPU per request does not separate from the alternatives' (" + tests + ")."
 		default:
@@ -372,24 +343,24 @@ func Conclusion(r *Results) []string {
 		}
 		out = append(out, para)
 	}
-	fl, sh, nf := r.drop("floor", "few"), r.drop("shield", "few"), r.drop("nft", "few")
-	flM, shM, nfM := r.drop("floor", "many"), r.drop("shield", "many"), r.drop("nft", "many")
+	fl, sh, nf := r.DropOf("floor", "few"), r.DropOf("shield", "few"), r.DropOf("nft", "few")
+	flM, shM, nfM := r.DropOf("floor", "many"), r.DropOf("shield", "many"), r.DropOf("nft", "many")
 	if fl != nil && sh != nil && nf != nil && flM != nil && shM != nil && nfM != nil {
-		for _, src := range DropSources {
+		for _, src := range results.DropSources {
 			if b := r.GeneratorBound(src); b != "" {
 				out = append(out, fmt.Sprintf("**Drop capacity from %s sources is GENERATOR-BOUND** (%s): the ratios below measure the generator, not the receiver, and carry no verdict.", src, b))
 			}
 		}
-		if g, gM := r.drop("generator", "few"), r.drop("generator", "many"); g != nil && gM != nil {
+		if g, gM := r.DropOf("generator", "few"), r.DropOf("generator", "many"); g != nil && gM != nil {
 			out = append(out, fmt.Sprintf("**The generator.** Alone, with the link refusing every frame, it sent %s Mpps from the few sources and %s Mpps from the many (%.1fx and %.1fx the XDP_DROP floor).",
-				mpps(g.SentPPS.Median), mpps(gM.SentPPS.Median), ratio(g.SentPPS.Median, fl.DropPPS.Median), ratio(gM.SentPPS.Median, flM.DropPPS.Median)))
+				results.Mpps(g.SentPPS.Median), results.Mpps(gM.SentPPS.Median), results.Ratio(g.SentPPS.Median, fl.DropPPS.Median), results.Ratio(gM.SentPPS.Median, flM.DropPPS.Median)))
 		}
 		out = append(out, fmt.Sprintf("**Drop capacity.** At full generator speed from a few sources the shield dropped %s Mpps (%.0f%% of XDP_DROP's %s, %.1fx nftables' %s), %s drops per softirq CPU-second against nftables' %s. From many forged sources it dropped %s Mpps (nftables %s, floor %s); nftables tracked %.0f sources at the end and passed %s frames, the shield tracked %.0f and passed %s (its admission bucket lets %d new sources in per second). Where frames come faster than the stack can take them, this is where the hook pays: per CPU-second it drops %.1fx what nftables does. The generator and the edge's XDP stage share the sending core, so these rates are below what a NIC queue would see; the ratios to the floor, with the generator well above it, are the result.",
-			mpps(sh.DropPPS.Median), 100*ratio(sh.DropPPS.Median, fl.DropPPS.Median), mpps(fl.DropPPS.Median), ratio(sh.DropPPS.Median, nf.DropPPS.Median), mpps(nf.DropPPS.Median),
+			results.Mpps(sh.DropPPS.Median), 100*results.Ratio(sh.DropPPS.Median, fl.DropPPS.Median), results.Mpps(fl.DropPPS.Median), results.Ratio(sh.DropPPS.Median, nf.DropPPS.Median), results.Mpps(nf.DropPPS.Median),
 			e2e.Human(sh.PerCPU.Median), e2e.Human(nf.PerCPU.Median),
-			mpps(shM.DropPPS.Median), mpps(nfM.DropPPS.Median), mpps(flM.DropPPS.Median), nfM.Tracked.Median, e2e.Human(nfM.Passed.Median), shM.Tracked.Median, e2e.Human(shM.Passed.Median), r.Limits.AdmissionRate,
-			ratio(sh.PerCPU.Median, nf.PerCPU.Median)))
-		if np := r.drop("shield-nopass", "few"); np != nil {
+			results.Mpps(shM.DropPPS.Median), results.Mpps(nfM.DropPPS.Median), results.Mpps(flM.DropPPS.Median), nfM.Tracked.Median, e2e.Human(nfM.Passed.Median), shM.Tracked.Median, e2e.Human(shM.Passed.Median), r.Limits.AdmissionRate,
+			results.Ratio(sh.PerCPU.Median, nf.PerCPU.Median)))
+		if np := r.DropOf("shield-nopass", "few"); np != nil {
 			// Run by run: the two are measured one after the other, in
 			// turns first (dropOrder). Compared by the frames the edge
 			// took (seen), not dropped: the shield's drops leave out what
@@ -401,19 +372,19 @@ func Conclusion(r *Results) []string {
 					more++
 				}
 			}
-			p := SignTest(more, runs)
+			p := results.SignTest(more, runs)
 			verdict := fmt.Sprintf("the edge took more frames with it in %d of %d runs (sign test, p = %.3f), so the difference is the stack's work, not the hook's", more, runs, p)
 			switch {
 			case more <= runs/2:
 				verdict = fmt.Sprintf("the edge took more frames with it in only %d of %d runs (sign test, p = %.3f): here the passed frames cost nothing measurable", more, runs, p)
-			case p >= Alpha:
+			case p >= results.Alpha:
 				verdict = fmt.Sprintf("the edge took more frames with it in %d of %d runs, which the runs do not carry (sign test, p = %.3f)", more, runs, p)
 			}
 			out = append(out, fmt.Sprintf("**What the passed frames cost.** From the few sources the shield passed %s frames a phase (each source's burst and rate), which the edge's stack answers (SYN-ACKs, ICMP echo replies, the datagram service's answers) on the same two cores as the generator. With a source limit of 1/s, burst 1, it passed %s and dropped %s Mpps, %.0f%% of the floor against %.0f%%: %s.",
-				e2e.Human(sh.Passed.Median), e2e.Human(np.Passed.Median), mpps(np.DropPPS.Median), 100*ratio(np.DropPPS.Median, fl.DropPPS.Median), 100*ratio(sh.DropPPS.Median, fl.DropPPS.Median), verdict))
+				e2e.Human(sh.Passed.Median), e2e.Human(np.Passed.Median), results.Mpps(np.DropPPS.Median), 100*results.Ratio(np.DropPPS.Median, fl.DropPPS.Median), 100*results.Ratio(sh.DropPPS.Median, fl.DropPPS.Median), verdict))
 		}
 	}
-	shSat := get("shield", PhaseSaturation)
+	shSat := get("shield", results.PhaseSaturation)
 	if shQ != nil && shSat != nil {
 		var fixedPPS, satPPS []float64
 		for _, s := range shQ.Samples {
@@ -424,12 +395,12 @@ func Conclusion(r *Results) []string {
 			satPPS = append(satPPS, s.ClientPPS)
 			satDropped = append(satDropped, float64(s.ClientDropped))
 		}
-		fp, sp := statOf(fixedPPS).Median, statOf(satPPS).Median
+		fp, sp := results.StatOf(fixedPPS).Median, results.StatOf(satPPS).Median
 		// Dropped packets say it was limited: TCP backs off to the rate,
 		// so what it sent can read at or under it.
-		if sp > float64(r.Limits.Rate) || statOf(satDropped).Median > 0 {
+		if sp > float64(r.Limits.Rate) || results.StatOf(satDropped).Median > 0 {
 			out = append(out, fmt.Sprintf("**Where it only slows things down.** A legitimate source at the per-source rate is limited like any flood: the saturating keep-alive client sent %.0f packets/s from one address (%.0f dropped a phase) against the %d/s rate, and its throughput with the limiting shield was %.0f req/s against %.0f with no program (%.0f%%), and its p99.9 (pooled) %s ms against %s ms: each dropped segment costs a TCP retransmission timeout (200 ms at least). Behind a NAT or a proxy that puts many users on one address, the default rate throttles them; allow-list such sources (or raise the rate) rather than pay that. When nothing attacks, the hook is pure overhead, small as it is (above).",
-				sp, statOf(satDropped).Median, r.Limits.Rate, shSat.RPS.Median, noneSat.RPS.Median, 100*ratio(shSat.RPS.Median, noneSat.RPS.Median), fmtQ(shSat.PooledKAP999, "%.0f", shSat.PooledKAN), fmtQ(noneSat.PooledKAP999, "%.0f", noneSat.PooledKAN)))
+				sp, results.StatOf(satDropped).Median, r.Limits.Rate, shSat.RPS.Median, noneSat.RPS.Median, 100*results.Ratio(shSat.RPS.Median, noneSat.RPS.Median), results.FmtQ(shSat.PooledKAP999, "%.0f", shSat.PooledKAN), results.FmtQ(noneSat.PooledKAP999, "%.0f", noneSat.PooledKAN)))
 		} else {
 			out = append(out, fmt.Sprintf("**Where it only slows things down.** When nothing attacks, the hook is pure overhead, small as it is (above). The saturating client stayed under the per-source rate (%.0f packets/s against %d/s), so the limit itself cost it nothing here.", sp, r.Limits.Rate))
 		}
@@ -446,26 +417,26 @@ func Conclusion(r *Results) []string {
 		}
 		out = append(out, para)
 	}
-	pr, prSat := get("probe", PhaseFixed), get("probe", PhaseSaturation)
+	pr, prSat := get("probe", results.PhaseFixed), get("probe", results.PhaseSaturation)
 	if pr != nil && prSat != nil {
-		sep, test := differ(prSat.column(rps), noneSat.column(rps))
+		sep, test := results.Differ(prSat.Column(rps), noneSat.Column(rps))
 		cost := "no difference the runs carry, " + test
 		if sep {
 			cost = "a difference the runs carry, " + test
 		}
 		out = append(out, fmt.Sprintf("**The probe.** Alone on the client link the tc probe left %.1f%% of no program's saturation throughput (%s; CPU per request %.0f against %.0f µs). On the client's keep-alive flows it timed %d requests at p50 %s ms and p99 %s ms, where the client measured %s and %s ms itself: the client's figure adds the round trip, its own TLS and HTTP work and its wake-ups, which the probe, at the edge, does not see.",
-			100*ratio(prSat.RPS.Median, noneSat.RPS.Median), cost, pr.CPUReq.Median, none.CPUReq.Median, pr.ProbeKAN, countedQ(pr.ProbeKAP50, pr.ProbeKAN, 0.5), countedQ(pr.ProbeKAP99, pr.ProbeKAN, 0.99),
-			fmtQ(quantileMs(pr.pooled, 0.5), "%.2f", len(pr.pooled)), fmtQ(quantileMs(pr.pooled, 0.99), "%.2f", len(pr.pooled))))
+			100*results.Ratio(prSat.RPS.Median, noneSat.RPS.Median), cost, pr.CPUReq.Median, none.CPUReq.Median, pr.ProbeKAN, results.CountedQ(pr.ProbeKAP50, pr.ProbeKAN, 0.5), results.CountedQ(pr.ProbeKAP99, pr.ProbeKAN, 0.99),
+			results.FmtQ(results.QuantileMs(pr.PooledKA, 0.5), "%.2f", len(pr.PooledKA)), results.FmtQ(results.QuantileMs(pr.PooledKA, 0.99), "%.2f", len(pr.PooledKA))))
 	}
 	return out
 }
 
 // defaultsPara says which defaults the data supports for the study's
 // service: derived from this run, against those it measured with.
-func defaultsPara(r *Results) string {
+func defaultsPara(r *results.Results) string {
 	used := r.Defaults
 	p := fmt.Sprintf("**Which default the data supports.** The study's service is the datagram service (udp/%d, %s requests/s: see the legitimate-traffic section for why 10,000) behind e2e's client and storm. Its limits were derived before measuring from the paced client's %.0f packets/s of the published study and the datagram budget of %.0f ms: %s. ",
-		e2e.DatagramPort, e2e.Human(used.Capacity), used.ClientPPS, float64(used.Budget)/1e6, used)
+		storm.DatagramPort, e2e.Human(used.Capacity), used.ClientPPS, float64(used.Budget)/1e6, used)
 	if r.Derived == nil {
 		return p + "This run measured no paced client through the shield to derive them again."
 	}
@@ -477,7 +448,7 @@ func defaultsPara(r *Results) string {
 		p += ", where the study measured with " + used.String() + ". "
 	}
 	p += fmt.Sprintf("Per-source rate: twice the paced client, up to the next 250; burst: two seconds of it (a TLS handshake is 8 packets at once). Aggregate: %.0f%% of the service's capacity (a queue fed at its service rate grows without bound), with a burst the service drains in half the budget. At %d/s per source the few-source storm's 32 sources can pass up to %.0f UDP packets/s (its ticks send UDP first: nearly all it passes is UDP), against the aggregate of %d/s and the capacity of %.0f; to keep them under it by per-source limits alone would take %.0f/s each, under the client's %.0f: per-source limits cannot protect this service from many sources each within its limit. Under the aggregate, sources within their own rate (the client) are served first; strangers and sources at their limit (the storm's) are shed first.",
-		100*aggregateShare, d.Rate, stormUDP(d.Rate), d.AggRate, d.Capacity, float64(d.AggRate)/32, d.ClientPPS)
+		100*results.AggregateShare, d.Rate, results.StormUDP(d.Rate), d.AggRate, d.Capacity, float64(d.AggRate)/32, d.ClientPPS)
 	return p
 }
 
@@ -507,17 +478,17 @@ func protectedNote(l shield.Limits) string {
 
 // separated reports whether the runs of a and b do not overlap.
 
-func allowAll(r *Results) string {
-	l, sat := r.legit("shield-allowall", PhaseFixed), r.legit("shield-allowall", PhaseSaturation)
-	none, noneSat := r.legit("none", PhaseFixed), r.legit("none", PhaseSaturation)
+func allowAll(r *results.Results) string {
+	l, sat := r.LegitOf("shield-allowall", results.PhaseFixed), r.LegitOf("shield-allowall", results.PhaseSaturation)
+	none, noneSat := r.LegitOf("none", results.PhaseFixed), r.LegitOf("none", results.PhaseSaturation)
 	if l == nil || sat == nil || none == nil || noneSat == nil {
 		return "no figures"
 	}
-	return fmt.Sprintf("%.1f%% of the throughput and %.2fx the p50", 100*ratio(sat.RPS.Median, noneSat.RPS.Median), ratio(l.KAP50.Median, none.KAP50.Median))
+	return fmt.Sprintf("%.1f%% of the throughput and %.2fx the p50", 100*results.Ratio(sat.RPS.Median, noneSat.RPS.Median), results.Ratio(l.KAP50.Median, none.KAP50.Median))
 }
 
 // WriteHeadline writes just the headline table to path (for docs/measurements).
-func WriteHeadline(path string, r *Results) error {
+func WriteHeadline(path string, r *results.Results) error {
 	var b strings.Builder
 	Headline(&b, r)
 	if b.Len() == 0 {
@@ -529,7 +500,7 @@ func WriteHeadline(path string, r *Results) error {
 // WriteDocs publishes a study written to out into docs: docs/study.md (the
 // report, its plot links pointing into docs/study/) and docs/study/ (the
 // PNGs and results.json).
-func WriteDocs(docs, out string, r *Results) error {
+func WriteDocs(docs, out string, r *results.Results) error {
 	dir := filepath.Join(docs, "study")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -555,88 +526,4 @@ func WriteDocs(docs, out string, r *Results) error {
 	var md strings.Builder
 	Report(&md, r, links)
 	return os.WriteFile(filepath.Join(docs, "study.md"), []byte(md.String()), 0o644)
-}
-
-// raw is what the plots need beyond results.json: every fixed-phase
-// keep-alive latency and the probe's summed histograms, per
-// configuration. It goes to raw.json beside results.json, so a report can
-// be drawn again (Load) without measuring again.
-type raw struct {
-	KeepAliveNs map[string][]int64          `json:"keep_alive_ns"`
-	DatagramNs  map[string][]int64          `json:"datagram_ns,omitempty"`
-	NewConnNs   map[string][]int64          `json:"new_conn_ns,omitempty"`
-	Probe       map[string]*probe.Histogram `json:"probe"`
-	ProbeKA     map[string]*probe.Histogram `json:"probe_keep_alive"`
-}
-
-func writeRaw(dir string, r *Results) error {
-	rw := raw{KeepAliveNs: map[string][]int64{}, DatagramNs: map[string][]int64{}, NewConnNs: map[string][]int64{},
-		Probe: map[string]*probe.Histogram{}, ProbeKA: map[string]*probe.Histogram{}}
-	ns := func(ds []time.Duration) []int64 {
-		out := make([]int64, len(ds))
-		for i, d := range ds {
-			out[i] = int64(d)
-		}
-		return out
-	}
-	for _, l := range r.Legit {
-		if l.Phase != PhaseFixed {
-			continue
-		}
-		rw.KeepAliveNs[l.Config.Name] = ns(l.pooled)
-		rw.DatagramNs[l.Config.Name] = ns(l.pooledUDP)
-		rw.NewConnNs[l.Config.Name] = ns(l.pooledNew)
-		if l.probe != nil {
-			rw.Probe[l.Config.Name] = l.probe
-		}
-		if l.probeKA != nil {
-			rw.ProbeKA[l.Config.Name] = l.probeKA
-		}
-	}
-	b, err := json.Marshal(rw)
-	if err != nil {
-		return fmt.Errorf("encode raw: %w", err)
-	}
-	return os.WriteFile(filepath.Join(dir, "raw.json"), b, 0o644)
-}
-
-// Load reads a study written to dir (results.json and raw.json) back, to
-// draw its report and plots again.
-func Load(dir string) (*Results, error) {
-	var r Results
-	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
-	if err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("decode results: %w", err)
-	}
-	var rw raw
-	if b, err = os.ReadFile(filepath.Join(dir, "raw.json")); err != nil {
-		return nil, err
-	}
-	if err := json.Unmarshal(b, &rw); err != nil {
-		return nil, fmt.Errorf("decode raw: %w", err)
-	}
-	for _, l := range r.Legit {
-		if l.Phase != PhaseFixed {
-			continue
-		}
-		for _, ns := range rw.KeepAliveNs[l.Config.Name] {
-			l.pooled = append(l.pooled, time.Duration(ns))
-		}
-		for _, ns := range rw.DatagramNs[l.Config.Name] {
-			l.pooledUDP = append(l.pooledUDP, time.Duration(ns))
-		}
-		for _, ns := range rw.NewConnNs[l.Config.Name] {
-			l.pooledNew = append(l.pooledNew, time.Duration(ns))
-		}
-		if len(rw.DatagramNs) > 0 { // a raw.json written before the pooled tails: keep its figures
-			l.pool()
-		}
-		l.probe = rw.Probe[l.Config.Name]
-		l.probeKA = rw.ProbeKA[l.Config.Name]
-	}
-	r.Notes = slices.DeleteFunc(r.Notes, func(n string) bool { return strings.HasPrefix(n, "plots not drawn") })
-	return &r, nil
 }

@@ -1,4 +1,4 @@
-package study
+package report
 
 import (
 	"bytes"
@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/probe"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // Plot draws the PNG plots into dir with gnuplot (Debian's gnuplot-nox,
 // installed by ci/deps.sh) and returns their file names. The data files
 // gnuplot reads stay beside them (plots/*.dat), as does each script.
-func Plot(dir string, r *Results) ([]string, error) {
+func Plot(dir string, r *results.Results) ([]string, error) {
 	gp, err := exec.LookPath("gnuplot")
 	if err != nil {
 		return nil, errors.New("gnuplot not installed (ci/deps.sh installs gnuplot-nox)")
@@ -32,18 +33,18 @@ func Plot(dir string, r *Results) ([]string, error) {
 	for _, p := range []struct {
 		name    string
 		section string
-		fn      func(data string, r *Results) (string, error)
+		fn      func(data string, r *results.Results) (string, error)
 	}{
-		{"latency-cdf.png", SectionMain, plotCDF},
-		{"throughput.png", SectionMain, plotThroughput},
-		{"drop-capacity.png", SectionMain, plotDrop},
-		{"probe-vs-client.png", SectionMain, plotProbe},
-		{"edge-cpu.png", SectionMain, plotCPU},
-		{"datagram-storm.png", SectionMain, plotDatagram},
-		{"l7-peers.png", SectionPeers, plotL7},
-		{"lists.png", SectionLists, plotLists},
+		{"latency-cdf.png", results.SectionMain, plotCDF},
+		{"throughput.png", results.SectionMain, plotThroughput},
+		{"drop-capacity.png", results.SectionMain, plotDrop},
+		{"probe-vs-client.png", results.SectionMain, plotProbe},
+		{"edge-cpu.png", results.SectionMain, plotCPU},
+		{"datagram-storm.png", results.SectionMain, plotDatagram},
+		{"l7-peers.png", results.SectionPeers, plotL7},
+		{"lists.png", results.SectionLists, plotLists},
 	} {
-		if !r.ran(p.section) {
+		if !r.Ran(p.section) {
 			continue
 		}
 		script, err := p.fn(data, r)
@@ -100,7 +101,7 @@ func cdfRows(d []time.Duration) [][]string {
 // colour is the one colour of a configuration in every plot.
 func colour(name string) string {
 	palette := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000"}
-	for i, c := range Configs {
+	for i, c := range results.Configs {
 		if c.Name == name {
 			return palette[i%len(palette)]
 		}
@@ -138,10 +139,10 @@ func tailRows(d []time.Duration) [][]string {
 }
 
 // tailPlot draws the complementary CDFs of lat per configuration.
-func tailPlot(data, prefix, title string, r *Results, lat func(*Legit) []time.Duration, only func(Config) bool) (string, error) {
+func tailPlot(data, prefix, title string, r *results.Results, lat func(*results.Legit) []time.Duration, only func(results.Config) bool) (string, error) {
 	var plots []string
-	for _, c := range Configs {
-		l := r.legit(c.Name, PhaseFixed)
+	for _, c := range results.Configs {
+		l := r.LegitOf(c.Name, results.PhaseFixed)
 		if l == nil || len(lat(l)) == 0 || !only(c) {
 			continue
 		}
@@ -170,21 +171,21 @@ plot %s
 `, title, strings.Join(plots, ", \\\n  ")), nil
 }
 
-func plotCDF(data string, r *Results) (string, error) {
+func plotCDF(data string, r *results.Results) (string, error) {
 	return tailPlot(data, "tail-", "Legitimate keep-alive latency, fixed rate, every run pooled (dashed: under storm); a line ends where its sample does", r,
-		func(l *Legit) []time.Duration { return l.pooled }, func(Config) bool { return true })
+		func(l *results.Legit) []time.Duration { return l.PooledKA }, func(results.Config) bool { return true })
 }
 
-func plotDatagram(data string, r *Results) (string, error) {
+func plotDatagram(data string, r *results.Results) (string, error) {
 	return tailPlot(data, "udp-", "Datagram service latency, fixed rate, every run pooled: under storm (dashed) and quiet", r,
-		func(l *Legit) []time.Duration { return l.pooledUDP }, func(c Config) bool { return c.Storm || c.Name == "shield" || c.Name == "none" })
+		func(l *results.Legit) []time.Duration { return l.PooledDatagram }, func(c results.Config) bool { return c.Storm || c.Name == "shield" || c.Name == "none" })
 }
 
 // plotCPU draws the edge's CPU per request of every configuration.
-func plotCPU(data string, r *Results) (string, error) {
+func plotCPU(data string, r *results.Results) (string, error) {
 	var rows [][]string
-	for i, c := range Configs {
-		l := r.legit(c.Name, PhaseFixed)
+	for i, c := range results.Configs {
+		l := r.LegitOf(c.Name, results.PhaseFixed)
 		if l == nil || l.CPUReq.N == 0 {
 			continue
 		}
@@ -210,10 +211,10 @@ plot '%s' using 1:3:6:xtic(2) with boxes lc rgb variable, '' using 1:3:4:5 with 
 `, f), nil
 }
 
-func plotThroughput(data string, r *Results) (string, error) {
+func plotThroughput(data string, r *results.Results) (string, error) {
 	var rows [][]string
-	for i, c := range Configs {
-		l := r.legit(c.Name, PhaseSaturation)
+	for i, c := range results.Configs {
+		l := r.LegitOf(c.Name, results.PhaseSaturation)
 		if l == nil {
 			continue
 		}
@@ -239,13 +240,13 @@ plot '%s' using 1:3:6:xtic(2) with boxes lc rgb variable, '' using 1:3:4:5 with 
 `, f), nil
 }
 
-func plotDrop(data string, r *Results) (string, error) {
+func plotDrop(data string, r *results.Results) (string, error) {
 	var rows [][]string
-	for i, t := range DropTargets {
+	for i, t := range results.DropTargets {
 		// Short labels: the long names overlap under the bars.
 		row := []string{fmt.Sprint(i), fmt.Sprintf("%q", t)}
-		for _, src := range DropSources {
-			d := r.drop(t, src)
+		for _, src := range results.DropSources {
+			d := r.DropOf(t, src)
 			if d == nil {
 				row = append(row, "0", "0", "0", "0")
 				continue
@@ -276,22 +277,22 @@ plot '%s' using ($1-0.2):3:xtic(2) with boxes lc rgb '#1f77b4' title 'few source
   '' using ($1+0.2):7:8:9 with yerrorbars lc black pt 0 notitle, \
   '' using ($1-0.2):6 with points pt 7 ps 1.2 lc rgb '#d62728' title "generator's rate, few", \
   '' using ($1+0.2):10 with points pt 9 ps 1.4 lc rgb '#d62728' title "generator's rate, many"
-`, len(DropTargets)-1, f), nil
+`, len(results.DropTargets)-1, f), nil
 }
 
-func plotProbe(data string, r *Results) (string, error) {
+func plotProbe(data string, r *results.Results) (string, error) {
 	var plots []string
-	for _, c := range Configs {
-		l := r.legit(c.Name, PhaseFixed)
-		if l == nil || l.probeKA == nil || !c.Probe {
+	for _, c := range results.Configs {
+		l := r.LegitOf(c.Name, results.PhaseFixed)
+		if l == nil || l.ProbeKAHist == nil || !c.Probe {
 			continue
 		}
 		fc := filepath.Join(data, "probe-client-"+safeName(c.Name)+".dat")
-		if err := writeDat(fc, cdfRows(l.pooled)); err != nil {
+		if err := writeDat(fc, cdfRows(l.PooledKA)); err != nil {
 			return "", err
 		}
 		fp := filepath.Join(data, "probe-"+safeName(c.Name)+".dat")
-		if err := writeDat(fp, histCDF(l.probeKA)); err != nil {
+		if err := writeDat(fp, histCDF(l.ProbeKAHist)); err != nil {
 			return "", err
 		}
 		plots = append(plots, fmt.Sprintf("'%s' using 1:2 with lines lw 2 title 'client, %s', '%s' using 1:2 with steps lw 2 title 'probe, %s'", fc, c.Name, fp, c.Name))

@@ -1,4 +1,4 @@
-package e2e
+package parts
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
@@ -17,21 +18,21 @@ import (
 
 // Deployment runs a storm's parts: the two namespaces, the shield service
 // on edge0, the edge's servers, the generators and the legitimate client.
-// Run drives any deployment through the same phases and assertions. Local
+// e2e.Run drives any deployment through the same phases and assertions. Local
 // (the default) runs every part in this process, in namespaces it creates;
 // the container lane (e2e/container) runs each part in a container.
 type Deployment interface {
 	// Namespaces returns the edge and storm namespaces, with nothing in
-	// them but loopback: Run wires them (NewTopologyIn).
-	Namespaces() (edge, storm *topo.NS, err error)
-	// StartShield starts the shield service for EdgeDev in top.Edge.
-	StartShield(top *Topology, cfg service.Config) (ShieldSide, error)
+	// them but loopback: e2e.Run wires them (storm.NewTopologyIn).
+	storm.Namespaces
+	// StartShield starts the shield service for storm.EdgeDev in top.Edge.
+	StartShield(top *storm.Topology, cfg service.Config) (ShieldSide, error)
 	// StartEdge starts the HTTPS edge server and the datagram service in
 	// top.Edge.
-	StartEdge(top *Topology, udpCapacity float64) (EdgeSide, error)
+	StartEdge(top *storm.Topology, udpCapacity float64) (EdgeSide, error)
 	// StartStorm readies the generators (kind: "auto", "xdp",
 	// "af_packet") and the legitimate client's recorder in top.Storm.
-	StartStorm(top *Topology, kind string) (StormSide, error)
+	StartStorm(top *storm.Topology, kind string) (StormSide, error)
 }
 
 // ShieldSide is a running shield service.
@@ -58,9 +59,10 @@ type EdgeSide interface {
 type StormSide interface {
 	// Name names the storm generator.
 	Name() string
-	// Storm runs spec on the storm generator, or on the AF_PACKET probe
-	// generator when probe is set (see Storm).
-	Storm(ctx context.Context, probe bool, spec StormSpec, sent *atomic.Uint64) ([]uint64, error)
+	// Storm runs spec on the storm generator, or, when listed is set, on
+	// the AF_PACKET generator of the allow- and deny-listed sources (see
+	// storm.Run).
+	Storm(ctx context.Context, listed bool, spec storm.Spec, sent *atomic.Uint64) ([]uint64, error)
 	// StartClient starts the legitimate client against targets.
 	StartClient(caPEM []byte, cfg ClientConfig, targets ...netip.Addr) error
 	// Switch starts a phase's samples (start) or ends it, returning the
@@ -68,12 +70,12 @@ type StormSide interface {
 	Switch(start bool) (*Samples, error)
 	// Peek is the phase in progress so far: p99 per kind, requests,
 	// failures.
-	Peek() (p50, p99 [numKinds]time.Duration, reqs, fails int)
+	Peek() (p50, p99 [NumKinds]time.Duration, reqs, fails int)
 	Close() error
 }
 
 // Restarter is a deployment that can restart the shield service while a
-// storm runs: Run then restarts it once, a third into the first storm phase
+// storm runs: e2e.Run then restarts it once, a third into the first storm phase
 // with the shield attached, and asserts the edge stayed protected.
 type Restarter interface {
 	// RestartShield stops the service and starts it again, and returns
@@ -93,21 +95,12 @@ type RestartStats struct {
 
 // Local runs every part in this process, in namespaces it creates (the
 // `shieldlab storm` and TestScenario deployment).
-type Local struct{}
-
-func (Local) Namespaces() (edge, storm *topo.NS, err error) {
-	if edge, err = topo.New("edge"); err != nil {
-		return nil, nil, err
-	}
-	if storm, err = topo.New("storm"); err != nil {
-		edge.Close()
-		return nil, nil, err
-	}
-	return edge, storm, nil
+type Local struct {
+	storm.LocalNamespaces
 }
 
-func (Local) StartEdge(top *Topology, udpCapacity float64) (EdgeSide, error) {
-	srv, err := StartEdgeServer(top.Edge, Edge4, Edge6, Front4, Front6)
+func (Local) StartEdge(top *storm.Topology, udpCapacity float64) (EdgeSide, error) {
+	srv, err := StartEdgeServer(top.Edge, storm.Edge4, storm.Edge6, storm.Front4, storm.Front6)
 	if err != nil {
 		return nil, fmt.Errorf("edge server: %w", err)
 	}
@@ -130,40 +123,40 @@ func (e *localEdge) CA() []byte {
 func (e *localEdge) Served() (uint64, error) { return e.udp.Served(), nil }
 func (e *localEdge) Close() error            { return errors.Join(e.srv.Close(), e.udp.Close()) }
 
-func (Local) StartStorm(top *Topology, kind string) (StormSide, error) {
+func (Local) StartStorm(top *storm.Topology, kind string) (StormSide, error) {
 	return newLocalStorm(top.Storm, top.StormIfindex, kind)
 }
 
 // localStorm is the generators, client and recorder of one namespace: the
 // Local deployment's, and the storm container's (served by its agent).
 type localStorm struct {
-	ns         *topo.NS
-	gen, probe Generator
-	rec        Recorder
-	client     *Client
+	ns          *topo.NS
+	gen, listed storm.Generator
+	rec         Recorder
+	client      *Client
 }
 
 func newLocalStorm(ns *topo.NS, ifindex int, kind string) (*localStorm, error) {
 	s := &localStorm{ns: ns}
 	var err error
-	if s.gen, err = NewGenerator(kind, ns, ifindex); err != nil {
+	if s.gen, err = storm.NewGenerator(kind, ns, ifindex); err != nil {
 		return nil, fmt.Errorf("generator: %w", err)
 	}
-	if s.probe, err = NewPacketGenerator(ns, ifindex); err != nil {
+	if s.listed, err = storm.NewPacketGenerator(ns, ifindex); err != nil {
 		s.gen.Close()
-		return nil, fmt.Errorf("probe generator: %w", err)
+		return nil, fmt.Errorf("listed sources' generator: %w", err)
 	}
 	return s, nil
 }
 
 func (s *localStorm) Name() string { return s.gen.Name() }
 
-func (s *localStorm) Storm(ctx context.Context, probe bool, spec StormSpec, sent *atomic.Uint64) ([]uint64, error) {
+func (s *localStorm) Storm(ctx context.Context, listed bool, spec storm.Spec, sent *atomic.Uint64) ([]uint64, error) {
 	g := s.gen
-	if probe {
-		g = s.probe
+	if listed {
+		g = s.listed
 	}
-	return Storm(ctx, g, spec, sent)
+	return storm.Run(ctx, g, spec, sent)
 }
 
 func (s *localStorm) StartClient(caPEM []byte, cfg ClientConfig, targets ...netip.Addr) error {
@@ -180,7 +173,7 @@ func (s *localStorm) StartClient(caPEM []byte, cfg ClientConfig, targets ...neti
 
 func (s *localStorm) Switch(start bool) (*Samples, error) { return s.rec.Switch(start), nil }
 
-func (s *localStorm) Peek() (p50, p99 [numKinds]time.Duration, reqs, fails int) {
+func (s *localStorm) Peek() (p50, p99 [NumKinds]time.Duration, reqs, fails int) {
 	return s.rec.peek()
 }
 
@@ -188,5 +181,5 @@ func (s *localStorm) Close() error {
 	if s.client != nil {
 		s.client.Stop()
 	}
-	return errors.Join(s.gen.Close(), s.probe.Close())
+	return errors.Join(s.gen.Close(), s.listed.Close())
 }

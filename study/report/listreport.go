@@ -1,10 +1,13 @@
-package study
+package report
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
+
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 func listName(t string) string {
@@ -12,7 +15,7 @@ func listName(t string) string {
 }
 
 // ReportLists writes the list comparison's section.
-func ReportLists(w io.Writer, r *Results) {
+func ReportLists(w io.Writer, r *results.Results) {
 	l := r.Lists
 	fmt.Fprintln(w, "\n## Large deny lists: the shield beside xdp-filter")
 	if l == nil {
@@ -22,12 +25,12 @@ func ReportLists(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\nThe storm link of the main section (same veth, same generator, same run): UDP frames at full speed from the first min(N, 65,536) addresses of a deny list of N host prefixes (IPv4: 198.19.0.0 upward; IPv6: 2001:db8:1::1 upward, one family at a time), against the XDP_DROP floor, the shield (shield.Load, the list added with Shield.Add as `shield deny add` does) and xdp-tools' xdp-filter (%s; `xdp-filter load edge0 -f ipv4,ipv6 -p allow -m native` in the edge namespace (its default policy, allow: the addresses listed are dropped; `-p deny` would drop every other), the list written into its pinned map filter_ipv4/filter_ipv6 one update per entry, unloaded after each cell). Load: the time to write the list (the shield's includes computing its verdict trie). Mpps: medians over runs (min–max).\n", l.XDPFilter)
 	fmt.Fprintln(w, "\n| family | list size | target | load s | seen Mpps | dropped Mpps | drops per softirq CPU-s |")
 	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|")
-	for _, fam := range ListFamilies {
+	for _, fam := range results.ListFamilies {
 		if c := l.Cell("floor", fam, 0); c != nil {
 			fmt.Fprintf(w, "| %s | - | %s | - | %s | %s | %s |\n", fam, listName("floor"), mppsSpread(c.SeenPPS), mppsSpread(c.DropPPS), humanOr(c.PerCPU.Median))
 		}
 		for _, n := range l.Sizes {
-			for _, t := range ListTargets[1:] {
+			for _, t := range results.ListTargets[1:] {
 				c := l.Cell(t, fam, n)
 				if c == nil {
 					continue
@@ -36,20 +39,20 @@ func ReportLists(w io.Writer, r *Results) {
 					fmt.Fprintf(w, "| %s | %d | %s | refused: %s | - | - | - |\n", fam, n, listName(t), strings.ReplaceAll(c.Refused, "|", "/"))
 					continue
 				}
-				fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", fam, n, listName(t), spread(c.LoadSec, "%.3f"), mppsSpread(c.SeenPPS), mppsSpread(c.DropPPS), humanOr(c.PerCPU.Median))
+				fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s |\n", fam, n, listName(t), results.Spread(c.LoadSec, "%.3f"), mppsSpread(c.SeenPPS), mppsSpread(c.DropPPS), humanOr(c.PerCPU.Median))
 			}
 		}
 	}
 	if len(l.CLISec) > 0 {
-		fmt.Fprintf(w, "\nAdding addresses with xdp-filter's own command, one `xdp-filter ip ADDR -m src` a address (%d addresses a run): %s ms an address; a 1,000-entry list that way takes about %.0f s.\n", l.CLIAddrs, spread(l.CLIPerMs, "%.1f"), l.CLIPerMs.Median)
+		fmt.Fprintf(w, "\nAdding addresses with xdp-filter's own command, one `xdp-filter ip ADDR -m src` a address (%d addresses a run): %s ms an address; a 1,000-entry list that way takes about %.0f s.\n", l.CLIAddrs, results.Spread(l.CLIPerMs, "%.1f"), l.CLIPerMs.Median)
 	}
 	for _, s := range l.Skipped {
 		fmt.Fprintf(w, "\nNot measured: %s.\n", s)
 	}
 }
 
-func mppsSpread(s Stat) string {
-	return fmt.Sprintf("%s (%s–%s)", mpps(s.Median), mpps(s.Min), mpps(s.Max))
+func mppsSpread(s results.Stat) string {
+	return fmt.Sprintf("%s (%s–%s)", results.Mpps(s.Median), results.Mpps(s.Min), results.Mpps(s.Max))
 }
 
 func humanOr(x float64) string {
@@ -60,16 +63,16 @@ func humanOr(x float64) string {
 }
 
 // plotLists draws the dropped Mpps per list size and target, per family.
-func plotLists(data string, r *Results) (string, error) {
+func plotLists(data string, r *results.Results) (string, error) {
 	l := r.Lists
 	if l == nil || len(l.Cells) == 0 {
 		return "", errNoLists
 	}
 	var rows [][]string
-	for _, fam := range ListFamilies {
+	for _, fam := range results.ListFamilies {
 		for _, n := range l.Sizes {
 			line := []string{fmt.Sprintf("%q", fmt.Sprintf("%s %d", fam, n))}
-			for _, t := range ListTargets {
+			for _, t := range results.ListTargets {
 				size := n
 				if t == "floor" {
 					size = 0
@@ -88,7 +91,7 @@ func plotLists(data string, r *Results) (string, error) {
 		return "", err
 	}
 	var plots []string
-	for i, t := range ListTargets {
+	for i, t := range results.ListTargets {
 		using := fmt.Sprintf("%d", i+2)
 		if i == 0 {
 			using += ":xtic(1)"
@@ -107,3 +110,5 @@ set grid y
 plot %s
 `, strings.Join(plots, ", \\\n  ")), nil
 }
+
+var errNoLists = errors.New("no list cells")

@@ -1,4 +1,4 @@
-package e2e
+package storm
 
 import (
 	"context"
@@ -180,8 +180,8 @@ func (g *PacketGenerator) Send(t *Template, n uint32) (uint64, error) {
 	return sent, nil
 }
 
-// StormSpec says what one storm sends, and its bounds.
-type StormSpec struct {
+// Spec says what one storm sends, and its bounds.
+type Spec struct {
 	Templates []Template
 	Weights   []float64     // share of each template; nil: equal
 	Rate      uint64        // frames per second; 0: as fast as the generator goes
@@ -200,10 +200,10 @@ const chunk = 1 << 16
 // tick is the pacing period.
 const tick = 10 * time.Millisecond
 
-// Storm runs spec on g until its duration, frame bound or ctx ends and
+// Run runs spec on g until its duration, frame bound or ctx ends and
 // returns frames sent per template. sent is updated as it goes (for a live
 // progress line); it may be nil.
-func Storm(ctx context.Context, g Generator, spec StormSpec, sent *atomic.Uint64) ([]uint64, error) {
+func Run(ctx context.Context, g Generator, spec Spec, sent *atomic.Uint64) ([]uint64, error) {
 	if spec.Duration <= 0 || spec.MaxFrames == 0 {
 		return nil, fmt.Errorf("storm must be bounded: duration %v, max frames %d", spec.Duration, spec.MaxFrames)
 	}

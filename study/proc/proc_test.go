@@ -1,4 +1,4 @@
-package study
+package proc
 
 import (
 	"os"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // TestProcReadings: the study's machine readings agree with the files as
@@ -19,22 +21,22 @@ func TestProcReadings(t *testing.T) {
 	require.NoError(t, err)
 	// The load may change between the two reads: compare the format,
 	// the kernel's two decimals.
-	got := loadavg()
-	require.Regexp(t, `^\d+\.\d\d \d+\.\d\d \d+\.\d\d$`, got, "loadavg() (/proc/loadavg: %q)", out)
+	got := results.LoadAvg()
+	require.Regexp(t, `^\d+\.\d\d \d+\.\d\d \d+\.\d\d$`, got, "LoadAvg() (/proc/loadavg: %q)", out)
 	model, err := exec.Command("sh", "-c", "grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2-").Output()
 	require.NoError(t, err)
 	if want := strings.TrimSpace(string(model)); want != "" {
-		assert.Equal(t, want, cpuModel())
+		assert.Equal(t, want, results.CPUModel())
 	}
-	e := &edgeProc{pid: os.Getpid()}
-	a, err := e.cpu()
+	e := &Edge{pid: os.Getpid()}
+	a, err := e.CPU()
 	require.NoError(t, err)
 	for x := 0; x < 200_000_000; x++ {
 		_ = x * x
 	}
-	b, err := e.cpu()
+	b, err := e.CPU()
 	require.NoError(t, err)
-	assert.Greater(t, b.proc, a.proc, "this process's CPU time")
-	assert.GreaterOrEqual(t, b.busy, a.busy)
-	assert.GreaterOrEqual(t, b.busy, b.softirq)
+	assert.Greater(t, b.Proc, a.Proc, "this process's CPU time")
+	assert.GreaterOrEqual(t, b.Busy, a.Busy)
+	assert.GreaterOrEqual(t, b.Busy, b.Softirq)
 }

@@ -1,4 +1,4 @@
-package e2e
+package parts
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
@@ -23,7 +24,7 @@ const (
 	NewConn   Kind = iota // a TCP and TLS handshake per request
 	KeepAlive             // requests on one open connection
 	Datagram              // a UDP request to the datagram service, resent when unanswered
-	numKinds
+	NumKinds              // how many kinds there are
 )
 
 func (k Kind) String() string { return [...]string{"new_conn", "keep_alive", "udp"}[k] }
@@ -38,8 +39,8 @@ type Recorder struct {
 // Samples are one phase's request results.
 type Samples struct {
 	Start, End time.Time
-	Lat        [numKinds][]time.Duration // successful requests
-	Fail       [numKinds]int
+	Lat        [NumKinds][]time.Duration // successful requests
+	Fail       [NumKinds]int
 	Errors     map[string]int // a few failure messages, by text
 }
 
@@ -111,8 +112,8 @@ func DefaultClientConfig() ClientConfig {
 		UDPRate: 25, UDPAttempt: 200 * time.Millisecond, UDPAttempts: 3}
 }
 
-// rate is how many requests of kind k a second the client makes per family.
-func (c ClientConfig) rate(k Kind) float64 {
+// Rate is how many requests of kind k a second the client makes per family.
+func (c ClientConfig) Rate(k Kind) float64 {
 	return [...]float64{c.NewConnRate, c.KeepAliveRate, c.UDPRate}[k]
 }
 
@@ -125,9 +126,9 @@ type Client struct {
 	wg     sync.WaitGroup
 }
 
-// dialer dials from inside ns: the socket is created on a thread that has
+// Dialer dials from inside ns: the socket is created on a thread that has
 // entered the namespace, and stays there.
-func dialer(ns *topo.NS) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func Dialer(ns *topo.NS) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var c net.Conn
 		err := ns.Do(func() error {
@@ -147,10 +148,10 @@ func StartClient(ns *topo.NS, pool *x509.CertPool, cfg ClientConfig, rec *Record
 	c := &Client{cfg: cfg, rec: rec, cancel: cancel}
 	tlsCfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12} // no session cache: every new connection is a full handshake
 	for _, dst := range targets {
-		url := fmt.Sprintf("https://%s/", netip.AddrPortFrom(dst, EdgePort))
+		url := fmt.Sprintf("https://%s/", netip.AddrPortFrom(dst, storm.EdgePort))
 		for _, k := range []Kind{NewConn, KeepAlive} {
 			tr := &http.Transport{
-				DialContext:         dialer(ns),
+				DialContext:         Dialer(ns),
 				TLSClientConfig:     tlsCfg,
 				DisableKeepAlives:   k == NewConn,
 				MaxIdleConnsPerHost: 1,
@@ -229,10 +230,10 @@ func (c *Client) Stop() {
 
 // peek returns the p50 and p99 of each kind so far in the phase, with the
 // request and failure counts.
-func (r *Recorder) peek() (p50, p99 [numKinds]time.Duration, reqs, fails int) {
+func (r *Recorder) peek() (p50, p99 [NumKinds]time.Duration, reqs, fails int) {
 	r.mu.Lock()
 	s := r.cur
-	var lat [numKinds][]time.Duration
+	var lat [NumKinds][]time.Duration
 	if s != nil {
 		for k := range lat {
 			lat[k] = slices.Clone(s.Lat[k])

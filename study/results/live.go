@@ -1,4 +1,4 @@
-package study
+package results
 
 // LiveRow is one live-path figure: a receiver on the storm link's far end
 // fed by the live-frames generator at full speed from a few sources.
@@ -15,11 +15,11 @@ type LiveRow struct {
 func liveOf(r *Results) []LiveRow {
 	var rows []LiveRow
 	for _, t := range []string{"generator", "floor", "shield"} {
-		d := r.drop(t, "few")
+		d := r.DropOf(t, "few")
 		if d == nil || d.SentPPS.N == 0 {
 			return nil
 		}
-		med := statOf(func() []float64 {
+		med := StatOf(func() []float64 {
 			var xs []float64
 			for _, s := range d.Samples {
 				xs = append(xs, s.SentPPS)

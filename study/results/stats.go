@@ -1,4 +1,4 @@
-package study
+package results
 
 import (
 	"bytes"
@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
 )
 
 // Q is a figure that may be missing (NaN): a quantile of too few samples,
@@ -48,15 +48,15 @@ func MinSamples(q float64) int { return int(math.Ceil(10/(1-q) - 1e-9)) }
 
 // quantileMs is the q-quantile of d in ms, or missing when d is too small
 // a sample to carry it.
-func quantileMs(d []time.Duration, q float64) Q {
+func QuantileMs(d []time.Duration, q float64) Q {
 	if len(d) < MinSamples(q) {
 		return missing
 	}
-	return Q(float64(e2e.Quantile(slices.Clone(d), q)) / 1e6)
+	return Q(float64(parts.Quantile(slices.Clone(d), q)) / 1e6)
 }
 
 // fmtQ prints a figure, or "n/a (n=N)" when it is missing.
-func fmtQ(q Q, format string, n int) string {
+func FmtQ(q Q, format string, n int) string {
 	if !q.OK() {
 		return fmt.Sprintf("n/a (n=%d)", n)
 	}
@@ -151,7 +151,7 @@ const Alpha = 0.05
 
 // differ compares two sets of runs: whether they separate (Mann-Whitney
 // p < Alpha) and how the test reads, for the report.
-func differ(a, b []float64) (bool, string) {
+func Differ(a, b []float64) (bool, string) {
 	a, b = valid(a), valid(b)
 	p := MannWhitney(a, b)
 	return p < Alpha, fmt.Sprintf("Mann-Whitney U over %d and %d runs, p = %.3f", len(a), len(b), p)

@@ -1,8 +1,10 @@
-package study
+package report
 
 import (
 	"fmt"
 	"io"
+
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
 // lbName names an xdplb target in the report.
@@ -20,7 +22,7 @@ func lbName(t string) string {
 }
 
 // ReportLB writes the xdplb section.
-func ReportLB(w io.Writer, r *Results) {
+func ReportLB(w io.Writer, r *results.Results) {
 	l := r.LB
 	fmt.Fprintln(w, "\n## The XDP layer-4 balancer: packets per second beside the floors")
 	if l == nil {
@@ -28,11 +30,11 @@ func ReportLB(w io.Writer, r *Results) {
 		return
 	}
 	fmt.Fprintf(w, "\nThe storm link of the main section (same veth, same generator: %s): UDP frames at full speed to the edge's datagram port (the VIP: %s and %s, port %d, %d backends) from 65,536 sources (198.19.0.0 upward; 2001:db8:1::1 upward; 16 for the last row), one family at a time, against the XDP_DROP floor, the XDP_TX floor (the frame sent back out unmodified) and xdplb (VIP match, per-CPU LRU connection table, Maglev table, IPIP/IP6IP6 encapsulation, XDP_TX towards storm0, which drops what comes back). 65,536 flows are more than a CPU's share of the balancer's 65,536-entry connection table (an LRU list per CPU): nearly every frame misses, takes a Maglev choice and an insert that evicts, the worst case; 16 flows are all hits. Handled: dropped, sent back or balanced (xdplb's own tx counter). Generator: what it sent a second (the edge's link refusals included); it shares the machine's cores with the edge, so it sends less when the target costs more. Medians over runs (min–max). \"generator-bound\": the target handled at least 90%% of the generator's own rate (what it sends into the XDP_DROP floor), so the figure is the generator's, not the target's ceiling; the floor always is.\n",
-		r.Generator, "198.18.0.1", "2001:db8::1", 53, lbBackends)
+		r.Generator, "198.18.0.1", "2001:db8::1", 53, results.LBBackends)
 	fmt.Fprintln(w, "\n| family | target | generator Mpps | handled Mpps | handled per softirq CPU-s | bound |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|")
-	for _, fam := range ListFamilies {
-		for _, t := range LBTargets {
+	for _, fam := range results.ListFamilies {
+		for _, t := range results.LBTargets {
 			c := l.Cell(t, fam)
 			if c == nil {
 				continue

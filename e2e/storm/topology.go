@@ -1,4 +1,4 @@
-package e2e
+package storm
 
 import (
 	"errors"
@@ -39,7 +39,7 @@ var (
 	Client4 = netip.MustParseAddr("198.18.4.2") // client0: the legitimate client
 	Client6 = netip.MustParseAddr("2001:db8:0:4::2")
 
-	// Allow- and deny-listed probe sources, sent by the generator.
+	// Allow- and deny-listed sources, sent by the generator.
 	Allowed4 = netip.MustParseAddr("198.18.2.1")
 	Allowed6 = netip.MustParseAddr("2001:db8:0:2::1")
 	Denied4  = netip.MustParseAddr("198.18.3.1")
@@ -60,6 +60,11 @@ var (
 
 // EdgePort is the HTTPS port of the edge server (and of the SYN flood).
 const EdgePort = 443
+
+// DatagramPort is the edge's UDP request/response service (a resolver, a
+// QUIC server): the legitimate client asks it, and the storm's UDP frames
+// are aimed at it.
+const DatagramPort = 53
 
 // MaxMany4 is how many IPv4 sources the many-forged storm can use.
 const MaxMany4 = 1 << 16
@@ -91,11 +96,34 @@ type Topology struct {
 // runs NAPI: an attached XDP program or GRO turns it on, and the contrast
 // run has no program).
 func NewTopology() (*Topology, error) {
-	return NewTopologyIn(Local{})
+	return NewTopologyIn(LocalNamespaces{})
+}
+
+// Namespaces provides a topology's two namespaces (a deployment of
+// e2e/parts does).
+type Namespaces interface {
+	// Namespaces returns the edge and storm namespaces, with nothing in
+	// them but loopback: NewTopologyIn wires them.
+	Namespaces() (edge, storm *topo.NS, err error)
+}
+
+// LocalNamespaces creates the two namespaces in this process.
+type LocalNamespaces struct{}
+
+// Namespaces creates the edge and storm namespaces.
+func (LocalNamespaces) Namespaces() (edge, storm *topo.NS, err error) {
+	if edge, err = topo.New("edge"); err != nil {
+		return nil, nil, err
+	}
+	if storm, err = topo.New("storm"); err != nil {
+		edge.Close()
+		return nil, nil, err
+	}
+	return edge, storm, nil
 }
 
 // NewTopologyIn is NewTopology in the namespaces d provides.
-func NewTopologyIn(d Deployment) (t *Topology, err error) {
+func NewTopologyIn(d Namespaces) (t *Topology, err error) {
 	removed, err := topo.CleanupStale()
 	if err != nil {
 		slog.Warn("remove stale namespaces", logErr, err)

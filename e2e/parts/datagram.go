@@ -1,4 +1,4 @@
-package e2e
+package parts
 
 import (
 	"context"
@@ -16,13 +16,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
-
-// DatagramPort is the edge's UDP request/response service (a resolver, a
-// QUIC server): the legitimate client asks it, and the storm's UDP frames
-// are aimed at it.
-const DatagramPort = 53
 
 // rcvBuf is the service socket's receive buffer for a capacity: the queue a
 // flood overflows, about a tenth of a second of the service's work (a
@@ -67,10 +63,10 @@ func StartDatagramService(ns *topo.NS, capacity float64) (*DatagramService, erro
 	var conn *net.UDPConn
 	if err := ns.Do(func() error {
 		var err error
-		conn, err = net.ListenUDP("udp", &net.UDPAddr{Port: DatagramPort})
+		conn, err = net.ListenUDP("udp", &net.UDPAddr{Port: storm.DatagramPort})
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("listen on udp port %d in %s: %w", DatagramPort, ns.Name, err)
+		return nil, fmt.Errorf("listen on udp port %d in %s: %w", storm.DatagramPort, ns.Name, err)
 	}
 	return ServeDatagram(conn, capacity)
 }
@@ -157,7 +153,7 @@ func (c *Client) datagramLoop(ctx context.Context, ns *topo.NS, dst netip.Addr, 
 	var conn *net.UDPConn
 	err := ns.Do(func() error {
 		var err error
-		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, DatagramPort)))
+		conn, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(dst, storm.DatagramPort)))
 		return err
 	})
 	if err != nil {

@@ -1,4 +1,4 @@
-package study
+package results
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 )
 
@@ -21,10 +23,10 @@ type Defaults struct {
 	AggBurst  uint64        `json:"aggregate_burst"`
 }
 
-// aggregateShare is the part of the service's capacity the aggregate
+// AggregateShare is the part of the service's capacity the aggregate
 // limit lets through: a tenth is kept for the service's own jitter (a
 // queue fed at its service rate grows without bound).
-const aggregateShare = 0.9
+const AggregateShare = 0.9
 
 // Derive derives the defaults: the per-source rate twice the paced
 // client's packets/s (rounded up to 250), the burst two seconds of it,
@@ -36,7 +38,7 @@ func Derive(clientPPS, capacity float64, budget time.Duration) Defaults {
 	d.Rate = uint64(math.Ceil(2*clientPPS/250)) * 250
 	d.Rate = max(d.Rate, 250)
 	d.Burst = 2 * d.Rate
-	d.AggRate = uint64(aggregateShare * capacity)
+	d.AggRate = uint64(AggregateShare * capacity)
 	d.AggBurst = max(uint64(float64(d.AggRate)*budget.Seconds()/2), 1)
 	return d
 }
@@ -50,7 +52,7 @@ const designClientPPS = 351
 // datagramBudget is the datagram p99 a storm may cost a legitimate client
 // whose quiet p99 is under e2e's floor: e2e.DefaultBudget's limit.
 func datagramBudget(baseline time.Duration) time.Duration {
-	return e2e.DefaultBudget().Limit(e2e.Datagram, baseline)
+	return e2e.DefaultBudget().Limit(parts.Datagram, baseline)
 }
 
 // StudyDefaults are the defaults the study measures with.
@@ -60,10 +62,17 @@ func StudyDefaults() Defaults { return Derive(designClientPPS, UDPCapacity, data
 // limit of the datagram service.
 func (d Defaults) Apply(l shield.Limits) shield.Limits {
 	l.Rate, l.Burst = d.Rate, d.Burst
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: e2e.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
+	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: storm.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
 	return l
 }
 
 func (d Defaults) String() string {
-	return fmt.Sprintf("per source %d packets/s, burst %d; udp/%d aggregate %d/s, burst %d", d.Rate, d.Burst, e2e.DatagramPort, d.AggRate, d.AggBurst)
+	return fmt.Sprintf("per source %d packets/s, burst %d; udp/%d aggregate %d/s, burst %d", d.Rate, d.Burst, storm.DatagramPort, d.AggRate, d.AggBurst)
 }
+
+// Limits are the limits of the shield and of its nftables twin in every
+// configuration: the service's defaults with the destinations the storm
+// floods protected as in the storm demo (TCP 443, UDP 53, ICMP), and the
+// per-source rate and burst and the datagram service's aggregate limit
+// the study derives for its service (StudyDefaults).
+func Limits() shield.Limits { return StudyDefaults().Apply(e2e.StormLimits(shield.DefaultLimits())) }

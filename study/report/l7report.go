@@ -1,4 +1,4 @@
-package study
+package report
 
 import (
 	"errors"
@@ -6,26 +6,9 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
-)
 
-func (r *L7Results) missing() []string {
-	if r == nil {
-		return []string{"l7 peers: not measured"}
-	}
-	var out []string
-	for _, c := range r.Cells {
-		switch {
-		case len(c.Samples) == 0:
-			out = append(out, fmt.Sprintf("l7 %s %s %s %dB: not measured", c.Target, c.Load, c.Conn, c.Body))
-		case c.RPS.Median <= 0:
-			out = append(out, fmt.Sprintf("l7 %s %s %s %dB: no request answered", c.Target, c.Load, c.Conn, c.Body))
-		}
-	}
-	if len(r.Cells) == 0 {
-		out = append(out, "l7 peers: no cell measured")
-	}
-	return out
-}
+	"github.com/xdpshield/xdpshield/study/results"
+)
 
 func bodyName(n int) string {
 	if n >= 1024 {
@@ -35,7 +18,7 @@ func bodyName(n int) string {
 }
 
 // l7Rows are the measured (load, conn, body) combinations, in plan order.
-func (r *L7Results) rows() [][3]string {
+func l7Rows(r *results.L7Results) [][3]string {
 	var out [][3]string
 	seen := map[string]bool{}
 	for _, c := range r.Cells {
@@ -49,7 +32,7 @@ func (r *L7Results) rows() [][3]string {
 }
 
 // ReportL7 writes the L7 comparison's section.
-func ReportL7(w io.Writer, r *Results) {
+func ReportL7(w io.Writer, r *results.Results) {
 	l := r.L7
 	fmt.Fprintln(w, "\n## L7: the fast path beside HAProxy and nginx")
 	if l == nil {
@@ -59,23 +42,23 @@ func ReportL7(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\nOne namespace, loopback: a Go backend (in the study's process) answering GET /item?size=N with N bytes; in front of it, each in a process of its own, the Go proxy with its kernel fast path (fast path: %s), the Go proxy alone, HAProxy and nginx, all four enforcing the same policy, generated from one `[l7]` configuration (study/peers: routes by Host and by path prefix, an RBAC deny rule, a hash header; no set_header, which the kernel does not implement: with it every request is passed up to the Go proxy). *direct* is the client to the backend with nothing between.\n", l.FastPath)
 	fmt.Fprintf(w, "\nPeers: %s; %s (single process/worker each: `nbthread 1`, `worker_processes 1`; the Go proxy uses every core).\n", l.Versions["haproxy"], l.Versions["nginx"])
 	fmt.Fprintf(w, "\nLoad: %d connections from goroutines of the study (the client shares the machine with the proxy); *closed*: each connection sends its next request when the last is answered; *fixed*: %.0f requests/s in all, latency counted from when each request was due (a late client does not hide a slow proxy). *keep-alive*: one connection for every request; *new*: a connection a request. Phases of %.1f s, targets in turn within a round, the order rotated each round. CPU per request: the proxy's processes (user + system) plus every CPU's softirq time, over answered requests; *busy* is every CPU's non-idle time per request: it includes the client, the backend and the neighbours, and is the only column that sees the fast path's kernel work done in the client's and backend's send calls (sk_msg runs in the sender's context, not in softirq). p99.9 only where a run had 10,000 requests or more. Latency in ms; medians over runs, (min–max).\n", l.Conns, l.Rate, l.Seconds)
-	for _, row := range l.rows() {
+	for _, row := range l7Rows(l) {
 		var body int
 		fmt.Sscan(row[2], &body)
 		fmt.Fprintf(w, "\n### %s, %s, %s responses\n\n", row[0], row[1], bodyName(body))
 		fmt.Fprintln(w, "| target | req/s | p50 | p99 | p99.9 | proxy+softirq µs/req | busy µs/req | errors |")
 		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
-		for _, t := range L7Targets {
+		for _, t := range results.L7Targets {
 			c := l.Cell(t, row[0], row[1], body)
 			if c == nil {
 				continue
 			}
 			p999 := "-"
 			if c.P999.N > 0 {
-				p999 = spread(c.P999, "%.3f")
+				p999 = results.Spread(c.P999, "%.3f")
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f |\n", t, spread(c.RPS, "%.0f"), spread(c.P50, "%.3f"),
-				spread(c.P99, "%.3f"), p999, spread(c.CPUReq, "%.1f"), spread(c.BusyReq, "%.1f"), c.Errors.Median)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.0f |\n", t, results.Spread(c.RPS, "%.0f"), results.Spread(c.P50, "%.3f"),
+				results.Spread(c.P99, "%.3f"), p999, results.Spread(c.CPUReq, "%.1f"), results.Spread(c.BusyReq, "%.1f"), c.Errors.Median)
 		}
 	}
 	for _, s := range l.Skipped {
@@ -86,17 +69,17 @@ func ReportL7(w io.Writer, r *Results) {
 
 // plotL7 draws each target's p50 latency per (load, connection, body),
 // log scale.
-func plotL7(data string, r *Results) (string, error) {
+func plotL7(data string, r *results.Results) (string, error) {
 	l := r.L7
 	if l == nil || len(l.Cells) == 0 {
 		return "", errors.New("no L7 cells")
 	}
 	var rows [][]string
-	for _, row := range l.rows() {
+	for _, row := range l7Rows(l) {
 		var body int
 		fmt.Sscan(row[2], &body)
 		line := []string{fmt.Sprintf("%q", fmt.Sprintf("%s %s %s", row[0], row[1], bodyName(body)))}
-		for _, t := range L7Targets {
+		for _, t := range results.L7Targets {
 			v := "NaN"
 			if c := l.Cell(t, row[0], row[1], body); c != nil && c.P50.N > 0 {
 				v = fmt.Sprintf("%.4f", c.P50.Median)
@@ -110,7 +93,7 @@ func plotL7(data string, r *Results) (string, error) {
 		return "", err
 	}
 	var plots []string
-	for i, t := range L7Targets {
+	for i, t := range results.L7Targets {
 		using := fmt.Sprintf("%d", i+2)
 		if i == 0 {
 			using += ":xtic(1)"

@@ -1,4 +1,4 @@
-package study
+package proc
 
 import (
 	"bufio"
@@ -18,27 +18,29 @@ import (
 
 	"github.com/prometheus/procfs"
 
-	"github.com/xdpshield/xdpshield/e2e"
+	"github.com/xdpshield/xdpshield/e2e/parts"
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/study/results"
 )
 
-// edgeProc is the edge server running in a process of its own inside the
+// Edge is the edge server running in a process of its own inside the
 // edge namespace (`shieldlab study-edge`), so that its CPU time is its own.
-type edgeProc struct {
+type Edge struct {
 	cmd *exec.Cmd
 	pid int
 }
 
-// startEdge starts self's study-edge command in ns with a certificate made
+// StartEdge starts self's study-edge command in ns with a certificate made
 // here, and returns once it listens.
-func startEdge(self string, ns *topo.NS) (*edgeProc, *x509.CertPool, error) {
+func StartEdge(self string, ns *topo.NS) (*Edge, *x509.CertPool, error) {
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
 			return nil, nil, fmt.Errorf("find the shield binary: %w", err)
 		}
 	}
-	cert, pool, err := e2e.NewCertificate(e2e.Edge4, e2e.Edge6, e2e.Front4, e2e.Front6)
+	cert, pool, err := parts.NewCertificate(storm.Edge4, storm.Edge6, storm.Front4, storm.Front6)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -60,7 +62,7 @@ func startEdge(self string, ns *topo.NS) (*edgeProc, *x509.CertPool, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start %s study-edge: %w", self, err)
 	}
-	e := &edgeProc{cmd: cmd, pid: cmd.Process.Pid}
+	e := &Edge{cmd: cmd, pid: cmd.Process.Pid}
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(out).ReadString('\n')
@@ -73,17 +75,18 @@ func startEdge(self string, ns *topo.NS) (*edgeProc, *x509.CertPool, error) {
 	select {
 	case err := <-ready:
 		if err != nil {
-			e.stop()
+			e.Stop()
 			return nil, nil, fmt.Errorf("edge server: %w", err)
 		}
 	case <-time.After(10 * time.Second):
-		e.stop()
+		e.Stop()
 		return nil, nil, errors.New("edge server: not ready after 10s")
 	}
 	return e, pool, nil
 }
 
-func (e *edgeProc) stop() {
+// Stop ends the edge server: SIGTERM, then SIGKILL after 3 s.
+func (e *Edge) Stop() {
 	if e.cmd.Process != nil {
 		e.cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
@@ -96,17 +99,6 @@ func (e *edgeProc) stop() {
 		}
 	}
 }
-
-// UDPCapacity is the datagram service's capacity. The storm demo's
-// service answers 15,000/s, over what its storm of 4 few sources passes
-// at the per-source limit. The study's storm has 32 sources (16 per
-// family), and e2e.Storm sends each 10 ms tick's UDP first, so nearly all
-// a source passes is UDP: up to 32,000/s at the old default of 1,000/s
-// each (10,700 were it a third). 10,000 is under what per-source limits
-// let through at any rate the legitimate client can live with (it sends
-// about 350 packets/s from its address): the case the aggregate limit is
-// for (issue 26), and the study derives its limits for it (Derive).
-const UDPCapacity = 10_000
 
 // ServeEdge is the study-edge process: it reads a certificate and key
 // (PEM) on stdin, serves e2e's edge page on EdgePort and e2e's datagram
@@ -121,16 +113,16 @@ func ServeEdge(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("parse certificate: %w", err)
 	}
-	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", e2e.EdgePort))
+	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", storm.EdgePort))
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := e2e.ServeEdge(ln, cert)
-	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: e2e.DatagramPort})
+	srv := parts.ServeEdge(ln, cert)
+	conn, err := net.ListenUDP("udp", &net.UDPAddr{Port: storm.DatagramPort})
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	udp, err := e2e.ServeDatagram(conn, UDPCapacity)
+	udp, err := parts.ServeDatagram(conn, results.UDPCapacity)
 	if err != nil {
 		return err
 	}
@@ -139,17 +131,17 @@ func ServeEdge(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	return errors.Join(srv.Close(), udp.Close())
 }
 
-// cpuReading is a reading of the CPU time the edge used so far, seconds.
-type cpuReading struct {
-	proc    float64 // the edge server process (user + system)
-	softirq float64 // every CPU's softirq time: the XDP, tc, nftables and stack receive work
-	busy    float64 // every CPU's non-idle time: the machine, neighbours included
+// CPUReading is a reading of the CPU time the edge used so far, seconds.
+type CPUReading struct {
+	Proc    float64 // the edge server process (user + system)
+	Softirq float64 // every CPU's softirq time: the XDP, tc, nftables and stack receive work
+	Busy    float64 // every CPU's non-idle time: the machine, neighbours included
 }
 
-// cpu reads the edge server's CPU time and the machine's from /proc
+// CPU reads the edge server's CPU time and the machine's from /proc
 // (prometheus/procfs: /proc/PID/stat and /proc/stat, in seconds).
-func (e *edgeProc) cpu() (cpuReading, error) {
-	var r cpuReading
+func (e *Edge) CPU() (CPUReading, error) {
+	var r CPUReading
 	p, err := procfs.NewProc(e.pid)
 	if err != nil {
 		return r, fmt.Errorf("edge server cpu: %w", err)
@@ -158,15 +150,15 @@ func (e *edgeProc) cpu() (cpuReading, error) {
 	if err != nil {
 		return r, fmt.Errorf("edge server cpu: %w", err)
 	}
-	r.proc = ps.CPUTime()
-	m, err := e.machine()
-	r.softirq, r.busy = m.softirq, m.busy
+	r.Proc = ps.CPUTime()
+	m, err := e.Machine()
+	r.Softirq, r.Busy = m.Softirq, m.Busy
 	return r, err
 }
 
-// machine reads every CPU's softirq and busy time (proc left zero).
-func (e *edgeProc) machine() (cpuReading, error) {
-	var r cpuReading
+// Machine reads every CPU's softirq and busy time (proc left zero).
+func (e *Edge) Machine() (CPUReading, error) {
+	var r CPUReading
 	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return r, fmt.Errorf("read /proc/stat: %w", err)
@@ -176,7 +168,7 @@ func (e *edgeProc) machine() (cpuReading, error) {
 		return r, fmt.Errorf("read /proc/stat: %w", err)
 	}
 	c := st.CPUTotal
-	r.softirq = c.SoftIRQ
-	r.busy = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ
+	r.Softirq = c.SoftIRQ
+	r.Busy = c.User + c.Nice + c.System + c.IRQ + c.SoftIRQ
 	return r, nil
 }

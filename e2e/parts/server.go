@@ -1,4 +1,4 @@
-package e2e
+package parts
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/topo"
 )
 
@@ -74,10 +75,10 @@ func StartEdgeServer(ns *topo.NS, addrs ...netip.Addr) (*EdgeServer, error) {
 	var ln net.Listener
 	if err := ns.Do(func() error {
 		var err error
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", EdgePort))
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", storm.EdgePort))
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("listen on port %d in %s: %w", EdgePort, ns.Name, err)
+		return nil, fmt.Errorf("listen on port %d in %s: %w", storm.EdgePort, ns.Name, err)
 	}
 	s := ServeEdge(ln, cert)
 	s.Pool = pool
