@@ -114,6 +114,7 @@ type Shield struct {
 	// clockNote says how adopted state written with another clock was
 	// converted ("" when it was not).
 	clockNote string
+	loadEph   PortRange // the ephemeral ports Load was given (Reset goes back to them)
 
 	mu     sync.Mutex // serialises changes of configuration and lists
 	limits Limits
@@ -283,7 +284,7 @@ func Load(opts Options) (*Shield, error) {
 		eph = DefaultEphemeral
 	}
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
-		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize), eph: eph}
+		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize), eph: eph, loadEph: eph}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError

@@ -3,6 +3,7 @@ package datapath
 import (
 	"flag"
 	"net/netip"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,15 +23,53 @@ const (
 	drop = shield.Drop
 )
 
-// load loads a shield with the virtual clock (time 0) and limits l, closed
-// when t ends.
+// load gives t a shield with the virtual clock (time 0) and limits l, as
+// Load leaves it, for t alone until t ends. A shield of the same table
+// size a finished test gave back is Reset instead of loaded again: a load
+// is verified anew, which in a VM under TCG costs 1-4 s, a Reset
+// milliseconds (TestResetIsLoad in package shield shows the two alike).
 func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
 	t.Helper()
 	testutil.Root(t)
-	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
-	require.NoError(t, err, "shield.Load()")
-	t.Cleanup(func() { s.Close() })
+	s := idle.take(tableSize)
+	if s != nil {
+		if err := s.Reset(l); err != nil {
+			s.Close()
+			require.NoError(t, err, "Reset(%+v)", l)
+		}
+	} else {
+		var err error
+		s, err = shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
+		require.NoError(t, err, "shield.Load()")
+	}
+	t.Cleanup(func() { idle.give(tableSize, s) })
 	return s
+}
+
+// idle holds the shields finished tests gave back, by table size.
+var idle = shieldPool{by: map[uint32][]*shield.Shield{}}
+
+type shieldPool struct {
+	mu sync.Mutex
+	by map[uint32][]*shield.Shield
+}
+
+func (p *shieldPool) take(size uint32) *shield.Shield {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ss := p.by[size]
+	if len(ss) == 0 {
+		return nil
+	}
+	s := ss[len(ss)-1]
+	p.by[size] = ss[:len(ss)-1]
+	return s
+}
+
+func (p *shieldPool) give(size uint32, s *shield.Shield) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.by[size] = append(p.by[size], s)
 }
 
 // addList puts CIDRs on list l.
