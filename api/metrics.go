@@ -34,6 +34,8 @@ var (
 		"Sources in the per-source table.", nil, nil)
 	descCapacity = prometheus.NewDesc("shield_sources_capacity",
 		"Capacity of the per-source table.", nil, nil)
+	descEvictions = prometheus.NewDesc("shield_sources_evictions_total",
+		"Insertions into the per-source table that replaced an idle source rather than taking an empty way (summed over CPUs).", nil, nil)
 	descRate = prometheus.NewDesc("shield_limit_rate_packets_per_second",
 		"Configured refill rate of a bucket: per source, or for admitting new sources; of protected traffic (source, admission) or of return traffic (unprotected, unprotected_admission).", []string{"bucket"}, nil)
 	descBurst = prometheus.NewDesc("shield_limit_burst_packets",
@@ -95,7 +97,7 @@ type collector struct {
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descBytes, descTracked, descCapacity, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descListHits, descBuild} {
+	for _, d := range []*prometheus.Desc{descPackets, descBytes, descTracked, descCapacity, descEvictions, descRate, descBurst, descProtected, descKeyPrefix, descOwn, descDryRun, descList, descListHits, descBuild} {
 		ch <- d
 	}
 }
@@ -136,6 +138,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descTracked, prometheus.GaugeValue, float64(n))
 	}
 	ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(sh.TableSize()))
+	if n, err := sh.Evictions(); err != nil {
+		ch <- prometheus.NewInvalidMetric(descEvictions, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(n))
+	}
 
 	l := sh.Limits()
 	ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, float64(l.Rate), "source")

@@ -463,10 +463,15 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	ev, err := s.sh.Evictions()
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	resp := CountersResponse{
 		Verdicts: map[string]uint64{},
 		Reasons:  map[string]uint64{},
-		Sources:  SourceStats{Tracked: n, Capacity: s.sh.TableSize()},
+		Sources:  SourceStats{Tracked: n, Capacity: s.sh.TableSize(), Evictions: ev},
 	}
 	for _, v := range shield.Verdicts() {
 		resp.Verdicts[v.String()] = c.Verdict(v)

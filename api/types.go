@@ -23,6 +23,9 @@ type PacketCount struct {
 type SourceStats struct {
 	Tracked  int    `json:"tracked"`
 	Capacity uint32 `json:"capacity"`
+	// Evictions counts insertions that replaced an idle source rather
+	// than taking an empty way (shield.Shield.Evictions).
+	Evictions uint64 `json:"evictions"`
 }
 
 // CountersResponse answers GET /v1/counters.

@@ -232,6 +232,18 @@ struct {
 	__type(value, struct source_set);
 } sources SEC(".maps");
 
+/* Evictions: insertions into the sources table that replaced a source (an
+ * idle one, see insert()), not an empty way; per CPU, summed by user space
+ * (Shield.Evictions). A map of its own so pinned maps of earlier versions
+ * stay usable. The path is paid for by an admission token, so it runs at
+ * most at the admission rate. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64); /* sources replaced */
+} evictions SEC(".maps");
+
 /*
  * The presence filter: one bit per slot, set for every source the table
  * holds (slot_of), so a stranger whose bit is clear is known to be one
@@ -898,6 +910,13 @@ static __always_inline int insert(struct source_set *set, const struct src_key *
 	}
 	if (best >> 63)
 		return 0; /* every way busy */
+	if (victim->passed & SOURCE_USED) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&evictions, &zero);
+
+		if (n)
+			*n += 1;
+	}
 	victim->passed = 0;
 	asm volatile("" ::: "memory");
 	__builtin_memcpy(victim->key.addr, key->addr, 16);

@@ -220,6 +220,7 @@ const (
 	ShieldMapCaptured       = "captured"
 	ShieldMapConfigMap      = "config_map"
 	ShieldMapCounters       = "counters"
+	ShieldMapEvictions      = "evictions"
 	ShieldMapLists4         = "lists4"
 	ShieldMapLists4B        = "lists4_b"
 	ShieldMapLists6         = "lists6"
@@ -304,6 +305,7 @@ type ShieldMapSpecs struct {
 	Captured      *ebpf.MapSpec `ebpf:"captured"`
 	ConfigMap     *ebpf.MapSpec `ebpf:"config_map"`
 	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Evictions     *ebpf.MapSpec `ebpf:"evictions"`
 	Lists4        *ebpf.MapSpec `ebpf:"lists4"`
 	Lists4B       *ebpf.MapSpec `ebpf:"lists4_b"`
 	Lists6        *ebpf.MapSpec `ebpf:"lists6"`
@@ -360,6 +362,7 @@ type ShieldMaps struct {
 	Captured      *ebpf.Map `ebpf:"captured"`
 	ConfigMap     *ebpf.Map `ebpf:"config_map"`
 	Counters      *ebpf.Map `ebpf:"counters"`
+	Evictions     *ebpf.Map `ebpf:"evictions"`
 	Lists4        *ebpf.Map `ebpf:"lists4"`
 	Lists4B       *ebpf.Map `ebpf:"lists4_b"`
 	Lists6        *ebpf.Map `ebpf:"lists6"`
@@ -381,6 +384,7 @@ func (m *ShieldMaps) Close() error {
 		m.Captured,
 		m.ConfigMap,
 		m.Counters,
+		m.Evictions,
 		m.Lists4,
 		m.Lists4B,
 		m.Lists6,

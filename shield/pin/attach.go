@@ -270,7 +270,7 @@ func (a *Attachment) attach(mode Mode, linkPath string) error {
 	}
 	if err != nil {
 		if errors.Is(err, unix.EBUSY) || errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("attach xdp to %q: another XDP program is attached (not by xdpshield?): %w", a.Iface, err)
+			return fmt.Errorf("attach xdp to %q: %s: %w", a.Iface, foreignProgram(a.Iface, a.Ifindex), err)
 		}
 		return fmt.Errorf("attach xdp to %q: %w", a.Iface, err)
 	}
