@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // request is connection i's GET of path, padded with an X-Pad header to
@@ -114,9 +115,9 @@ func TestL7Compare(t *testing.T) {
 	rounds, conns, reqs := envInt("L7_COMPARE_ROUNDS", 3), envInt("L7_COMPARE_CONNS", 4), envInt("L7_COMPARE_REQS", 1000)
 	e := newNS(t)
 	b := e.backend(t, "b")
-	cfg := Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
-		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}},
+	cfg := policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}},
 		HashHeader: "X-User",
 	}
 	_, _, alone := e.proxy(t, cfg, false)
@@ -125,7 +126,7 @@ func TestL7Compare(t *testing.T) {
 	// implement: every request is parsed, then passed up (the fallback's
 	// cost over the proxy alone).
 	cfgSet := cfg
-	cfgSet.SetHeader = Header{Name: "X-Set", Value: "1"}
+	cfgSet.SetHeader = policy.Header{Name: "X-Set", Value: "1"}
 	_, fpSet, passed := e.proxy(t, cfgSet, true)
 	total := uint64(rounds * conns * reqs)
 	type result struct {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // response is what a client sees of one response: status, headers but the
@@ -36,13 +37,13 @@ func warmup(u string) string {
 // usersOnTwoBackends returns two X-User values p hashes to different
 // backends (of the route serving /x on a.test), or one twice if it finds
 // none.
-func usersOnTwoBackends(t testing.TB, p *Policy) [2]string {
+func usersOnTwoBackends(t testing.TB, p *policy.Policy) [2]string {
 	t.Helper()
 	first := -1
 	var u0 string
 	for i := range 64 {
 		u := fmt.Sprintf("u%d", i)
-		v := p.Decide(Request{Method: "GET", Path: "/x", Host: "a.test", Header: http.Header{"X-User": {u}}.Get})
+		v := p.Decide(policy.Request{Method: "GET", Path: "/x", Host: "a.test", Header: http.Header{"X-User": {u}}.Get})
 		switch {
 		case first < 0:
 			first, u0 = v.Backend, u
@@ -75,11 +76,11 @@ const fallbackAddr = "127.0.0.1:8081"
 
 // fallback starts a Server for cfg as shield serve's [l7] does, on a
 // kernel Attach refuses, and wants it serving the proxy alone, saying why.
-func (e *nsEnv) fallback(t testing.TB, cfg Config) *Server {
+func (e *nsEnv) fallback(t testing.TB, cfg policy.Config) *Server {
 	t.Helper()
 	var s *Server
 	if err := e.ns.Do(func() (err error) {
-		s, err = Listen(Section{Listen: fallbackAddr, Config: cfg}, e.dial)
+		s, err = Listen(policy.Section{Listen: fallbackAddr, Config: cfg}, e.dial)
 		return err
 	}); err != nil {
 		t.Fatalf("Listen = %v", err)
@@ -100,20 +101,20 @@ func (e *nsEnv) fallback(t testing.TB, cfg Config) *Server {
 	return s
 }
 
-func newDiffEnv(t testing.TB, mods ...func(*Config)) *diffEnv {
+func newDiffEnv(t testing.TB, mods ...func(*policy.Config)) *diffEnv {
 	return newDiffEnvRole(t, "l7", mods...)
 }
 
 // newDiffEnvRole is newDiffEnv in a namespace named by role.
-func newDiffEnvRole(t testing.TB, role string, mods ...func(*Config)) *diffEnv {
+func newDiffEnvRole(t testing.TB, role string, mods ...func(*policy.Config)) *diffEnv {
 	e := newNSRole(t, role)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
-	cfg := Config{
-		Routes: []Route{
+	cfg := policy.Config{
+		Routes: []policy.Route{
 			{Name: "api", Host: "api.test", PathPrefix: "/v1/", Backends: []string{b2.addr}},
 			{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}},
 		},
-		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}, {Action: "deny", Methods: []string{"DELETE"}, Header: "X-User", Value: "mallory"}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}, {Action: "deny", Methods: []string{"DELETE"}, Header: "X-User", Value: "mallory"}},
 		HashHeader: "X-User",
 	}
 	for _, m := range mods {
@@ -121,7 +122,7 @@ func newDiffEnvRole(t testing.TB, role string, mods ...func(*Config)) *diffEnv {
 	}
 	_, _, alone := e.proxy(t, cfg, false)
 	d := &diffEnv{e: e, alone: alone, backends: []*nsBackend{b1, b2}, ref: e.backend(t, "ref")}
-	p, err := Compile(cfg)
+	p, err := policy.Compile(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,7 +392,7 @@ func TestL7Differential(t *testing.T) {
 // the kernel) every request is passed up and answered as by the proxy
 // alone, the header set (the backends echo it).
 func TestL7DifferentialSetHeader(t *testing.T) {
-	d := newDiffEnv(t, func(c *Config) { c.SetHeader = Header{Name: "X-Set", Value: "on"} })
+	d := newDiffEnv(t, func(c *policy.Config) { c.SetHeader = policy.Header{Name: "X-Set", Value: "on"} })
 	for _, tt := range corpus[:6] {
 		t.Run(tt.name, func(t *testing.T) {
 			a := d.exchange(t, d.alone, tt.chunks, tt.want, 300*time.Millisecond)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // nsEnv is a throwaway namespace with dial and listen inside it.
@@ -156,12 +157,12 @@ func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
 // proxy starts the proxy for cfg in the namespace, with the fast path when
 // fast is set (on a kernel Attach refuses, the test is skipped once the
 // refusal is checked: needFast).
-func (e *nsEnv) proxy(t testing.TB, cfg Config, fast bool) (*Proxy, *FastPath, string) {
+func (e *nsEnv) proxy(t testing.TB, cfg policy.Config, fast bool) (*Proxy, *FastPath, string) {
 	t.Helper()
 	if fast {
 		needFast(t)
 	}
-	p, err := Compile(cfg)
+	p, err := policy.Compile(cfg)
 	if err != nil {
 		t.Fatalf("Compile = %v", err)
 	}
@@ -189,9 +190,9 @@ func (e *nsEnv) client() *http.Client {
 func TestFastPathServes(t *testing.T) {
 	e := newNS(t)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
-	_, fp, addr := e.proxy(t, Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
-		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}},
+	_, fp, addr := e.proxy(t, policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}},
 		HashHeader: "X-User",
 	}, true)
 	c := e.client()
@@ -237,7 +238,7 @@ func TestFastPathBackendGoes(t *testing.T) {
 		io.WriteString(w, "ok")
 	})}
 	go s.Serve(l)
-	_, fp, paddr := e.proxy(t, Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{addr}}}}, true)
+	_, fp, paddr := e.proxy(t, policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{addr}}}}, true)
 	c := e.client()
 	do := func() (int, error) {
 		resp, err := c.Get("http://" + paddr + "/x")
@@ -297,8 +298,8 @@ func mapLen(t testing.TB, m interface {
 func TestFastPathManyConns(t *testing.T) {
 	e := newNS(t)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
-	_, fp, addr := e.proxy(t, Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
+	_, fp, addr := e.proxy(t, policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
 		HashHeader: "X-User",
 	}, true)
 	const conns, reqs = 200, 5

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/internal/sock"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 var (
@@ -66,7 +68,7 @@ func fastKernel() bool {
 // every request itself). It returns Attach's error.
 func checkRefused(t testing.TB) error {
 	t.Helper()
-	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}})
+	p, err := policy.Compile(policy.Config{Routes: []policy.Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,8 +105,8 @@ func TestAttachLoads(t *testing.T) {
 		t.Logf("refused as it should be: %v", checkRefused(t))
 		return
 	}
-	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
-		RBAC: []Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
+	p, err := policy.Compile(policy.Config{Routes: []policy.Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
+		RBAC: []policy.Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,7 @@ func TestAttachLoads(t *testing.T) {
 	if *watchFlag == "" && fp.RelayTCP && !fp.watchPoll {
 		t.Error("with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
 	}
-	if err := relaySupported(); *relayFlag == "" && err == nil && fp.RelayTCP {
+	if err := sock.UnixIntoSockhash(); *relayFlag == "" && err == nil && fp.RelayTCP {
 		t.Error("the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
 	}
 	if !fp.Enabled {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // trackedBackend is an HTTP backend in the namespace that counts its
@@ -52,9 +53,9 @@ func (e *nsEnv) trackedBackend(t *testing.T, name string) *trackedBackend {
 
 // server runs a Server for cfg in the namespace on 127.0.0.1:8080, with
 // the fast path unless fastOff.
-func (e *nsEnv) server(t *testing.T, cfg Config, fastOff bool) (*Server, *syncBuf) {
+func (e *nsEnv) server(t *testing.T, cfg policy.Config, fastOff bool) (*Server, *syncBuf) {
 	t.Helper()
-	sec := Section{Listen: "127.0.0.1:8080", Config: cfg}
+	sec := policy.Section{Listen: "127.0.0.1:8080", Config: cfg}
 	if fastOff {
 		sec.FastPath = "off"
 	}
@@ -94,22 +95,22 @@ func getPath(c *http.Client, path string) (int, string, error) {
 // /a is 200 from b1 (A) or 403 (B); A's rules with B's routes would send it
 // to b3. /b is 403 (A) or 200 from b2 (B); B's rules with A's routes would
 // send it to b1, and A's rules with B's ring (route 0) would send /a to b2.
-func twoPolicies(b1, b2, b3 string) (a, b Config) {
-	a = Config{
-		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1}}},
-		RBAC:   []Rule{{Name: "no-b", Action: "deny", PathPrefix: "/b"}},
+func twoPolicies(b1, b2, b3 string) (a, b policy.Config) {
+	a = policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1}}},
+		RBAC:   []policy.Rule{{Name: "no-b", Action: "deny", PathPrefix: "/b"}},
 	}
-	b = Config{
-		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2}},
+	b = policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2}},
 			{Name: "a", PathPrefix: "/a", Backends: []string{b3}}},
-		RBAC: []Rule{{Name: "no-a", Action: "deny", PathPrefix: "/a"}},
+		RBAC: []policy.Rule{{Name: "no-a", Action: "deny", PathPrefix: "/a"}},
 	}
 	return a, b
 }
 
 // replaceSetup starts three tracked backends and a server whose fast path
 // holds policy A of twoPolicies; it returns them with both policies.
-func replaceSetup(t *testing.T) (*nsEnv, [3]*trackedBackend, Config, Config, *Server) {
+func replaceSetup(t *testing.T) (*nsEnv, [3]*trackedBackend, policy.Config, policy.Config, *Server) {
 	e := newNS(t)
 	needFast(t)
 	b := [3]*trackedBackend{e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")}
@@ -331,9 +332,9 @@ func TestReplaceRefused(t *testing.T) {
 	st0, _ := s.Status()
 
 	bad := pb
-	bad.Routes = append([]Route(nil), pb.Routes...)
+	bad.Routes = append([]policy.Route(nil), pb.Routes...)
 	bad.Routes[1].Backends = []string{"198.18.0.300:80"}
-	bad.RBAC = []Rule{{Name: "x", Action: "drop"}}
+	bad.RBAC = []policy.Rule{{Name: "x", Action: "drop"}}
 	_, g, err := s.Replace(bad)
 	if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), `l7.route[1].backends[0]: "198.18.0.300:80" is not IP:port`) ||
 		!strings.Contains(err.Error(), `l7.rbac[0].action: "drop"`) {
@@ -401,10 +402,10 @@ func TestReplaceBackends(t *testing.T) {
 	closeAfter = time.Second
 	t.Cleanup(func() { closeAfter = saved })
 	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
-	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
+	old := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
 	// The new route comes first: the kernel counts by route index, so
 	// route all's counts move from index 0 to 1.
-	next := Config{Routes: []Route{{Name: "new", PathPrefix: "/new", Backends: []string{b3.addr}},
+	next := policy.Config{Routes: []policy.Route{{Name: "new", PathPrefix: "/new", Backends: []string{b3.addr}},
 		{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	s, _ := e.server(t, old, false)
 	c := e.client()
@@ -494,8 +495,8 @@ func TestReplaceSlowAnswer(t *testing.T) {
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
 	b2 := e.trackedBackend(t, "b2")
-	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{slow}}}}
-	next := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	old := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{slow}}}}
+	next := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	s, _ := e.server(t, old, false)
 	c := e.client()
 	for k := 0; k < 5; k++ {
@@ -544,10 +545,13 @@ func TestReplaceDuringStart(t *testing.T) {
 	e := newNS(t)
 	needFast(t)
 	b1, b2 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2")
-	a := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
-	b := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	a := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
+	b := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	var s *Server
-	if err := e.ns.Do(func() (err error) { s, err = Listen(Section{Listen: "127.0.0.1:8080", Config: a}, e.dial); return err }); err != nil {
+	if err := e.ns.Do(func() (err error) {
+		s, err = Listen(policy.Section{Listen: "127.0.0.1:8080", Config: a}, e.dial)
+		return err
+	}); err != nil {
 		t.Fatalf("Listen = %v", err)
 	}
 	t.Cleanup(func() { s.Close() })

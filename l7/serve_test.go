@@ -16,29 +16,13 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/l7/internal/sock"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
-func TestSectionEnabled(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		sec  Section
-		want bool
-	}{
-		{"empty", Section{}, false},
-		{"listen only", Section{Listen: "198.18.0.1:80"}, true},
-		{"fast_path only", Section{FastPath: "off"}, true},
-		{"a rule only", Section{Config: Config{RBAC: []Rule{{Action: "deny"}}}}, true},
-		{"set_header value only", Section{Config: Config{SetHeader: Header{Value: "x"}}}, true},
-	} {
-		if got := tc.sec.Enabled(); got != tc.want {
-			t.Errorf("%s: Enabled() = %v, want %v", tc.name, got, tc.want)
-		}
-		// A section saying something is validated: none of these is whole.
-		if err := tc.sec.Validate(); (err != nil) != tc.want {
-			t.Errorf("%s: Validate() = %v, want an error %v", tc.name, err, tc.want)
-		}
-	}
-	if s, err := Listen(Section{}, nil); s != nil || err != nil {
+// TestListenEmpty: a section that says nothing runs no proxy.
+func TestListenEmpty(t *testing.T) {
+	if s, err := Listen(policy.Section{}, nil); s != nil || err != nil {
 		t.Errorf("Listen(empty) = %v, %v, want nil, nil", s, err)
 	}
 }
@@ -83,9 +67,9 @@ func TestServerWithoutFastPath(t *testing.T) {
 		t.Logf("a kernel Attach refuses: the real refusal, not a faked one")
 	}
 
-	sec := Section{Listen: "127.0.0.1:8080", Config: Config{
-		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
-		RBAC:   []Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
+	sec := policy.Section{Listen: "127.0.0.1:8080", Config: policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC:   []policy.Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
 	}}
 	var s *Server
 	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
@@ -143,56 +127,6 @@ func TestServerWithoutFastPath(t *testing.T) {
 	}
 }
 
-// TestLoops: a backend that is the proxy's own listening socket is refused,
-// by address and port, through an unspecified listen address of its
-// family (0.0.0.0 takes IPv4 alone, :: both), and through the
-// namespace's own addresses; another port, another address of a specific
-// listen, or the other family of 0.0.0.0 is no loop.
-func TestLoops(t *testing.T) {
-	local := []netip.Addr{netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("fe80::7")}
-	for _, tc := range []struct {
-		listen, backend string
-		loop            bool
-	}{
-		{"127.0.0.1:8080", "127.0.0.1:8080", true},
-		{"127.0.0.1:8080", "127.0.0.1:8081", false},
-		{"127.0.0.1:8080", "127.0.0.2:8080", false},
-		{"198.18.0.7:8080", "198.18.0.7:8080", true},
-		{"0.0.0.0:8080", "127.0.0.2:8080", true},
-		{"0.0.0.0:8080", "0.0.0.0:8080", true},
-		{"0.0.0.0:8080", "198.18.0.7:8080", true},
-		{"0.0.0.0:8080", "198.18.0.8:8080", false},
-		// Go's net.Listen("tcp", "0.0.0.0:p") listens on [::]:p, both
-		// families (TestServerRefusesLoop sees it).
-		{"0.0.0.0:8080", "[::1]:8080", true},
-		{"0.0.0.0:8080", "[2001:db8::7]:8080", true},
-		{"0.0.0.0:8080", "[2001:db8::8]:8080", false},
-		{"[::ffff:198.18.0.7]:8080", "198.18.0.7:8080", true},
-		{"[::ffff:198.18.0.7]:8080", "[::1]:8080", false},
-		{"[::]:8080", "[::1]:8080", true},
-		{"[::]:8080", "127.0.0.1:8080", true},
-		{"[::]:8080", "[2001:db8::7]:8080", true},
-		{"[::]:8080", "[::ffff:198.18.0.7]:8080", true},
-		{"[::]:8080", "[2001:db8::8]:8080", false},
-		// A link-local backend names its interface; the namespace's
-		// addresses do not.
-		{"[::]:8080", "[fe80::7%eth0]:8080", true},
-		{"[::]:8080", "[fe80::8%eth0]:8080", false},
-		{"[::]:8080", "[::1]:8081", false},
-	} {
-		c := Config{Routes: []Route{
-			{Name: "a", PathPrefix: "/a", Backends: []string{"198.18.1.1:80"}},
-			{Name: "b", PathPrefix: "/b", Backends: []string{"198.18.1.2:80", tc.backend}},
-		}}
-		err := loops(netip.MustParseAddrPort(tc.listen), c, local)
-		if got := err != nil; got != tc.loop {
-			t.Errorf("loops(listen %s, backend %s) = %v, want a loop %v", tc.listen, tc.backend, err, tc.loop)
-		} else if tc.loop && !strings.Contains(err.Error(), "l7.route[1].backends[1]") {
-			t.Errorf("loops(listen %s, backend %s) = %v, want it to name l7.route[1].backends[1]", tc.listen, tc.backend, err)
-		}
-	}
-}
-
 // TestServerRefusesLoop: Listen refuses a section whose route leads back to
 // its own address, a policy change doing so is refused whole (counted,
 // the generation unchanged, requests still served by the policy in
@@ -201,15 +135,15 @@ func TestServerRefusesLoop(t *testing.T) {
 	e := newNS(t)
 	ns := e.ns
 	b := e.backend(t, "b1")
-	route := func(backend string) Config {
-		return Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{backend}}}}
+	route := func(backend string) policy.Config {
+		return policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{backend}}}}
 	}
-	loop := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("127.0.0.1:8080")}
+	loop := policy.Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("127.0.0.1:8080")}
 	if err := ns.Do(func() error { _, err := Listen(loop, e.dial); return err }); err == nil || !strings.Contains(err.Error(), "proxy's own l7.listen") {
 		t.Fatalf("Listen(route to itself) = %v, want a loop refused", err)
 	}
 	// 0.0.0.0 is both families to Go's Listen: [::1] reaches it too.
-	loop6 := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("[::1]:8080")}
+	loop6 := policy.Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("[::1]:8080")}
 	if err := ns.Do(func() error {
 		ln, err := net.Listen("tcp", loop6.Listen)
 		if err != nil {
@@ -233,13 +167,13 @@ func TestServerRefusesLoop(t *testing.T) {
 		t.Errorf("Listen(%s, route to [::1]:8080) = %v, want a loop refused", loop6.Listen, err)
 	}
 	var local []netip.Addr
-	ns.Do(func() error { local = localAddrs(); return nil })
+	ns.Do(func() error { local = sock.LocalAddrs(); return nil })
 	if !slices.Contains(local, netip.MustParseAddr("127.0.0.1")) {
-		t.Errorf("localAddrs() in the namespace = %v, want 127.0.0.1 among them", local)
+		t.Errorf("sock.LocalAddrs() in the namespace = %v, want 127.0.0.1 among them", local)
 	}
 
 	var s *Server
-	sec := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route(b.addr)}
+	sec := policy.Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route(b.addr)}
 	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
 		t.Fatalf("Listen = %v", err)
 	}

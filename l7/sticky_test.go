@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // TestFastPathStickyStall: kept-alive connections whose requests carry
@@ -23,8 +25,8 @@ import (
 func TestFastPathStickyStall(t *testing.T) {
 	e := newNS(t)
 	b := e.backend(t, "b")
-	cfg := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
-		RBAC: []Rule{{Action: "deny", PathPrefix: "/admin"}}, HashHeader: "X-User"}
+	cfg := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC: []policy.Rule{{Action: "deny", PathPrefix: "/admin"}}, HashHeader: "X-User"}
 	_, fp, fast := e.proxy(t, cfg, true)
 	conns, reqs := 1500, 3
 	if testing.Short() {

@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"syscall"
 
 	"github.com/xdpshield/xdpshield/internal/kernel"
 )
-
-type syscall_RawConn = syscall.RawConn
 
 func contextBackground() context.Context { return context.Background() }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // TestServeL7Change changes the [l7] policy of a running serve with `shield
@@ -111,7 +112,7 @@ backends = ["198.18.0.1:9002"]
 	for _, tok := range []string{"", "not-the-token-0123456789"} {
 		anon := *l.client
 		anon.Token = tok
-		_, err := anon.SetL7Policy(context.Background(), l7.Config{Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:9002"}}}})
+		_, err := anon.SetL7Policy(context.Background(), policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:9002"}}}})
 		var ae *api.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnauthorized {
 			t.Errorf("PUT /v1/l7/policy with token %q = %v, want 401", tok, err)
@@ -154,7 +155,7 @@ backends = ["198.18.0.1:9002"]
 		t.Fatalf("shield l7 get = %v\n%s", err, out)
 	}
 	var got struct {
-		L7 l7.Config `toml:"l7"`
+		L7 policy.Config `toml:"l7"`
 	}
 	if _, err := toml.Decode(out, &got); err != nil || len(got.L7.Routes) != 1 || got.L7.Routes[0].Backends[0] != "198.18.0.1:9002" || got.L7.RBAC[0].Name != "no-x" {
 		t.Errorf("shield l7 get = %+v, %v, want the new policy:\n%s", got.L7, err, out)
