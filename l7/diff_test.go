@@ -80,7 +80,7 @@ func (e *nsEnv) fallback(t testing.TB, cfg policy.Config) *Server {
 	t.Helper()
 	var s *Server
 	if err := e.ns.Do(func() (err error) {
-		s, err = Listen(policy.Section{Listen: fallbackAddr, Config: cfg}, e.dial)
+		s, err = Listen(policy.Section{Listen: fallbackAddr, Config: cfg}, e.dial, WithFastPath(testOptions()))
 		return err
 	}); err != nil {
 		t.Fatalf("Listen = %v", err)
@@ -95,7 +95,7 @@ func (e *nsEnv) fallback(t testing.TB, cfg policy.Config) *Server {
 	if st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) ||
 		!strings.Contains(logs.String(), "l7 proxy serving without the fast path") {
 		t.Fatalf("Server on a kernel not among %v: fast %v, why %q, log %q; want the proxy alone, saying the kernel is refused",
-			Kernels, st.Fast, st.FastWhy, logs.String())
+			testOptions().kernels(), st.Fast, st.FastWhy, logs.String())
 	}
 	t.Logf("the fast path refused, the proxy alone serves: %s", st.FastWhy)
 	return s

@@ -1,10 +1,12 @@
 package l7
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,13 +80,13 @@ type FastPath struct {
 	px     *Proxy
 	Lookup bool // the kernel lets programs look sockhash entries up
 	// PassRedirect: messages for the proxy are redirected to the client
-	// socket's own ingress rather than passed (SK_PASS): the package's
-	// PassRedirect when attached.
+	// socket's own ingress rather than passed (SK_PASS): unless
+	// Options.SKPass.
 	PassRedirect bool
 	// Relay: messages for the proxy are redirected to a relay socket per
-	// client connection, which the proxy reads (relay.go): the package's
-	// Relay where the kernel takes unix sockets into a sockhash, or else
-	// TCP sockets on loopback (RelayTCP).
+	// client connection, which the proxy reads (relay.go): unless
+	// Options.NoRelay, where the kernel takes unix sockets into a
+	// sockhash, or else TCP sockets on loopback (RelayTCP).
 	Relay bool
 	// RelayTCP: the relays are TCP pairs on loopback (sock.TCPPairs),
 	// on a kernel that takes no unix socket into a sockhash (5.10).
@@ -93,6 +95,9 @@ type FastPath struct {
 	// waits for POLLRDHUP, and accept runs the parser on what the socket
 	// queued before joining the sockhash (relay.go watch): with RelayTCP.
 	watchPoll bool
+	// noKick: accept leaves the parser to the next data's arrival
+	// (Options.NoKick).
+	noKick    bool
 	tcpRelays *sock.TCPPairs
 	Enabled   bool   // the policy is held in the kernel
 	Why       string // why not, when !Enabled
@@ -178,16 +183,17 @@ func kernelPolicy(p *policy.Policy) (kp bpf.L7Policy, why string) {
 	return kp, ""
 }
 
-// Attach loads the data plane, writes px's policy into it and makes px
-// hand it every connection it accepts from then on (Proxy.Listener). On a
-// kernel it does not accept (KernelServes) it loads nothing, leaves px
-// alone and returns an error wrapping ErrKernelRefused.
-func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
+// Attach loads the data plane as opt says, writes px's policy into it and
+// makes px hand it every connection it accepts from then on
+// (Proxy.Listener). On a kernel opt does not accept (opt.Kernels, by
+// default those of KernelServes) it loads nothing, leaves px alone and
+// returns an error wrapping ErrKernelRefused.
+func Attach(px *Proxy, log *slog.Logger, opt Options) (_ *FastPath, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if ok, rel := KernelServes(); !ok {
-		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrKernelRefused, Kernels, rel)
+	if ok, rel := opt.kernelServes(); !ok {
+		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrKernelRefused, opt.kernels(), rel)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
@@ -197,14 +203,15 @@ func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load l7 spec: %w", err)
 	}
-	fp.PassRedirect = PassRedirect
-	if Relay {
-		if uerr := sock.UnixIntoSockhash(); uerr == nil && !forceTCPRelay {
+	fp.PassRedirect = !opt.SKPass
+	fp.noKick = opt.NoKick
+	if !opt.NoRelay {
+		if uerr := sock.UnixIntoSockhash(); uerr == nil && !opt.TCPRelay {
 			fp.Relay = true
 		} else if tr, terr := sock.ListenTCPPairs(); terr == nil {
 			log.Debug("l7: no unix relay sockets, relays are TCP pairs on loopback", "error", uerr)
 			fp.Relay, fp.RelayTCP, fp.tcpRelays = true, true, tr
-			fp.watchPoll = !watchRead
+			fp.watchPoll = !opt.WatchRead
 			defer func() {
 				if err != nil {
 					tr.Close()
@@ -326,6 +333,18 @@ func (fp *FastPath) logf(format string, args ...any) {
 	fp.log.Debug("l7: " + fmt.Sprintf(format, args...))
 }
 
+// addrPort is a's address and port.
+func addrPort(a net.Addr) (netip.AddrPort, error) {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort(), nil
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return ap, fmt.Errorf("address %q: %w", a, err)
+	}
+	return ap, nil
+}
+
 // accept puts an accepted client connection into the data plane: its state,
 // its source mask, then the sockhash (so the parser finds the state).
 func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
@@ -359,7 +378,7 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 		if err := fp.objs.Clients.Put(cookie, uint32(fd)); err != nil {
 			return fmt.Errorf("put client socket: %w", err)
 		}
-		if fp.watchPoll && !noKick {
+		if fp.watchPoll && !fp.noKick {
 			if err := sock.KickParser(fd); err != nil {
 				fp.objs.Clients.Delete(cookie)
 				return err
@@ -429,7 +448,7 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 	if !p.Uses(b) {
 		return nil // dropped by a policy change since the proxy forwarded to it
 	}
-	up, err := fp.px.dial(contextBackground(), "tcp", p.Backend(b).String())
+	up, err := fp.px.dial(context.Background(), "tcp", p.Backend(b).String())
 	if err != nil {
 		return err
 	}

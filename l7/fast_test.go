@@ -169,7 +169,7 @@ func (e *nsEnv) proxy(t testing.TB, cfg policy.Config, fast bool) (*Proxy, *Fast
 	px := NewProxy(p, e.dial)
 	var fp *FastPath
 	if fast {
-		fp, err = Attach(px, nil)
+		fp, err = Attach(px, nil, testOptions())
 		if err != nil {
 			t.Fatalf("Attach = %v", err)
 		}

@@ -15,51 +15,55 @@ import (
 var (
 	tryOld    = flag.Bool("l7.try-old-kernel", false, "accept this kernel whatever Kernels says (to diagnose refused kernels)")
 	refuse    = flag.Bool("l7.refuse", false, "refuse every kernel (Kernels empty): runs the refused kernels' tests here")
-	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
+	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (Options.SKPass: the kernels' bugs it avoids)")
 	watchFlag = flag.String("l7.watch", "", "read: a TCP relay's watcher reads the client socket (5.10's bug); nokick: it does not, and nothing runs the parser on data queued before the join")
-	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Relay false: 6.12's and 7.2's bug it avoids); tcp: relays are TCP pairs on loopback, as on 5.10")
+	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Options.NoRelay: 6.12's and 7.2's bug it avoids); tcp: relays are TCP pairs on loopback, as on 5.10")
 )
 
-// fastKernel reports whether Attach accepts this kernel (KernelServes;
-// any with -l7.try-old-kernel, none with -l7.refuse).
-func fastKernel() bool {
+// testOptions are the fast path's Options the -l7.* flags ask for (the
+// zero value, serve's, without them): any kernel with
+// -l7.try-old-kernel, none with -l7.refuse.
+func testOptions() Options {
+	var o Options
 	if *tryOld {
 		ma, mi, _ := kernelSeries()
-		Kernels = [][2]int{{ma, mi}}
+		o.Kernels = [][2]int{{ma, mi}}
 	}
 	if *refuse {
-		Kernels = nil
+		o.Kernels = [][2]int{}
 	}
 	switch *passRedir {
-	case "on":
-		PassRedirect = true
+	case "on", "":
 	case "off":
-		PassRedirect = false
-	case "":
+		o.SKPass = true
 	default:
 		panic(fmt.Sprintf("-l7.pass-redirect=%q: want on or off", *passRedir))
 	}
 	switch *relayFlag {
-	case "on":
-		Relay = true
+	case "on", "":
 	case "off":
-		Relay = false
+		o.NoRelay = true
 	case "tcp":
-		Relay, forceTCPRelay = true, true
-	case "":
+		o.TCPRelay = true
 	default:
 		panic(fmt.Sprintf("-l7.relay=%q: want on, off or tcp", *relayFlag))
 	}
 	switch *watchFlag {
 	case "read":
-		watchRead = true
+		o.WatchRead = true
 	case "nokick":
-		noKick = true
+		o.NoKick = true
 	case "":
 	default:
 		panic(fmt.Sprintf("-l7.watch=%q: want read or nokick", *watchFlag))
 	}
-	ok, _ := KernelServes()
+	return o
+}
+
+// fastKernel reports whether Attach accepts this kernel under
+// testOptions.
+func fastKernel() bool {
+	ok, _ := testOptions().kernelServes()
 	return ok
 }
 
@@ -73,13 +77,13 @@ func checkRefused(t testing.TB) error {
 		t.Fatal(err)
 	}
 	px := NewProxy(p, nil)
-	fp, err := Attach(px, nil)
+	fp, err := Attach(px, nil, testOptions())
 	if fp != nil || !errors.Is(err, ErrKernelRefused) || px.fast != nil {
 		if fp != nil {
 			fp.Close()
 		}
 		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrKernelRefused, the proxy alone",
-			Kernels, fp, err, px.fast)
+			testOptions().kernels(), fp, err, px.fast)
 	}
 	return err
 }
@@ -110,7 +114,7 @@ func TestAttachLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp, err := Attach(NewProxy(p, nil), nil)
+	fp, err := Attach(NewProxy(p, nil), nil, testOptions())
 	if err != nil {
 		t.Fatalf("Attach = %v", err)
 	}

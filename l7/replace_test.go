@@ -60,7 +60,7 @@ func (e *nsEnv) server(t *testing.T, cfg policy.Config, fastOff bool) (*Server, 
 		sec.FastPath = "off"
 	}
 	var s *Server
-	if err := e.ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
+	if err := e.ns.Do(func() (err error) { s, err = Listen(sec, e.dial, WithFastPath(testOptions())); return err }); err != nil {
 		t.Fatalf("Listen = %v", err)
 	}
 	logs := &syncBuf{}
@@ -549,7 +549,7 @@ func TestReplaceDuringStart(t *testing.T) {
 	b := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	var s *Server
 	if err := e.ns.Do(func() (err error) {
-		s, err = Listen(policy.Section{Listen: "127.0.0.1:8080", Config: a}, e.dial)
+		s, err = Listen(policy.Section{Listen: "127.0.0.1:8080", Config: a}, e.dial, WithFastPath(testOptions()))
 		return err
 	}); err != nil {
 		t.Fatalf("Listen = %v", err)

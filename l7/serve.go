@@ -42,6 +42,8 @@ type Server struct {
 	gen     uint64 // policy generation: 1 at start, +1 a change
 	refused uint64 // policy changes refused
 
+	opt Options // the fast path's (Attach)
+
 	mu      sync.Mutex
 	fp      *FastPath // nil: the proxy alone
 	why     string    // why the fast path does not run
@@ -53,7 +55,7 @@ type Server struct {
 // nothing is attached or served yet (Start). The proxy dials backends with
 // dial (nil: the default dialer, in the caller's namespace). It returns
 // nil, nil for a section that says nothing.
-func Listen(sec policy.Section, dial Dialer) (*Server, error) {
+func Listen(sec policy.Section, dial Dialer, opts ...Option) (*Server, error) {
 	if !sec.Enabled() {
 		return nil, nil
 	}
@@ -72,8 +74,19 @@ func Listen(sec policy.Section, dial Dialer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("l7: listen on %s: %w", sec.Listen, err)
 	}
-	return &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, local: local, done: make(chan struct{})}, nil
+	s := &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, local: local, done: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
+
+// Option is an option of Listen.
+type Option func(*Server)
+
+// WithFastPath makes Start attach the fast path with opt (the zero Options
+// without it).
+func WithFastPath(opt Options) Option { return func(s *Server) { s.opt = opt } }
 
 // Start loads the fast path (unless the section turns it off) and serves.
 // A kernel that cannot run the fast path is no error: the proxy alone
@@ -89,7 +102,7 @@ func (s *Server) Start(log *slog.Logger) {
 	s.mu.Lock()
 	if s.sec.FastPath == "off" {
 		s.why = "l7.fast_path = off"
-	} else if fp, err := Attach(s.px, log); err != nil {
+	} else if fp, err := Attach(s.px, log, s.opt); err != nil {
 		s.why = err.Error()
 	} else {
 		s.fp = fp

@@ -59,10 +59,9 @@ func TestServerWithoutFastPath(t *testing.T) {
 	t.Cleanup(func() { ns.Close() })
 	e := &nsEnv{ns: ns}
 	b := e.backend(t, "b1")
+	opt := testOptions()
 	if fastKernel() {
-		saved := Kernels
-		Kernels = nil
-		t.Cleanup(func() { Kernels = saved })
+		opt.Kernels = [][2]int{} // none
 	} else {
 		t.Logf("a kernel Attach refuses: the real refusal, not a faked one")
 	}
@@ -72,7 +71,7 @@ func TestServerWithoutFastPath(t *testing.T) {
 		RBAC:   []policy.Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
 	}}
 	var s *Server
-	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
+	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial, WithFastPath(opt)); return err }); err != nil {
 		t.Fatalf("Listen = %v", err)
 	}
 	if err := ns.Do(func() error { _, err := Listen(sec, e.dial); return err }); err == nil || !strings.Contains(err.Error(), "l7: listen on 127.0.0.1:8080") {
