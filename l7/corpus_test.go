@@ -56,7 +56,7 @@ func loadCorpus(t testing.TB) []corpusCase {
 				out = append(out, corpusCase{src: src, req: []byte(req)})
 				src = ""
 			default:
-				t.Fatalf("%s:%d: %q is neither src nor req", f, n, line)
+				require.Failf(t, "bad corpus line", "%s:%d: %q is neither src nor req", f, n, line)
 			}
 		}
 	}

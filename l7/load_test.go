@@ -7,6 +7,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/l7/internal/sock"
 	"github.com/xdpshield/xdpshield/l7/policy"
@@ -73,18 +76,15 @@ func fastKernel() bool {
 func checkRefused(t testing.TB) error {
 	t.Helper()
 	p, err := policy.Compile(policy.Config{Routes: []policy.Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	px := NewProxy(p, nil)
 	fp, err := Attach(px, nil, testOptions())
-	if fp != nil || !errors.Is(err, ErrKernelRefused) || px.fast != nil {
-		if fp != nil {
-			fp.Close()
-		}
-		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrKernelRefused, the proxy alone",
-			testOptions().kernels(), fp, err, px.fast)
+	if fp != nil {
+		fp.Close()
 	}
+	require.False(t, fp != nil || !errors.Is(err, ErrKernelRefused) || px.fast != nil,
+		"Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrKernelRefused, the proxy alone",
+		testOptions().kernels(), fp, err, px.fast)
 	return err
 }
 
@@ -111,33 +111,18 @@ func TestAttachLoads(t *testing.T) {
 	}
 	p, err := policy.Compile(policy.Config{Routes: []policy.Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
 		RBAC: []policy.Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fp, err := Attach(NewProxy(p, nil), nil, testOptions())
-	if err != nil {
-		t.Fatalf("Attach = %v", err)
-	}
+	require.NoError(t, err, "Attach")
 	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; through a relay: %v (TCP: %v); policy in the kernel: %v %s",
 		fp.Lookup, fp.PassRedirect, fp.Relay, fp.RelayTCP, fp.Enabled, fp.Why)
-	if *passRedir == "" && !fp.PassRedirect {
-		t.Error("the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
-	}
-	if *relayFlag == "" && !fp.Relay {
-		t.Error("the fast path hands messages over to the client socket itself, want a relay (Relay; unix, or TCP on loopback where the kernel takes no unix socket into a sockhash): 6.12 and 7.2 lose tails otherwise")
-	}
-	if *watchFlag == "" && fp.RelayTCP && !fp.watchPoll {
-		t.Error("with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
-	}
-	if err := sock.UnixIntoSockhash(); *relayFlag == "" && err == nil && fp.RelayTCP {
-		t.Error("the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
-	}
-	if !fp.Enabled {
-		t.Errorf("policy not held in the kernel: %s", fp.Why)
-	}
-	if err := fp.Close(); err != nil {
-		t.Errorf("Close = %v", err)
-	}
+	assert.False(t, *passRedir == "" && !fp.PassRedirect, "the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
+	assert.False(t, *relayFlag == "" && !fp.Relay, "the fast path hands messages over to the client socket itself, want a relay (Relay; unix, or TCP on loopback where the kernel takes no unix socket into a sockhash): 6.12 and 7.2 lose tails otherwise")
+	assert.False(t, *watchFlag == "" && fp.RelayTCP && !fp.watchPoll, "with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
+	uerr := sock.UnixIntoSockhash()
+	assert.False(t, *relayFlag == "" && uerr == nil && fp.RelayTCP, "the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
+	assert.True(t, fp.Enabled, "policy not held in the kernel: %s", fp.Why)
+	assert.NoError(t, fp.Close(), "Close")
 }
 
 // TestInVMMatrix: the package is in the VM matrix's packages (the
@@ -149,8 +134,6 @@ func TestInVMMatrix(t *testing.T) {
 		{"ci/vmtest.sh", `(?m)^PKGS="\$\{VMTEST_PKGS:-(.*)\}"$`},
 	} {
 		pkgs := testutil.RepoFields(t, "..", c.file, c.re)
-		if !slices.Contains(pkgs, "./l7") && !slices.Contains(pkgs, "./l7/...") {
-			t.Errorf("%s: matrix packages = %q, want ./l7 among them", c.file, pkgs)
-		}
+		assert.False(t, !slices.Contains(pkgs, "./l7") && !slices.Contains(pkgs, "./l7/..."), "%s: matrix packages = %q, want ./l7 among them", c.file, pkgs)
 	}
 }

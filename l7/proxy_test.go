@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/l7/policy"
 )
@@ -42,14 +43,10 @@ func (b *backend) addr() string { return b.srv.Listener.Addr().String() }
 func startProxy(t *testing.T, cfg policy.Config) (*Proxy, string) {
 	t.Helper()
 	p, err := policy.Compile(cfg)
-	if err != nil {
-		t.Fatalf("Compile = %v", err)
-	}
+	require.NoError(t, err, "Compile")
 	px := NewProxy(p, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := px.Server()
 	go px.Serve(s, l)
 	t.Cleanup(func() { s.Close() })
@@ -59,17 +56,13 @@ func startProxy(t *testing.T, cfg policy.Config) (*Proxy, string) {
 func get(t *testing.T, addr, method, path, host string, hdr map[string]string) (int, string, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest(method, "http://"+addr+path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	req.Host = host
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
+	require.NoError(t, err, "%s %s", method, path)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), resp.Header
@@ -109,19 +102,13 @@ func TestProxyPolicy(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			before := api1.hits.Load() + api2.hits.Load() + web.hits.Load()
 			status, body, _ := get(t, addr, tt.method, tt.path, tt.host, tt.hdr)
-			if status != tt.status {
-				t.Fatalf("%s %s = %d %q, want %d", tt.method, tt.path, status, body, tt.status)
-			}
+			require.EqualValues(t, tt.status, status, "%s %s = %d %q, want %d", tt.method, tt.path, status, body, tt.status)
 			after := api1.hits.Load() + api2.hits.Load() + web.hits.Load()
 			if tt.backend == "" {
-				if after != before {
-					t.Fatalf("denied request reached a backend (%d -> %d)", before, after)
-				}
+				require.EqualValues(t, before, after, "denied request reached a backend (%d -> %d)", before, after)
 				return
 			}
-			if !strings.HasPrefix(body, tt.backend) || !strings.Contains(body, `set="yes"`) {
-				t.Fatalf("body = %q, want from %s with X-Set yes", body, tt.backend)
-			}
+			require.False(t, !strings.HasPrefix(body, tt.backend) || !strings.Contains(body, `set="yes"`), "body = %q, want from %s with X-Set yes", body, tt.backend)
 		})
 	}
 	// The hash header keeps a user on one backend; users spread over both.
@@ -134,22 +121,16 @@ func TestProxyPolicy(t *testing.T) {
 			b, _, _ := strings.Cut(body, " ")
 			if k == 0 {
 				first = b
-			} else if b != first {
-				t.Fatalf("user %s went to %s then %s", user, first, b)
+			} else {
+				require.Equal(t, first, b, "user %s went to %s then %s", user, first, b)
 			}
 		}
 		seen[first] = true
 	}
-	if !seen["api1"] || !seen["api2"] {
-		t.Fatalf("40 users all went to one backend: %v", seen)
-	}
+	require.False(t, !seen["api1"] || !seen["api2"], "40 users all went to one backend: %v", seen)
 	c := px.Counters()
-	if c.Denied[0] != 1 || c.Denied[2] != 1 || c.Denied[3] != 1 {
-		t.Errorf("Denied = %v, want one per denying rule", c.Denied)
-	}
-	if c.Routes[0].Requests != 121 || c.Routes[0].Class[2] != 121 {
-		t.Errorf("api route counters = %+v, want 121 requests, 121 2xx", c.Routes[0])
-	}
+	assert.False(t, c.Denied[0] != 1 || c.Denied[2] != 1 || c.Denied[3] != 1, "Denied = %v, want one per denying rule", c.Denied)
+	assert.False(t, c.Routes[0].Requests != 121 || c.Routes[0].Class[2] != 121, "api route counters = %+v, want 121 requests, 121 2xx", c.Routes[0])
 }
 
 // rawGet sends one request line's target as written and returns the
@@ -157,17 +138,12 @@ func TestProxyPolicy(t *testing.T) {
 func rawGet(t *testing.T, addr, target string) (int, string) {
 	t.Helper()
 	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
-	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a.test\r\n\r\n", target); err != nil {
-		t.Fatal(err)
-	}
+	_, err = fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a.test\r\n\r\n", target)
+	require.NoError(t, err)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		t.Fatalf("GET %q: %v", target, err)
-	}
+	require.NoError(t, err, "GET %q", target)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)

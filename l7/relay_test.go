@@ -2,12 +2,14 @@ package l7
 
 import (
 	"bufio"
-	"errors"
 	"io"
 	"net/http"
 	"os"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/l7/policy"
 )
@@ -24,26 +26,18 @@ func TestFastPathCloseEndsRelays(t *testing.T) {
 		t.Skip("no relay sockets on this kernel (TestAttachLoads says whether it should have them)")
 	}
 	c, err := e.dial(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	io.WriteString(c, request("/x", 0, 0))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatalf("first request: %v", err)
-	}
+	require.NoError(t, err, "first request")
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if err := fp.Close(); err != nil {
-		t.Errorf("Close = %v", err)
-	}
+	assert.NoError(t, fp.Close(), "Close")
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = br.ReadByte()
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("kept-alive connection after the data plane closed: read = %v, want the proxy's close", err)
-	}
+	require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "kept-alive connection after the data plane closed: read = %v, want the proxy's close", err)
 	t.Logf("read after Close: %v", err)
 }

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
@@ -42,8 +45,7 @@ func TestFastPathStickyStall(t *testing.T) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			c, err := e.dial(t.Context(), "tcp", fast)
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err) {
 				return
 			}
 			defer c.Close()
@@ -65,11 +67,8 @@ func TestFastPathStickyStall(t *testing.T) {
 	}
 	wg.Wait()
 	cnt, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := stalled.Load(); n != 0 {
-		t.Errorf("%d of %d sticky kept-alive connections stalled (kernel: sticky %d, sticky_more %d)", n, conns,
-			cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore])
-	}
+	require.NoError(t, err)
+	n := stalled.Load()
+	assert.Zero(t, n, "%d of %d sticky kept-alive connections stalled (kernel: sticky %d, sticky_more %d)", n, conns,
+		cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore])
 }

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestValidate(t *testing.T) {
@@ -38,22 +41,15 @@ func TestValidate(t *testing.T) {
 			tt.mod(&c)
 			err := c.Validate()
 			if tt.want == "" {
-				if err != nil {
-					t.Fatalf("Validate() = %v, want nil", err)
-				}
+				require.NoError(t, err, "Validate()")
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("Validate() = %v, want an error naming %q", err, tt.want)
-			}
-			if _, err := Compile(c); err == nil {
-				t.Fatalf("Compile accepted what Validate refused")
-			}
+			require.ErrorContains(t, err, tt.want, "Validate() = %v, want an error naming %q", err, tt.want)
+			_, err = Compile(c)
+			require.Error(t, err, "Compile accepted what Validate refused")
 		})
 	}
-	if ran == 0 {
-		t.Fatal("no cases ran")
-	}
+	require.NotZero(t, ran, "no cases ran")
 }
 
 func TestRingMovesFew(t *testing.T) {
@@ -77,12 +73,8 @@ func TestRingMovesFew(t *testing.T) {
 			moved++
 		}
 	}
-	if moved != 0 {
-		t.Errorf("%d slots of remaining backends moved, want 0", moved)
-	}
-	if owned == 0 || float64(owned)/RingSlots > 2.0/n {
-		t.Errorf("removed backend owned %d of %d slots, want about 1/%d", owned, RingSlots, n)
-	}
+	assert.EqualValues(t, 0, moved, "%d slots of remaining backends moved, want 0", moved)
+	assert.False(t, owned == 0 || float64(owned)/RingSlots > 2.0/n, "removed backend owned %d of %d slots, want about 1/%d", owned, RingSlots, n)
 }
 
 // TestValidateHidesValues: header values are often secrets (an API key a
@@ -106,12 +98,8 @@ func TestValidateHidesValues(t *testing.T) {
 			c := good
 			tt.mod(&c)
 			err := c.Validate()
-			if err == nil || !strings.Contains(err.Error(), tt.field) {
-				t.Fatalf("Validate() = %v, want an error naming %s", err, tt.field)
-			}
-			if strings.Contains(err.Error(), "s3cr3t") {
-				t.Errorf("Validate() = %v, shows the value", err)
-			}
+			require.ErrorContains(t, err, tt.field, "Validate() = %v, want an error naming %s", err, tt.field)
+			assert.NotContains(t, err.Error(), "s3cr3t", "Validate() = %v, shows the value", err)
 		})
 	}
 }

@@ -2,8 +2,9 @@ package policy
 
 import (
 	"net/netip"
-	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
 )
 
 func TestSectionEnabled(t *testing.T) {
@@ -18,13 +19,11 @@ func TestSectionEnabled(t *testing.T) {
 		{"a rule only", Section{Config: Config{RBAC: []Rule{{Action: "deny"}}}}, true},
 		{"set_header value only", Section{Config: Config{SetHeader: Header{Value: "x"}}}, true},
 	} {
-		if got := tc.sec.Enabled(); got != tc.want {
-			t.Errorf("%s: Enabled() = %v, want %v", tc.name, got, tc.want)
-		}
+		got := tc.sec.Enabled()
+		assert.EqualValues(t, tc.want, got, "%s: Enabled() = %v, want %v", tc.name, got, tc.want)
 		// A section saying something is validated: none of these is whole.
-		if err := tc.sec.Validate(); (err != nil) != tc.want {
-			t.Errorf("%s: Validate() = %v, want an error %v", tc.name, err, tc.want)
-		}
+		err := tc.sec.Validate()
+		assert.EqualValues(t, tc.want, (err != nil), "%s: Validate() = %v, want an error %v", tc.name, err, tc.want)
 	}
 }
 
@@ -70,10 +69,8 @@ func TestLoops(t *testing.T) {
 			{Name: "b", PathPrefix: "/b", Backends: []string{"198.18.1.2:80", tc.backend}},
 		}}
 		err := Loops(netip.MustParseAddrPort(tc.listen), c, local)
-		if got := err != nil; got != tc.loop {
-			t.Errorf("Loops(listen %s, backend %s) = %v, want a loop %v", tc.listen, tc.backend, err, tc.loop)
-		} else if tc.loop && !strings.Contains(err.Error(), "l7.route[1].backends[1]") {
-			t.Errorf("Loops(listen %s, backend %s) = %v, want it to name l7.route[1].backends[1]", tc.listen, tc.backend, err)
+		if assert.Equal(t, tc.loop, err != nil, "Loops(listen %s, backend %s) = %v, want a loop %v", tc.listen, tc.backend, err, tc.loop) && tc.loop {
+			assert.ErrorContains(t, err, "l7.route[1].backends[1]", "Loops(listen %s, backend %s) = %v, want it to name l7.route[1].backends[1]", tc.listen, tc.backend, err)
 		}
 	}
 }

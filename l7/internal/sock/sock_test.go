@@ -1,7 +1,6 @@
 package sock
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
@@ -23,9 +24,7 @@ func newNS(t *testing.T) *topo.NS {
 	t.Helper()
 	testutil.Root(t)
 	ns, err := topo.New("l7sock")
-	if err != nil {
-		t.Fatalf("topo.New: %v", err)
-	}
+	require.NoError(t, err, "topo.New")
 	t.Cleanup(func() { ns.Close() })
 	return ns
 }
@@ -40,7 +39,7 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 	withRelays(t, func(tr *TCPPairs) error {
 		if c, err := net.DialTimeout("tcp", sockaddrString(tr.addr), 500*time.Millisecond); err == nil {
 			c.Close()
-			t.Errorf("a stranger without the relays' mark connected to their listener, want its handshake dropped")
+			assert.Fail(t, "a stranger without the relays' mark connected to their listener, want its handshake dropped")
 		}
 		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
 			var serr error
@@ -74,16 +73,11 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if !sameSockaddr(peer, local) {
-			t.Errorf("pair: reading end's peer = %s, want the writing end %s (stranger %s)", sockaddrString(peer), sockaddrString(local), stranger.LocalAddr())
-		}
-		if tr.strangers != 1 {
-			t.Errorf("strangers = %d, want 1", tr.strangers)
-		}
+		assert.True(t, sameSockaddr(peer, local), "pair: reading end's peer = %s, want the writing end %s (stranger %s)", sockaddrString(peer), sockaddrString(local), stranger.LocalAddr())
+		assert.EqualValues(t, 1, tr.strangers, "strangers = %d, want 1", tr.strangers)
 		stranger.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if _, err := stranger.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Errorf("stranger's read = %v, want the listener's close", err)
-		}
+		_, err = stranger.Read(make([]byte, 1))
+		assert.NotErrorIs(t, err, os.ErrDeadlineExceeded, "stranger's read = %v, want the listener's close", err)
 		if _, err := unix.Write(w, []byte("x")); err != nil {
 			return err
 		}
@@ -91,10 +85,8 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 			return fmt.Errorf("relay read: %w", err)
 		}
 		buf := make([]byte, 2)
-		if n, err := unix.Read(r, buf); err != nil {
-			t.Errorf("relay read = %v, want \"x\"", err)
-		} else if string(buf[:n]) != "x" {
-			t.Errorf("relay read = %q, want \"x\"", buf[:n])
+		if n, err := unix.Read(r, buf); assert.NoError(t, err, "relay read: want \"x\"") {
+			assert.Equal(t, "x", string(buf[:n]), "relay read = %q, want \"x\"", buf[:n])
 		}
 		return nil
 	})
@@ -104,16 +96,14 @@ func TestTCPRelayRefusesStranger(t *testing.T) {
 func withRelays(t *testing.T, f func(tr *TCPPairs) error) {
 	t.Helper()
 	ns := newNS(t)
-	if err := ns.Do(func() error {
+	require.NoError(t, ns.Do(func() error {
 		tr, err := ListenTCPPairs()
 		if err != nil {
 			return err
 		}
 		defer tr.Close()
 		return f(tr)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 }
 
 // TestTCPRelayBacklogFlood: any local process in the namespace, of any
@@ -146,8 +136,7 @@ func TestTCPRelayBacklogFlood(t *testing.T) {
 		// the accept queue by now (loopback: within the connect).
 		waitFD(strangers[0], unix.POLLOUT, time.Now().Add(time.Second))
 		r, w, err := tr.Pair()
-		if err != nil {
-			t.Errorf("pair with the accept queue full of strangers = %v, want a relay", err)
+		if !assert.NoError(t, err, "pair with the accept queue full of strangers: want a relay") {
 			return nil
 		}
 		unix.Close(r)
@@ -161,7 +150,7 @@ func TestTCPRelayBacklogFlood(t *testing.T) {
 // data still queued, and returns when the connection is closed under it.
 func TestAwaitEnd(t *testing.T) {
 	ns := newNS(t)
-	if err := ns.Do(func() error {
+	require.NoError(t, ns.Do(func() error {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return err
@@ -184,7 +173,7 @@ func TestAwaitEnd(t *testing.T) {
 			}
 			select {
 			case <-done:
-				t.Errorf("%s: AwaitEnd returned on data, before the end", end)
+				assert.Failf(t, "returned early", "%s: AwaitEnd returned on data, before the end", end)
 			case <-time.After(200 * time.Millisecond):
 			}
 			if end == "fin" {
@@ -195,21 +184,18 @@ func TestAwaitEnd(t *testing.T) {
 			select {
 			case <-done:
 			case <-time.After(5 * time.Second):
-				t.Fatalf("%s: AwaitEnd still waiting 5 s after the end", end)
+				require.Failf(t, "no return", "%s: AwaitEnd still waiting 5 s after the end", end)
 			}
 			if end == "fin" {
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				if b, err := io.ReadAll(c); string(b) != "data" {
-					t.Errorf("fin: read after AwaitEnd = %q, %v, want the data it left queued", b, err)
-				}
+				b, err := io.ReadAll(c)
+				assert.EqualValues(t, "data", string(b), "fin: read after AwaitEnd = %q, %v, want the data it left queued", b, err)
 				c.Close()
 			}
 			peer.Close()
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 }
 
 // TestTCPRelayMarksRewritten: where a rule of the namespace rewrites the
@@ -229,18 +215,15 @@ func TestTCPRelayMarksRewritten(t *testing.T) {
 	}
 	nft := ns.Command("nft", "-f", "-")
 	nft.Stdin = strings.NewReader("table ip xdps_mark {\n\tchain out {\n\t\ttype route hook output priority mangle\n\t\tmeta mark set 1\n\t}\n}\n")
-	if out, err := nft.CombinedOutput(); err != nil {
-		t.Fatalf("nft: %v: %s", err, out)
-	}
-	if err := ns.Do(func() error {
+	out, err := nft.CombinedOutput()
+	require.NoError(t, err, "nft: %s", out)
+	require.NoError(t, ns.Do(func() error {
 		tr, err := ListenTCPPairs()
 		if err == nil {
 			defer tr.Close()
 			_, _, err := tr.Pair()
-			t.Errorf("listenRelays with the marks rewritten = a listener (its next pair: %v), want an error", err)
+			assert.Failf(t, "listener made", "ListenTCPPairs with the marks rewritten = a listener (its next pair: %v), want an error", err)
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 }
