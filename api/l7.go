@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // L7Route is one route of GET /v1/l7 and its counts.
@@ -62,9 +63,9 @@ type L7Response struct {
 // L7PolicyChange answers PUT /v1/l7/policy: the policy replaced, the one
 // in force and its generation.
 type L7PolicyChange struct {
-	Old        l7.Config `json:"old"`
-	New        l7.Config `json:"new"`
-	Generation uint64    `json:"generation"`
+	Old        policy.Config `json:"old"`
+	New        policy.Config `json:"new"`
+	Generation uint64        `json:"generation"`
 }
 
 // registerL7 serves the L7 proxy's state and metrics.
@@ -89,7 +90,7 @@ func (s *Server) registerL7(p *l7.Server, allowed map[string]string) {
 // putL7Policy replaces the L7 policy, validated whole (l7.Server.Replace):
 // a refused one changed nothing, in the proxy or in the kernel.
 func (s *Server) putL7Policy(w http.ResponseWriter, r *http.Request, p *l7.Server) {
-	var c l7.Config
+	var c policy.Config
 	if err := s.decode(w, r, &c); err != nil {
 		s.fail(w, err)
 		return
@@ -110,13 +111,13 @@ func (s *Server) putL7Policy(w http.ResponseWriter, r *http.Request, p *l7.Serve
 }
 
 // policySummary is c in one short line for the change logs.
-func policySummary(c l7.Config) string {
+func policySummary(c policy.Config) string {
 	var routes, rules []string
 	for _, r := range c.Routes {
 		routes = append(routes, fmt.Sprintf("%s: %s%s -> %s", r.Name, r.Host, r.PathPrefix, strings.Join(r.Backends, ",")))
 	}
 	for i, r := range c.RBAC {
-		rules = append(rules, l7.RuleName(r, i)+": "+r.Action)
+		rules = append(rules, policy.RuleName(r, i)+": "+r.Action)
 	}
 	s := fmt.Sprintf("routes [%s] rules [%s]", strings.Join(routes, "; "), strings.Join(rules, "; "))
 	if c.HashHeader != "" {
@@ -158,7 +159,7 @@ func l7Response(p *l7.Server) (L7Response, error) {
 		resp.Routes = append(resp.Routes, out)
 	}
 	for i, r := range st.Rules {
-		resp.RBAC = append(resp.RBAC, L7Rule{Name: l7.RuleName(r.Rule, i), Action: r.Action, Methods: r.Methods,
+		resp.RBAC = append(resp.RBAC, L7Rule{Name: policy.RuleName(r.Rule, i), Action: r.Action, Methods: r.Methods,
 			PathPrefix: r.PathPrefix, Source: r.Source, Header: r.Header, Value: r.Value, Denied: r.Denied})
 	}
 	return resp, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // l7Lab is an L7 proxy (the Go proxy alone) in a namespace of its own with
@@ -46,9 +47,9 @@ func newL7Lab(t *testing.T) *l7Lab {
 		return ln.Addr().String()
 	}
 	lab.b1, lab.b2 = backend("b1"), backend("b2")
-	sec := l7.Section{Listen: "127.0.0.1:8080", FastPath: "off", Config: l7.Config{
-		Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{lab.b1}}},
-		RBAC:   []l7.Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
+	sec := policy.Section{Listen: "127.0.0.1:8080", FastPath: "off", Config: policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{lab.b1}}},
+		RBAC:   []policy.Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
 	}}
 	require.NoError(t, ns.Do(func() (err error) { lab.srv, err = l7.Listen(sec, lab.dial); return err }), "l7.Listen")
 	lab.srv.Start(slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -125,9 +126,9 @@ func TestL7PolicyAPI(t *testing.T) {
 		})
 	}
 
-	ch, err := l.client().SetL7Policy(context.Background(), l7.Config{
-		Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{l.b2}}},
-		RBAC:   []l7.Rule{{Name: "no-x", Action: "deny", PathPrefix: "/x"}},
+	ch, err := l.client().SetL7Policy(context.Background(), policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{l.b2}}},
+		RBAC:   []policy.Rule{{Name: "no-x", Action: "deny", PathPrefix: "/x"}},
 	})
 	require.NoError(t, err, "SetL7Policy")
 	assert.False(t, ch.Generation != 2 || ch.Old.RBAC[0].Name != "no-admin" || ch.New.Routes[0].Backends[0] != l.b2, "SetL7Policy = %+v, want generation 2, old and new", ch)

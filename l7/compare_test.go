@@ -12,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // request is connection i's GET of path, padded with an X-Pad header to
@@ -91,7 +95,7 @@ func (e *nsEnv) load(t *testing.T, addr string, conns, n, size int, deny bool) (
 	el := time.Since(start)
 	close(errs)
 	for err := range errs {
-		t.Fatalf("load on %s (%d-byte requests, deny %v): %v", addr, size, deny, err)
+		require.NoError(t, err, "load on %s (%d-byte requests, deny %v)", addr, size, deny)
 	}
 	return lat, el
 }
@@ -114,9 +118,9 @@ func TestL7Compare(t *testing.T) {
 	rounds, conns, reqs := envInt("L7_COMPARE_ROUNDS", 3), envInt("L7_COMPARE_CONNS", 4), envInt("L7_COMPARE_REQS", 1000)
 	e := newNS(t)
 	b := e.backend(t, "b")
-	cfg := Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
-		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}},
+	cfg := policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}},
 		HashHeader: "X-User",
 	}
 	_, _, alone := e.proxy(t, cfg, false)
@@ -125,7 +129,7 @@ func TestL7Compare(t *testing.T) {
 	// implement: every request is parsed, then passed up (the fallback's
 	// cost over the proxy alone).
 	cfgSet := cfg
-	cfgSet.SetHeader = Header{Name: "X-Set", Value: "1"}
+	cfgSet.SetHeader = policy.Header{Name: "X-Set", Value: "1"}
 	_, fpSet, passed := e.proxy(t, cfgSet, true)
 	total := uint64(rounds * conns * reqs)
 	type result struct {
@@ -139,13 +143,9 @@ func TestL7Compare(t *testing.T) {
 		t.Logf("%s: %s", n, addrs[i])
 	}
 	before, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	beforeSet, err := fpSet.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for r := 0; r < rounds; r++ {
 		for i, a := range addrs {
 			lat, el := e.load(t, a, conns, reqs, 0, false)
@@ -154,22 +154,16 @@ func TestL7Compare(t *testing.T) {
 		}
 	}
 	after, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	afterSet, err := fpSet.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := afterSet.Slow() - beforeSet.Slow(); got != total || afterSet.Reasons[ReasonFast] != beforeSet.Reasons[ReasonFast] {
-		t.Errorf("set_header policy passed %d of %d requests up and took %d fast, want all passed", got, total,
-			afterSet.Reasons[ReasonFast]-beforeSet.Reasons[ReasonFast])
-	}
+	require.NoError(t, err)
+	got := afterSet.Slow() - beforeSet.Slow()
+	assert.False(t, got != total || afterSet.Reasons[ReasonFast] != beforeSet.Reasons[ReasonFast],
+		"set_header policy passed %d of %d requests up and took %d fast, want all passed", got, total,
+		afterSet.Reasons[ReasonFast]-beforeSet.Reasons[ReasonFast])
 	fastN := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
 	slowN := after.Slow() - before.Slow()
-	if fastN+slowN != total {
-		t.Errorf("fast %d + slow %d = %d requests, want %d sent", fastN, slowN, fastN+slowN, total)
-	}
+	assert.EqualValues(t, total, fastN+slowN, "fast %d + slow %d = %d requests, want %d sent", fastN, slowN, fastN+slowN, total)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%d rounds x %d connections x %d GETs (closed loop, keep-alive), %d bytes of request\n", rounds, conns, reqs, len("GET /item HTTP/1.1\r\nHost: a.test\r\nX-User: user0\r\n\r\n"))
 	fmt.Fprintf(&sb, "| path | p50 | p99 | requests/s | on the slow path |\n|---|---|---|---|---|\n")
@@ -186,17 +180,13 @@ func TestL7Compare(t *testing.T) {
 		fmt.Fprintf(&sb, "| %s | %v | %v | %.0f | %s |\n", n, pct(res[i].lat, 0.50).Round(time.Microsecond),
 			pct(res[i].lat, 0.99).Round(time.Microsecond), float64(len(res[i].lat))/res[i].el.Seconds(), slow)
 	}
-	if fastN < total*9/10 {
-		t.Errorf("fast path took %d of %d requests, want at least 90%% (one miss per connection)", fastN, total)
-	}
+	assert.False(t, fastN < total*9/10, "fast path took %d of %d requests, want at least 90%% (one miss per connection)", fastN, total)
 
 	// Denied requests (403): the kernel matches the rule and passes them
 	// up (deny), the proxy answers; against the proxy alone, what a 403
 	// from the kernel could save at most.
 	beforeDeny, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dn := make([]result, 2)
 	for r := 0; r < rounds; r++ {
 		for i, a := range []string{alone, fast} {
@@ -206,13 +196,10 @@ func TestL7Compare(t *testing.T) {
 		}
 	}
 	afterDeny, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	denyTotal := uint64(rounds * conns * (reqs / 4))
-	if d, f := afterDeny.Reasons[ReasonDeny]-beforeDeny.Reasons[ReasonDeny], afterDeny.Reasons[ReasonFast]-beforeDeny.Reasons[ReasonFast]; f != 0 || d+(afterDeny.Reasons[ReasonBusy]-beforeDeny.Reasons[ReasonBusy]) != denyTotal || d == 0 {
-		t.Errorf("denied GETs: kernel counted %d deny, %d fast, want all %d passed up as deny (or busy)", d, f, denyTotal)
-	}
+	d, f := afterDeny.Reasons[ReasonDeny]-beforeDeny.Reasons[ReasonDeny], afterDeny.Reasons[ReasonFast]-beforeDeny.Reasons[ReasonFast]
+	assert.False(t, f != 0 || d+(afterDeny.Reasons[ReasonBusy]-beforeDeny.Reasons[ReasonBusy]) != denyTotal || d == 0, "denied GETs: kernel counted %d deny, %d fast, want all %d passed up as deny (or busy)", d, f, denyTotal)
 	fmt.Fprintf(&sb, "\ndenied GETs (403, answered by the proxy): %d rounds x %d connections x %d\n", rounds, conns, reqs/4)
 	fmt.Fprintf(&sb, "| path | p50 | p99 | requests/s |\n|---|---|---|---|\n")
 	for i, n := range []string{"proxy alone", "fast path (kernel matches, passes up)"} {
@@ -237,9 +224,7 @@ func TestL7Compare(t *testing.T) {
 	fmt.Fprintf(&sb, "| request | path | p50 | p99 | requests/s | on the slow path |\n|---|---|---|---|---|---|\n")
 	for _, kb := range []int{1, 2, 4, 8, 16} {
 		before, err := fp.Counters()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		sw := make([]result, 3)
 		for r := 0; r < rounds; r++ {
 			for i, a := range addrs[:3] {
@@ -249,15 +234,12 @@ func TestL7Compare(t *testing.T) {
 			}
 		}
 		after, err := fp.Counters()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		fastN := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
 		sticky := after.Reasons[ReasonSticky] - before.Reasons[ReasonSticky]
-		if fastN != 0 || sticky != uint64(rounds*conns) {
-			t.Errorf("%d KB requests: %d fast, %d connections sticky, want 0 fast and all %d sticky (headers beyond the parse bound)",
-				kb, fastN, sticky, rounds*conns)
-		}
+		assert.False(t, fastN != 0 || sticky != uint64(rounds*conns),
+			"%d KB requests: %d fast, %d connections sticky, want 0 fast and all %d sticky (headers beyond the parse bound)",
+			kb, fastN, sticky, rounds*conns)
 		for i, n := range names[:3] {
 			slow := "-"
 			switch i {

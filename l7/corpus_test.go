@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 var corpusMatch = flag.String("l7.corpus", "", "TestL7Corpus: only the cases whose source matches this regexp")
@@ -55,7 +56,7 @@ func loadCorpus(t testing.TB) []corpusCase {
 				out = append(out, corpusCase{src: src, req: []byte(req)})
 				src = ""
 			default:
-				t.Fatalf("%s:%d: %q is neither src nor req", f, n, line)
+				require.Failf(t, "bad corpus line", "%s:%d: %q is neither src nor req", f, n, line)
 			}
 		}
 	}
@@ -107,7 +108,7 @@ func denied(receipt string) bool {
 			path = path[j:]
 		}
 	}
-	n, err := normalPath(path)
+	n, err := policy.NormalPath(path)
 	return err != nil || strings.HasPrefix(n, "/admin") ||
 		method == "DELETE" && strings.Contains(receipt, "X-User: mallory")
 }

@@ -14,7 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // response is what a client sees of one response: status, headers but the
@@ -36,13 +40,13 @@ func warmup(u string) string {
 // usersOnTwoBackends returns two X-User values p hashes to different
 // backends (of the route serving /x on a.test), or one twice if it finds
 // none.
-func usersOnTwoBackends(t testing.TB, p *Policy) [2]string {
+func usersOnTwoBackends(t testing.TB, p *policy.Policy) [2]string {
 	t.Helper()
 	first := -1
 	var u0 string
 	for i := range 64 {
 		u := fmt.Sprintf("u%d", i)
-		v := p.Decide(Request{Method: "GET", Path: "/x", Host: "a.test", Header: http.Header{"X-User": {u}}.Get})
+		v := p.Decide(policy.Request{Method: "GET", Path: "/x", Host: "a.test", Header: http.Header{"X-User": {u}}.Get})
 		switch {
 		case first < 0:
 			first, u0 = v.Backend, u
@@ -75,45 +79,40 @@ const fallbackAddr = "127.0.0.1:8081"
 
 // fallback starts a Server for cfg as shield serve's [l7] does, on a
 // kernel Attach refuses, and wants it serving the proxy alone, saying why.
-func (e *nsEnv) fallback(t testing.TB, cfg Config) *Server {
+func (e *nsEnv) fallback(t testing.TB, cfg policy.Config) *Server {
 	t.Helper()
 	var s *Server
-	if err := e.ns.Do(func() (err error) {
-		s, err = Listen(Section{Listen: fallbackAddr, Config: cfg}, e.dial)
+	require.NoError(t, e.ns.Do(func() (err error) {
+		s, err = Listen(policy.Section{Listen: fallbackAddr, Config: cfg}, e.dial, WithFastPath(testOptions()))
 		return err
-	}); err != nil {
-		t.Fatalf("Listen = %v", err)
-	}
+	}), "Listen")
 	var logs syncBuf
 	s.Start(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(func() { s.Close() })
 	st, err := s.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) ||
-		!strings.Contains(logs.String(), "l7 proxy serving without the fast path") {
-		t.Fatalf("Server on a kernel not among %v: fast %v, why %q, log %q; want the proxy alone, saying the kernel is refused",
-			Kernels, st.Fast, st.FastWhy, logs.String())
-	}
+	require.NoError(t, err)
+	require.False(t, st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) ||
+		!strings.Contains(logs.String(), "l7 proxy serving without the fast path"),
+		"Server on a kernel not among %v: fast %v, why %q, log %q; want the proxy alone, saying the kernel is refused",
+		testOptions().kernels(), st.Fast, st.FastWhy, logs.String())
 	t.Logf("the fast path refused, the proxy alone serves: %s", st.FastWhy)
 	return s
 }
 
-func newDiffEnv(t testing.TB, mods ...func(*Config)) *diffEnv {
+func newDiffEnv(t testing.TB, mods ...func(*policy.Config)) *diffEnv {
 	return newDiffEnvRole(t, "l7", mods...)
 }
 
 // newDiffEnvRole is newDiffEnv in a namespace named by role.
-func newDiffEnvRole(t testing.TB, role string, mods ...func(*Config)) *diffEnv {
+func newDiffEnvRole(t testing.TB, role string, mods ...func(*policy.Config)) *diffEnv {
 	e := newNSRole(t, role)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
-	cfg := Config{
-		Routes: []Route{
+	cfg := policy.Config{
+		Routes: []policy.Route{
 			{Name: "api", Host: "api.test", PathPrefix: "/v1/", Backends: []string{b2.addr}},
 			{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}},
 		},
-		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}, {Action: "deny", Methods: []string{"DELETE"}, Header: "X-User", Value: "mallory"}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}, {Action: "deny", Methods: []string{"DELETE"}, Header: "X-User", Value: "mallory"}},
 		HashHeader: "X-User",
 	}
 	for _, m := range mods {
@@ -121,10 +120,8 @@ func newDiffEnvRole(t testing.TB, role string, mods ...func(*Config)) *diffEnv {
 	}
 	_, _, alone := e.proxy(t, cfg, false)
 	d := &diffEnv{e: e, alone: alone, backends: []*nsBackend{b1, b2}, ref: e.backend(t, "ref")}
-	p, err := Compile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, err := policy.Compile(cfg)
+	require.NoError(t, err)
 	d.users = usersOnTwoBackends(t, p)
 	if fastKernel() {
 		_, d.fp, d.fast = e.proxy(t, cfg, true)
@@ -143,9 +140,7 @@ func (d *diffEnv) counters(t testing.TB) FastCounters {
 		return FastCounters{}
 	}
 	c, err := d.fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return c
 }
 
@@ -184,9 +179,7 @@ func (d *diffEnv) exchange(t testing.TB, addr string, chunks [][]byte, want int,
 func (d *diffEnv) exchangeFirst(t testing.TB, addr string, chunks [][]byte, want int, idle, firstWait time.Duration) []response {
 	t.Helper()
 	c, err := d.e.dial(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
+	require.NoError(t, err, "dial %s", addr)
 	defer c.Close()
 	br := bufio.NewReader(c)
 	// One warm-up a backend: the pool holds a socket to each (a miss
@@ -196,13 +189,11 @@ func (d *diffEnv) exchangeFirst(t testing.TB, addr string, chunks [][]byte, want
 	// (CI on fe1be8b).
 	warm := testutil.HangGuard(10 * time.Second)
 	for _, u := range d.users {
-		if _, err := io.WriteString(c, warmup(u)); err != nil {
-			t.Fatal(err)
-		}
+		_, err := io.WriteString(c, warmup(u))
+		require.NoError(t, err)
 		c.SetReadDeadline(time.Now().Add(warm))
-		if w := readResponses(br, 1); len(w) != 1 || w[0].Status != 200 {
-			t.Fatalf("warm-up on %s: %v", addr, w)
-		}
+		w := readResponses(br, 1)
+		require.False(t, len(w) != 1 || w[0].Status != 200, "warm-up on %s: %v", addr, w)
 	}
 	if addr == d.fast && d.fp != nil {
 		d.settle(t)
@@ -358,12 +349,8 @@ func TestL7Differential(t *testing.T) {
 			before := d.counters(t)
 			f := d.exchange(t, d.fast, tt.chunks, tt.want, 300*time.Millisecond)
 			after := d.counters(t)
-			if fmt.Sprint(a) != fmt.Sprint(f) {
-				t.Errorf("responses differ\nproxy alone: %v\nfast path:   %v", a, f)
-			}
-			if tt.want >= 0 && len(a) != tt.want {
-				t.Errorf("proxy alone answered %d responses, want %d: %v", len(a), tt.want, a)
-			}
+			assert.EqualValues(t, fmt.Sprint(f), fmt.Sprint(a), "responses differ\nproxy alone: %v\nfast path:   %v", a, f)
+			assert.False(t, tt.want >= 0 && len(a) != tt.want, "proxy alone answered %d responses, want %d: %v", len(a), tt.want, a)
 			// The warm-up is a miss (slow); fast counts only the case.
 			fast := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
 			if d.fp == nil {
@@ -371,42 +358,31 @@ func TestL7Differential(t *testing.T) {
 			}
 			switch tt.path {
 			case "fast":
-				if fast != uint64(tt.want) {
-					t.Errorf("fast path took %d of %d requests, want all", fast, tt.want)
-				}
+				assert.EqualValues(t, uint64(tt.want), fast, "fast path took %d of %d requests, want all", fast, tt.want)
 			case "slow":
-				if fast != 0 {
-					t.Errorf("fast path took %d requests, want none", fast)
-				}
+				assert.EqualValues(t, 0, fast, "fast path took %d requests, want none", fast)
 			}
 			t.Logf("fast %d, reasons %v -> %v", fast, before.Reasons, after.Reasons)
 		})
 	}
-	if ran == 0 {
-		t.Fatal("no cases ran")
-	}
+	require.NotZero(t, ran, "no cases ran")
 }
 
 // TestL7DifferentialSetHeader: with a header to set (not implemented in
 // the kernel) every request is passed up and answered as by the proxy
 // alone, the header set (the backends echo it).
 func TestL7DifferentialSetHeader(t *testing.T) {
-	d := newDiffEnv(t, func(c *Config) { c.SetHeader = Header{Name: "X-Set", Value: "on"} })
+	d := newDiffEnv(t, func(c *policy.Config) { c.SetHeader = policy.Header{Name: "X-Set", Value: "on"} })
 	for _, tt := range corpus[:6] {
 		t.Run(tt.name, func(t *testing.T) {
 			a := d.exchange(t, d.alone, tt.chunks, tt.want, 300*time.Millisecond)
 			before := d.counters(t)
 			f := d.exchange(t, d.fast, tt.chunks, tt.want, 300*time.Millisecond)
 			after := d.counters(t)
-			if fmt.Sprint(a) != fmt.Sprint(f) {
-				t.Errorf("responses differ\nproxy alone: %v\nfast path:   %v", a, f)
-			}
-			if len(f) == 0 || !strings.Contains(f[0].Body, `set="on"`) {
-				t.Errorf("fast path answered %v, want the header set", f)
-			}
-			if n := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]; n != 0 {
-				t.Errorf("fast path took %d requests of a policy it does not implement", n)
-			}
+			assert.EqualValues(t, fmt.Sprint(f), fmt.Sprint(a), "responses differ\nproxy alone: %v\nfast path:   %v", a, f)
+			assert.False(t, len(f) == 0 || !strings.Contains(f[0].Body, `set="on"`), "fast path answered %v, want the header set", f)
+			n := after.Reasons[ReasonFast] - before.Reasons[ReasonFast]
+			assert.EqualValues(t, 0, n, "fast path took %d requests of a policy it does not implement", n)
 		})
 	}
 }
@@ -423,13 +399,10 @@ func TestL7DeniedNeverReachesBackend(t *testing.T) {
 		r = append(r, d.exchange(t, d.fast, split(req, 1<<20), 1, 300*time.Millisecond)...)
 	}
 	// n times the warm-ups reached a backend; no denied request did.
-	if got, want := d.hits()-before, int64(n*len(d.users)); got != want {
-		t.Errorf("backends saw %d requests, want %d (the warm-ups only)", got, want)
-	}
+	got, want := d.hits()-before, int64(n*len(d.users))
+	assert.EqualValues(t, want, got, "backends saw %d requests, want %d (the warm-ups only)", got, want)
 	for _, x := range r {
-		if x.Status != 403 {
-			t.Errorf("denied request answered %v, want 403", x)
-		}
+		assert.EqualValues(t, 403, x.Status, "denied request answered %v, want 403", x)
 	}
 }
 

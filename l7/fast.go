@@ -1,10 +1,12 @@
 package l7
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,9 +14,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/l7/internal/sock"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // Reason indexes the data plane's counters (enum reason of bpf/l7.c).
@@ -52,7 +55,7 @@ func (r Reason) String() string {
 // fast requests of each route.
 type FastCounters struct {
 	Reasons [numReasons]uint64
-	Routes  [MaxRoutes]uint64
+	Routes  [policy.MaxRoutes]uint64
 }
 
 // Slow is the number of requests passed to the proxy (every reason but
@@ -77,22 +80,25 @@ type FastPath struct {
 	px     *Proxy
 	Lookup bool // the kernel lets programs look sockhash entries up
 	// PassRedirect: messages for the proxy are redirected to the client
-	// socket's own ingress rather than passed (SK_PASS): the package's
-	// PassRedirect when attached.
+	// socket's own ingress rather than passed (SK_PASS): unless
+	// Options.SKPass.
 	PassRedirect bool
 	// Relay: messages for the proxy are redirected to a relay socket per
-	// client connection, which the proxy reads (relay.go): the package's
-	// Relay where the kernel takes unix sockets into a sockhash, or else
-	// TCP sockets on loopback (RelayTCP).
+	// client connection, which the proxy reads (relay.go): unless
+	// Options.NoRelay, where the kernel takes unix sockets into a
+	// sockhash, or else TCP sockets on loopback (RelayTCP).
 	Relay bool
-	// RelayTCP: the relays are TCP pairs on loopback (relay.go tcpRelays),
+	// RelayTCP: the relays are TCP pairs on loopback (sock.TCPPairs),
 	// on a kernel that takes no unix socket into a sockhash (5.10).
 	RelayTCP bool
 	// watchPoll: a relay's watcher never reads the client socket, it
 	// waits for POLLRDHUP, and accept runs the parser on what the socket
 	// queued before joining the sockhash (relay.go watch): with RelayTCP.
 	watchPoll bool
-	tcpRelays *tcpRelays
+	// noKick: accept leaves the parser to the next data's arrival
+	// (Options.NoKick).
+	noKick    bool
+	tcpRelays *sock.TCPPairs
 	Enabled   bool   // the policy is held in the kernel
 	Why       string // why not, when !Enabled
 	log       *slog.Logger
@@ -115,15 +121,15 @@ type FastPath struct {
 	grace      *ebpf.Map
 	graceInner *ebpf.Map
 	routeBase  map[string]uint64
-	routeOff   [MaxRoutes]uint64
+	routeOff   [policy.MaxRoutes]uint64
 	dropped    atomic.Uint64 // pooled sockets dropped by policy changes
 	responses  atomic.Uint64 // responses to fast requests relayed (respond.go)
 }
 
 // kernelPolicy compiles p into the data plane's form; enabled false (with
 // the reason) when the kernel cannot hold it (then every request passes).
-func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
-	c := p.cfg
+func kernelPolicy(p *policy.Policy) (kp bpf.L7Policy, why string) {
+	c := p.Config()
 	name := strings.ToLower(c.HashHeader)
 	for _, r := range c.RBAC {
 		if r.Header == "" {
@@ -136,8 +142,8 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 		}
 	}
 	kp.Enabled = 1
-	kp.N_routes = uint32(len(p.routes))
-	kp.N_rules = uint32(len(p.rules))
+	kp.N_routes = uint32(len(p.Routes()))
+	kp.N_rules = uint32(len(p.Rules()))
 	if c.HashHeader != "" {
 		kp.Hash = 1
 	}
@@ -149,20 +155,20 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 	}
 	kp.NameLen = uint32(len(name))
 	kp.NameW, kp.NameM = packName(name)
-	for i, rt := range p.routes {
+	for i, rt := range p.Routes() {
 		k := &kp.Routes[i]
 		k.HostLen = uint32(len(rt.Host))
 		copy(k.Host[:], rt.Host)
 		k.PrefixLen = uint32(len(rt.PathPrefix))
 		copy(k.Prefix[:], rt.PathPrefix)
 	}
-	for i, ru := range p.rules {
+	for i, ru := range p.Rules() {
 		k := &kp.Rules[i]
 		k.PrefixLen = uint32(len(ru.PathPrefix))
 		copy(k.Prefix[:], ru.PathPrefix)
-		k.Methods = ru.methods
+		k.Methods = ru.Methods
 		k.SrcBit = 0xff
-		if ru.source.IsValid() {
+		if ru.Source.IsValid() {
 			k.SrcBit = uint32(i)
 		}
 		if ru.Header != "" {
@@ -170,23 +176,24 @@ func kernelPolicy(p *Policy) (kp bpf.L7Policy, why string) {
 			k.ValueLen = uint32(len(ru.Value))
 			copy(k.Value[:], ru.Value)
 		}
-		if ru.deny {
+		if ru.Deny {
 			k.Deny = 1
 		}
 	}
 	return kp, ""
 }
 
-// Attach loads the data plane, writes px's policy into it and makes px
-// hand it every connection it accepts from then on (Proxy.Listener). On a
-// kernel it does not accept (KernelServes) it loads nothing, leaves px
-// alone and returns an error wrapping ErrKernelRefused.
-func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
+// Attach loads the data plane as opt says, writes px's policy into it and
+// makes px hand it every connection it accepts from then on
+// (Proxy.Listener). On a kernel opt does not accept (opt.Kernels, by
+// default those of KernelServes) it loads nothing, leaves px alone and
+// returns an error wrapping ErrKernelRefused.
+func Attach(px *Proxy, log *slog.Logger, opt Options) (_ *FastPath, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if ok, rel := KernelServes(); !ok {
-		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrKernelRefused, Kernels, rel)
+	if ok, rel := opt.kernelServes(); !ok {
+		return nil, fmt.Errorf("l7 fast path: %w (%v): kernel %s; the proxy alone serves", ErrKernelRefused, opt.kernels(), rel)
 	}
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
@@ -196,17 +203,18 @@ func Attach(px *Proxy, log *slog.Logger) (_ *FastPath, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("load l7 spec: %w", err)
 	}
-	fp.PassRedirect = PassRedirect
-	if Relay {
-		if uerr := relaySupported(); uerr == nil && !forceTCPRelay {
+	fp.PassRedirect = !opt.SKPass
+	fp.noKick = opt.NoKick
+	if !opt.NoRelay {
+		if uerr := sock.UnixIntoSockhash(); uerr == nil && !opt.TCPRelay {
 			fp.Relay = true
-		} else if tr, terr := listenRelays(); terr == nil {
+		} else if tr, terr := sock.ListenTCPPairs(); terr == nil {
 			log.Debug("l7: no unix relay sockets, relays are TCP pairs on loopback", "error", uerr)
 			fp.Relay, fp.RelayTCP, fp.tcpRelays = true, true, tr
-			fp.watchPoll = !watchRead
+			fp.watchPoll = !opt.WatchRead
 			defer func() {
 				if err != nil {
-					tr.close()
+					tr.Close()
 				}
 			}()
 		} else {
@@ -289,7 +297,7 @@ func (fp *FastPath) Close() error {
 	}
 	errs = append(errs, fp.objs.Close())
 	if fp.tcpRelays != nil {
-		errs = append(errs, fp.tcpRelays.close())
+		errs = append(errs, fp.tcpRelays.Close())
 	}
 	if fp.grace != nil {
 		errs = append(errs, fp.grace.Close(), fp.graceInner.Close())
@@ -301,7 +309,7 @@ func (fp *FastPath) Close() error {
 func (fp *FastPath) Counters() (FastCounters, error) {
 	var c FastCounters
 	var per []uint64
-	for i := 0; i < int(numReasons)+MaxRoutes; i++ {
+	for i := 0; i < int(numReasons)+policy.MaxRoutes; i++ {
 		if err := fp.objs.Counters.Lookup(uint32(i), &per); err != nil {
 			return c, fmt.Errorf("read l7 counter %d: %w", i, err)
 		}
@@ -321,34 +329,20 @@ func (fp *FastPath) Counters() (FastCounters, error) {
 	return c, nil
 }
 
-// socket runs fn with c's fd and cookie.
-func socket(c net.Conn, fn func(fd int, cookie uint64) error) error {
-	sc, ok := c.(interface {
-		SyscallConn() (syscall_RawConn, error)
-	})
-	if !ok {
-		return fmt.Errorf("%T has no socket", c)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("raw conn: %w", err)
-	}
-	var ferr error
-	if err := rc.Control(func(fd uintptr) {
-		cookie, err := unix.GetsockoptUint64(int(fd), unix.SOL_SOCKET, unix.SO_COOKIE)
-		if err != nil {
-			ferr = fmt.Errorf("SO_COOKIE: %w", err)
-			return
-		}
-		ferr = fn(int(fd), cookie)
-	}); err != nil {
-		return fmt.Errorf("control: %w", err)
-	}
-	return ferr
-}
-
 func (fp *FastPath) logf(format string, args ...any) {
 	fp.log.Debug("l7: " + fmt.Sprintf(format, args...))
+}
+
+// addrPort is a's address and port.
+func addrPort(a net.Addr) (netip.AddrPort, error) {
+	if t, ok := a.(*net.TCPAddr); ok {
+		return t.AddrPort(), nil
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return ap, fmt.Errorf("address %q: %w", a, err)
+	}
+	return ap, nil
 }
 
 // accept puts an accepted client connection into the data plane: its state,
@@ -364,9 +358,9 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	// known (fp.conns) before the next change starts.
 	fp.polMu.Lock()
 	defer fp.polMu.Unlock()
-	mask := srcMask(fp.px.Policy(), cc.src)
+	mask := fp.px.Policy().SourceMask(cc.src)
 	cc.mask.Store(mask)
-	err = socket(c, func(fd int, cookie uint64) error {
+	err = sock.Control(c, func(fd int, cookie uint64) error {
 		cc.cookie = cookie
 		if fp.Relay {
 			rl, err := fp.newRelay(cookie)
@@ -384,8 +378,8 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 		if err := fp.objs.Clients.Put(cookie, uint32(fd)); err != nil {
 			return fmt.Errorf("put client socket: %w", err)
 		}
-		if fp.watchPoll && !noKick {
-			if err := kickParser(fd); err != nil {
+		if fp.watchPoll && !fp.noKick {
+			if err := sock.KickParser(fd); err != nil {
 				fp.objs.Clients.Delete(cookie)
 				return err
 			}
@@ -451,10 +445,10 @@ func (fp *FastPath) writeCtl(cc *clientConn) error {
 
 func (fp *FastPath) fill(cc *clientConn, b int) error {
 	p := fp.px.Policy()
-	if !p.uses(b) {
+	if !p.Uses(b) {
 		return nil // dropped by a policy change since the proxy forwarded to it
 	}
-	up, err := fp.px.dial(contextBackground(), "tcp", p.Backend(b).String())
+	up, err := fp.px.dial(context.Background(), "tcp", p.Backend(b).String())
 	if err != nil {
 		return err
 	}
@@ -466,7 +460,7 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 		return nil
 	}
 	var upCookie uint64
-	err = socket(up, func(fd int, cookie uint64) error {
+	err = sock.Control(up, func(fd int, cookie uint64) error {
 		upCookie = cookie
 		if err := fp.objs.Peer.Put(cookie, cc.cookie); err != nil {
 			return fmt.Errorf("put peer: %w", err)
@@ -487,7 +481,7 @@ func (fp *FastPath) fill(cc *clientConn, b int) error {
 	cc.mu.Lock()
 	// A policy change swaps the proxy's policy before it drops pooled
 	// sockets (under cc.mu): a backend dropped meanwhile is not pooled.
-	if cc.closed || !fp.px.Policy().uses(b) {
+	if cc.closed || !fp.px.Policy().Uses(b) {
 		cc.mu.Unlock()
 		fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
 		fp.objs.Peer.Delete(upCookie)

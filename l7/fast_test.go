@@ -14,9 +14,12 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // nsEnv is a throwaway namespace with dial and listen inside it.
@@ -36,9 +39,7 @@ func newNSRole(t testing.TB, role string) *nsEnv {
 	t.Helper()
 	testutil.Root(t)
 	ns, err := topo.New(role)
-	if err != nil {
-		t.Fatalf("topo.New: %v", err)
-	}
+	require.NoError(t, err, "topo.New")
 	e := &nsEnv{ns: ns}
 	t.Cleanup(func() {
 		e.mu.Lock()
@@ -52,12 +53,10 @@ func newNSRole(t testing.TB, role string) *nsEnv {
 func (e *nsEnv) listen(t testing.TB) net.Listener {
 	t.Helper()
 	var l net.Listener
-	if err := e.ns.Do(func() (err error) {
+	require.NoError(t, e.ns.Do(func() (err error) {
 		l, err = net.Listen("tcp", "127.0.0.1:0")
 		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	}))
 	t.Cleanup(func() { l.Close() })
 	return l
 }
@@ -156,22 +155,18 @@ func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
 // proxy starts the proxy for cfg in the namespace, with the fast path when
 // fast is set (on a kernel Attach refuses, the test is skipped once the
 // refusal is checked: needFast).
-func (e *nsEnv) proxy(t testing.TB, cfg Config, fast bool) (*Proxy, *FastPath, string) {
+func (e *nsEnv) proxy(t testing.TB, cfg policy.Config, fast bool) (*Proxy, *FastPath, string) {
 	t.Helper()
 	if fast {
 		needFast(t)
 	}
-	p, err := Compile(cfg)
-	if err != nil {
-		t.Fatalf("Compile = %v", err)
-	}
+	p, err := policy.Compile(cfg)
+	require.NoError(t, err, "Compile")
 	px := NewProxy(p, e.dial)
 	var fp *FastPath
 	if fast {
-		fp, err = Attach(px, nil)
-		if err != nil {
-			t.Fatalf("Attach = %v", err)
-		}
+		fp, err = Attach(px, nil, testOptions())
+		require.NoError(t, err, "Attach")
 		t.Cleanup(func() { fp.Close() })
 	}
 	l := e.listen(t)
@@ -189,9 +184,9 @@ func (e *nsEnv) client() *http.Client {
 func TestFastPathServes(t *testing.T) {
 	e := newNS(t)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
-	_, fp, addr := e.proxy(t, Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
-		RBAC:       []Rule{{Action: "deny", PathPrefix: "/admin"}},
+	_, fp, addr := e.proxy(t, policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}},
 		HashHeader: "X-User",
 	}, true)
 	c := e.client()
@@ -200,28 +195,19 @@ func TestFastPathServes(t *testing.T) {
 		req, _ := http.NewRequest("GET", "http://"+addr+"/x", nil)
 		req.Header.Set("X-User", "alice")
 		resp, err := c.Do(req)
-		if err != nil {
-			t.Fatalf("request %d: %v", i, err)
-		}
+		require.NoError(t, err, "request %d", i)
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), "GET /x user=\"alice\"") {
-			t.Fatalf("request %d = %d %q", i, resp.StatusCode, body)
-		}
+		require.False(t, resp.StatusCode != 200 || !strings.Contains(string(body), "GET /x user=\"alice\""), "request %d = %d %q", i, resp.StatusCode, body)
 	}
 	cnt, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Logf("counters %+v hits %d %d", cnt, b1.hits.Load(), b2.hits.Load())
-	if got := b1.hits.Load() + b2.hits.Load(); got != n {
-		t.Errorf("backends saw %d requests, want %d", got, n)
-	}
+	got := b1.hits.Load() + b2.hits.Load()
+	assert.EqualValues(t, n, got, "backends saw %d requests, want %d", got, n)
 	// The first request is a miss; a request sent before the proxy's idle
 	// hook gave the connection back is busy (a race the client can win).
-	if cnt.Reasons[ReasonFast]+cnt.Slow() != n || cnt.Reasons[ReasonFast] < n/2 || cnt.Reasons[ReasonMiss] != 1 {
-		t.Errorf("fast %d, slow %d (miss %d) of %d requests, want one miss and most fast", cnt.Reasons[ReasonFast], cnt.Slow(), cnt.Reasons[ReasonMiss], n)
-	}
+	assert.False(t, cnt.Reasons[ReasonFast]+cnt.Slow() != n || cnt.Reasons[ReasonFast] < n/2 || cnt.Reasons[ReasonMiss] != 1, "fast %d, slow %d (miss %d) of %d requests, want one miss and most fast", cnt.Reasons[ReasonFast], cnt.Slow(), cnt.Reasons[ReasonMiss], n)
 }
 
 // TestFastPathBackendGoes: a backend closing its pooled sockets (it went
@@ -237,7 +223,7 @@ func TestFastPathBackendGoes(t *testing.T) {
 		io.WriteString(w, "ok")
 	})}
 	go s.Serve(l)
-	_, fp, paddr := e.proxy(t, Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{addr}}}}, true)
+	_, fp, paddr := e.proxy(t, policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{addr}}}}, true)
 	c := e.client()
 	do := func() (int, error) {
 		resp, err := c.Get("http://" + paddr + "/x")
@@ -249,27 +235,21 @@ func TestFastPathBackendGoes(t *testing.T) {
 		return resp.StatusCode, nil
 	}
 	for i := 0; i < 5; i++ {
-		if st, err := do(); err != nil || st != 200 {
-			t.Fatalf("request %d = %d, %v", i, st, err)
-		}
+		st, err := do()
+		require.False(t, err != nil || st != 200, "request %d = %d, %v", i, st, err)
 		// The client's next request races the proxy's idle hook
 		// giving the connection back to the kernel (busy otherwise:
 		// all 4 of them once in a loaded run of the package).
 		time.Sleep(10 * time.Millisecond)
 	}
 	cnt, _ := fp.Counters()
-	if cnt.Reasons[ReasonFast] == 0 {
-		t.Fatalf("no request took the fast path before the backend went: %+v", cnt)
-	}
+	require.NotZero(t, cnt.Reasons[ReasonFast], "no request took the fast path before the backend went: %+v", cnt)
 	s.Close() // closes the listener and every connection, the pooled one too
 	start := time.Now()
 	st, err := do()
-	if err != nil || st != http.StatusBadGateway {
-		t.Fatalf("after the backend went: %d, %v; want 502", st, err)
-	}
-	if el := time.Since(start); el > 5*time.Second {
-		t.Errorf("answer after the backend went took %v", el)
-	}
+	require.False(t, err != nil || st != http.StatusBadGateway, "after the backend went: %d, %v; want 502", st, err)
+	el := time.Since(start)
+	assert.False(t, el > 5*time.Second, "answer after the backend went took %v", el)
 	after, _ := fp.Counters()
 	t.Logf("before %v after %v", cnt.Reasons, after.Reasons)
 }
@@ -285,9 +265,7 @@ func mapLen(t testing.TB, m interface {
 	for it.Next(&k, &v) {
 		n++
 	}
-	if err := it.Err(); err != nil {
-		t.Fatalf("iterate: %v", err)
-	}
+	require.NoError(t, it.Err(), "iterate")
 	return n
 }
 
@@ -297,28 +275,21 @@ func mapLen(t testing.TB, m interface {
 func TestFastPathManyConns(t *testing.T) {
 	e := newNS(t)
 	b1, b2 := e.backend(t, "b1"), e.backend(t, "b2")
-	_, fp, addr := e.proxy(t, Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
+	_, fp, addr := e.proxy(t, policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr, b2.addr}}},
 		HashHeader: "X-User",
 	}, true)
 	const conns, reqs = 200, 5
 	lat, _ := e.load(t, addr, conns, reqs, 0, false) // closes its connections
-	if len(lat) != conns*reqs {
-		t.Fatalf("%d answers, want %d", len(lat), conns*reqs)
-	}
-	if got := b1.hits.Load() + b2.hits.Load(); got != conns*reqs {
-		t.Errorf("backends saw %d requests, want %d", got, conns*reqs)
-	}
+	require.EqualValues(t, conns*reqs, len(lat), "%d answers, want %d", len(lat), conns*reqs)
+	got := b1.hits.Load() + b2.hits.Load()
+	assert.EqualValues(t, conns*reqs, got, "backends saw %d requests, want %d", got, conns*reqs)
 	cnt, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// Each connection's first request is a miss and, under this load, often
 	// its second finds the proxy still filling the pool (busy): counted,
 	// not bounded here.
-	if cnt.Reasons[ReasonFast]+cnt.Slow() != conns*reqs || cnt.Reasons[ReasonFast] == 0 {
-		t.Errorf("fast %d + slow %d, want %d requests, some fast", cnt.Reasons[ReasonFast], cnt.Slow(), conns*reqs)
-	}
+	assert.False(t, cnt.Reasons[ReasonFast]+cnt.Slow() != conns*reqs || cnt.Reasons[ReasonFast] == 0, "fast %d + slow %d, want %d requests, some fast", cnt.Reasons[ReasonFast], cnt.Slow(), conns*reqs)
 	t.Logf("fast %d, slow %d (miss %d, busy %d)", cnt.Reasons[ReasonFast], cnt.Slow(), cnt.Reasons[ReasonMiss], cnt.Reasons[ReasonBusy])
 	deadline := time.Now().Add(10 * time.Second)
 	var left [4]int
@@ -329,7 +300,5 @@ func TestFastPathManyConns(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if left != [4]int{} {
-		t.Errorf("after the clients closed, conns/ctls/pool/peer hold %v entries, want none", left)
-	}
+	assert.EqualValues(t, [4]int{}, left, "after the clients closed, conns/ctls/pool/peer hold %v entries, want none", left)
 }

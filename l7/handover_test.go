@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/bpf"
 )
 
@@ -59,9 +62,8 @@ func TestFastPathPipelinedHandover(t *testing.T) {
 		// With TCP relays (5.10) the proxy must take nothing off a
 		// client or pooled socket itself: there a read takes bytes the
 		// parser has not seen (relay.go watch).
-		if n := d.fp.stray.Load(); d.fp.RelayTCP && n != 0 {
-			t.Errorf("with TCP relays the watchers read %d bytes off sockets in the sockhashes, want 0 (5.10: bytes the parser never saw)", n)
-		}
+		n := d.fp.stray.Load()
+		assert.False(t, d.fp.RelayTCP && n != 0, "with TCP relays the watchers read %d bytes off sockets in the sockhashes, want 0 (5.10: bytes the parser never saw)", n)
 	}
 }
 
@@ -91,16 +93,14 @@ func (d *diffEnv) handovers(t *testing.T, pair string, steps []int, forget bool)
 // the proxy has closed it while its socket is still in the sockhash.
 func (d *diffEnv) handover(t *testing.T, pair string, step int, forget bool) bool {
 	c, err := d.e.dial(t.Context(), "tcp", d.fast)
-	if err != nil {
-		t.Error(err)
+	if !assert.NoError(t, err) {
 		return false
 	}
 	defer c.Close()
 	br := bufio.NewReader(c)
 	io.WriteString(c, warmup(d.users[0]))
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if w := readResponses(br, 1); len(w) != 1 || w[0].Status != 200 {
-		t.Errorf("warm-up: %v", w)
+	if w := readResponses(br, 1); !assert.False(t, len(w) != 1 || w[0].Status != 200, "warm-up: %v", w) {
 		return false
 	}
 	if d.fp != nil {
@@ -126,7 +126,7 @@ func (d *diffEnv) handover(t *testing.T, pair string, step int, forget bool) boo
 	}
 	c.SetReadDeadline(time.Now().Add(3 * time.Second))
 	late := readResponses(br, 2-len(r))
-	t.Errorf("pieces of %d bytes: %d answers %v; sent %d bytes; %s; 3 s later: %v",
+	assert.Failf(t, "hand-over lost", "pieces of %d bytes: %d answers %v; sent %d bytes; %s; 3 s later: %v",
 		step, len(r), r, len(warmup(d.users[0]))+len(pair), state, late)
 	return false
 }
@@ -155,20 +155,15 @@ func TestFastPathStatelessHandover(t *testing.T) {
 	d := newDiffEnv(t)
 	const pair = "GET /p1 HTTP/1.1\r\nHost: a.test\r\n\r\nGET /p2 HTTP/1.1\r\nHost: a.test\r\n\r\n"
 	before, err := d.fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	steps := []int{1, 3, 7, 13, 34, 35, len(pair)}
 	bad := d.handovers(t, pair, steps, true)
 	after, err := d.fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	tries := uint64(*handoverReps * len(steps))
 	// At least one message a connection (the pair in one piece), at most
 	// one a piece.
-	if n := after.Reasons[ReasonUnknown] - before.Reasons[ReasonUnknown]; n < tries {
-		t.Errorf("unknown counted %d messages, want at least %d (one a connection)", n, tries)
-	}
+	n := after.Reasons[ReasonUnknown] - before.Reasons[ReasonUnknown]
+	assert.False(t, n < tries, "unknown counted %d messages, want at least %d (one a connection)", n, tries)
 	t.Logf("%d of %d exchanges failed; kernel: unknown %d", bad, tries, after.Reasons[ReasonUnknown]-before.Reasons[ReasonUnknown])
 }

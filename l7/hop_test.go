@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // TestL7BackendConnectionClose is issue 24's finding 7, first half: a
@@ -61,8 +63,8 @@ func TestL7BackendDials(t *testing.T) {
 		}
 		return n
 	}
-	_, fp, addr := e.proxy(t, Config{
-		Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: addrs}},
+	_, fp, addr := e.proxy(t, policy.Config{
+		Routes:     []policy.Route{{Name: "all", PathPrefix: "/", Backends: addrs}},
 		HashHeader: "X-User",
 	}, true)
 	do := func(c *http.Client, path, user string) {

@@ -7,57 +7,66 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/l7/internal/sock"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 var (
 	tryOld    = flag.Bool("l7.try-old-kernel", false, "accept this kernel whatever Kernels says (to diagnose refused kernels)")
 	refuse    = flag.Bool("l7.refuse", false, "refuse every kernel (Kernels empty): runs the refused kernels' tests here")
-	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (PassRedirect false: the kernels' bugs it avoids)")
+	passRedir = flag.String("l7.pass-redirect", "", "off: hand messages to the proxy with SK_PASS, not by redirect (Options.SKPass: the kernels' bugs it avoids)")
 	watchFlag = flag.String("l7.watch", "", "read: a TCP relay's watcher reads the client socket (5.10's bug); nokick: it does not, and nothing runs the parser on data queued before the join")
-	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Relay false: 6.12's and 7.2's bug it avoids); tcp: relays are TCP pairs on loopback, as on 5.10")
+	relayFlag = flag.String("l7.relay", "", "off: hand messages over to the client socket itself, not to a relay socket (Options.NoRelay: 6.12's and 7.2's bug it avoids); tcp: relays are TCP pairs on loopback, as on 5.10")
 )
 
-// fastKernel reports whether Attach accepts this kernel (KernelServes;
-// any with -l7.try-old-kernel, none with -l7.refuse).
-func fastKernel() bool {
+// testOptions are the fast path's Options the -l7.* flags ask for (the
+// zero value, serve's, without them): any kernel with
+// -l7.try-old-kernel, none with -l7.refuse.
+func testOptions() Options {
+	var o Options
 	if *tryOld {
 		ma, mi, _ := kernelSeries()
-		Kernels = [][2]int{{ma, mi}}
+		o.Kernels = [][2]int{{ma, mi}}
 	}
 	if *refuse {
-		Kernels = nil
+		o.Kernels = [][2]int{}
 	}
 	switch *passRedir {
-	case "on":
-		PassRedirect = true
+	case "on", "":
 	case "off":
-		PassRedirect = false
-	case "":
+		o.SKPass = true
 	default:
 		panic(fmt.Sprintf("-l7.pass-redirect=%q: want on or off", *passRedir))
 	}
 	switch *relayFlag {
-	case "on":
-		Relay = true
+	case "on", "":
 	case "off":
-		Relay = false
+		o.NoRelay = true
 	case "tcp":
-		Relay, forceTCPRelay = true, true
-	case "":
+		o.TCPRelay = true
 	default:
 		panic(fmt.Sprintf("-l7.relay=%q: want on, off or tcp", *relayFlag))
 	}
 	switch *watchFlag {
 	case "read":
-		watchRead = true
+		o.WatchRead = true
 	case "nokick":
-		noKick = true
+		o.NoKick = true
 	case "":
 	default:
 		panic(fmt.Sprintf("-l7.watch=%q: want read or nokick", *watchFlag))
 	}
-	ok, _ := KernelServes()
+	return o
+}
+
+// fastKernel reports whether Attach accepts this kernel under
+// testOptions.
+func fastKernel() bool {
+	ok, _ := testOptions().kernelServes()
 	return ok
 }
 
@@ -66,19 +75,16 @@ func fastKernel() bool {
 // every request itself). It returns Attach's error.
 func checkRefused(t testing.TB) error {
 	t.Helper()
-	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, err := policy.Compile(policy.Config{Routes: []policy.Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}}})
+	require.NoError(t, err)
 	px := NewProxy(p, nil)
-	fp, err := Attach(px, nil)
-	if fp != nil || !errors.Is(err, ErrKernelRefused) || px.fast != nil {
-		if fp != nil {
-			fp.Close()
-		}
-		t.Fatalf("Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrKernelRefused, the proxy alone",
-			Kernels, fp, err, px.fast)
+	fp, err := Attach(px, nil, testOptions())
+	if fp != nil {
+		fp.Close()
 	}
+	require.False(t, fp != nil || !errors.Is(err, ErrKernelRefused) || px.fast != nil,
+		"Attach on a kernel not among %v = %v, %v (proxy's fast path %v); want nil and an error wrapping ErrKernelRefused, the proxy alone",
+		testOptions().kernels(), fp, err, px.fast)
 	return err
 }
 
@@ -103,35 +109,20 @@ func TestAttachLoads(t *testing.T) {
 		t.Logf("refused as it should be: %v", checkRefused(t))
 		return
 	}
-	p, err := Compile(Config{Routes: []Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
-		RBAC: []Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp, err := Attach(NewProxy(p, nil), nil)
-	if err != nil {
-		t.Fatalf("Attach = %v", err)
-	}
+	p, err := policy.Compile(policy.Config{Routes: []policy.Route{{Name: "a", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
+		RBAC: []policy.Rule{{Action: "deny", Header: "X-User", Value: "x"}}, HashHeader: "X-User"})
+	require.NoError(t, err)
+	fp, err := Attach(NewProxy(p, nil), nil, testOptions())
+	require.NoError(t, err, "Attach")
 	t.Logf("sockhash lookup from programs: %v; passed by redirect: %v; through a relay: %v (TCP: %v); policy in the kernel: %v %s",
 		fp.Lookup, fp.PassRedirect, fp.Relay, fp.RelayTCP, fp.Enabled, fp.Why)
-	if *passRedir == "" && !fp.PassRedirect {
-		t.Error("the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
-	}
-	if *relayFlag == "" && !fp.Relay {
-		t.Error("the fast path hands messages over to the client socket itself, want a relay (Relay; unix, or TCP on loopback where the kernel takes no unix socket into a sockhash): 6.12 and 7.2 lose tails otherwise")
-	}
-	if *watchFlag == "" && fp.RelayTCP && !fp.watchPoll {
-		t.Error("with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
-	}
-	if err := relaySupported(); *relayFlag == "" && err == nil && fp.RelayTCP {
-		t.Error("the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
-	}
-	if !fp.Enabled {
-		t.Errorf("policy not held in the kernel: %s", fp.Why)
-	}
-	if err := fp.Close(); err != nil {
-		t.Errorf("Close = %v", err)
-	}
+	assert.False(t, *passRedir == "" && !fp.PassRedirect, "the fast path hands messages to the proxy with SK_PASS by default, want the redirect (PassRedirect): SK_PASS loses tails and stalls connections")
+	assert.False(t, *relayFlag == "" && !fp.Relay, "the fast path hands messages over to the client socket itself, want a relay (Relay; unix, or TCP on loopback where the kernel takes no unix socket into a sockhash): 6.12 and 7.2 lose tails otherwise")
+	assert.False(t, *watchFlag == "" && fp.RelayTCP && !fp.watchPoll, "with TCP relays the watchers read the client sockets, want them to wait for POLLRDHUP (watchPoll): 5.10 reads the receive queue raw, bytes the parser never saw")
+	uerr := sock.UnixIntoSockhash()
+	assert.False(t, *relayFlag == "" && uerr == nil && fp.RelayTCP, "the relays are TCP pairs although the kernel takes unix sockets into a sockhash, want unix ones")
+	assert.True(t, fp.Enabled, "policy not held in the kernel: %s", fp.Why)
+	assert.NoError(t, fp.Close(), "Close")
 }
 
 // TestInVMMatrix: the package is in the VM matrix's packages (the
@@ -143,8 +134,6 @@ func TestInVMMatrix(t *testing.T) {
 		{"ci/vmtest.sh", `(?m)^PKGS="\$\{VMTEST_PKGS:-(.*)\}"$`},
 	} {
 		pkgs := testutil.RepoFields(t, "..", c.file, c.re)
-		if !slices.Contains(pkgs, "./l7") && !slices.Contains(pkgs, "./l7/...") {
-			t.Errorf("%s: matrix packages = %q, want ./l7 among them", c.file, pkgs)
-		}
+		assert.False(t, !slices.Contains(pkgs, "./l7") && !slices.Contains(pkgs, "./l7/..."), "%s: matrix packages = %q, want ./l7 among them", c.file, pkgs)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 var (
@@ -57,7 +59,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for i, r := range st.Rules {
-		ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(r.Denied), RuleName(r.Rule, i))
+		ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(r.Denied), policy.RuleName(r.Rule, i))
 	}
 	ch <- prometheus.MustNewConstMetric(descNoRoute, prometheus.CounterValue, float64(st.NoRoute))
 	for r := Reason(0); r < numReasons; r++ {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // Dialer dials a backend; tests pass one that dials inside a namespace.
@@ -37,7 +39,7 @@ type Proxy struct {
 // counted by the one state it loaded, so a change (swap) never splits a
 // request between two policies.
 type proxyState struct {
-	p      *Policy
+	p      *policy.Policy
 	routes []*routeCounters // per route of p
 	denied []*atomic.Uint64 // per rule of p
 }
@@ -65,7 +67,7 @@ type ctxKey struct{}
 
 // NewProxy returns a proxy enforcing p, dialing backends with dial (nil: the
 // default dialer).
-func NewProxy(p *Policy, dial Dialer) *Proxy {
+func NewProxy(p *policy.Policy, dial Dialer) *Proxy {
 	if dial == nil {
 		var d net.Dialer
 		dial = d.DialContext
@@ -91,7 +93,7 @@ func NewProxy(p *Policy, dial Dialer) *Proxy {
 				pr.Out.URL.RawPath = ""
 				pr.Out.URL.Path, _ = url.PathUnescape(j.path)
 			}
-			if h := j.st.p.cfg.SetHeader; h.Name != "" {
+			if h := j.st.p.Config().SetHeader; h.Name != "" {
 				pr.Out.Header.Set(h.Name, h.Value)
 			}
 		},
@@ -119,12 +121,12 @@ func NewProxy(p *Policy, dial Dialer) *Proxy {
 // swap makes p the proxy's policy at once: requests read before judge by
 // the old one, requests read after by p. Counters follow names: a route
 // or rule p keeps (by name) keeps its counts, one it drops loses them.
-func (px *Proxy) swap(p *Policy) (old *Policy) {
+func (px *Proxy) swap(p *policy.Policy) (old *policy.Policy) {
 	px.mu.Lock()
 	defer px.mu.Unlock()
 	st := &proxyState{p: p}
 	routes := map[string]*routeCounters{}
-	for _, rt := range p.routes {
+	for _, rt := range p.Routes() {
 		c := px.byRoute[rt.Name]
 		if c == nil {
 			c = &routeCounters{}
@@ -133,8 +135,8 @@ func (px *Proxy) swap(p *Policy) (old *Policy) {
 		st.routes = append(st.routes, c)
 	}
 	rules := map[string]*atomic.Uint64{}
-	for i, ru := range p.rules {
-		n := RuleName(ru.Rule, i)
+	for i, ru := range p.Rules() {
+		n := policy.RuleName(ru.Rule, i)
 		c := px.byRule[n]
 		if c == nil {
 			c = &atomic.Uint64{}
@@ -150,26 +152,16 @@ func (px *Proxy) swap(p *Policy) (old *Policy) {
 }
 
 // Policy is the policy in force.
-func (px *Proxy) Policy() *Policy { return px.cur.Load().p }
+func (px *Proxy) Policy() *policy.Policy { return px.cur.Load().p }
 
 // judged is a request's verdict and the state that gave it.
 type judged struct {
-	v    Verdict
+	v    policy.Verdict
 	st   *proxyState
 	path string // the path judged: the backend receives it
 }
 
 type verdictKey struct{}
-
-// RequestOf is what Decide reads of r: the path before '?' in its one
-// meaning (normalPath), or an error when it has more than one.
-func RequestOf(r *http.Request) (Request, error) {
-	raw, _, _ := strings.Cut(r.RequestURI, "?")
-	path, err := normalPath(raw)
-	src, _ := netip.ParseAddrPort(r.RemoteAddr)
-	return Request{Method: r.Method, Path: path, Host: strings.ToLower(r.Host),
-		Source: src.Addr(), Header: r.Header.Get}, err
-}
 
 // ServeHTTP enforces the policy on one request.
 func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -178,7 +170,7 @@ func (px *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if cc != nil {
 		cc.handled.Add(1)
 	}
-	req, err := RequestOf(r)
+	req, err := policy.RequestOf(r)
 	if err != nil {
 		http.Error(w, "Bad Request: "+err.Error(), http.StatusBadRequest)
 		return
@@ -206,7 +198,7 @@ func (px *Proxy) Counters() ProxyCounters {
 }
 
 // counters returns the policy in force and its counts, read together.
-func (px *Proxy) counters() (*Policy, ProxyCounters) {
+func (px *Proxy) counters() (*policy.Policy, ProxyCounters) {
 	st := px.cur.Load()
 	c := ProxyCounters{NoRoute: px.noRoute.Load(), Denied: make([]uint64, len(st.denied)),
 		Routes: make([]RouteCounters, len(st.routes))}

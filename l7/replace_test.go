@@ -13,7 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // trackedBackend is an HTTP backend in the namespace that counts its
@@ -52,24 +56,20 @@ func (e *nsEnv) trackedBackend(t *testing.T, name string) *trackedBackend {
 
 // server runs a Server for cfg in the namespace on 127.0.0.1:8080, with
 // the fast path unless fastOff.
-func (e *nsEnv) server(t *testing.T, cfg Config, fastOff bool) (*Server, *syncBuf) {
+func (e *nsEnv) server(t *testing.T, cfg policy.Config, fastOff bool) (*Server, *syncBuf) {
 	t.Helper()
-	sec := Section{Listen: "127.0.0.1:8080", Config: cfg}
+	sec := policy.Section{Listen: "127.0.0.1:8080", Config: cfg}
 	if fastOff {
 		sec.FastPath = "off"
 	}
 	var s *Server
-	if err := e.ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
-		t.Fatalf("Listen = %v", err)
-	}
+	require.NoError(t, e.ns.Do(func() (err error) { s, err = Listen(sec, e.dial, WithFastPath(testOptions())); return err }), "Listen")
 	logs := &syncBuf{}
 	s.Start(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { s.Close() })
 	if !fastOff {
 		st, err := s.Status()
-		if err != nil || !st.Fast || !st.KernelPolicy {
-			t.Fatalf("Status() = %+v, %v, want the fast path holding the policy", st, err)
-		}
+		require.False(t, err != nil || !st.Fast || !st.KernelPolicy, "Status() = %+v, %v, want the fast path holding the policy", st, err)
 	}
 	return s, logs
 }
@@ -94,22 +94,22 @@ func getPath(c *http.Client, path string) (int, string, error) {
 // /a is 200 from b1 (A) or 403 (B); A's rules with B's routes would send it
 // to b3. /b is 403 (A) or 200 from b2 (B); B's rules with A's routes would
 // send it to b1, and A's rules with B's ring (route 0) would send /a to b2.
-func twoPolicies(b1, b2, b3 string) (a, b Config) {
-	a = Config{
-		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1}}},
-		RBAC:   []Rule{{Name: "no-b", Action: "deny", PathPrefix: "/b"}},
+func twoPolicies(b1, b2, b3 string) (a, b policy.Config) {
+	a = policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1}}},
+		RBAC:   []policy.Rule{{Name: "no-b", Action: "deny", PathPrefix: "/b"}},
 	}
-	b = Config{
-		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2}},
+	b = policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2}},
 			{Name: "a", PathPrefix: "/a", Backends: []string{b3}}},
-		RBAC: []Rule{{Name: "no-a", Action: "deny", PathPrefix: "/a"}},
+		RBAC: []policy.Rule{{Name: "no-a", Action: "deny", PathPrefix: "/a"}},
 	}
 	return a, b
 }
 
 // replaceSetup starts three tracked backends and a server whose fast path
 // holds policy A of twoPolicies; it returns them with both policies.
-func replaceSetup(t *testing.T) (*nsEnv, [3]*trackedBackend, Config, Config, *Server) {
+func replaceSetup(t *testing.T) (*nsEnv, [3]*trackedBackend, policy.Config, policy.Config, *Server) {
 	e := newNS(t)
 	needFast(t)
 	b := [3]*trackedBackend{e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")}
@@ -199,7 +199,7 @@ func TestReplaceUnderLoad(t *testing.T) {
 		for quietDone[ph].Load() < perPhase {
 			if time.Now().After(deadline) {
 				finish()
-				t.Fatalf("phase %d: %d requests answered in 60 s with no change under way, want %d", ph, quietDone[ph].Load(), perPhase)
+				require.Failf(t, "no progress", "phase %d: %d requests answered in 60 s with no change under way, want %d", ph, quietDone[ph].Load(), perPhase)
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -218,11 +218,9 @@ func TestReplaceUnderLoad(t *testing.T) {
 		ph := phase.Add(1)
 		if err != nil {
 			finish()
-			t.Fatalf("Replace #%d = %v", k, err)
+			require.NoError(t, err, "Replace #%d", k)
 		}
-		if g != uint64(k+2) {
-			t.Errorf("Replace #%d generation = %d, want %d", k, g, k+2)
-		}
+		assert.EqualValues(t, uint64(k+2), g, "Replace #%d generation = %d, want %d", k, g, k+2)
 		waitQuiet(ph)
 	}
 	finish()
@@ -233,8 +231,8 @@ func TestReplaceUnderLoad(t *testing.T) {
 			total++
 			if r.err != nil {
 				bad++
-				if bad <= 5 {
-					t.Errorf("conn %d: GET %s = %v, want an answer", i, r.path, r.err)
+				if bad <= 5 { // the first few
+					assert.Failf(t, "no answer", "conn %d: GET %s = %v, want an answer", i, r.path, r.err)
 				}
 				continue
 			}
@@ -252,63 +250,48 @@ func TestReplaceUnderLoad(t *testing.T) {
 			}
 			if !ok {
 				bad++
-				if bad <= 5 {
-					t.Errorf("conn %d: GET %s in generations %d..%d = %s, want one of %v", i, r.path, lo, hi, r.answer, want)
+				if bad <= 5 { // the first few
+					assert.Failf(t, "wrong answer", "conn %d: GET %s in generations %d..%d = %s, want one of %v", i, r.path, lo, hi, r.answer, want)
 				}
 			}
 		}
 	}
-	if bad > 0 {
-		t.Errorf("%d of %d requests answered wrongly", bad, total)
-	}
-	if during := total - quiet; during == 0 {
-		t.Errorf("none of %d requests was under way during a change: no change met traffic", total)
-	}
-	if n := b3.hits.Load(); n != 0 {
-		t.Errorf("b3 got %d requests: /a was routed by B's routes under A's rules", n)
-	}
+	assert.Zero(t, bad, "%d of %d requests answered wrongly", bad, total)
+	during := total - quiet
+	assert.NotZero(t, during, "none of %d requests was under way during a change: no change met traffic", total)
+	n := b3.hits.Load()
+	assert.EqualValues(t, 0, n, "b3 got %d requests: /a was routed by B's routes under A's rules", n)
 	t.Logf("%d requests over %d changes (%d with no change under way, the longest change %v); b1 %d, b2 %d",
 		total, changes, quiet, longest.Round(time.Millisecond), b1.hits.Load(), b2.hits.Load())
 
 	// changes is even: policy A is in force again, through the kernel
 	// and through the proxy alike.
 	st0, err := s.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st0.Generation != changes+1 {
-		t.Errorf("Generation = %d, want %d", st0.Generation, changes+1)
-	}
+	require.NoError(t, err)
+	assert.EqualValues(t, changes+1, st0.Generation, "Generation = %d, want %d", st0.Generation, changes+1)
 	c := e.client()
 	for k := 0; k < 20; k++ {
 		for _, path := range []string{"/a", "/b"} {
 			code, body, err := getPath(c, path)
-			if err != nil || answerText(code, body) != answerOf(true, path) {
-				t.Errorf("after the changes: GET %s = %d %q, %v, want %s", path, code, body, err, answerOf(true, path))
-			}
+			assert.False(t, err != nil || answerText(code, body) != answerOf(true, path), "after the changes: GET %s = %d %q, %v, want %s", path, code, body, err, answerOf(true, path))
 		}
 	}
 	closing := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: e.dial, DisableKeepAlives: true}}
 	for k := 0; k < 5; k++ {
 		for _, path := range []string{"/a", "/b"} {
 			code, body, err := getPath(closing, path)
-			if err != nil || answerText(code, body) != answerOf(true, path) {
-				t.Errorf("after the changes, Connection: close: GET %s = %d %q, %v, want %s", path, code, body, err, answerOf(true, path))
-			}
+			assert.False(t, err != nil || answerText(code, body) != answerOf(true, path), "after the changes, Connection: close: GET %s = %d %q, %v, want %s", path, code, body, err, answerOf(true, path))
 		}
 	}
 	st1, err := s.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fast := st1.Routes[0].Fast - st0.Routes[0].Fast
 	slow := st1.Routes[0].Slow - st0.Routes[0].Slow
 	sticky := st1.Reasons["sticky"] - st0.Reasons["sticky"]
 	deny := st1.Reasons["deny"] - st0.Reasons["deny"]
-	if fast < 10 || sticky < 5 || slow < 5 || deny < 15 {
-		t.Errorf("after the changes: route all fast %d, slow %d; kernel sticky %d, deny %d; want most of 20 /a fast, the 5 closing ones sticky and forwarded by the proxy, every /b denied by the kernel's rule",
-			fast, slow, sticky, deny)
-	}
+	assert.False(t, fast < 10 || sticky < 5 || slow < 5 || deny < 15,
+		"after the changes: route all fast %d, slow %d; kernel sticky %d, deny %d; want most of 20 /a fast, the 5 closing ones sticky and forwarded by the proxy, every /b denied by the kernel's rule",
+		fast, slow, sticky, deny)
 }
 
 // TestReplaceRefused: an invalid policy changes nothing, in the proxy or in
@@ -325,65 +308,46 @@ func TestReplaceRefused(t *testing.T) {
 	fp := s.fp
 	s.mu.Unlock()
 	var kpBefore bpf.L7Policy
-	if err := fp.objs.Policies.Lookup(uint32(0), &kpBefore); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, fp.objs.Policies.Lookup(uint32(0), &kpBefore))
 	st0, _ := s.Status()
 
 	bad := pb
-	bad.Routes = append([]Route(nil), pb.Routes...)
+	bad.Routes = append([]policy.Route(nil), pb.Routes...)
 	bad.Routes[1].Backends = []string{"198.18.0.300:80"}
-	bad.RBAC = []Rule{{Name: "x", Action: "drop"}}
+	bad.RBAC = []policy.Rule{{Name: "x", Action: "drop"}}
 	_, g, err := s.Replace(bad)
-	if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), `l7.route[1].backends[0]: "198.18.0.300:80" is not IP:port`) ||
-		!strings.Contains(err.Error(), `l7.rbac[0].action: "drop"`) {
-		t.Fatalf("Replace(invalid) = %v, want ErrInvalidPolicy naming both problems", err)
-	}
-	if g != 1 {
-		t.Errorf("Replace(invalid) generation = %d, want 1", g)
-	}
+	require.ErrorIs(t, err, ErrInvalidPolicy, "Replace(invalid)")
+	require.ErrorContains(t, err, `l7.route[1].backends[0]: "198.18.0.300:80" is not IP:port`, "Replace(invalid): want both problems named")
+	require.ErrorContains(t, err, `l7.rbac[0].action: "drop"`, "Replace(invalid): want both problems named")
+	assert.EqualValues(t, 1, g, "Replace(invalid) generation = %d, want 1", g)
 	var kpAfter bpf.L7Policy
-	if err := fp.objs.Policies.Lookup(uint32(0), &kpAfter); err != nil {
-		t.Fatal(err)
-	}
-	if kpAfter != kpBefore {
-		t.Errorf("the kernel's policy changed on a refused change: enabled %d set_header %d routes %d rules %d, want %d %d %d %d",
-			kpAfter.Enabled, kpAfter.SetHeader, kpAfter.N_routes, kpAfter.N_rules, kpBefore.Enabled, kpBefore.SetHeader, kpBefore.N_routes, kpBefore.N_rules)
-	}
-	if sec := s.Section(); len(sec.Routes) != 1 || sec.RBAC[0].Name != "no-b" {
-		t.Errorf("Section() = %+v, want policy A", sec)
-	}
+	require.NoError(t, fp.objs.Policies.Lookup(uint32(0), &kpAfter))
+	assert.Equal(t, kpBefore, kpAfter, "the kernel's policy changed on a refused change: enabled %d set_header %d routes %d rules %d, want %d %d %d %d",
+		kpAfter.Enabled, kpAfter.SetHeader, kpAfter.N_routes, kpAfter.N_rules, kpBefore.Enabled, kpBefore.SetHeader, kpBefore.N_routes, kpBefore.N_rules)
+	sec := s.Section()
+	assert.False(t, len(sec.Routes) != 1 || sec.RBAC[0].Name != "no-b", "Section() = %+v, want policy A", sec)
 	// /a alone on the warmed connection (a denied request between two
 	// would be passed up, and the next might find the proxy still owing
 	// its answer: busy), each /b first on a connection of its own.
 	hits1 := b1.hits.Load()
 	for k := 0; k < 20; k++ {
 		code, body, err := getPath(c, "/a")
-		if err != nil || answerText(code, body) != "b1" {
-			t.Errorf("after a refused change: GET /a = %d %q, %v, want b1 (policy A)", code, body, err)
-		}
+		assert.False(t, err != nil || answerText(code, body) != "b1", "after a refused change: GET /a = %d %q, %v, want b1 (policy A)", code, body, err)
 	}
 	for k := 0; k < 5; k++ {
 		c2 := e.client()
 		code, body, err := getPath(c2, "/b")
 		c2.Transport.(*http.Transport).CloseIdleConnections()
-		if err != nil || code != http.StatusForbidden {
-			t.Errorf("after a refused change: GET /b = %d %q, %v, want 403 (policy A)", code, body, err)
-		}
+		assert.False(t, err != nil || code != http.StatusForbidden, "after a refused change: GET /b = %d %q, %v, want 403 (policy A)", code, body, err)
 	}
 	st1, _ := s.Status()
-	if n := b1.hits.Load() - hits1; n != 20 || b2.hits.Load() != 0 || b3.hits.Load() != 0 {
-		t.Errorf("backend hits b1 +%d, b2 %d, b3 %d, want 20, 0, 0", n, b2.hits.Load(), b3.hits.Load())
-	}
-	if fast := st1.Routes[0].Fast - st0.Routes[0].Fast; fast < 15 {
-		t.Errorf("fast requests after a refused change = %d of 20, want most (the kernel still holds policy A)", fast)
-	}
-	if deny := st1.Reasons["deny"] - st0.Reasons["deny"]; deny < 4 {
-		t.Errorf("kernel deny count +%d for 5 denied requests, want them judged by the kernel's policy A", deny)
-	}
-	if st1.Generation != 1 || st1.Refused != 1 {
-		t.Errorf("Status() generation %d refused %d, want 1 and 1", st1.Generation, st1.Refused)
-	}
+	n := b1.hits.Load() - hits1
+	assert.False(t, n != 20 || b2.hits.Load() != 0 || b3.hits.Load() != 0, "backend hits b1 +%d, b2 %d, b3 %d, want 20, 0, 0", n, b2.hits.Load(), b3.hits.Load())
+	fast := st1.Routes[0].Fast - st0.Routes[0].Fast
+	assert.False(t, fast < 15, "fast requests after a refused change = %d of 20, want most (the kernel still holds policy A)", fast)
+	deny := st1.Reasons["deny"] - st0.Reasons["deny"]
+	assert.False(t, deny < 4, "kernel deny count +%d for 5 denied requests, want them judged by the kernel's policy A", deny)
+	assert.False(t, st1.Generation != 1 || st1.Refused != 1, "Status() generation %d refused %d, want 1 and 1", st1.Generation, st1.Refused)
 }
 
 // TestReplaceBackends: a change that drops a route's backend and adds a
@@ -401,31 +365,25 @@ func TestReplaceBackends(t *testing.T) {
 	closeAfter = time.Second
 	t.Cleanup(func() { closeAfter = saved })
 	b1, b2, b3 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2"), e.trackedBackend(t, "b3")
-	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
+	old := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
 	// The new route comes first: the kernel counts by route index, so
 	// route all's counts move from index 0 to 1.
-	next := Config{Routes: []Route{{Name: "new", PathPrefix: "/new", Backends: []string{b3.addr}},
+	next := policy.Config{Routes: []policy.Route{{Name: "new", PathPrefix: "/new", Backends: []string{b3.addr}},
 		{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	s, _ := e.server(t, old, false)
 	c := e.client()
 	for k := 0; k < 10; k++ {
-		if code, body, err := getPath(c, "/x"); err != nil || answerText(code, body) != "b1" {
-			t.Fatalf("GET /x = %d %q %v, want b1", code, body, err)
-		}
+		code, body, err := getPath(c, "/x")
+		require.False(t, err != nil || answerText(code, body) != "b1", "GET /x = %d %q %v, want b1", code, body, err)
 	}
 	st0, _ := s.Status()
-	if st0.Routes[0].Fast < 5 {
-		t.Fatalf("route all fast = %d of 10, want the pool to b1 in use", st0.Routes[0].Fast)
-	}
+	require.False(t, st0.Routes[0].Fast < 5, "route all fast = %d of 10, want the pool to b1 in use", st0.Routes[0].Fast)
 	// b1 holds the proxy's own connection (idle in its Transport) and
 	// the pooled one.
 	n0 := b1.conns.Load()
-	if n0 < 2 {
-		t.Fatalf("b1 connections = %d, want the pooled one and the proxy's", n0)
-	}
-	if _, _, err := s.Replace(next); err != nil {
-		t.Fatal(err)
-	}
+	require.False(t, n0 < 2, "b1 connections = %d, want the pooled one and the proxy's", n0)
+	_, _, err := s.Replace(next)
+	require.NoError(t, err)
 	// The proxy's Transport keeps its idle connection to b1 (90 s): only
 	// the pooled socket must go.
 	pooledGone := func() bool { return b1.conns.Load() <= n0-1 }
@@ -433,38 +391,26 @@ func TestReplaceBackends(t *testing.T) {
 	for !pooledGone() && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !pooledGone() {
-		t.Errorf("b1 connections = %d after the change, want the pooled socket closed", b1.conns.Load())
-	}
+	assert.True(t, pooledGone(), "b1 connections = %d after the change, want the pooled socket closed", b1.conns.Load())
 	hits1 := b1.hits.Load()
 	for k := 0; k < 10; k++ {
 		for _, tc := range []struct{ path, want string }{{"/x", "b2"}, {"/new/y", "b3"}} {
-			if code, body, err := getPath(c, tc.path); err != nil || answerText(code, body) != tc.want {
-				t.Errorf("GET %s = %d %q %v, want %s", tc.path, code, body, err, tc.want)
-			}
+			code, body, err := getPath(c, tc.path)
+			assert.False(t, err != nil || answerText(code, body) != tc.want, "GET %s = %d %q %v, want %s", tc.path, code, body, err, tc.want)
 		}
 	}
 	st1, _ := s.Status()
-	if n := b1.hits.Load() - hits1; n != 0 || b2.hits.Load() != 10 || b3.hits.Load() != 10 {
-		t.Errorf("hits after the change: b1 +%d, b2 %d, b3 %d, want 0, 10, 10", n, b2.hits.Load(), b3.hits.Load())
-	}
-	if st1.Dropped != 1 {
-		t.Errorf("Status().Dropped = %d, want the one pooled socket to b1", st1.Dropped)
-	}
-	if len(st1.Routes) != 2 || st1.Routes[0].Name != "new" || st1.Routes[1].Name != "all" {
-		t.Fatalf("routes = %+v, want new and all", st1.Routes)
-	}
+	n := b1.hits.Load() - hits1
+	assert.False(t, n != 0 || b2.hits.Load() != 10 || b3.hits.Load() != 10, "hits after the change: b1 +%d, b2 %d, b3 %d, want 0, 10, 10", n, b2.hits.Load(), b3.hits.Load())
+	assert.EqualValues(t, 1, st1.Dropped, "Status().Dropped = %d, want the one pooled socket to b1", st1.Dropped)
+	require.False(t, len(st1.Routes) != 2 || st1.Routes[0].Name != "new" || st1.Routes[1].Name != "all", "routes = %+v, want new and all", st1.Routes)
 	newR, all := st1.Routes[0], st1.Routes[1]
 	fastAll := all.Fast - st0.Routes[0].Fast
-	if fastAll < 5 || newR.Fast < 5 {
-		t.Errorf("fast after the change: all +%d, new %d of 10 each, want most (pools filled lazily)", fastAll, newR.Fast)
-	}
-	if got, want := all.Fast+all.Slow, uint64(20); got != want {
-		t.Errorf("route all fast+slow = %d, want %d (its counts kept across the change)", got, want)
-	}
-	if got := newR.Fast + newR.Slow; got != 10 {
-		t.Errorf("route new fast+slow = %d, want 10", got)
-	}
+	assert.False(t, fastAll < 5 || newR.Fast < 5, "fast after the change: all +%d, new %d of 10 each, want most (pools filled lazily)", fastAll, newR.Fast)
+	got, want := all.Fast+all.Slow, uint64(20)
+	assert.EqualValues(t, want, got, "route all fast+slow = %d, want %d (its counts kept across the change)", got, want)
+	got = newR.Fast + newR.Slow
+	assert.EqualValues(t, 10, got, "route new fast+slow = %d, want 10", got)
 }
 
 // TestReplaceSlowAnswer: a request the kernel sent to a backend before a
@@ -494,14 +440,13 @@ func TestReplaceSlowAnswer(t *testing.T) {
 	go hs.Serve(l)
 	t.Cleanup(func() { hs.Close() })
 	b2 := e.trackedBackend(t, "b2")
-	old := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{slow}}}}
-	next := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	old := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{slow}}}}
+	next := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	s, _ := e.server(t, old, false)
 	c := e.client()
 	for k := 0; k < 5; k++ {
-		if code, body, err := getPath(c, "/x"); err != nil || code != http.StatusOK {
-			t.Fatalf("GET /x = %d %q %v", code, body, err)
-		}
+		code, body, err := getPath(c, "/x")
+		require.False(t, err != nil || code != http.StatusOK, "GET /x = %d %q %v", code, body, err)
 	}
 	st0, _ := s.Status()
 	type answer struct {
@@ -514,26 +459,22 @@ func TestReplaceSlowAnswer(t *testing.T) {
 	select {
 	case <-started:
 	case a := <-ch:
-		t.Fatalf("GET /slow = %d %q %v before the backend had it", a.code, a.body, a.err)
+		require.Failf(t, "answered early", "GET /slow = %d %q %v before the backend had it", a.code, a.body, a.err)
 	}
-	if st, _ := s.Status(); st.Routes[0].Fast == st0.Routes[0].Fast {
-		t.Fatalf("route all fast = %d before and after /slow, want /slow sent by the kernel", st.Routes[0].Fast)
-	}
-	if _, _, err := s.Replace(next); err != nil {
-		t.Fatal(err)
-	}
+	st, _ := s.Status()
+	require.False(t, st.Routes[0].Fast == st0.Routes[0].Fast, "route all fast = %d before and after /slow, want /slow sent by the kernel", st.Routes[0].Fast)
+	_, _, err := s.Replace(next)
+	require.NoError(t, err)
 	// The backend takes its time (well within closeAfter): the change
 	// must not tell it its client left.
 	time.Sleep(2 * time.Second)
 	close(release)
 	a := <-ch
-	if a.err != nil || a.code != http.StatusOK || a.body != "slow /slow" || canceled.Load() != 0 {
-		t.Errorf("GET /slow across the change = %d %q %v, backend saw it canceled %d times; want its answer, never canceled",
-			a.code, a.body, a.err, canceled.Load())
-	}
-	if code, body, err := getPath(c, "/x"); err != nil || answerText(code, body) != "b2" {
-		t.Errorf("GET /x after the change = %d %q %v, want b2", code, body, err)
-	}
+	assert.False(t, a.err != nil || a.code != http.StatusOK || a.body != "slow /slow" || canceled.Load() != 0,
+		"GET /slow across the change = %d %q %v, backend saw it canceled %d times; want its answer, never canceled",
+		a.code, a.body, a.err, canceled.Load())
+	code, body, err := getPath(c, "/x")
+	assert.False(t, err != nil || answerText(code, body) != "b2", "GET /x after the change = %d %q %v, want b2", code, body, err)
 }
 
 // TestReplaceDuringStart: changes racing Start (serve's API may take one
@@ -544,12 +485,13 @@ func TestReplaceDuringStart(t *testing.T) {
 	e := newNS(t)
 	needFast(t)
 	b1, b2 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2")
-	a := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
-	b := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	a := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
+	b := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
 	var s *Server
-	if err := e.ns.Do(func() (err error) { s, err = Listen(Section{Listen: "127.0.0.1:8080", Config: a}, e.dial); return err }); err != nil {
-		t.Fatalf("Listen = %v", err)
-	}
+	require.NoError(t, e.ns.Do(func() (err error) {
+		s, err = Listen(policy.Section{Listen: "127.0.0.1:8080", Config: a}, e.dial, WithFastPath(testOptions()))
+		return err
+	}), "Listen")
 	t.Cleanup(func() { s.Close() })
 	const changes = 20
 	errs := make(chan error, changes)
@@ -570,20 +512,15 @@ func TestReplaceDuringStart(t *testing.T) {
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil {
-			t.Errorf("Replace during Start = %v", err)
-		}
+		assert.NoError(t, err, "Replace during Start")
 	}
 	st, err := s.Status()
-	if err != nil || st.Generation != changes+1 || !st.Fast || !st.KernelPolicy {
-		t.Fatalf("Status() = %+v, %v, want generation %d, the fast path holding the policy", st, err, changes+1)
-	}
+	require.False(t, err != nil || st.Generation != changes+1 || !st.Fast || !st.KernelPolicy, "Status() = %+v, %v, want generation %d, the fast path holding the policy", st, err, changes+1)
 	// The last change (a) is in force, in the proxy and in the kernel.
 	c := e.client()
 	for k := 0; k < 5; k++ {
-		if code, body, err := getPath(c, "/x"); err != nil || answerText(code, body) != "b1" {
-			t.Errorf("GET /x = %d %q %v, want b1", code, body, err)
-		}
+		code, body, err := getPath(c, "/x")
+		assert.False(t, err != nil || answerText(code, body) != "b1", "GET /x = %d %q %v, want b1", code, body, err)
 	}
 }
 
@@ -597,24 +534,19 @@ func TestReplaceHoldFails(t *testing.T) {
 	fp := s.fp
 	s.mu.Unlock()
 	fp.grace.Close()
-	if _, g, err := s.Replace(pb); err == nil || errors.Is(err, ErrInvalidPolicy) || g != 1 {
-		t.Fatalf("Replace with no grace map = generation %d, %v, want generation 1 and an error of the change", g, err)
-	}
+	_, g, err := s.Replace(pb)
+	require.False(t, err == nil || errors.Is(err, ErrInvalidPolicy) || g != 1, "Replace with no grace map = generation %d, %v, want generation 1 and an error of the change", g, err)
 	st0, err := s.Status()
-	if err != nil || !st0.Fast || st0.KernelPolicy || !strings.Contains(st0.KernelPolicyWhy, "could not wait") {
-		t.Fatalf("Status() = fast %v, kernel policy %v (%q), %v, want the fast path loaded, not holding the policy, and why", st0.Fast, st0.KernelPolicy, st0.KernelPolicyWhy, err)
-	}
+	require.False(t, err != nil || !st0.Fast || st0.KernelPolicy || !strings.Contains(st0.KernelPolicyWhy, "could not wait"), "Status() = fast %v, kernel policy %v (%q), %v, want the fast path loaded, not holding the policy, and why", st0.Fast, st0.KernelPolicy, st0.KernelPolicyWhy, err)
 	c := e.client()
 	for k := 0; k < 5; k++ {
 		for _, path := range []string{"/a", "/b"} {
 			code, body, err := getPath(c, path)
-			if got, want := answerText(code, body), answerOf(true, path); err != nil || got != want {
-				t.Errorf("after the failed change: GET %s = %q, %v, want %q (policy A)", path, got, err, want)
-			}
+			got, want := answerText(code, body), answerOf(true, path)
+			assert.False(t, err != nil || got != want, "after the failed change: GET %s = %q, %v, want %q (policy A)", path, got, err, want)
 		}
 	}
 	st1, _ := s.Status()
-	if fast := st1.Routes[0].Fast - st0.Routes[0].Fast; fast != 0 {
-		t.Errorf("fast requests after the failed change = %d, want 0 (the kernel passes every request to the proxy)", fast)
-	}
+	fast := st1.Routes[0].Fast - st0.Routes[0].Fast
+	assert.EqualValues(t, 0, fast, "fast requests after the failed change = %d, want 0 (the kernel passes every request to the proxy)", fast)
 }

@@ -8,13 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+	"github.com/xdpshield/xdpshield/l7/internal/sock"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // Log attribute keys of the server's lifecycle.
@@ -26,162 +24,6 @@ const (
 	keyWhy    = "why"
 	keyErr    = "err"
 )
-
-// Section is the [l7] section of shield serve's configuration: where the
-// proxy listens, whether the fast path is tried, and the policy
-// ([[l7.route]], [[l7.rbac]], hash_header, [l7.set_header]).
-type Section struct {
-	// Listen is the proxy's TCP address (IP:port), in serve's namespace.
-	Listen string `toml:"listen"`
-	// FastPath is "auto" (or empty): load the kernel's fast path when the
-	// kernel can run it, else the proxy alone serves; "off": the proxy
-	// alone.
-	FastPath string `toml:"fast_path"`
-	Config
-}
-
-// Enabled reports whether the section says anything: an empty [l7] (or
-// none) runs no proxy.
-func (s Section) Enabled() bool {
-	return s.Listen != "" || s.FastPath != "" || len(s.Routes) > 0 || len(s.RBAC) > 0 ||
-		s.HashHeader != "" || s.SetHeader != (Header{})
-}
-
-// Validate checks the section whole (the policy included) and returns every
-// problem, each naming its key; a section that says nothing is valid.
-func (s Section) Validate() error {
-	if !s.Enabled() {
-		return nil
-	}
-	var errs []error
-	if s.Listen == "" {
-		errs = append(errs, errors.New("l7.listen: empty (the proxy's IP:port)"))
-	} else if ap, err := netip.ParseAddrPort(s.Listen); err != nil || ap.Port() == 0 {
-		errs = append(errs, fmt.Errorf("l7.listen: %q is not IP:port with a port", s.Listen))
-	}
-	switch s.FastPath {
-	case "", "auto", "off":
-	default:
-		errs = append(errs, fmt.Errorf("l7.fast_path: %q, want auto or off", s.FastPath))
-	}
-	if err := s.Config.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if ap, err := netip.ParseAddrPort(s.Listen); err == nil {
-		errs = append(errs, loops(ap, s.Config, nil))
-	}
-	return errors.Join(errs...)
-}
-
-// loops names each backend of c that is the proxy itself, which would
-// send every request it routes there back to itself, and so on until its
-// file descriptors run out: listen's own address and port, or, when listen
-// is unspecified, a loopback, unspecified or local address (of the
-// namespace: at Listen, and anew at each Replace) with listen's port, of
-// either family: Go's
-// net.Listen("tcp", "0.0.0.0:p") listens on [::]:p, which takes both.
-func loops(listen netip.AddrPort, c Config, local []netip.Addr) error {
-	l := listen.Addr().Unmap()
-	isLocal := func(a netip.Addr) bool {
-		if a.IsLoopback() || a.IsUnspecified() {
-			return true
-		}
-		for _, x := range local {
-			if x.Unmap().WithZone("") == a.WithZone("") {
-				return true
-			}
-		}
-		return false
-	}
-	var errs []error
-	for i, r := range c.Routes {
-		for j, b := range r.Backends {
-			ap, err := netip.ParseAddrPort(b)
-			if err != nil || ap.Port() != listen.Port() {
-				continue
-			}
-			a := ap.Addr().Unmap()
-			self := a == l
-			if l.IsUnspecified() {
-				self = self || isLocal(a)
-			}
-			if self {
-				errs = append(errs, fmt.Errorf("l7.route[%d].backends[%d]: %q is the proxy's own l7.listen %s: its requests would come back to it", i, j, b, listen))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// localAddrs lists the addresses of the calling thread's namespace.
-func localAddrs() []netip.Addr {
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if p, err := netip.ParsePrefix(a.String()); err == nil {
-			out = append(out, p.Addr())
-		}
-	}
-	return out
-}
-
-// listenerAddrs lists the current addresses of ln's network namespace
-// (the kernel names it: SIOCGSKNS), entering it on a thread of its own
-// when the caller's is another; false when that cannot be done (the caller
-// keeps what Listen saw).
-func listenerAddrs(ln net.Listener) ([]netip.Addr, bool) {
-	sc, ok := ln.(syscall.Conn)
-	if !ok {
-		return nil, false
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return nil, false
-	}
-	nsfd := -1
-	if err := rc.Control(func(fd uintptr) {
-		nsfd, _ = unix.IoctlRetInt(int(fd), unix.SIOCGSKNS)
-	}); err != nil || nsfd < 0 {
-		return nil, false
-	}
-	h := netns.NsHandle(nsfd)
-	defer h.Close()
-	type result struct {
-		addrs []netip.Addr
-		ok    bool
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{}
-			return
-		}
-		defer orig.Close()
-		if h.Equal(orig) {
-			runtime.UnlockOSThread()
-			ch <- result{localAddrs(), true}
-			return
-		}
-		if err := netns.Set(h); err != nil {
-			runtime.UnlockOSThread()
-			ch <- result{}
-			return
-		}
-		addrs := localAddrs()
-		ch <- result{addrs, true}
-		if netns.Set(orig) == nil {
-			runtime.UnlockOSThread()
-		} // else the thread, still locked, ends with the goroutine
-	}()
-	r := <-ch
-	return r.addrs, r.ok
-}
 
 // Server is the proxy of a Section, bound by Listen and served by Start,
 // with the fast path when the kernel runs it.
@@ -196,9 +38,11 @@ type Server struct {
 	// pmu orders policy changes (Replace, write) against reads of the
 	// policy with its counters (Status, read).
 	pmu     sync.RWMutex
-	sec     Section
+	sec     policy.Section
 	gen     uint64 // policy generation: 1 at start, +1 a change
 	refused uint64 // policy changes refused
+
+	opt Options // the fast path's (Attach)
 
 	mu      sync.Mutex
 	fp      *FastPath // nil: the proxy alone
@@ -211,18 +55,18 @@ type Server struct {
 // nothing is attached or served yet (Start). The proxy dials backends with
 // dial (nil: the default dialer, in the caller's namespace). It returns
 // nil, nil for a section that says nothing.
-func Listen(sec Section, dial Dialer) (*Server, error) {
+func Listen(sec policy.Section, dial Dialer, opts ...Option) (*Server, error) {
 	if !sec.Enabled() {
 		return nil, nil
 	}
 	if err := sec.Validate(); err != nil {
 		return nil, err
 	}
-	local := localAddrs()
-	if err := loops(netip.MustParseAddrPort(sec.Listen), sec.Config, local); err != nil {
+	local := sock.LocalAddrs()
+	if err := policy.Loops(netip.MustParseAddrPort(sec.Listen), sec.Config, local); err != nil {
 		return nil, err
 	}
-	p, err := Compile(sec.Config)
+	p, err := policy.Compile(sec.Config)
 	if err != nil {
 		return nil, err
 	}
@@ -230,8 +74,19 @@ func Listen(sec Section, dial Dialer) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("l7: listen on %s: %w", sec.Listen, err)
 	}
-	return &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, local: local, done: make(chan struct{})}, nil
+	s := &Server{sec: sec, gen: 1, px: NewProxy(p, dial), ln: ln, local: local, done: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
 }
+
+// Option is an option of Listen.
+type Option func(*Server)
+
+// WithFastPath makes Start attach the fast path with opt (the zero Options
+// without it).
+func WithFastPath(opt Options) Option { return func(s *Server) { s.opt = opt } }
 
 // Start loads the fast path (unless the section turns it off) and serves.
 // A kernel that cannot run the fast path is no error: the proxy alone
@@ -247,7 +102,7 @@ func (s *Server) Start(log *slog.Logger) {
 	s.mu.Lock()
 	if s.sec.FastPath == "off" {
 		s.why = "l7.fast_path = off"
-	} else if fp, err := Attach(s.px, log); err != nil {
+	} else if fp, err := Attach(s.px, log, s.opt); err != nil {
 		s.why = err.Error()
 	} else {
 		s.fp = fp
@@ -274,13 +129,13 @@ func (s *Server) Start(log *slog.Logger) {
 	switch {
 	case fp == nil:
 		log.Warn("l7 proxy serving without the fast path: the Go proxy alone enforces the policy",
-			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, why)
+			keyListen, addr, keyRoutes, len(p.Routes()), keyRules, len(p.Rules()), keyWhy, why)
 	case !kernelPolicy:
 		log.Warn("l7 proxy serving; fast path attached but the policy is not held in the kernel: every request goes to the proxy",
-			keyListen, addr, keyRoutes, len(p.routes), keyRules, len(p.rules), keyWhy, why)
+			keyListen, addr, keyRoutes, len(p.Routes()), keyRules, len(p.Rules()), keyWhy, why)
 	default:
-		log.Info("l7 proxy serving with the fast path", keyListen, addr, keyRoutes, len(p.routes),
-			keyRules, len(p.rules), keyFast, true)
+		log.Info("l7 proxy serving with the fast path", keyListen, addr, keyRoutes, len(p.Routes()),
+			keyRules, len(p.Rules()), keyFast, true)
 	}
 }
 
@@ -342,7 +197,7 @@ type Status struct {
 	// Dropped counts pooled sockets of backends a change dropped.
 	Dropped uint64
 	// Policy is the policy in force, read with the counts.
-	Policy Config
+	Policy policy.Config
 	// Reasons are the fast path's counters by reason (nil without it).
 	Reasons map[string]uint64
 }
@@ -352,14 +207,14 @@ type Status struct {
 // response codes by class of the proxy's (the kernel does not parse
 // responses).
 type RouteStatus struct {
-	Route
+	policy.Route
 	Fast, Slow uint64
 	Class      [6]uint64
 }
 
 // RuleStatus is one RBAC rule and the requests it denied (403).
 type RuleStatus struct {
-	Rule
+	policy.Rule
 	Denied uint64
 }
 
@@ -389,30 +244,22 @@ func (s *Server) Status() (Status, error) {
 	} else {
 		st.KernelPolicyWhy = "no fast path"
 	}
-	for i, rt := range p.routes {
+	for i, rt := range p.Routes() {
 		rs := RouteStatus{Route: rt.Route, Slow: pc.Routes[i].Requests, Class: pc.Routes[i].Class}
 		if fp != nil {
 			rs.Fast = fp.routeFast(p, i, fc)
 		}
 		st.Routes = append(st.Routes, rs)
 	}
-	for i, ru := range p.rules {
+	for i, ru := range p.Rules() {
 		st.Rules = append(st.Rules, RuleStatus{Rule: ru.Rule, Denied: pc.Denied[i]})
 	}
 	st.NoRoute = pc.NoRoute
 	return st, nil
 }
 
-// RuleName is a rule's name, or rbac[i] for a rule without one.
-func RuleName(r Rule, i int) string {
-	if r.Name != "" {
-		return r.Name
-	}
-	return fmt.Sprintf("rbac[%d]", i)
-}
-
 // Section is the configuration the server runs: the policy in force.
-func (s *Server) Section() Section {
+func (s *Server) Section() policy.Section {
 	s.pmu.RLock()
 	defer s.pmu.RUnlock()
 	return s.sec
@@ -430,23 +277,23 @@ var ErrInvalidPolicy = errors.New("invalid l7 policy")
 // it adds get theirs as before, lazily. It returns the policy replaced and
 // the new generation. Nothing of it outlives the process: a restart serves
 // the configuration file's [l7] again.
-func (s *Server) Replace(c Config) (old Config, gen uint64, err error) {
+func (s *Server) Replace(c policy.Config) (old policy.Config, gen uint64, err error) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	prev := s.px.Policy()
-	p, err := compileFrom(c, prev)
+	p, err := policy.CompileFrom(c, prev)
 	if err == nil {
 		// The namespace's addresses now: one added since Listen is the
 		// proxy's too.
-		local, ok := listenerAddrs(s.ln)
+		local, ok := sock.ListenerAddrs(s.ln)
 		if !ok {
 			local = s.local
 		}
-		err = loops(netip.MustParseAddrPort(s.sec.Listen), c, local)
+		err = policy.Loops(netip.MustParseAddrPort(s.sec.Listen), c, local)
 	}
 	if err != nil {
 		s.refused++
-		return Config{}, s.gen, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+		return policy.Config{}, s.gen, fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
 	}
 	s.mu.Lock()
 	fp := s.fp
@@ -459,7 +306,7 @@ func (s *Server) Replace(c Config) (old Config, gen uint64, err error) {
 		if err := fp.hold(); err != nil {
 			// Nothing changed but, at worst, the kernel passing every
 			// request to the proxy, which still holds the old policy.
-			return Config{}, s.gen, fmt.Errorf("l7 policy change: %w", err)
+			return policy.Config{}, s.gen, fmt.Errorf("l7 policy change: %w", err)
 		}
 		s.px.swap(p)
 		if err := fp.install(prev, p); err != nil {

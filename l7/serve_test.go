@@ -8,39 +8,24 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/l7/internal/sock"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
-func TestSectionEnabled(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		sec  Section
-		want bool
-	}{
-		{"empty", Section{}, false},
-		{"listen only", Section{Listen: "198.18.0.1:80"}, true},
-		{"fast_path only", Section{FastPath: "off"}, true},
-		{"a rule only", Section{Config: Config{RBAC: []Rule{{Action: "deny"}}}}, true},
-		{"set_header value only", Section{Config: Config{SetHeader: Header{Value: "x"}}}, true},
-	} {
-		if got := tc.sec.Enabled(); got != tc.want {
-			t.Errorf("%s: Enabled() = %v, want %v", tc.name, got, tc.want)
-		}
-		// A section saying something is validated: none of these is whole.
-		if err := tc.sec.Validate(); (err != nil) != tc.want {
-			t.Errorf("%s: Validate() = %v, want an error %v", tc.name, err, tc.want)
-		}
-	}
-	if s, err := Listen(Section{}, nil); s != nil || err != nil {
-		t.Errorf("Listen(empty) = %v, %v, want nil, nil", s, err)
-	}
+// TestListenEmpty: a section that says nothing runs no proxy.
+func TestListenEmpty(t *testing.T) {
+	s, err := Listen(policy.Section{}, nil)
+	assert.False(t, s != nil || err != nil, "Listen(empty) = %v, %v, want nil, nil", s, err)
 }
 
 // syncBuf is a log destination safe for the server's goroutines.
@@ -69,31 +54,25 @@ func (s *syncBuf) String() string {
 func TestServerWithoutFastPath(t *testing.T) {
 	testutil.Root(t)
 	ns, err := topo.New("l7fb")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { ns.Close() })
 	e := &nsEnv{ns: ns}
 	b := e.backend(t, "b1")
+	opt := testOptions()
 	if fastKernel() {
-		saved := Kernels
-		Kernels = nil
-		t.Cleanup(func() { Kernels = saved })
+		opt.Kernels = [][2]int{} // none
 	} else {
 		t.Logf("a kernel Attach refuses: the real refusal, not a faked one")
 	}
 
-	sec := Section{Listen: "127.0.0.1:8080", Config: Config{
-		Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
-		RBAC:   []Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
+	sec := policy.Section{Listen: "127.0.0.1:8080", Config: policy.Config{
+		Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC:   []policy.Rule{{Name: "no-admin", Action: "deny", PathPrefix: "/admin"}},
 	}}
 	var s *Server
-	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
-		t.Fatalf("Listen = %v", err)
-	}
-	if err := ns.Do(func() error { _, err := Listen(sec, e.dial); return err }); err == nil || !strings.Contains(err.Error(), "l7: listen on 127.0.0.1:8080") {
-		t.Errorf("Listen on a taken address = %v, want a listen error", err)
-	}
+	require.NoError(t, ns.Do(func() (err error) { s, err = Listen(sec, e.dial, WithFastPath(opt)); return err }), "Listen")
+	err = ns.Do(func() error { _, err := Listen(sec, e.dial); return err })
+	assert.ErrorContains(t, err, "l7: listen on 127.0.0.1:8080", "Listen on a taken address = %v, want a listen error", err)
 	var logs syncBuf
 	s.Start(slog.New(slog.NewTextHandler(&logs, nil)))
 	t.Cleanup(func() { s.Close() })
@@ -104,93 +83,27 @@ func TestServerWithoutFastPath(t *testing.T) {
 		code int
 	}{{"/x", 200}, {"/admin/y", 403}, {"/z", 200}} {
 		resp, err := c.Get("http://127.0.0.1:8080" + tc.path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != tc.code {
-			t.Errorf("GET %s = %d, want %d", tc.path, resp.StatusCode, tc.code)
-		}
+		assert.EqualValues(t, tc.code, resp.StatusCode, "GET %s = %d, want %d", tc.path, resp.StatusCode, tc.code)
 	}
-	if n := b.hits.Load(); n != 2 {
-		t.Errorf("backend hits = %d, want 2 (the denied request never reaches it)", n)
-	}
+	n := b.hits.Load()
+	assert.EqualValues(t, 2, n, "backend hits = %d, want 2 (the denied request never reaches it)", n)
 	st, err := s.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) || st.Routes[0].Slow != 2 || st.Routes[0].Class[2] != 2 || st.Rules[0].Denied != 1 {
-		t.Errorf("Status() = %+v, want the proxy alone (kernel refused), 2 forwarded and answered 2xx, 1 denied", st)
-	}
-	if !strings.Contains(logs.String(), "l7 proxy serving without the fast path") {
-		t.Errorf("log lacks the fallback:\n%s", logs.String())
-	}
-	if err := s.Close(); err != nil {
-		t.Errorf("Close = %v", err)
-	}
-	if _, err := c.Get("http://127.0.0.1:8080/x"); err == nil {
-		t.Error("the proxy still answers after Close")
-	}
-	if err := ns.Do(func() (err error) {
+	require.NoError(t, err)
+	assert.False(t, st.Fast || !strings.Contains(st.FastWhy, ErrKernelRefused.Error()) || st.Routes[0].Slow != 2 || st.Routes[0].Class[2] != 2 || st.Rules[0].Denied != 1, "Status() = %+v, want the proxy alone (kernel refused), 2 forwarded and answered 2xx, 1 denied", st)
+	assert.Contains(t, logs.String(), "l7 proxy serving without the fast path", "log lacks the fallback:\n%s", logs.String())
+	assert.NoError(t, s.Close(), "Close")
+	_, err = c.Get("http://127.0.0.1:8080/x")
+	assert.Error(t, err, "the proxy still answers after Close")
+	assert.NoError(t, ns.Do(func() (err error) {
 		s2, err := Listen(sec, e.dial)
 		if err == nil {
 			s2.Close()
 		}
 		return err
-	}); err != nil {
-		t.Errorf("Listen after Close = %v, want the address free again", err)
-	}
-}
-
-// TestLoops: a backend that is the proxy's own listening socket is refused,
-// by address and port, through an unspecified listen address of its
-// family (0.0.0.0 takes IPv4 alone, :: both), and through the
-// namespace's own addresses; another port, another address of a specific
-// listen, or the other family of 0.0.0.0 is no loop.
-func TestLoops(t *testing.T) {
-	local := []netip.Addr{netip.MustParseAddr("198.18.0.7"), netip.MustParseAddr("2001:db8::7"), netip.MustParseAddr("fe80::7")}
-	for _, tc := range []struct {
-		listen, backend string
-		loop            bool
-	}{
-		{"127.0.0.1:8080", "127.0.0.1:8080", true},
-		{"127.0.0.1:8080", "127.0.0.1:8081", false},
-		{"127.0.0.1:8080", "127.0.0.2:8080", false},
-		{"198.18.0.7:8080", "198.18.0.7:8080", true},
-		{"0.0.0.0:8080", "127.0.0.2:8080", true},
-		{"0.0.0.0:8080", "0.0.0.0:8080", true},
-		{"0.0.0.0:8080", "198.18.0.7:8080", true},
-		{"0.0.0.0:8080", "198.18.0.8:8080", false},
-		// Go's net.Listen("tcp", "0.0.0.0:p") listens on [::]:p, both
-		// families (TestServerRefusesLoop sees it).
-		{"0.0.0.0:8080", "[::1]:8080", true},
-		{"0.0.0.0:8080", "[2001:db8::7]:8080", true},
-		{"0.0.0.0:8080", "[2001:db8::8]:8080", false},
-		{"[::ffff:198.18.0.7]:8080", "198.18.0.7:8080", true},
-		{"[::ffff:198.18.0.7]:8080", "[::1]:8080", false},
-		{"[::]:8080", "[::1]:8080", true},
-		{"[::]:8080", "127.0.0.1:8080", true},
-		{"[::]:8080", "[2001:db8::7]:8080", true},
-		{"[::]:8080", "[::ffff:198.18.0.7]:8080", true},
-		{"[::]:8080", "[2001:db8::8]:8080", false},
-		// A link-local backend names its interface; the namespace's
-		// addresses do not.
-		{"[::]:8080", "[fe80::7%eth0]:8080", true},
-		{"[::]:8080", "[fe80::8%eth0]:8080", false},
-		{"[::]:8080", "[::1]:8081", false},
-	} {
-		c := Config{Routes: []Route{
-			{Name: "a", PathPrefix: "/a", Backends: []string{"198.18.1.1:80"}},
-			{Name: "b", PathPrefix: "/b", Backends: []string{"198.18.1.2:80", tc.backend}},
-		}}
-		err := loops(netip.MustParseAddrPort(tc.listen), c, local)
-		if got := err != nil; got != tc.loop {
-			t.Errorf("loops(listen %s, backend %s) = %v, want a loop %v", tc.listen, tc.backend, err, tc.loop)
-		} else if tc.loop && !strings.Contains(err.Error(), "l7.route[1].backends[1]") {
-			t.Errorf("loops(listen %s, backend %s) = %v, want it to name l7.route[1].backends[1]", tc.listen, tc.backend, err)
-		}
-	}
+	}), "Listen after Close: want the address free again")
 }
 
 // TestServerRefusesLoop: Listen refuses a section whose route leads back to
@@ -201,15 +114,14 @@ func TestServerRefusesLoop(t *testing.T) {
 	e := newNS(t)
 	ns := e.ns
 	b := e.backend(t, "b1")
-	route := func(backend string) Config {
-		return Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{backend}}}}
+	route := func(backend string) policy.Config {
+		return policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{backend}}}}
 	}
-	loop := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("127.0.0.1:8080")}
-	if err := ns.Do(func() error { _, err := Listen(loop, e.dial); return err }); err == nil || !strings.Contains(err.Error(), "proxy's own l7.listen") {
-		t.Fatalf("Listen(route to itself) = %v, want a loop refused", err)
-	}
+	loop := policy.Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("127.0.0.1:8080")}
+	err := ns.Do(func() error { _, err := Listen(loop, e.dial); return err })
+	require.ErrorContains(t, err, "proxy's own l7.listen", "Listen(route to itself) = %v, want a loop refused", err)
 	// 0.0.0.0 is both families to Go's Listen: [::1] reaches it too.
-	loop6 := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("[::1]:8080")}
+	loop6 := policy.Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route("[::1]:8080")}
 	if err := ns.Do(func() error {
 		ln, err := net.Listen("tcp", loop6.Listen)
 		if err != nil {
@@ -223,48 +135,35 @@ func TestServerRefusesLoop(t *testing.T) {
 		return c.Close()
 	}); err != nil {
 		t.Logf("%v: the namespace has no IPv6 loopback", err)
-	} else if err := ns.Do(func() error {
-		s, err := Listen(loop6, e.dial)
-		if s != nil {
-			s.Close()
-		}
-		return err
-	}); err == nil || !strings.Contains(err.Error(), "proxy's own l7.listen") {
-		t.Errorf("Listen(%s, route to [::1]:8080) = %v, want a loop refused", loop6.Listen, err)
+	} else {
+		assert.ErrorContains(t, ns.Do(func() error {
+			s, err := Listen(loop6, e.dial)
+			if s != nil {
+				s.Close()
+			}
+			return err
+		}), "proxy's own l7.listen", "Listen(%s, route to [::1]:8080): want a loop refused", loop6.Listen)
 	}
 	var local []netip.Addr
-	ns.Do(func() error { local = localAddrs(); return nil })
-	if !slices.Contains(local, netip.MustParseAddr("127.0.0.1")) {
-		t.Errorf("localAddrs() in the namespace = %v, want 127.0.0.1 among them", local)
-	}
+	ns.Do(func() error { local = sock.LocalAddrs(); return nil })
+	assert.Contains(t, local, netip.MustParseAddr("127.0.0.1"), "sock.LocalAddrs() in the namespace = %v, want 127.0.0.1 among them", local)
 
 	var s *Server
-	sec := Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route(b.addr)}
-	if err := ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }); err != nil {
-		t.Fatalf("Listen = %v", err)
-	}
+	sec := policy.Section{Listen: "0.0.0.0:8080", FastPath: "off", Config: route(b.addr)}
+	require.NoError(t, ns.Do(func() (err error) { s, err = Listen(sec, e.dial); return err }), "Listen")
 	s.Start(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	t.Cleanup(func() { s.Close() })
-	if _, g, err := s.Replace(route("127.0.0.9:8080")); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1 {
-		t.Errorf("Replace(route to itself) = generation %d, %v, want generation 1 and the loop refused", g, err)
-	}
+	_, g, err := s.Replace(route("127.0.0.9:8080"))
+	assert.False(t, !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1, "Replace(route to itself) = generation %d, %v, want generation 1 and the loop refused", g, err)
 	// An address the namespace gained after Listen is the proxy's too.
-	if err := ns.AddAddr("lo", "198.18.9.9/32"); err != nil {
-		t.Fatal(err)
-	}
-	if _, g, err := s.Replace(route("198.18.9.9:8080")); !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1 {
-		t.Errorf("Replace(route to an address added since Listen) = generation %d, %v, want generation 1 and the loop refused", g, err)
-	}
-	if st, err := s.Status(); err != nil || st.Refused != 2 || st.Generation != 1 {
-		t.Errorf("Status() = refused %d generation %d, %v, want 2 and 1", st.Refused, st.Generation, err)
-	}
+	require.NoError(t, ns.AddAddr("lo", "198.18.9.9/32"))
+	_, g, err = s.Replace(route("198.18.9.9:8080"))
+	assert.False(t, !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), "proxy's own l7.listen") || g != 1, "Replace(route to an address added since Listen) = generation %d, %v, want generation 1 and the loop refused", g, err)
+	st, err := s.Status()
+	assert.False(t, err != nil || st.Refused != 2 || st.Generation != 1, "Status() = refused %d generation %d, %v, want 2 and 1", st.Refused, st.Generation, err)
 	resp, err := e.client().Get("http://127.0.0.1:8080/x")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || b.hits.Load() != 1 {
-		t.Errorf("GET /x after the refused change = %d, backend hits %d, want 200 and 1", resp.StatusCode, b.hits.Load())
-	}
+	assert.False(t, resp.StatusCode != 200 || b.hits.Load() != 1, "GET /x after the refused change = %d, backend hits %d, want 200 and 1", resp.StatusCode, b.hits.Load())
 }

@@ -8,6 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // TestFastPathStickyStall: kept-alive connections whose requests carry
@@ -23,8 +28,8 @@ import (
 func TestFastPathStickyStall(t *testing.T) {
 	e := newNS(t)
 	b := e.backend(t, "b")
-	cfg := Config{Routes: []Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
-		RBAC: []Rule{{Action: "deny", PathPrefix: "/admin"}}, HashHeader: "X-User"}
+	cfg := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}},
+		RBAC: []policy.Rule{{Action: "deny", PathPrefix: "/admin"}}, HashHeader: "X-User"}
 	_, fp, fast := e.proxy(t, cfg, true)
 	conns, reqs := 1500, 3
 	if testing.Short() {
@@ -40,8 +45,7 @@ func TestFastPathStickyStall(t *testing.T) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			c, err := e.dial(t.Context(), "tcp", fast)
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err) {
 				return
 			}
 			defer c.Close()
@@ -63,11 +67,8 @@ func TestFastPathStickyStall(t *testing.T) {
 	}
 	wg.Wait()
 	cnt, err := fp.Counters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := stalled.Load(); n != 0 {
-		t.Errorf("%d of %d sticky kept-alive connections stalled (kernel: sticky %d, sticky_more %d)", n, conns,
-			cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore])
-	}
+	require.NoError(t, err)
+	n := stalled.Load()
+	assert.Zero(t, n, "%d of %d sticky kept-alive connections stalled (kernel: sticky %d, sticky_more %d)", n, conns,
+		cnt.Reasons[ReasonSticky], cnt.Reasons[ReasonStickyMore])
 }

@@ -3,12 +3,12 @@ package l7
 import (
 	"errors"
 	"fmt"
-	"net/netip"
 	"time"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // A policy change in the kernel. The data plane reads its policy from an
@@ -79,10 +79,10 @@ func (fp *FastPath) writePolicy(kp bpf.L7Policy) error {
 }
 
 // writeRing writes every route's ring of p.
-func (fp *FastPath) writeRing(p *Policy) error {
-	for i, rt := range p.routes {
-		for s := 0; s < RingSlots; s++ {
-			if err := fp.objs.Ring.Put(uint32(i*RingSlots+s), uint32(rt.ring[s])); err != nil {
+func (fp *FastPath) writeRing(p *policy.Policy) error {
+	for i, rt := range p.Routes() {
+		for s := 0; s < policy.RingSlots; s++ {
+			if err := fp.objs.Ring.Put(uint32(i*policy.RingSlots+s), uint32(rt.Ring[s])); err != nil {
 				return fmt.Errorf("write l7 ring: %w", err)
 			}
 		}
@@ -110,7 +110,7 @@ func (fp *FastPath) hold() error {
 // install writes p into the kernel (step 3 above); old is the policy p
 // replaces. On an error the kernel is left passing every request to the
 // proxy, which enforces p.
-func (fp *FastPath) install(old, p *Policy) error {
+func (fp *FastPath) install(old, p *policy.Policy) error {
 	fp.dropPooled(p)
 	fp.countRoutes(old, p)
 	fp.mu.Lock()
@@ -121,7 +121,7 @@ func (fp *FastPath) install(old, p *Policy) error {
 	fp.mu.Unlock()
 	var errs []error
 	for _, cc := range conns {
-		cc.mask.Store(srcMask(p, cc.src))
+		cc.mask.Store(p.SourceMask(cc.src))
 		if err := fp.writeCtl(cc); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			errs = append(errs, fmt.Errorf("ctl of %d: %w", cc.cookie, err))
 		}
@@ -152,13 +152,13 @@ func (fp *FastPath) install(old, p *Policy) error {
 // the pool: no request is redirected to them any more, an answer on its
 // way still reaches its client, and each is closed when its backend
 // closes (or after closeAfter).
-func (fp *FastPath) dropPooled(p *Policy) {
+func (fp *FastPath) dropPooled(p *policy.Policy) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	for _, cc := range fp.conns {
 		cc.mu.Lock()
 		for b, up := range cc.pooled {
-			if p.uses(b) {
+			if p.Uses(b) {
 				continue
 			}
 			fp.objs.Pool.Delete(bpf.L7PoolKey{Client: cc.cookie, Backend: uint32(b)})
@@ -171,7 +171,7 @@ func (fp *FastPath) dropPooled(p *Policy) {
 		}
 		kept := cc.wanted[:0]
 		for _, b := range cc.wanted {
-			if p.uses(b) {
+			if p.Uses(b) {
 				kept = append(kept, b)
 			}
 		}
@@ -183,35 +183,24 @@ func (fp *FastPath) dropPooled(p *Policy) {
 // countRoutes carries the kernel's fast counts of old's routes over to
 // their names and takes the counts at which p's routes start: the kernel
 // counts by route index, which a change renumbers.
-func (fp *FastPath) countRoutes(old, p *Policy) {
+func (fp *FastPath) countRoutes(old, p *policy.Policy) {
 	fc, err := fp.Counters()
 	if err != nil {
 		fp.logf("read counters at a policy change: %v", err)
 		return
 	}
 	base := map[string]uint64{}
-	for i, rt := range old.routes {
+	for i, rt := range old.Routes() {
 		base[rt.Name] = fp.routeBase[rt.Name] + fc.Routes[i] - fp.routeOff[i]
 	}
 	fp.routeBase = map[string]uint64{}
-	for i, rt := range p.routes {
+	for i, rt := range p.Routes() {
 		fp.routeBase[rt.Name] = base[rt.Name]
 		fp.routeOff[i] = fc.Routes[i]
 	}
 }
 
 // routeFast is the fast count of p's route i from the kernel's counts fc.
-func (fp *FastPath) routeFast(p *Policy, i int, fc FastCounters) uint64 {
-	return fp.routeBase[p.routes[i].Name] + fc.Routes[i] - fp.routeOff[i]
-}
-
-// srcMask is bit i set for each rule i of p whose source holds src.
-func srcMask(p *Policy, src netip.Addr) uint32 {
-	var mask uint32
-	for i, ru := range p.rules {
-		if ru.source.IsValid() && ru.source.Contains(src.Unmap()) {
-			mask |= 1 << i
-		}
-	}
-	return mask
+func (fp *FastPath) routeFast(p *policy.Policy, i int, fc FastCounters) uint64 {
+	return fp.routeBase[p.Routes()[i].Name] + fc.Routes[i] - fp.routeOff[i]
 }

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // fnv1a64 is FNV-1a, 64 bits, of s lowercased: how the kernel of a84ac4f
@@ -28,9 +30,9 @@ func TestL7HeaderNameTwin(t *testing.T) {
 	require.Len(t, twin, len(named))
 	require.NotEqual(t, named, twin)
 	require.Equal(t, fnv1a64(named), fnv1a64(twin), "the pair's hashes")
-	d := newDiffEnv(t, func(c *Config) {
+	d := newDiffEnv(t, func(c *policy.Config) {
 		c.HashHeader = ""
-		c.RBAC = []Rule{{Action: "allow", Header: named, Value: "alice"}, {Action: "deny", PathPrefix: "/admin"}}
+		c.RBAC = []policy.Rule{{Action: "allow", Header: named, Value: "alice"}, {Action: "deny", PathPrefix: "/admin"}}
 	})
 	req := "GET /admin/secret HTTP/1.1\r\nHost: a.test\r\n" + twin + ": alice\r\n\r\n"
 	assert.Equal(t, agrees, d.differ(t, "twin header", [][]byte{[]byte(req)}, false))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
@@ -92,7 +93,7 @@ type Config struct {
 	// LB is the socket balancer's configuration (none without services).
 	LB lbconf.Config
 	// L7 is the L7 proxy and its fast path ([l7]; none when empty).
-	L7 l7.Section
+	L7 policy.Section
 	// XDPLB is the XDP balancer behind the shield ([xdplb]; none without
 	// VIPs).
 	XDPLB xdplb.Config

@@ -24,6 +24,7 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 	"github.com/xdpshield/xdpshield/study/peers"
 	"github.com/xdpshield/xdpshield/study/proc"
 	"github.com/xdpshield/xdpshield/study/results"
@@ -36,13 +37,13 @@ var l7Port = map[string]int{"fast path": 18001, "go proxy": 18002, "haproxy": 18
 // differential suite's (routes by Host and by path prefix, an RBAC deny
 // rule, a hash header), without set_header, which the kernel does not
 // implement (every request would be passed up to the Go proxy).
-func l7Policy(backend string) l7.Config {
-	return l7.Config{
-		Routes: []l7.Route{
+func l7Policy(backend string) policy.Config {
+	return policy.Config{
+		Routes: []policy.Route{
 			{Name: "api", Host: "api.test", PathPrefix: "/v1/", Backends: []string{backend}},
 			{Name: "all", PathPrefix: "/", Backends: []string{backend}},
 		},
-		RBAC:       []l7.Rule{{Action: "deny", PathPrefix: "/admin"}},
+		RBAC:       []policy.Rule{{Action: "deny", PathPrefix: "/admin"}},
 		HashHeader: "X-User",
 	}
 }
@@ -145,7 +146,7 @@ func (s *study) l7Section(ctx context.Context) error {
 
 	for _, t := range []string{"fast path", "go proxy"} {
 		addr := fmt.Sprintf("127.0.0.1:%d", l7Port[t])
-		sec := l7.Section{Listen: addr, Config: cfg}
+		sec := policy.Section{Listen: addr, Config: cfg}
 		if t == "go proxy" {
 			sec.FastPath = "off"
 		}
@@ -252,7 +253,7 @@ var bodyBytes = []byte(strings.Repeat("ok", 8192))
 
 // startGo runs the Go proxy (`shieldlab study-l7`) in the namespace and
 // returns "attached" when its fast path attached, else why not.
-func (e *l7Env) startGo(self, target string, sec l7.Section) (string, error) {
+func (e *l7Env) startGo(self, target string, sec policy.Section) (string, error) {
 	if self == "" {
 		var err error
 		if self, err = os.Executable(); err != nil {
@@ -506,12 +507,12 @@ func treeCPU(pid int) (float64, error) {
 	return total, nil
 }
 
-// ServeL7 is the study-l7 process: it reads an l7.Section (JSON) on stdin,
+// ServeL7 is the study-l7 process: it reads an policy.Section (JSON) on stdin,
 // serves it in the namespace it was started in, says "ready attached" (or
 // "ready " and why the fast path does not run) on stdout, and runs until
 // ctx ends.
 func ServeL7(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
-	var sec l7.Section
+	var sec policy.Section
 	if err := json.NewDecoder(stdin).Decode(&sec); err != nil {
 		return fmt.Errorf("read section: %w", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/xdpshield/xdpshield/api"
-	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -266,13 +266,13 @@ func (c *Client) L7(ctx context.Context) (api.L7Response, error) {
 }
 
 // L7Policy reads GET /v1/l7/policy: the L7 policy in force.
-func (c *Client) L7Policy(ctx context.Context) (l7.Config, error) {
-	var r l7.Config
+func (c *Client) L7Policy(ctx context.Context) (policy.Config, error) {
+	var r policy.Config
 	return r, c.do(ctx, http.MethodGet, "/v1/l7/policy", nil, &r)
 }
 
 // SetL7Policy replaces the L7 policy (PUT /v1/l7/policy), all or nothing.
-func (c *Client) SetL7Policy(ctx context.Context, p l7.Config) (api.L7PolicyChange, error) {
+func (c *Client) SetL7Policy(ctx context.Context, p policy.Config) (api.L7PolicyChange, error) {
 	var r api.L7PolicyChange
 	return r, c.do(ctx, http.MethodPut, "/v1/l7/policy", p, &r)
 }

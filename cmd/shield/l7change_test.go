@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // TestServeL7Change changes the [l7] policy of a running serve with `shield
@@ -100,7 +101,7 @@ backends = ["198.18.0.1:9002"]
 	for _, tok := range []string{"", "not-the-token-0123456789"} {
 		anon := *l.client
 		anon.Token = tok
-		_, err := anon.SetL7Policy(context.Background(), l7.Config{Routes: []l7.Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:9002"}}}})
+		_, err := anon.SetL7Policy(context.Background(), policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:9002"}}}})
 		var ae *client.Error
 		if assert.ErrorAs(t, err, &ae, "PUT /v1/l7/policy with token %q = %v, want 401", tok, err) {
 			assert.Equal(t, http.StatusUnauthorized, ae.Status, "PUT /v1/l7/policy with token %q = %v, want 401", tok, err)
@@ -135,7 +136,7 @@ backends = ["198.18.0.1:9002"]
 	out, err = run("l7", "get")
 	require.NoError(t, err, "shield l7 get = %v\n%s", err, out)
 	var got struct {
-		L7 l7.Config `toml:"l7"`
+		L7 policy.Config `toml:"l7"`
 	}
 	_, err = toml.Decode(out, &got)
 	if assert.NoError(t, err, "shield l7 get:\n%s", out) && assert.Len(t, got.L7.Routes, 1, "shield l7 get = %+v, want the new policy:\n%s", got.L7, out) &&

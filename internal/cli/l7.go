@@ -13,7 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/xdpshield/xdpshield/api"
-	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // runL7: `shield l7 [-json]` reads GET /v1/l7; `shield l7 get` and `shield
@@ -114,17 +114,17 @@ func printL7(w io.Writer, r api.L7Response) {
 // l7File is a policy file: the [l7] section of serve's configuration
 // without what only a restart changes (listen, fast_path).
 type l7File struct {
-	L7 l7.Section `toml:"l7"`
+	L7 policy.Section `toml:"l7"`
 }
 
 // readL7Policy reads a policy file strictly: unknown keys, listen and
 // fast_path are errors, and the policy is validated whole before it is
 // sent (the service validates it again).
-func readL7Policy(path string) (l7.Config, error) {
+func readL7Policy(path string) (policy.Config, error) {
 	var f l7File
 	md, err := toml.DecodeFile(path, &f)
 	if err != nil {
-		return l7.Config{}, fmt.Errorf("policy %s: %w", path, err)
+		return policy.Config{}, fmt.Errorf("policy %s: %w", path, err)
 	}
 	var errs []error
 	if und := md.Undecoded(); len(und) > 0 {
@@ -141,7 +141,7 @@ func readL7Policy(path string) (l7.Config, error) {
 		errs = append(errs, f.L7.Config.Validate())
 	}
 	if err := errors.Join(errs...); err != nil {
-		return l7.Config{}, fmt.Errorf("policy %s: %w", path, err)
+		return policy.Config{}, fmt.Errorf("policy %s: %w", path, err)
 	}
 	return f.L7.Config, nil
 }
@@ -163,7 +163,7 @@ func runL7Policy(ctx context.Context, e *Env, sub string, args []string) error {
 	if sub == "get" && *file != "" {
 		return errors.New("l7 get: -f is for l7 set")
 	}
-	var c l7.Config
+	var c policy.Config
 	if sub == "set" {
 		var err error
 		if c, err = readL7Policy(*file); err != nil {
@@ -183,7 +183,7 @@ func runL7Policy(ctx context.Context, e *Env, sub string, args []string) error {
 			return e.PrintJSON(p)
 		}
 		return toml.NewEncoder(e.Stdout).Encode(struct {
-			L7 l7.Config `toml:"l7"`
+			L7 policy.Config `toml:"l7"`
 		}{p})
 	}
 	ch, err := cl.SetL7Policy(ctx, c)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/cli"
-	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
@@ -69,8 +69,8 @@ type config struct {
 	LB lbconf.Config `toml:"lb"`
 
 	// L7 is the L7 proxy and its fast path ([l7], [[l7.route]],
-	// [[l7.rbac]], [l7.set_header]; l7.Section). None when absent.
-	L7 l7.Section `toml:"l7"`
+	// [[l7.rbac]], [l7.set_header]; policy.Section). None when absent.
+	L7 policy.Section `toml:"l7"`
 
 	// XDPLB is the XDP balancer behind the shield ([xdplb],
 	// [[xdplb.vip]], [[xdplb.vip.backend]]; xdplb.Config). None without

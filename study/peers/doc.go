@@ -1,4 +1,4 @@
-// Package peers writes the project's [l7] policy (l7.Config) as the
+// Package peers writes the project's [l7] policy (policy.Config) as the
 // configuration of the proxies users run today, HAProxy 2.6 and nginx 1.22,
 // so the study can set them beside the fast path and the Go proxy with the
 // same policy, generated from one source so the three cannot drift.

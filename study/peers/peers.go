@@ -8,13 +8,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // ordered are c's routes in the order the Go proxy prefers them: routes
 // naming a Host first, then the others, each tier longest prefix first
-// (l7.Policy.Decide). Index i of the result is the route's index in c.
-func ordered(c l7.Config) []int {
+// (policy.Policy.Decide). Index i of the result is the route's index in c.
+func ordered(c policy.Config) []int {
 	idx := make([]int, len(c.Routes))
 	for i := range idx {
 		idx[i] = i
@@ -34,7 +34,7 @@ func ordered(c l7.Config) []int {
 
 // check validates c and refuses what neither peer can be given as the
 // project means it.
-func check(c l7.Config) error {
+func check(c policy.Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func ident(s string) string {
 // What HAProxy does not do: refuse an ambiguous path (an encoded '/',
 // '\', a control byte) with 400 as the project does: such a path is judged
 // as it is, encoded, and forwarded.
-func HAProxy(c l7.Config, listen string) (string, error) {
+func HAProxy(c policy.Config, listen string) (string, error) {
 	if err := check(c); err != nil {
 		return "", err
 	}
@@ -132,9 +132,9 @@ func HAProxy(c l7.Config, listen string) (string, error) {
 			cond = " if " + strings.Join(conds, " ")
 		}
 		if r.Action == "deny" {
-			w("\thttp-request deny deny_status 403%s # %s", cond, l7.RuleName(r, i))
+			w("\thttp-request deny deny_status 403%s # %s", cond, policy.RuleName(r, i))
 		} else {
-			w("\thttp-request allow%s # %s", cond, l7.RuleName(r, i))
+			w("\thttp-request allow%s # %s", cond, policy.RuleName(r, i))
 		}
 	}
 	for _, i := range ordered(c) {
@@ -203,7 +203,7 @@ func ngString(s string) string {
 // included) where the project refuses the ambiguous ones (400); nginx
 // forwards the path as the client wrote it (proxy_pass without a URI),
 // where the project forwards its normal form.
-func Nginx(c l7.Config, listen, dir string) (string, error) {
+func Nginx(c policy.Config, listen, dir string) (string, error) {
 	if err := check(c); err != nil {
 		return "", err
 	}
@@ -287,7 +287,7 @@ func Nginx(c l7.Config, listen, dir string) (string, error) {
 			if r.Action == "deny" {
 				v = 1
 			}
-			w("\t\t~^%s1 %d; # %s", strings.Repeat("0", i), v, l7.RuleName(r, i))
+			w("\t\t~^%s1 %d; # %s", strings.Repeat("0", i), v, policy.RuleName(r, i))
 		}
 		w("\t}")
 	}

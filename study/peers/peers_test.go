@@ -25,23 +25,24 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7"
+	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
 // policy is the differential suite's (l7/diff_test.go newDiffEnv), with a
 // route of its own per pool so a response names the route, and a header
 // set: every field the generators write.
-func policy(b1, b2, b3 string) l7.Config {
-	return l7.Config{
-		Routes: []l7.Route{
+func testPolicy(b1, b2, b3 string) policy.Config {
+	return policy.Config{
+		Routes: []policy.Route{
 			{Name: "api", Host: "api.test", PathPrefix: "/v1/", Backends: []string{b3}},
 			{Name: "all", PathPrefix: "/", Backends: []string{b1, b2}},
 		},
-		RBAC: []l7.Rule{
+		RBAC: []policy.Rule{
 			{Action: "deny", PathPrefix: "/admin"},
 			{Action: "deny", Methods: []string{"DELETE"}, Header: "X-User", Value: "mallory"},
 		},
 		HashHeader: "X-User",
-		SetHeader:  l7.Header{Name: "X-Shield", Value: "peer test"},
+		SetHeader:  policy.Header{Name: "X-Shield", Value: "peer test"},
 	}
 }
 
@@ -57,8 +58,8 @@ func need(t *testing.T, bin string) string {
 // TestConfigsValid checks each generated configuration with the peer's own
 // checker: haproxy -c and nginx -t.
 func TestConfigsValid(t *testing.T) {
-	cfg := policy("198.18.0.1:8001", "198.18.0.2:8001", "[2001:db8::3]:8001")
-	cfg.RBAC = append(cfg.RBAC, l7.Rule{Name: "office", Action: "allow", Source: "198.18.0.0/24", Methods: []string{"GET", "HEAD"}, PathPrefix: "/a.b(c)"})
+	cfg := testPolicy("198.18.0.1:8001", "198.18.0.2:8001", "[2001:db8::3]:8001")
+	cfg.RBAC = append(cfg.RBAC, policy.Rule{Name: "office", Action: "allow", Source: "198.18.0.0/24", Methods: []string{"GET", "HEAD"}, PathPrefix: "/a.b(c)"})
 	dir := t.TempDir()
 	t.Run("haproxy", func(t *testing.T) {
 		bin := need(t, "haproxy")
@@ -80,7 +81,7 @@ func TestConfigsValid(t *testing.T) {
 	})
 	t.Run("refused", func(t *testing.T) {
 		c := cfg
-		c.Routes = append([]l7.Route{{Name: "port", Host: "a.test:8080", PathPrefix: "/", Backends: []string{"198.18.0.1:1"}}}, c.Routes...)
+		c.Routes = append([]policy.Route{{Name: "port", Host: "a.test:8080", PathPrefix: "/", Backends: []string{"198.18.0.1:1"}}}, c.Routes...)
 		_, err := Nginx(c, "127.0.0.1:8080", dir)
 		require.ErrorContains(t, err, "l7.route[0].host")
 	})
@@ -338,10 +339,10 @@ func plain(req string) bool {
 func TestPeersAnswerAlike(t *testing.T) {
 	haproxy, nginx := need(t, "haproxy"), need(t, "nginx")
 	e := newEnv(t)
-	cfg := policy(e.be[0], e.be[1], e.be[2])
+	cfg := testPolicy(e.be[0], e.be[1], e.be[2])
 	addrs := map[string]string{}
 
-	pol, err := l7.Compile(cfg)
+	pol, err := policy.Compile(cfg)
 	require.NoError(t, err)
 	px := l7.NewProxy(pol, e.dial)
 	l := e.listen(t, "127.0.0.1:0")

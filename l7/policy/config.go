@@ -1,4 +1,4 @@
-package l7
+package policy
 
 import (
 	"errors"
@@ -125,9 +125,9 @@ func validPrefix(s string) bool {
 			return false
 		}
 	}
-	// Requests are judged by their normal path (path.go): a prefix in
+	// Requests are judged by their normal path (NormalPath): a prefix in
 	// another form would match none of them.
-	n, err := normalPath(s)
+	n, err := NormalPath(s)
 	return err == nil && n == s
 }
 
@@ -241,4 +241,12 @@ func (c *Config) Validate() error {
 var methodBits = map[string]uint32{
 	"GET": 1 << 0, "HEAD": 1 << 1, "POST": 1 << 2, "PUT": 1 << 3,
 	"DELETE": 1 << 4, "PATCH": 1 << 5, "OPTIONS": 1 << 6,
+}
+
+// RuleName is a rule's name, or rbac[i] for a rule without one.
+func RuleName(r Rule, i int) string {
+	if r.Name != "" {
+		return r.Name
+	}
+	return fmt.Sprintf("rbac[%d]", i)
 }

@@ -1,7 +1,8 @@
-package l7
+package policy
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"sort"
 	"strings"
@@ -11,35 +12,39 @@ import (
 // calls Decide; the data plane's maps are written from the same fields.
 type Policy struct {
 	cfg    Config
-	routes []route
-	rules  []rule
+	routes []CompiledRoute
+	rules  []CompiledRule
 	// backend holds every backend given an id, ids index it: a policy
-	// compiled from another (compileFrom) keeps that one's ids and never
+	// compiled from another (CompileFrom) keeps that one's ids and never
 	// reuses the id of a backend it dropped, so the data plane's pools
 	// (keyed by id) stay right across a change.
 	backend []netip.AddrPort
 }
 
-type route struct {
+// CompiledRoute is a route of a Policy: the Route as configured, its
+// pool's backend ids and its consistent-hash ring.
+type CompiledRoute struct {
 	Route
-	ids  []int          // backend ids of the pool
-	ring [RingSlots]int // slot -> backend id
+	IDs  []int          // backend ids of the pool
+	Ring [RingSlots]int // slot -> backend id
 }
 
-type rule struct {
+// CompiledRule is an RBAC rule of a Policy: the Rule as configured and
+// what the enforcers compare.
+type CompiledRule struct {
 	Rule
-	deny    bool
-	methods uint32 // 0: any
-	source  netip.Prefix
+	Deny    bool
+	Methods uint32       // a bit per method named (GET 1, HEAD 2, POST 4, ...); 0: any
+	Source  netip.Prefix // masked; invalid: any source
 }
 
 // Compile validates c and builds its Policy.
-func Compile(c Config) (*Policy, error) { return compileFrom(c, nil) }
+func Compile(c Config) (*Policy, error) { return CompileFrom(c, nil) }
 
-// compileFrom is Compile keeping prev's backend ids (prev may be nil): a
+// CompileFrom is Compile keeping prev's backend ids (prev may be nil): a
 // backend of both has the same id in both, a new one gets an id never used
 // by prev.
-func compileFrom(c Config, prev *Policy) (*Policy, error) {
+func CompileFrom(c Config, prev *Policy) (*Policy, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
@@ -52,7 +57,7 @@ func compileFrom(c Config, prev *Policy) (*Policy, error) {
 		}
 	}
 	for _, r := range c.Routes {
-		rt := route{Route: r}
+		rt := CompiledRoute{Route: r}
 		for _, b := range r.Backends {
 			ap := netip.MustParseAddrPort(b)
 			id, ok := ids[ap]
@@ -61,18 +66,18 @@ func compileFrom(c Config, prev *Policy) (*Policy, error) {
 				ids[ap] = id
 				p.backend = append(p.backend, ap)
 			}
-			rt.ids = append(rt.ids, id)
+			rt.IDs = append(rt.IDs, id)
 		}
-		rt.ring = buildRing(r.Backends, rt.ids)
+		rt.Ring = buildRing(r.Backends, rt.IDs)
 		p.routes = append(p.routes, rt)
 	}
 	for _, r := range c.RBAC {
-		ru := rule{Rule: r, deny: r.Action == "deny"}
+		ru := CompiledRule{Rule: r, Deny: r.Action == "deny"}
 		for _, m := range r.Methods {
-			ru.methods |= methodBits[m]
+			ru.Methods |= methodBits[m]
 		}
 		if r.Source != "" {
-			ru.source = netip.MustParsePrefix(r.Source).Masked()
+			ru.Source = netip.MustParsePrefix(r.Source).Masked()
 		}
 		p.rules = append(p.rules, ru)
 	}
@@ -85,10 +90,16 @@ func (p *Policy) Config() Config { return p.cfg }
 // Backend returns the address of backend id.
 func (p *Policy) Backend(id int) netip.AddrPort { return p.backend[id] }
 
-// uses reports whether a route of p sends requests to backend id.
-func (p *Policy) uses(id int) bool {
+// Routes are p's routes in configuration order (read only).
+func (p *Policy) Routes() []CompiledRoute { return p.routes }
+
+// Rules are p's RBAC rules in configuration order (read only).
+func (p *Policy) Rules() []CompiledRule { return p.rules }
+
+// Uses reports whether a route of p sends requests to backend id.
+func (p *Policy) Uses(id int) bool {
 	for _, rt := range p.routes {
-		for _, b := range rt.ids {
+		for _, b := range rt.IDs {
 			if b == id {
 				return true
 			}
@@ -107,6 +118,16 @@ type Request struct {
 	Header func(name string) string
 }
 
+// RequestOf is what Decide reads of r: the path before '?' in its one
+// meaning (NormalPath), or an error when it has more than one.
+func RequestOf(r *http.Request) (Request, error) {
+	raw, _, _ := strings.Cut(r.RequestURI, "?")
+	path, err := NormalPath(raw)
+	src, _ := netip.ParseAddrPort(r.RemoteAddr)
+	return Request{Method: r.Method, Path: path, Host: strings.ToLower(r.Host),
+		Source: src.Addr(), Header: r.Header.Get}, err
+}
+
 // Verdict is a decision: Deny (403), NoRoute (404), or Route and Backend.
 type Verdict struct {
 	Deny    bool
@@ -121,7 +142,7 @@ type Verdict struct {
 func (p *Policy) Decide(r Request) Verdict {
 	for i, ru := range p.rules {
 		if ru.matches(r) {
-			if ru.deny {
+			if ru.Deny {
 				return Verdict{Deny: true, Rule: i}
 			}
 			break
@@ -150,17 +171,28 @@ func (p *Policy) Decide(r Request) Verdict {
 	if p.cfg.HashHeader != "" {
 		v = r.Header(p.cfg.HashHeader)
 	}
-	return Verdict{Rule: -1, Route: best, Backend: p.routes[best].ring[fnv32(v)%RingSlots]}
+	return Verdict{Rule: -1, Route: best, Backend: p.routes[best].Ring[fnv32(v)%RingSlots]}
 }
 
-func (ru rule) matches(r Request) bool {
-	if ru.methods != 0 && ru.methods&methodBits[r.Method] == 0 {
+// SourceMask is bit i set for each rule i of p whose source holds src.
+func (p *Policy) SourceMask(src netip.Addr) uint32 {
+	var mask uint32
+	for i, ru := range p.rules {
+		if ru.Source.IsValid() && ru.Source.Contains(src.Unmap()) {
+			mask |= 1 << i
+		}
+	}
+	return mask
+}
+
+func (ru CompiledRule) matches(r Request) bool {
+	if ru.Methods != 0 && ru.Methods&methodBits[r.Method] == 0 {
 		return false
 	}
 	if ru.PathPrefix != "" && !strings.HasPrefix(r.Path, ru.PathPrefix) {
 		return false
 	}
-	if ru.source.IsValid() && !ru.source.Contains(r.Source.Unmap()) {
+	if ru.Source.IsValid() && !ru.Source.Contains(r.Source.Unmap()) {
 		return false
 	}
 	if ru.Header != "" && r.Header(ru.Header) != ru.Value {

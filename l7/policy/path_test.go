@@ -1,7 +1,6 @@
-package l7
+package policy
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,7 +11,7 @@ import (
 // path canonicalisation layout test (LayoutTests/fast/url/path.html) and
 // RFC 3986 section 5.2.4's example; the outputs are this package's
 // choices (path.go): RFC 3986 section 6.2.2, runs of '/' merged, and a
-// 400 (errAmbiguousPath) where envoy rewrites an escaped or raw '\' or '/'.
+// 400 (ErrAmbiguousPath) where envoy rewrites an escaped or raw '\' or '/'.
 func TestNormalPath(t *testing.T) {
 	for _, tc := range []struct {
 		in, want string // want "": refused
@@ -59,60 +58,17 @@ func TestNormalPath(t *testing.T) {
 		{"/a%09b", "", "encoded control byte"},
 		{"*", "*", "RFC 9112 3.2.4 asterisk-form, not origin-form"},
 	} {
-		got, err := normalPath(tc.in)
+		got, err := NormalPath(tc.in)
 		if tc.want == "" {
-			assert.ErrorIs(t, err, errAmbiguousPath, "normalPath(%q) = %q (%s)", tc.in, got, tc.src)
+			assert.ErrorIs(t, err, ErrAmbiguousPath, "NormalPath(%q) = %q (%s)", tc.in, got, tc.src)
 			continue
 		}
-		if assert.NoError(t, err, "normalPath(%q) (%s)", tc.in, tc.src) {
-			assert.Equal(t, tc.want, got, "normalPath(%q) (%s)", tc.in, tc.src)
+		if assert.NoError(t, err, "NormalPath(%q) (%s)", tc.in, tc.src) {
+			assert.Equal(t, tc.want, got, "NormalPath(%q) (%s)", tc.in, tc.src)
 		}
 		// The normal form is a fixed point.
-		again, err := normalPath(got)
+		again, err := NormalPath(got)
 		assert.NoError(t, err)
-		assert.Equal(t, got, again, "normalPath(normalPath(%q))", tc.in)
-	}
-}
-
-// TestKernelPolicyNames: the kernel compares header names by their bytes,
-// each with bit 0x20 set (bpf/l7.c, NW): a named header whose name that
-// would fold onto another ('^' onto '~') keeps the policy on the proxy
-// (issue 24, finding 6); names of up to 32 bytes (MaxHeaderNameLen) are
-// compared whole.
-func TestKernelPolicyNames(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		held bool
-	}{
-		{"X-User", true},
-		{"x-a_b.c!#$%&'*+|`", true},
-		{"X-Us^er", false},
-		{"X-Us~er", false},
-		{"X-" + strings.Repeat("a", 30), true},
-	} {
-		p, err := Compile(Config{
-			Routes:     []Route{{Name: "all", PathPrefix: "/", Backends: []string{"198.18.0.1:80"}}},
-			HashHeader: tc.name,
-		})
-		if !assert.NoError(t, err, "Compile with hash_header %q", tc.name) {
-			continue
-		}
-		kp, why := kernelPolicy(p)
-		assert.Equal(t, tc.held, kp.Enabled == 1, "kernelPolicy(hash_header %q): enabled %d (%s)", tc.name, kp.Enabled, why)
-		if !tc.held {
-			continue
-		}
-		// The words hold the lowercase name, byte i at bits 8*(i%8) of
-		// word i/8, with bit 0x20 set; the masks cover its bytes.
-		lower := strings.ToLower(tc.name)
-		for i := 0; i < 32; i++ {
-			w, m := byte(kp.NameW[i/8]>>(8*(i%8))), byte(kp.NameM[i/8]>>(8*(i%8)))
-			if i < len(lower) {
-				assert.Equal(t, lower[i]|0x20, w, "%q: byte %d", tc.name, i)
-				assert.Equal(t, byte(0xff), m, "%q: mask of byte %d", tc.name, i)
-			} else {
-				assert.Zero(t, w|m, "%q: byte %d past the name", tc.name, i)
-			}
-		}
+		assert.Equal(t, got, again, "NormalPath(NormalPath(%q))", tc.in)
 	}
 }

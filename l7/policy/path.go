@@ -1,16 +1,16 @@
-package l7
+package policy
 
 import (
 	"errors"
 	"strings"
 )
 
-// errAmbiguousPath is a request-target whose path has more than one
+// ErrAmbiguousPath is a request-target whose path has more than one
 // meaning to the servers behind the proxy: it is refused (400), never
 // judged or forwarded.
-var errAmbiguousPath = errors.New("ambiguous path")
+var ErrAmbiguousPath = errors.New("ambiguous path")
 
-// normalPath is the one meaning of a request path (the part of an
+// NormalPath is the one meaning of a request path (the part of an
 // origin-form request-target before '?') that the policy judges and the
 // backend receives (issue 24), RFC 3986 section 6.2.2:
 //
@@ -21,7 +21,7 @@ var errAmbiguousPath = errors.New("ambiguous path")
 //     and frameworks that merge them are common, so both readings must
 //     give the same answer: envoy's merge_slashes makes the same choice);
 //
-// and what servers read in different ways is refused (errAmbiguousPath):
+// and what servers read in different ways is refused (ErrAmbiguousPath):
 // an invalid escape, an encoded '/' or '\' (one server routes on it as a
 // separator, another as data), '\' itself (WHATWG URL parsing reads it as
 // '/'), an encoded or raw control byte, and a dot-segment carrying
@@ -30,7 +30,7 @@ var errAmbiguousPath = errors.New("ambiguous path")
 //
 // The result of a path the data plane forwards as it is (bpf/l7.c hands
 // up every path with '%', '\', "//" or "/.") is the path itself.
-func normalPath(p string) (string, error) {
+func NormalPath(p string) (string, error) {
 	if !strings.HasPrefix(p, "/") {
 		return p, nil
 	}
@@ -40,15 +40,15 @@ func normalPath(p string) (string, error) {
 		c := p[i]
 		switch {
 		case c < 0x20 || c == 0x7f || c == '\\':
-			return "", errAmbiguousPath
+			return "", ErrAmbiguousPath
 		case c == '%':
 			if i+2 >= len(p) || !ishex(p[i+1]) || !ishex(p[i+2]) {
-				return "", errAmbiguousPath
+				return "", ErrAmbiguousPath
 			}
 			d := unhex(p[i+1])<<4 | unhex(p[i+2])
 			switch {
 			case d < 0x20 || d == 0x7f || d == '/' || d == '\\':
-				return "", errAmbiguousPath
+				return "", ErrAmbiguousPath
 			case unreserved(d):
 				b.WriteByte(d)
 			default:
@@ -67,7 +67,7 @@ func normalPath(p string) (string, error) {
 		last := i == len(segs)-1
 		name, _, params := strings.Cut(seg, ";")
 		if params && (name == "." || name == "..") {
-			return "", errAmbiguousPath
+			return "", ErrAmbiguousPath
 		}
 		switch seg {
 		case "", ".":
