@@ -101,7 +101,7 @@ func TestCaptureOnTheWire(t *testing.T) {
 	select {
 	case r = <-done:
 	case <-time.After(20 * time.Second):
-		t.Fatal("capture did not end at its count")
+		require.Fail(t, "capture did not end at its count")
 	}
 	require.NoError(t, r.err)
 	require.False(t, flagOn(), "capture left on after the request")
@@ -167,6 +167,6 @@ func attachedCaptureSample(t *testing.T, id ebpf.ProgramID) uint32 {
 		}
 		m.Close()
 	}
-	t.Fatal("the program has no .bss map")
+	require.Fail(t, "the program has no .bss map")
 	return 0
 }

@@ -308,7 +308,7 @@ func waitStorm(t *testing.T, wb *Workbench) *StormState {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatal("the storm did not end")
+	require.Fail(t, "the storm did not end")
 	return nil
 }
 
