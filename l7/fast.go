@@ -104,6 +104,7 @@ type FastPath struct {
 	log       *slog.Logger
 	links     []link.RawAttachProgramOptions
 	reuse     *DataPlane // Options.Reuse: Close gives objs back to it
+	gaveBack  bool       // and did
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
@@ -259,8 +260,10 @@ func Attach(px *Proxy, log *slog.Logger, opt Options) (_ *FastPath, err error) {
 // DataPlane it was given.
 func (fp *FastPath) closeObjs() {
 	if fp.reuse != nil {
-		fp.reuse.giveBack(true)
-		fp.reuse = nil
+		if !fp.gaveBack {
+			fp.reuse.giveBack(true)
+			fp.gaveBack = true
+		}
 		return
 	}
 	fp.objs.Close()
@@ -297,8 +300,11 @@ func (fp *FastPath) Close() error {
 		}
 	}
 	if fp.reuse != nil {
-		errs = append(errs, fp.reuse.giveBack(false))
-		fp.reuse = nil
+		// Once: a second Close must not touch what another may use now.
+		if !fp.gaveBack {
+			errs = append(errs, fp.reuse.giveBack(false))
+			fp.gaveBack = true
+		}
 	} else {
 		errs = append(errs, fp.objs.Close())
 	}
