@@ -103,6 +103,8 @@ type FastPath struct {
 	Why       string // why not, when !Enabled
 	log       *slog.Logger
 	links     []link.RawAttachProgramOptions
+	reuse     *DataPlane // Options.Reuse: Close gives objs back to it
+	gaveBack  bool       // and did
 
 	mu    sync.Mutex
 	conns map[uint64]*clientConn
@@ -199,10 +201,6 @@ func Attach(px *Proxy, log *slog.Logger, opt Options) (_ *FastPath, err error) {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
 	}
 	fp := &FastPath{px: px, log: log, conns: map[uint64]*clientConn{}}
-	spec, err := bpf.LoadL7()
-	if err != nil {
-		return nil, fmt.Errorf("load l7 spec: %w", err)
-	}
 	fp.PassRedirect = !opt.SKPass
 	fp.noKick = opt.NoKick
 	if !opt.NoRelay {
@@ -221,42 +219,34 @@ func Attach(px *Proxy, log *slog.Logger, opt Options) (_ *FastPath, err error) {
 			log.Debug("l7: no relay sockets, handing over to the client socket", "error", errors.Join(uerr, terr))
 		}
 	}
-	for _, lookup := range []bool{true, false} {
-		err = bpf.Load(spec, map[string]any{bpf.L7VarHaveLookup: b2u(lookup), bpf.L7VarPassRedirect: b2u(fp.PassRedirect),
-			bpf.L7VarRelay: b2u(fp.Relay)}, &fp.objs, nil)
-		var ve *ebpf.VerifierError
-		if err == nil {
-			fp.Lookup = lookup
-			break
-		}
-		if !lookup || !errors.As(err, &ve) {
-			break
-		}
-		log.Debug("l7: sockhash lookup refused, redirecting blind", "error", err)
+	if opt.Reuse != nil {
+		err = opt.Reuse.take(fp, log)
+	} else {
+		fp.objs, fp.Lookup, err = loadObjs(log, fp.PassRedirect, fp.Relay)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load l7: %w", err)
+		return nil, err
 	}
 	p := px.Policy()
 	kp, why := kernelPolicy(p)
 	fp.Enabled, fp.Why = kp.Enabled == 1, why
-	if err := fp.writePolicy(kp); err != nil {
-		fp.objs.Close()
+	if err = fp.writePolicy(kp); err != nil {
+		fp.closeObjs()
 		return nil, err
 	}
-	if err := fp.writeRing(p); err != nil {
-		fp.objs.Close()
+	if err = fp.writeRing(p); err != nil {
+		fp.closeObjs()
 		return nil, err
 	}
 	if fp.grace, fp.graceInner, err = newGrace(); err != nil {
-		fp.objs.Close()
+		fp.closeObjs()
 		return nil, err
 	}
 	for _, a := range []link.RawAttachProgramOptions{
 		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Parse, Attach: ebpf.AttachSkSKBStreamParser},
 		{Target: fp.objs.Clients.FD(), Program: fp.objs.L7Verdict, Attach: ebpf.AttachSkSKBStreamVerdict},
 	} {
-		if err := link.RawAttachProgram(a); err != nil {
+		if err = link.RawAttachProgram(a); err != nil {
 			fp.Close()
 			return nil, fmt.Errorf("attach %s to sockhash: %w", a.Program, err)
 		}
@@ -266,7 +256,21 @@ func Attach(px *Proxy, log *slog.Logger, opt Options) (_ *FastPath, err error) {
 	return fp, nil
 }
 
-// Close detaches and unloads the data plane; sockets in it keep working
+// closeObjs unloads fp's objects (a failed Attach), or drops the
+// DataPlane it was given.
+func (fp *FastPath) closeObjs() {
+	if fp.reuse != nil {
+		if !fp.gaveBack {
+			fp.reuse.giveBack(true)
+			fp.gaveBack = true
+		}
+		return
+	}
+	fp.objs.Close()
+}
+
+// Close detaches and unloads the data plane (or, with Options.Reuse,
+// empties its maps and gives it back); sockets in it keep working
 // (the kernel removes them from the maps as the maps go), but a client
 // connection read through a relay gets nothing more there: its relay is
 // ended, so the proxy reads the end of it and closes the connection rather
@@ -295,7 +299,15 @@ func (fp *FastPath) Close() error {
 			cc.relay.end()
 		}
 	}
-	errs = append(errs, fp.objs.Close())
+	if fp.reuse != nil {
+		// Once: a second Close must not touch what another may use now.
+		if !fp.gaveBack {
+			errs = append(errs, fp.reuse.giveBack(false))
+			fp.gaveBack = true
+		}
+	} else {
+		errs = append(errs, fp.objs.Close())
+	}
 	if fp.tcpRelays != nil {
 		errs = append(errs, fp.tcpRelays.Close())
 	}

@@ -165,7 +165,7 @@ func (e *nsEnv) proxy(t testing.TB, cfg policy.Config, fast bool) (*Proxy, *Fast
 	px := NewProxy(p, e.dial)
 	var fp *FastPath
 	if fast {
-		fp, err = Attach(px, nil, testOptions())
+		fp, err = Attach(px, nil, fastOptions(t))
 		require.NoError(t, err, "Attach")
 		t.Cleanup(func() { fp.Close() })
 	}

@@ -70,6 +70,10 @@ type Options struct {
 	// sockhash to the next data's arrival (relay.go watch says why neither
 	// is done on 5.10).
 	WatchRead, NoKick bool
+	// Reuse, when not nil, is the data plane Attach uses, reset, instead
+	// of loading one (loaded into it when it holds none of this variant),
+	// and FastPath.Close gives back instead of closing (DataPlane).
+	Reuse *DataPlane
 }
 
 // kernels are the kernel series o accepts.

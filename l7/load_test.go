@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -61,6 +62,58 @@ func testOptions() Options {
 		panic(fmt.Sprintf("-l7.watch=%q: want read or nokick", *watchFlag))
 	}
 	return o
+}
+
+// fastOptions are testOptions with a data plane for t alone until t
+// ends (Options.Reuse): one a finished test gave back, of the same
+// variant, is reset instead of loaded again. A load verifies l7_parse
+// anew, about 10 s in a VM under TCG; a reset takes milliseconds
+// (TestReuseIsLoad shows the two alike). Call it before what closes the
+// fast path registers its cleanup: the data plane goes back after it.
+func fastOptions(t testing.TB) Options {
+	t.Helper()
+	o := testOptions()
+	k := planeKey{o.SKPass, o.NoRelay, o.TCPRelay}
+	d := planes.take(k)
+	o.Reuse = d
+	t.Cleanup(func() { planes.give(k, d) })
+	return o
+}
+
+// planes holds the data planes finished tests gave back, by variant.
+var planes = planePool{by: map[planeKey][]*DataPlane{}}
+
+type planeKey struct{ skPass, noRelay, tcpRelay bool }
+
+type planePool struct {
+	mu sync.Mutex
+	by map[planeKey][]*DataPlane
+}
+
+func (p *planePool) take(k planeKey) *DataPlane {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ds := p.by[k]
+	if len(ds) == 0 {
+		return &DataPlane{}
+	}
+	d := ds[len(ds)-1]
+	p.by[k] = ds[:len(ds)-1]
+	return d
+}
+
+// give takes d back unless a fast path still uses it (a test that did not
+// close its own: it is left to it).
+func (p *planePool) give(k planeKey, d *DataPlane) {
+	d.mu.Lock()
+	keep := d.loaded && !d.busy
+	d.mu.Unlock()
+	if !keep {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.by[k] = append(p.by[k], d)
 }
 
 // fastKernel reports whether Attach accepts this kernel under

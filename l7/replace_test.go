@@ -62,8 +62,9 @@ func (e *nsEnv) server(t *testing.T, cfg policy.Config, fastOff bool) (*Server, 
 	if fastOff {
 		sec.FastPath = "off"
 	}
+	opt := fastOptions(t)
 	var s *Server
-	require.NoError(t, e.ns.Do(func() (err error) { s, err = Listen(sec, e.dial, WithFastPath(testOptions())); return err }), "Listen")
+	require.NoError(t, e.ns.Do(func() (err error) { s, err = Listen(sec, e.dial, WithFastPath(opt)); return err }), "Listen")
 	logs := &syncBuf{}
 	s.Start(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	t.Cleanup(func() { s.Close() })
@@ -487,9 +488,10 @@ func TestReplaceDuringStart(t *testing.T) {
 	b1, b2 := e.trackedBackend(t, "b1"), e.trackedBackend(t, "b2")
 	a := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b1.addr}}}}
 	b := policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b2.addr}}}}
+	opt := fastOptions(t)
 	var s *Server
 	require.NoError(t, e.ns.Do(func() (err error) {
-		s, err = Listen(policy.Section{Listen: "127.0.0.1:8080", Config: a}, e.dial, WithFastPath(testOptions()))
+		s, err = Listen(policy.Section{Listen: "127.0.0.1:8080", Config: a}, e.dial, WithFastPath(opt))
 		return err
 	}), "Listen")
 	t.Cleanup(func() { s.Close() })
