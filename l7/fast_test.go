@@ -157,15 +157,24 @@ func (e *nsEnv) backend(t testing.TB, name string) *nsBackend {
 // refusal is checked: needFast).
 func (e *nsEnv) proxy(t testing.TB, cfg policy.Config, fast bool) (*Proxy, *FastPath, string) {
 	t.Helper()
+	var opt *Options
 	if fast {
 		needFast(t)
+		o := fastOptions(t)
+		opt = &o
 	}
+	return e.proxyWith(t, cfg, opt)
+}
+
+// proxyWith is proxy with the fast path attached with opt (nil: none).
+func (e *nsEnv) proxyWith(t testing.TB, cfg policy.Config, opt *Options) (*Proxy, *FastPath, string) {
+	t.Helper()
 	p, err := policy.Compile(cfg)
 	require.NoError(t, err, "Compile")
 	px := NewProxy(p, e.dial)
 	var fp *FastPath
-	if fast {
-		fp, err = Attach(px, nil, fastOptions(t))
+	if opt != nil {
+		fp, err = Attach(px, nil, *opt)
 		require.NoError(t, err, "Attach")
 		t.Cleanup(func() { fp.Close() })
 	}

@@ -21,7 +21,11 @@ import (
 func TestFastPathCloseEndsRelays(t *testing.T) {
 	e := newNS(t)
 	b := e.backend(t, "b")
-	_, fp, addr := e.proxy(t, policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}}}, true)
+	// A data plane of its own, not the pool's: the product's Close (maps
+	// closed, not handed back) is what ends the relays here.
+	needFast(t)
+	opt := testOptions()
+	_, fp, addr := e.proxyWith(t, policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}}}, &opt)
 	if !fp.Relay {
 		t.Skip("no relay sockets on this kernel (TestAttachLoads says whether it should have them)")
 	}
