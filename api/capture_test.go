@@ -21,6 +21,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -194,7 +195,7 @@ func TestCaptureReasons(t *testing.T) {
 		require.True(t, ok)
 		src := netip.AddrFrom4([4]byte(f.Data[26:30])).String()
 		require.Equal(t, len(f.Data), f.Len)
-		require.Equal(t, shield.ProtoUDP, f.Proto)
+		require.Equal(t, counter.ProtoUDP, f.Proto)
 		reasons[fmt.Sprintf("%s %s", src, f.Reason)]++
 	}
 	require.Equal(t, map[string]int{capDenied + " deny": 3, capFlood + " limit": 1}, reasons)

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // BuildInfo labels shield_build_info.
@@ -107,9 +108,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if cnt, err := sh.Counters(); err != nil {
 		ch <- prometheus.NewInvalidMetric(descPackets, err)
 	} else {
-		for _, v := range shield.Verdicts() {
-			for _, r := range shield.Reasons() {
-				for _, p := range shield.Protos() {
+		for _, v := range counter.Verdicts() {
+			for _, r := range counter.Reasons() {
+				for _, p := range counter.Protos() {
 					ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue,
 						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
 				}
@@ -119,9 +120,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if cnt, err := sh.Bytes(); err != nil {
 		ch <- prometheus.NewInvalidMetric(descBytes, err)
 	} else {
-		for _, v := range shield.Verdicts() {
-			for _, r := range shield.Reasons() {
-				for _, p := range shield.Protos() {
+		for _, v := range counter.Verdicts() {
+			for _, r := range counter.Reasons() {
+				for _, p := range counter.Protos() {
 					ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue,
 						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
 				}

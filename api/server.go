@@ -26,6 +26,7 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -473,15 +474,15 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		Reasons:  map[string]uint64{},
 		Sources:  SourceStats{Tracked: n, Capacity: s.sh.TableSize(), Evictions: ev},
 	}
-	for _, v := range shield.Verdicts() {
+	for _, v := range counter.Verdicts() {
 		resp.Verdicts[v.String()] = c.Verdict(v)
-		for _, rs := range shield.Reasons() {
-			for _, p := range shield.Protos() {
+		for _, rs := range counter.Reasons() {
+			for _, p := range counter.Protos() {
 				resp.Packets = append(resp.Packets, PacketCount{Verdict: v.String(), Reason: rs.String(), Proto: p.String(), Packets: c[v][rs][p], Bytes: bytes[v][rs][p]})
 			}
 		}
 	}
-	for _, rs := range shield.Reasons() {
+	for _, rs := range counter.Reasons() {
 		resp.Reasons[rs.String()] = c.Reason(rs)
 	}
 	writeJSON(w, http.StatusOK, resp)

@@ -9,6 +9,7 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // Log attribute keys.
@@ -157,9 +158,9 @@ func DefaultConfig() Config {
 // the IPv6 storm sources each lie in a /64 of their own.
 func StormLimits(l shield.Limits) shield.Limits {
 	l.Protected = []shield.Destination{
-		{Proto: shield.ProtoTCP, Port: storm.EdgePort},
-		{Proto: shield.ProtoUDP, Port: storm.DatagramPort},
-		{Proto: shield.ProtoICMP},
+		{Proto: counter.ProtoTCP, Port: storm.EdgePort},
+		{Proto: counter.ProtoUDP, Port: storm.DatagramPort},
+		{Proto: counter.ProtoICMP},
 	}
 	return l
 }

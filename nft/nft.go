@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // DefaultTable is the name of the netdev table Render writes.
@@ -361,7 +362,7 @@ func Render(c Config) (string, error) {
 			// first as the shield does (docs/nft.md).
 			for _, a := range l.Aggregates {
 				match := fmt.Sprintf("meta l4proto %s th dport %d", a.Destination.Proto, a.Destination.Port)
-				if a.Destination.Proto == shield.ProtoICMP {
+				if a.Destination.Proto == counter.ProtoICMP {
 					match = "meta l4proto { icmp, ipv6-icmp }"
 				}
 				rule(fmt.Sprintf("%s limit name %q counter name %q%s", match, aggregateName(a), counterObj(over), verdict))
@@ -381,7 +382,7 @@ func Render(c Config) (string, error) {
 
 // aggregateName names the limit object of an aggregate limit: agg_udp_53.
 func aggregateName(a shield.Aggregate) string {
-	if a.Destination.Proto == shield.ProtoICMP {
+	if a.Destination.Proto == counter.ProtoICMP {
 		return "agg_icmp"
 	}
 	return fmt.Sprintf("agg_%s_%d", a.Destination.Proto, a.Destination.Port)

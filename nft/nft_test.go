@@ -15,6 +15,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 func TestRenderValidates(t *testing.T) {
@@ -242,10 +243,10 @@ func TestRulesetInNamespace(t *testing.T) {
 // per-source bucket, counted as limit.
 func TestRenderAggregates(t *testing.T) {
 	l := shield.DefaultLimits()
-	l.Protected = append(l.Protected, shield.Destination{Proto: shield.ProtoUDP, Port: 53}, shield.Destination{Proto: shield.ProtoICMP})
+	l.Protected = append(l.Protected, shield.Destination{Proto: counter.ProtoUDP, Port: 53}, shield.Destination{Proto: counter.ProtoICMP})
 	l.Aggregates = []shield.Aggregate{
-		{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: 53}, Rate: 10000, Burst: 20000},
-		{Destination: shield.Destination{Proto: shield.ProtoICMP}, Rate: 100, Burst: 200},
+		{Destination: shield.Destination{Proto: counter.ProtoUDP, Port: 53}, Rate: 10000, Burst: 20000},
+		{Destination: shield.Destination{Proto: counter.ProtoICMP}, Rate: 100, Burst: 200},
 	}
 	s, err := nft.Render(nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024}.WithLimits(l))
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // pinnedSeed reads the hash seed of the configuration pinned in dir; ok is
@@ -167,7 +168,7 @@ func (s *Shield) aggregates() ([]Aggregate, error) {
 	var v bpf.ShieldAggregate
 	it := s.objs.Aggregates.Iterate()
 	for it.Next(&k, &v) {
-		d := Destination{Proto: Proto(k.Proto), Port: k.Port<<8 | k.Port>>8}
+		d := Destination{Proto: counter.Proto(k.Proto), Port: k.Port<<8 | k.Port>>8}
 		out = append(out, Aggregate{Destination: d, Rate: v.Limit.Rate, Burst: v.Limit.Cap / token})
 	}
 	if err := it.Err(); err != nil {
@@ -213,7 +214,7 @@ func (s *Shield) protectedDsts() ([]Destination, error) {
 	var v uint8
 	it := s.objs.ProtectedDsts.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, Destination{Proto: Proto(k.Proto), Port: k.Port<<8 | k.Port>>8, Addr: netip.AddrFrom16(k.Addr).Unmap()})
+		out = append(out, Destination{Proto: counter.Proto(k.Proto), Port: k.Port<<8 | k.Port>>8, Addr: netip.AddrFrom16(k.Addr).Unmap()})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read protected destinations: %w", err)

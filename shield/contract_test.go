@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // enumerators reads enum name's enumerators from the BTF of the committed
@@ -63,13 +64,13 @@ func TestContract(t *testing.T) {
 		assert.True(t, slices.Equal(list, want), "%s: Go's values = %v, want %v (the C enumerators)", enum, list, want)
 	}
 	t.Run("reason", func(t *testing.T) {
-		named(t, "reason", "REASON_", func(v uint64) string { return Reason(v).String() }, asU64(Reasons()), true)
+		named(t, "reason", "REASON_", func(v uint64) string { return counter.Reason(v).String() }, asU64(counter.Reasons()), true)
 	})
 	t.Run("proto", func(t *testing.T) {
-		named(t, "proto", "PROTO_", func(v uint64) string { return Proto(v).String() }, asU64(Protos()), true)
+		named(t, "proto", "PROTO_", func(v uint64) string { return counter.Proto(v).String() }, asU64(counter.Protos()), true)
 	})
 	t.Run("verdict", func(t *testing.T) {
-		named(t, "verdict", "VERDICT_", func(v uint64) string { return Verdict(v).String() }, asU64(Verdicts()), true)
+		named(t, "verdict", "VERDICT_", func(v uint64) string { return counter.Verdict(v).String() }, asU64(counter.Verdicts()), true)
 	})
 	t.Run("clock", func(t *testing.T) {
 		var valid []uint64
@@ -149,19 +150,19 @@ func TestContract(t *testing.T) {
 	})
 
 	// The counters: the map has a key per (verdict, reason, proto), and
-	// counterIndex gives each its own.
+	// counter.Index gives each its own.
 	t.Run("counters", func(t *testing.T) {
 		got := spec.Maps[bpf.ShieldMapCounters].MaxEntries
-		assert.EqualValues(t, uint32(numCounters), got, "counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, numVerdicts, numReasons, numProtos)
+		assert.EqualValues(t, uint32(counter.Size), got, "counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, len(counter.Verdicts()), len(counter.Reasons()), len(counter.Protos()))
 		seen := map[uint32]string{}
-		for _, v := range Verdicts() {
-			for _, r := range Reasons() {
-				for _, p := range Protos() {
-					i, what := counterIndex(v, r, p), fmt.Sprintf("%s/%s/%s", v, r, p)
-					assert.False(t, i >= uint32(numCounters) || seen[i] != "", "counterIndex(%s) = %d, out of range or also %q's", what, i, seen[i])
+		for _, v := range counter.Verdicts() {
+			for _, r := range counter.Reasons() {
+				for _, p := range counter.Protos() {
+					i, what := counter.Index(v, r, p), fmt.Sprintf("%s/%s/%s", v, r, p)
+					assert.False(t, i >= uint32(counter.Size) || seen[i] != "", "counter.Index(%s) = %d, out of range or also %q's", what, i, seen[i])
 					seen[i] = what
-					k := counterKeys[i]
-					assert.False(t, k.v != v || k.r != r || k.p != p, "counterKeys[%d] = %s/%s/%s, want %s", i, k.v, k.r, k.p, what)
+					k := counter.Keys[i]
+					assert.False(t, k.V != v || k.R != r || k.P != p, "counter.Keys[%d] = %s/%s/%s, want %s", i, k.V, k.R, k.P, what)
 				}
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // token is the credit one packet costs: TOKEN in bpf/shield.c. It stays
@@ -134,9 +135,9 @@ type ClassLimits struct {
 func DefaultLimits() Limits {
 	return Limits{Rate: 1000, Burst: 2000, AdmissionRate: 10000, AdmissionBurst: 10000,
 		Protected: []Destination{
-			{Proto: ProtoTCP, Port: 80},
-			{Proto: ProtoTCP, Port: 443},
-			{Proto: ProtoUDP, Port: 443},
+			{Proto: counter.ProtoTCP, Port: 80},
+			{Proto: counter.ProtoTCP, Port: 443},
+			{Proto: counter.ProtoUDP, Port: 443},
 		},
 		Unprotected: DefaultUnprotected(),
 		KeyPrefix4:  DefaultKeyPrefix4, KeyPrefix6: DefaultKeyPrefix6,
@@ -270,7 +271,7 @@ func (l Limits) validateAggregates() []error {
 // aggKey is the destination's key in the aggregates map.
 func (a Aggregate) aggKey() bpf.ShieldAggKey {
 	k := bpf.ShieldAggKey{Proto: uint8(a.Destination.Proto)}
-	if a.Destination.Proto != ProtoICMP {
+	if a.Destination.Proto != counter.ProtoICMP {
 		k.Port = a.Destination.Port<<8 | a.Destination.Port>>8 // network order
 	}
 	return k
@@ -388,13 +389,13 @@ func (l Limits) config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldCo
 	for _, d := range l.Protected {
 		var words *[portWords]uint64
 		switch {
-		case d.Proto == ProtoICMP:
+		case d.Proto == counter.ProtoICMP:
 			cfg.Flags |= flagProtectICMP
 			continue
-		case d.Proto == ProtoTCP && d.Addr.IsValid():
+		case d.Proto == counter.ProtoTCP && d.Addr.IsValid():
 			words = &cfg.TcpAddrPorts
 			cfg.Flags |= flagProtectAddr
-		case d.Proto == ProtoTCP:
+		case d.Proto == counter.ProtoTCP:
 			words = &cfg.TcpPorts
 		case d.Addr.IsValid():
 			words = &cfg.UdpAddrPorts
@@ -458,12 +459,12 @@ func limitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
 		l.KeyPrefix6 += uint8(hi)
 	}
 	if cfg.Flags&flagProtectICMP != 0 {
-		l.Protected = append(l.Protected, Destination{Proto: ProtoICMP})
+		l.Protected = append(l.Protected, Destination{Proto: counter.ProtoICMP})
 	}
 	for _, pw := range []struct {
-		p Proto
+		p counter.Proto
 		w *[portWords]uint64
-	}{{ProtoTCP, &cfg.TcpPorts}, {ProtoUDP, &cfg.UdpPorts}} {
+	}{{counter.ProtoTCP, &cfg.TcpPorts}, {counter.ProtoUDP, &cfg.UdpPorts}} {
 		for i, w := range pw.w {
 			for b := range 64 {
 				if w&(1<<b) != 0 {
@@ -480,7 +481,7 @@ func limitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
 // a port (tcp and udp), and optionally one address. Written "tcp/443",
 // "udp/198.18.0.1:53", "tcp/[2001:db8::1]:443" or "icmp".
 type Destination struct {
-	Proto Proto
+	Proto counter.Proto
 	Port  uint16
 	Addr  netip.Addr // the zero Addr: every address
 }
@@ -489,16 +490,16 @@ type Destination struct {
 func ParseDestination(s string) (Destination, error) {
 	var d Destination
 	if s == "icmp" {
-		return Destination{Proto: ProtoICMP}, nil
+		return Destination{Proto: counter.ProtoICMP}, nil
 	}
 	proto, rest, ok := strings.Cut(s, "/")
 	switch {
 	case !ok:
 		return d, fmt.Errorf("%q: want tcp/PORT, udp/PORT, tcp/ADDR:PORT, udp/ADDR:PORT or icmp", s)
 	case proto == "tcp":
-		d.Proto = ProtoTCP
+		d.Proto = counter.ProtoTCP
 	case proto == "udp":
-		d.Proto = ProtoUDP
+		d.Proto = counter.ProtoUDP
 	default:
 		return d, fmt.Errorf("%q: unknown protocol %q (want tcp, udp or icmp)", s, proto)
 	}
@@ -519,11 +520,11 @@ func ParseDestination(s string) (Destination, error) {
 
 func (d Destination) validate() error {
 	switch d.Proto {
-	case ProtoICMP:
+	case counter.ProtoICMP:
 		if d.Port != 0 || d.Addr.IsValid() {
 			return fmt.Errorf("%s: icmp takes no port nor address", d)
 		}
-	case ProtoTCP, ProtoUDP:
+	case counter.ProtoTCP, counter.ProtoUDP:
 		if d.Port == 0 {
 			return fmt.Errorf("%s: port 0", d)
 		}
@@ -537,7 +538,7 @@ func (d Destination) validate() error {
 }
 
 func (d Destination) String() string {
-	if d.Proto == ProtoICMP {
+	if d.Proto == counter.ProtoICMP {
 		return "icmp"
 	}
 	if d.Addr.IsValid() {

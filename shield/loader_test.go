@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -365,9 +366,9 @@ func TestCountersByCPU(t *testing.T) {
 	require.NoError(t, err)
 	per, err := s.CountersByCPU()
 	require.NoError(t, err)
-	var sum Counters
+	var sum counter.Counters
 	for _, c := range per {
-		c.Each(func(v Verdict, r Reason, p Proto, n uint64) { sum[v][r][p] += n })
+		c.Each(func(v counter.Verdict, r counter.Reason, p counter.Proto, n uint64) { sum[v][r][p] += n })
 	}
 	assert.Equal(t, total, sum, "sum of CountersByCPU()")
 	assert.Equal(t, uint64(6), total.Total(), "Counters().Total()")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -81,8 +82,8 @@ func only(d map[string]string, prefix string) map[string]string {
 func dirty(t *testing.T, s *shield.Shield) {
 	t.Helper()
 	l := shield.DefaultLimits()
-	l.Protected = append(l.Protected, shield.Destination{Proto: shield.ProtoTCP, Port: 8443, Addr: netip.MustParseAddr("198.18.0.9")})
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoTCP, Port: 443}, Rate: 1000, Burst: 2000}}
+	l.Protected = append(l.Protected, shield.Destination{Proto: counter.ProtoTCP, Port: 8443, Addr: netip.MustParseAddr("198.18.0.9")})
+	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: counter.ProtoTCP, Port: 443}, Rate: 1000, Burst: 2000}}
 	require.NoError(t, s.SetLimits(l))
 	require.NoError(t, s.SetEphemeral(shield.PortRange{Lo: 1024, Hi: 2048}))
 	for _, c := range []struct {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // Clock selects where the program reads time. Its values are the program's
@@ -538,8 +539,8 @@ func (s *Shield) SetTime(ns uint64) error {
 }
 
 // Counters reads the packet counters, summed over CPUs.
-func (s *Shield) Counters() (Counters, error) { return readCounters(s.objs.Counters) }
+func (s *Shield) Counters() (counter.Counters, error) { return readCounters(s.objs.Counters) }
 
 // Bytes reads the bytes of the packets Counters counts (each frame's whole
 // length, from its Ethernet header), summed over CPUs, in the same shape.
-func (s *Shield) Bytes() (Counters, error) { return readCounters(s.objs.ByteCounters) }
+func (s *Shield) Bytes() (counter.Counters, error) { return readCounters(s.objs.ByteCounters) }

@@ -22,6 +22,7 @@ import (
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/study/proc"
 	"github.com/xdpshield/xdpshield/study/report"
@@ -531,7 +532,7 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 	if sources == "many" {
 		tpls, w = s.many, s.manyW
 	}
-	var c0 shield.Counters
+	var c0 counter.Counters
 	if p.sh != nil {
 		if c0, err = p.sh.Counters(); err != nil {
 			return err
@@ -554,8 +555,8 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			return err
 		}
 		diff := c1.Sub(c0)
-		d.Dropped = diff.Verdict(shield.Drop)
-		d.Passed = diff.Verdict(shield.Pass)
+		d.Dropped = diff.Verdict(counter.Drop)
+		d.Passed = diff.Verdict(counter.Pass)
 		if n, err := p.sh.CountSources(ctx); err == nil {
 			d.Tracked = n
 		}

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // Source is what the page reads of a shield (*shield.Shield is one).
 type Source interface {
-	Counters() (shield.Counters, error)
+	Counters() (counter.Counters, error)
 	CountSources(ctx context.Context) (int, error)
 	TableSize() uint32
 	List(l shield.List) ([]netip.Prefix, error)
@@ -61,7 +62,7 @@ type sampler struct {
 	interval time.Duration
 	mu       sync.Mutex
 	last     Sample
-	lastC    shield.Counters
+	lastC    counter.Counters
 	lastAt   time.Time
 	top      []shield.Source
 	topAt    time.Time
@@ -87,12 +88,12 @@ func (s *sampler) sample(ctx context.Context) Sample {
 	}
 	smp.Seconds = dt
 	d := c.Sub(s.lastC)
-	for _, v := range shield.Verdicts() {
+	for _, v := range counter.Verdicts() {
 		smp.Totals[v.String()] = c.Verdict(v)
 		smp.PPS[v.String()] = rate(d.Verdict(v), dt)
-		for _, r := range shield.Reasons() {
+		for _, r := range counter.Reasons() {
 			var total, delta uint64
-			for _, p := range shield.Protos() {
+			for _, p := range counter.Protos() {
 				total += c[v][r][p]
 				delta += d[v][r][p]
 			}

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 const token = "operator-token-0123456789"
@@ -28,15 +29,15 @@ const token = "operator-token-0123456789"
 // fakeSource is a shield whose counters the test moves.
 type fakeSource struct {
 	mu sync.Mutex
-	c  shield.Counters
+	c  counter.Counters
 }
 
-func (f *fakeSource) add(v shield.Verdict, r shield.Reason, n uint64) {
+func (f *fakeSource) add(v counter.Verdict, r counter.Reason, n uint64) {
 	f.mu.Lock()
 	f.c[v][r][0] += n
 	f.mu.Unlock()
 }
-func (f *fakeSource) Counters() (shield.Counters, error) {
+func (f *fakeSource) Counters() (counter.Counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.c, nil
@@ -180,7 +181,7 @@ func TestEventsMove(t *testing.T) {
 		if i >= 1 {
 			assert.Greater(t, s.Seconds, 0.0)
 		}
-		e.src.add(shield.Drop, shield.Reason(1), 1000)
+		e.src.add(counter.Drop, counter.Reason(1), 1000)
 	})
 	assert.Zero(t, drops[0], "the first sample has no rate")
 	for _, d := range drops[1:] {

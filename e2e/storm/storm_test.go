@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // shieldedPair is a topology with the shield attached at the edge.
@@ -93,11 +94,11 @@ func TestGenerators(t *testing.T) {
 			c1, _ := sh.Counters()
 			v1, _ := top.VethStats()
 			d := c1.Sub(c0)
-			seen := d.Total() - d.Reason(shield.ReasonNotIP)
+			seen := d.Total() - d.Reason(counter.ReasonNotIP)
 			dropped := v1.Storm.TxDropped - v0.Storm.TxDropped
 			// +20: NDP and the like.
 			assert.True(t, seen+dropped >= sent && seen+dropped <= sent+20, "shield saw %d frames, veth dropped %d; generator sent %d", seen, dropped, sent)
-			assert.True(t, d.Reason(shield.ReasonAdmission) > 0 && d.Reason(shield.ReasonLimit) > 0, "counters %v: want both admission (forged) and limit (few) drops", d)
+			assert.True(t, d.Reason(counter.ReasonAdmission) > 0 && d.Reason(counter.ReasonLimit) > 0, "counters %v: want both admission (forged) and limit (few) drops", d)
 			ran++
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -37,13 +38,13 @@ var (
 func TestExtensionHeadersLimited(t *testing.T) {
 	def := shortBurst(shield.DefaultLimits())
 	n := 3 * def.Burst // 6,000 with the defaults
-	tcp, other := shield.ProtoTCP, shield.ProtoOther
+	tcp, other := counter.ProtoTCP, counter.ProtoOther
 	seven := append(append([]sim.Ext{}, rfc8200Order...), destOpts8)
 	for _, tc := range []struct {
 		name  string
 		ext   []sim.Ext
 		seg   sim.Seg
-		proto shield.Proto
+		proto counter.Proto
 		cut   int // bytes cut off the frame's end
 	}{
 		{name: "plain SYN", proto: tcp},
@@ -67,8 +68,8 @@ func TestExtensionHeadersLimited(t *testing.T) {
 			b := f.Bytes()
 			b = b[:len(b)-tc.cut]
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-				{Name: "a burst passes", At: sec, Frame: b, Times: int(def.Burst), Want: sim.Pass, Delta: N(def.Burst, pass, shield.ReasonOK, tc.proto)},
-				{Name: "the rest is limited", At: sec, Frame: b, Times: int(n - def.Burst), Want: sim.Drop, Delta: N(n-def.Burst, drop, shield.ReasonLimit, tc.proto)},
+				{Name: "a burst passes", At: sec, Frame: b, Times: int(def.Burst), Want: sim.Pass, Delta: N(def.Burst, pass, counter.ReasonOK, tc.proto)},
+				{Name: "the rest is limited", At: sec, Frame: b, Times: int(n - def.Burst), Want: sim.Drop, Delta: N(n-def.Burst, drop, counter.ReasonLimit, tc.proto)},
 			}}.Run(t)
 		})
 	}
@@ -84,15 +85,15 @@ func TestExtensionHeadersLimited(t *testing.T) {
 func TestUnprotectedIsReturnTraffic(t *testing.T) {
 	def := shortBurst(shield.DefaultLimits())
 	n := 3 * def.Burst
-	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
-	protected := func(p shield.Proto) (sim.Action, map[string]uint64, sim.Action, map[string]uint64) {
-		return sim.Pass, N(def.Burst, pass, shield.ReasonOK, p), sim.Drop, N(n-def.Burst, drop, shield.ReasonLimit, p)
+	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
+	protected := func(p counter.Proto) (sim.Action, map[string]uint64, sim.Action, map[string]uint64) {
+		return sim.Pass, N(def.Burst, pass, counter.ReasonOK, p), sim.Drop, N(n-def.Burst, drop, counter.ReasonLimit, p)
 	}
 	for _, tc := range []struct {
 		name      string
 		f         sim.Frame
 		ret       bool
-		proto     shield.Proto
+		proto     counter.Proto
 		ephemeral shield.PortRange // zero: the default
 	}{
 		{name: "SYN to tcp/22", f: sim.Frame{L4: sim.TCP, DstPort: 22}, proto: tcp},
@@ -132,8 +133,8 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 			b := f.Bytes()
 			okWant, okDelta, overWant, overDelta := protected(tc.proto)
 			if tc.ret {
-				okWant, okDelta = sim.Pass, N(def.Burst, pass, shield.ReasonUnprotected, tc.proto)
-				overWant, overDelta = sim.Pass, N(n-def.Burst, pass, shield.ReasonUnprotected, tc.proto)
+				okWant, okDelta = sim.Pass, N(def.Burst, pass, counter.ReasonUnprotected, tc.proto)
+				overWant, overDelta = sim.Pass, N(n-def.Burst, pass, counter.ReasonUnprotected, tc.proto)
 			}
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
 				{Name: fmt.Sprintf("first %d", def.Burst), At: sec, Frame: b, Times: int(def.Burst), Want: okWant, Delta: okDelta},

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -27,7 +28,7 @@ const maxExt = 6
 // judged is how the shield must count a frame: its protocol class, and
 // whether it is return traffic (reason unprotected) or protected (ok).
 type judged struct {
-	proto shield.Proto
+	proto counter.Proto
 	ret   bool
 }
 
@@ -56,7 +57,7 @@ func reference(frame []byte) judged {
 
 // judgeChain judges the layers after prev, exts extension headers in.
 func judgeChain(ls []gopacket.Layer, prev gopacket.Layer, exts int) judged {
-	other := judged{proto: shield.ProtoOther}
+	other := judged{proto: counter.ProtoOther}
 	for _, l := range ls {
 		switch l := l.(type) {
 		case *layers.IPv6HopByHop, *layers.IPv6Routing, *layers.IPv6Destination, *layers.IPSecAH:
@@ -82,11 +83,11 @@ func judgeChain(ls []gopacket.Layer, prev gopacket.Layer, exts int) judged {
 		}
 		switch l := l.(type) {
 		case *layers.TCP:
-			return judged{proto: shield.ProtoTCP, ret: (!l.SYN || l.ACK) && ephemeral(uint16(l.DstPort))}
+			return judged{proto: counter.ProtoTCP, ret: (!l.SYN || l.ACK) && ephemeral(uint16(l.DstPort))}
 		case *layers.UDP:
-			return judged{proto: shield.ProtoUDP, ret: ephemeral(uint16(l.DstPort))}
+			return judged{proto: counter.ProtoUDP, ret: ephemeral(uint16(l.DstPort))}
 		case *layers.ICMPv6:
-			return judged{proto: shield.ProtoICMP, ret: quotesReturn(l)}
+			return judged{proto: counter.ProtoICMP, ret: quotesReturn(l)}
 		case *gopacket.DecodeFailure:
 			if nextOf(prev) == layers.IPProtocolIPv6Routing {
 				// gopacket's IPv6Routing knows type 0 alone; its
@@ -149,10 +150,10 @@ func upperOf(next layers.IPProtocol, exts int) judged {
 	switch next {
 	case layers.IPProtocolIPv6HopByHop, layers.IPProtocolIPv6Routing, layers.IPProtocolIPv6Fragment,
 		layers.IPProtocolIPv6Destination, layers.IPProtocolAH:
-		return judged{proto: shield.ProtoOther}
+		return judged{proto: counter.ProtoOther}
 	}
 	if exts > maxExt {
-		return judged{proto: shield.ProtoOther}
+		return judged{proto: counter.ProtoOther}
 	}
 	return judged{proto: protoClass(byte(next))}
 }
@@ -187,17 +188,17 @@ func judge(t *testing.T, s *shield.Shield, frame []byte) judged {
 	after, err := s.Counters()
 	require.NoError(t, err)
 	var j judged
-	var r shield.Reason
+	var r counter.Reason
 	n := 0
 	d := after.Sub(before)
-	d.Each(func(_ shield.Verdict, rr shield.Reason, p shield.Proto, c uint64) {
+	d.Each(func(_ counter.Verdict, rr counter.Reason, p counter.Proto, c uint64) {
 		if c != 0 {
 			j.proto, r, n = p, rr, n+int(c)
 		}
 	})
 	require.Equal(t, 1, n, "counters moved by %d for one frame", n)
-	require.Contains(t, []shield.Reason{shield.ReasonOK, shield.ReasonUnprotected}, r, "Run(%x): reason", frame)
-	j.ret = r == shield.ReasonUnprotected
+	require.Contains(t, []counter.Reason{counter.ReasonOK, counter.ReasonUnprotected}, r, "Run(%x): reason", frame)
+	j.ret = r == counter.ReasonUnprotected
 	return j
 }
 

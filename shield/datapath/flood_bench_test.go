@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -123,7 +124,7 @@ func BenchmarkForgedFlood(b *testing.B) {
 			require.NoError(b, err)
 			d := after.Sub(before)
 			var on uint64
-			for _, x := range d[shield.Drop][shield.ReasonAdmission] {
+			for _, x := range d[counter.Drop][counter.ReasonAdmission] {
 				on += x
 			}
 			share := 100 * float64(on) / float64(d.Total())

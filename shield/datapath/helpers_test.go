@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -19,8 +20,8 @@ var compat = flag.Bool("datapath.compat", false, "load shield_compat in shield's
 
 // Shorthands for counter keys.
 const (
-	pass = shield.Pass
-	drop = shield.Drop
+	pass = counter.Pass
+	drop = counter.Drop
 )
 
 // load gives t a shield with the virtual clock (time 0) and limits l, as
@@ -90,14 +91,14 @@ func source(t testing.TB, s *shield.Shield, addr string) shield.Source {
 }
 
 // protoOf maps a built frame's L4 to the counter protocol.
-func protoOf(l sim.L4) shield.Proto {
+func protoOf(l sim.L4) counter.Proto {
 	switch l {
 	case sim.TCP:
-		return shield.ProtoTCP
+		return counter.ProtoTCP
 	case sim.UDP:
-		return shield.ProtoUDP
+		return counter.ProtoUDP
 	default:
-		return shield.ProtoICMP
+		return counter.ProtoICMP
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -18,8 +19,8 @@ func TestListsNested(t *testing.T) {
 	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
 	addList(t, s, shield.AllowList, "198.18.0.0/15", "2001:db8:1:2::/64")
 	addList(t, s, shield.DenyList, "198.18.1.0/24", "198.18.1.7/32", "2001:db8::/32")
-	udp := shield.ProtoUDP
-	step := func(name, src string, want sim.Action, r shield.Reason) sim.Step {
+	udp := counter.ProtoUDP
+	step := func(name, src string, want sim.Action, r counter.Reason) sim.Step {
 		v := pass
 		if want == sim.Drop {
 			v = drop
@@ -27,20 +28,20 @@ func TestListsNested(t *testing.T) {
 		return sim.Step{Name: name, Frame: sim.From(src, sim.UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
 	}
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		step("deny /24 inside allow /15", "198.18.1.1", sim.Pass, shield.ReasonAllow),
-		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", sim.Pass, shield.ReasonAllow),
-		step("allow /64 inside deny /32", "2001:db8:1:2::9", sim.Pass, shield.ReasonAllow),
-		step("deny /32 outside the allow /64", "2001:db8:1:3::9", sim.Drop, shield.ReasonDeny),
-		step("unlisted", "203.0.113.1", sim.Pass, shield.ReasonOK),
+		step("deny /24 inside allow /15", "198.18.1.1", sim.Pass, counter.ReasonAllow),
+		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", sim.Pass, counter.ReasonAllow),
+		step("allow /64 inside deny /32", "2001:db8:1:2::9", sim.Pass, counter.ReasonAllow),
+		step("deny /32 outside the allow /64", "2001:db8:1:3::9", sim.Drop, counter.ReasonDeny),
+		step("unlisted", "203.0.113.1", sim.Pass, counter.ReasonOK),
 	}}.Run(t)
 
 	ps, err := shield.ParsePrefixes([]string{"198.18.0.0/15"})
 	require.NoError(t, err)
 	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
 	sim.Scenario{Name: t.Name() + "/allow removed", Target: Target(s), Steps: []sim.Step{
-		step("deny /24 now applies", "198.18.1.1", sim.Drop, shield.ReasonDeny),
-		step("deny /32 now applies", "198.18.1.7", sim.Drop, shield.ReasonDeny),
-		step("no longer listed", "198.18.2.1", sim.Pass, shield.ReasonOK),
+		step("deny /24 now applies", "198.18.1.1", sim.Drop, counter.ReasonDeny),
+		step("deny /32 now applies", "198.18.1.7", sim.Drop, counter.ReasonDeny),
+		step("no longer listed", "198.18.2.1", sim.Pass, counter.ReasonOK),
 	}}.Run(t)
 }
 
@@ -60,18 +61,18 @@ func TestListsModel(t *testing.T) {
 		a := [4]byte{198, 18 + byte(rng.IntN(2)), byte(rng.IntN(4)), byte(rng.IntN(8))}
 		return netip.PrefixFrom(netip.AddrFrom4(a), []int{8, 15, 16, 22, 24, 30, 32}[rng.IntN(7)]).Masked()
 	}
-	model := func(a netip.Addr) shield.Reason {
+	model := func(a netip.Addr) counter.Reason {
 		for p := range lists[shield.AllowList] {
 			if p.Contains(a) {
-				return shield.ReasonAllow
+				return counter.ReasonAllow
 			}
 		}
 		for p := range lists[shield.DenyList] {
 			if p.Contains(a) {
-				return shield.ReasonDeny
+				return counter.ReasonDeny
 			}
 		}
-		return shield.ReasonOK
+		return counter.ReasonOK
 	}
 	checks := 0
 	for op := range 60 {
@@ -101,10 +102,10 @@ func TestListsModel(t *testing.T) {
 			}
 			r := model(a)
 			want, v := sim.Pass, pass
-			if r == shield.ReasonDeny {
+			if r == counter.ReasonDeny {
 				want, v = sim.Drop, drop
 			}
-			steps = append(steps, sim.Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: sim.From(a.String(), sim.UDP).Bytes(), Want: want, Delta: One(v, r, shield.ProtoUDP)})
+			steps = append(steps, sim.Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: sim.From(a.String(), sim.UDP).Bytes(), Want: want, Delta: One(v, r, counter.ProtoUDP)})
 		}
 		if len(steps) == 0 {
 			continue
@@ -141,8 +142,8 @@ func keys(m map[netip.Prefix]bool) []netip.Prefix {
 // IPv6 /128 inside a /64 source) is never judged for its whole key.
 func TestListsKnownSources(t *testing.T) {
 	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
-	udp := shield.ProtoUDP
-	step := func(name, src string, want sim.Action, r shield.Reason) sim.Step {
+	udp := counter.ProtoUDP
+	step := func(name, src string, want sim.Action, r counter.Reason) sim.Step {
 		v := pass
 		if want == sim.Drop {
 			v = drop
@@ -165,20 +166,20 @@ func TestListsKnownSources(t *testing.T) {
 		t.Helper()
 		sim.Scenario{Name: t.Name() + "/" + name, Target: Target(s), Steps: steps}.Run(t)
 	}
-	run("known", step("v4 admitted", "198.18.0.1", sim.Pass, shield.ReasonOK), step("v4 known", "198.18.0.1", sim.Pass, shield.ReasonOK),
-		step("v6 admitted", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK), step("v6 known", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK))
+	run("known", step("v4 admitted", "198.18.0.1", sim.Pass, counter.ReasonOK), step("v4 known", "198.18.0.1", sim.Pass, counter.ReasonOK),
+		step("v6 admitted", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK), step("v6 known", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK))
 	change(true, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
-	run("denied", step("v4", "198.18.0.1", sim.Drop, shield.ReasonDeny), step("v6", "2001:db8:1:2::1", sim.Drop, shield.ReasonDeny))
+	run("denied", step("v4", "198.18.0.1", sim.Drop, counter.ReasonDeny), step("v6", "2001:db8:1:2::1", sim.Drop, counter.ReasonDeny))
 	change(true, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
-	run("allowed inside the denied", step("v4", "198.18.0.1", sim.Pass, shield.ReasonAllow), step("v6", "2001:db8:1:2::1", sim.Pass, shield.ReasonAllow))
+	run("allowed inside the denied", step("v4", "198.18.0.1", sim.Pass, counter.ReasonAllow), step("v6", "2001:db8:1:2::1", sim.Pass, counter.ReasonAllow))
 	change(false, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
 	change(false, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
-	run("unlisted again", step("v4", "198.18.0.1", sim.Pass, shield.ReasonOK), step("v6", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK))
+	run("unlisted again", step("v4", "198.18.0.1", sim.Pass, counter.ReasonOK), step("v6", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK))
 	// One address of the v6 source's /64 allowed: the rest of the /64
 	// keeps its bucket, whichever address came first.
 	change(true, shield.AllowList, "2001:db8:1:2::7/128")
-	run("host inside a key", step("listed host", "2001:db8:1:2::7", sim.Pass, shield.ReasonAllow),
-		step("its neighbour", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK), step("listed host again", "2001:db8:1:2::7", sim.Pass, shield.ReasonAllow))
+	run("host inside a key", step("listed host", "2001:db8:1:2::7", sim.Pass, counter.ReasonAllow),
+		step("its neighbour", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK), step("listed host again", "2001:db8:1:2::7", sim.Pass, counter.ReasonAllow))
 	src := source(t, s, "198.18.0.1")
 	require.Equal(t, uint64(3), src.Passed, "Source(198.18.0.1).Passed: its ok packets only")
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -21,8 +22,8 @@ func TestScenarioFailureWritesPcap(t *testing.T) {
 	dir := t.TempDir()
 	f := sim.From("198.18.0.1", sim.UDP, sim.Double...).Bytes()
 	res, err := sim.Scenario{Name: "wrong/on purpose", Target: Target(s), PcapDir: dir, Steps: []sim.Step{
-		{Name: "first", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, shield.ProtoUDP)},
-		{Name: "wrongly expected to pass", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, shield.ProtoUDP)},
+		{Name: "first", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, counter.ProtoUDP)},
+		{Name: "wrongly expected to pass", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, counter.ProtoUDP)},
 		{Name: "never run", At: sec, Frame: f, Want: sim.Drop},
 	}}.Exec()
 	require.NoError(t, err)

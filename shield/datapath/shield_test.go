@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -32,15 +33,15 @@ func TestBurstThenRefill(t *testing.T) {
 			t0 := 1 * sec
 			// 1/rate in ns, rounded up: the first instant a whole token is back.
 			gap := time.Duration((uint64(sec) + tc.rate - 1) / tc.rate)
-			udp := shield.ProtoUDP
+			udp := counter.ProtoUDP
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
-				{Name: "over burst", At: t0, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "one token", At: t0 + gap, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
-				{Name: "only one", At: t0 + gap, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
-				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, counter.ReasonOK, udp)},
+				{Name: "over burst", At: t0, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+				{Name: "one token", At: t0 + gap, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, udp)},
+				{Name: "only one", At: t0 + gap, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, counter.ReasonOK, udp)},
+				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
 			}}.Run(t)
 			src := source(t, s, "198.18.0.1")
 			assert.Equal(t, 2*tc.burst+1, src.Passed, "Source().Passed")
@@ -84,10 +85,10 @@ func TestRefillAtRate(t *testing.T) {
 				st := sim.Step{Name: fmt.Sprintf("packet %d", i), At: at, Frame: f}
 				if passed < earned {
 					passed++
-					st.Want, st.Delta = sim.Pass, One(pass, shield.ReasonOK, shield.ProtoTCP)
+					st.Want, st.Delta = sim.Pass, One(pass, counter.ReasonOK, counter.ProtoTCP)
 				} else {
 					dropped++
-					st.Want, st.Delta = sim.Drop, One(drop, shield.ReasonLimit, shield.ProtoTCP)
+					st.Want, st.Delta = sim.Drop, One(drop, counter.ReasonLimit, counter.ProtoTCP)
 				}
 				steps = append(steps, st)
 			}
@@ -106,19 +107,19 @@ func TestLists(t *testing.T) {
 	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
 	addList(t, s, shield.DenyList, "198.18.0.0/15", "2001:db8::/32")
 	addList(t, s, shield.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
-	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
+	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
 	allowed4 := sim.From("198.18.1.9", sim.TCP).Bytes()
 	allowed6 := sim.From("2001:db8:1::9", sim.UDP, sim.Double...).Bytes()
 	denied4 := sim.From("198.19.0.1", sim.ICMP, sim.Single...).Bytes()
 	denied6 := sim.From("2001:db8:2::1", sim.TCP).Bytes()
 	outside := sim.From("203.0.113.1", sim.UDP).Bytes()
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: sim.Pass, Delta: N(50, pass, shield.ReasonAllow, tcp)},
-		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: sim.Pass, Delta: N(50, pass, shield.ReasonAllow, udp)},
-		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonDeny, icmp)},
-		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
-		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "unlisted over burst", At: sec, Frame: outside, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: sim.Pass, Delta: N(50, pass, counter.ReasonAllow, tcp)},
+		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: sim.Pass, Delta: N(50, pass, counter.ReasonAllow, udp)},
+		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: sim.Drop, Delta: N(3, drop, counter.ReasonDeny, icmp)},
+		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, tcp)},
+		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: sim.Pass, Delta: N(2, pass, counter.ReasonOK, udp)},
+		{Name: "unlisted over burst", At: sec, Frame: outside, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
 	}}.Run(t)
 	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
@@ -129,8 +130,8 @@ func TestLists(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
 	sim.Scenario{Name: t.Name() + "/after remove", Target: Target(s), Steps: []sim.Step{
-		{Name: "now denied", At: sec, Frame: allowed4, Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
-		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: sim.Pass, Delta: One(pass, shield.ReasonAllow, udp)},
+		{Name: "now denied", At: sec, Frame: allowed4, Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, tcp)},
+		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: sim.Pass, Delta: One(pass, counter.ReasonAllow, udp)},
 	}}.Run(t)
 }
 
@@ -155,9 +156,9 @@ func TestFamiliesAndTags(t *testing.T) {
 					f := sim.From(src, l4, tags[tagName]...).Bytes()
 					p := protoOf(l4)
 					sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-						{Name: "burst", At: sec, Frame: f, Times: burst, Want: sim.Pass, Delta: N(burst, pass, shield.ReasonOK, p)},
-						{Name: "limited", At: sec, Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonLimit, p)},
-						{Name: "refill", At: 2 * sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, p)},
+						{Name: "burst", At: sec, Frame: f, Times: burst, Want: sim.Pass, Delta: N(burst, pass, counter.ReasonOK, p)},
+						{Name: "limited", At: sec, Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, counter.ReasonLimit, p)},
+						{Name: "refill", At: 2 * sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, p)},
 					}}.Run(t)
 					got := source(t, s, src)
 					want := shield.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
@@ -174,7 +175,7 @@ func TestFamiliesAndTags(t *testing.T) {
 	// The same address untagged and double tagged is one source.
 	sim.Scenario{Name: t.Name() + "/one bucket per address", Target: Target(s), Steps: []sim.Step{
 		{Name: "untagged", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.UDP).Bytes(), Times: burst, Want: sim.Pass},
-		{Name: "double tagged, same source", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.TCP, sim.Double...).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, shield.ProtoTCP)},
+		{Name: "double tagged, same source", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.TCP, sim.Double...).Bytes(), Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, counter.ProtoTCP)},
 	}}.Run(t)
 }
 
@@ -184,14 +185,14 @@ func TestDryRun(t *testing.T) {
 	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
 	s := load(t, 4096, l)
 	addList(t, s, shield.DenyList, "198.18.9.0/24")
-	udp := shield.ProtoUDP
+	udp := counter.ProtoUDP
 	a := sim.From("198.18.0.1", sim.UDP).Bytes()
 	b := sim.From("198.18.0.2", sim.UDP).Bytes()
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		{Name: "burst", At: sec, Frame: a, Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: sim.Pass, Delta: N(5, pass, shield.ReasonLimit, udp)},
-		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: sim.Pass, Delta: N(3, pass, shield.ReasonAdmission, udp)},
-		{Name: "deny still drops", At: sec, Frame: sim.From("198.18.9.1", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, udp)},
+		{Name: "burst", At: sec, Frame: a, Times: 2, Want: sim.Pass, Delta: N(2, pass, counter.ReasonOK, udp)},
+		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: sim.Pass, Delta: N(5, pass, counter.ReasonLimit, udp)},
+		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: sim.Pass, Delta: N(3, pass, counter.ReasonAdmission, udp)},
+		{Name: "deny still drops", At: sec, Frame: sim.From("198.18.9.1", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, udp)},
 	}}.Run(t)
 	got := source(t, s, "198.18.0.1")
 	assert.Equal(t, uint64(2), got.Passed, "Source().Passed")
@@ -203,8 +204,8 @@ func TestDryRun(t *testing.T) {
 	l.DryRun = false
 	require.NoError(t, s.SetLimits(l))
 	sim.Scenario{Name: t.Name() + "/enforcing", Target: Target(s), Steps: []sim.Step{
-		{Name: "limited", At: sec, Frame: a, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "not admitted", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
+		{Name: "limited", At: sec, Frame: a, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+		{Name: "not admitted", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, counter.ReasonAdmission, udp)},
 	}}.Run(t)
 }
 
@@ -222,9 +223,9 @@ func TestRealClocks(t *testing.T) {
 			require.Error(t, s.SetTime(1), "SetTime() on a real clock")
 			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-				{Name: "burst", Frame: f, Times: 3, Want: sim.Pass, Delta: N(3, pass, shield.ReasonOK, shield.ProtoUDP)},
-				{Name: "limited", Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonLimit, shield.ProtoUDP)},
-				{Name: "admission spent", Frame: sim.From("198.18.0.2", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, shield.ProtoUDP)},
+				{Name: "burst", Frame: f, Times: 3, Want: sim.Pass, Delta: N(3, pass, counter.ReasonOK, counter.ProtoUDP)},
+				{Name: "limited", Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, counter.ReasonLimit, counter.ProtoUDP)},
+				{Name: "admission spent", Frame: sim.From("198.18.0.2", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, counter.ReasonAdmission, counter.ProtoUDP)},
 			}}.Run(t)
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // Defaults are the limits the study derives for its service from what a
@@ -62,7 +63,7 @@ func StudyDefaults() Defaults { return Derive(designClientPPS, UDPCapacity, data
 // limit of the datagram service.
 func (d Defaults) Apply(l shield.Limits) shield.Limits {
 	l.Rate, l.Burst = d.Rate, d.Burst
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: storm.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
+	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: counter.ProtoUDP, Port: storm.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
 	return l
 }
 
