@@ -21,6 +21,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -35,7 +36,7 @@ const (
 // and capFlood's beyond a burst of 2 as over the limit.
 func captureEnv(t *testing.T) *env {
 	e := newEnv(t, api.Options{})
-	require.NoError(t, e.sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1000, AdmissionBurst: 1000}))
+	require.NoError(t, e.sh.SetLimits(config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1000, AdmissionBurst: 1000}))
 	_, err := e.sh.Add(shield.DenyList, []netip.Prefix{netip.MustParsePrefix(capDenied + "/32")})
 	require.NoError(t, err)
 	return e

@@ -26,6 +26,7 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -541,7 +542,7 @@ func (s *Server) getLimits(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
-	var l shield.Limits
+	var l config.Limits
 	if err := s.decode(w, r, &l); err != nil {
 		s.fail(w, err)
 		return
@@ -549,7 +550,7 @@ func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
 	// One check, the shield's: Validate and what the clock can honour.
 	old, err := s.sh.ReplaceLimits(l)
 	if err != nil {
-		if errors.Is(err, shield.ErrInvalid) {
+		if errors.Is(err, config.ErrInvalid) {
 			s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 			return
 		}
@@ -616,7 +617,7 @@ func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) 
 }
 
 // changeList applies a validated batch to list l with apply (shield's Add
-// or Remove, which check it whole against the list: shield.ErrInvalid is
+// or Remove, which check it whole against the list: config.ErrInvalid is
 // the client's error), then answers and logs what changed.
 func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.List, verb string,
 	apply func(shield.List, []netip.Prefix) (shield.ListChange, error)) {
@@ -629,7 +630,7 @@ func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.Lis
 	// racing changes each report their own prefixes.
 	ch, err := apply(l, ps)
 	if err != nil {
-		if errors.Is(err, shield.ErrInvalid) {
+		if errors.Is(err, config.ErrInvalid) {
 			s.fail(w, badRequest{err})
 			return
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -118,7 +119,7 @@ func TestChangesLogged(t *testing.T) {
 	ctx := context.Background()
 	c := e.client()
 	old := e.sh.Limits()
-	nl := shield.Limits{Rate: 7, Burst: 9, AdmissionRate: 11, AdmissionBurst: 13, DryRun: true}
+	nl := config.Limits{Rate: 7, Burst: 9, AdmissionRate: 11, AdmissionBurst: 13, DryRun: true}
 	ch, err := c.SetLimits(ctx, nl)
 	require.NoError(t, err, "SetLimits")
 	assert.False(t, !ch.Old.Equal(old) || !ch.New.Equal(nl), "SetLimits = %+v, want old %+v new %+v", ch, old, nl)
@@ -183,9 +184,9 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 			continue // the set of a source of a full table: not tracked
 		}
 		require.NoError(t, err, "fill sources")
-		bits := shield.DefaultKeyPrefix6
+		bits := config.DefaultKeyPrefix6
 		if a.Is4() {
-			bits = shield.DefaultKeyPrefix4
+			bits = config.DefaultKeyPrefix4
 		}
 		prefix, _ := a.Prefix(bits)
 		out = append(out, shield.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})

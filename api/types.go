@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // DefaultListen is where the service listens unless told otherwise.
@@ -50,8 +51,8 @@ type TopResponse struct {
 
 // LimitsChange answers PUT /v1/limits.
 type LimitsChange struct {
-	Old shield.Limits `json:"old"`
-	New shield.Limits `json:"new"`
+	Old config.Limits `json:"old"`
+	New config.Limits `json:"new"`
 }
 
 // PrefixesRequest is the body of POST and DELETE on /v1/allow and /v1/deny.

@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -74,10 +75,10 @@ type Config struct {
 	// when zero); a pinned table keeps its own.
 	TableSize uint32
 	// Clock is the program's time source.
-	Clock shield.Clock
-	// Limits apply to a fresh attach (zero: shield.DefaultLimits); adopted
+	Clock config.Clock
+	// Limits apply to a fresh attach (zero: config.DefaultLimits); adopted
 	// pins keep theirs.
-	Limits shield.Limits
+	Limits config.Limits
 	// Allow and Deny are put on the lists at start (listed ones are kept).
 	Allow, Deny []netip.Prefix
 	// SpoofOwnAddresses marks this namespace's addresses as the machine's
@@ -196,7 +197,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		cfg.API.Listen = api.DefaultListen
 	}
 	if cfg.Limits.IsZero() {
-		cfg.Limits = shield.DefaultLimits()
+		cfg.Limits = config.DefaultLimits()
 	}
 	// The limits are checked by shield.Load (through Attach), before
 	// anything is attached.
@@ -294,7 +295,7 @@ func (s *Service) attach() error {
 	// Return traffic comes back to the ports the edge's connections are
 	// opened from: this namespace's, the interface's (the service runs in
 	// it).
-	eph, err := shield.LocalPortRange()
+	eph, err := config.LocalPortRange()
 	if err != nil {
 		return fmt.Errorf("%w (nothing was attached)", err)
 	}

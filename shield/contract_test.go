@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
@@ -75,12 +76,12 @@ func TestContract(t *testing.T) {
 	t.Run("clock", func(t *testing.T) {
 		var valid []uint64
 		for c := range 256 {
-			if Clock(c).valid() {
+			if config.Clock(c).Valid() {
 				valid = append(valid, uint64(c))
 			}
 		}
-		named(t, "clock", "CLOCK_", func(v uint64) string { return Clock(v).String() }, valid, false)
-		assert.EqualValues(t, 0, ClockJiffies, "ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", ClockJiffies)
+		named(t, "clock", "CLOCK_", func(v uint64) string { return config.Clock(v).String() }, valid, false)
+		assert.EqualValues(t, 0, config.ClockJiffies, "ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", config.ClockJiffies)
 	})
 
 	// valued checks constants Go writes into the program's maps against
@@ -99,13 +100,13 @@ func TestContract(t *testing.T) {
 	}
 	t.Run("config_flag", func(t *testing.T) {
 		valued(t, "config_flag", map[string]uint64{
-			"CONFIG_DRY_RUN": uint64(flagDryRun), "CONFIG_ALLOW4": uint64(flagAllow4), "CONFIG_ALLOW6": uint64(flagAllow6),
-			"CONFIG_DENY4": uint64(flagDeny4), "CONFIG_DENY6": uint64(flagDeny6), "CONFIG_OWN4": uint64(flagOwn4),
-			"CONFIG_OWN6": uint64(flagOwn6), "CONFIG_PROTECT": uint64(flagProtect), "CONFIG_PROTECT_ICMP": uint64(flagProtectICMP),
-			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_LISTS_B": uint64(flagListsB), "CONFIG_AGGREGATE": uint64(flagAggregate), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
+			"CONFIG_DRY_RUN": uint64(config.FlagDryRun), "CONFIG_ALLOW4": uint64(config.FlagAllow4), "CONFIG_ALLOW6": uint64(config.FlagAllow6),
+			"CONFIG_DENY4": uint64(config.FlagDeny4), "CONFIG_DENY6": uint64(config.FlagDeny6), "CONFIG_OWN4": uint64(config.FlagOwn4),
+			"CONFIG_OWN6": uint64(config.FlagOwn6), "CONFIG_PROTECT": uint64(config.FlagProtect), "CONFIG_PROTECT_ICMP": uint64(config.FlagProtectICMP),
+			"CONFIG_PROTECT_ADDR": uint64(config.FlagProtectAddr), "CONFIG_LISTS_B": uint64(config.FlagListsB), "CONFIG_AGGREGATE": uint64(config.FlagAggregate), "CONFIG_CLOCK_SHIFT": uint64(config.ClockShift),
 		})
-		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr, flagListsB, flagAggregate} {
-			assert.EqualValues(t, 0, f>>clockShift, "flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
+		for _, f := range []uint32{config.FlagDryRun, config.FlagAllow4, config.FlagAllow6, config.FlagDeny4, config.FlagDeny6, config.FlagOwn4, config.FlagOwn6, config.FlagProtect, config.FlagProtectICMP, config.FlagProtectAddr, config.FlagListsB, config.FlagAggregate} {
+			assert.EqualValues(t, 0, f>>config.ClockShift, "flag %#x lies in the clock's byte (from bit %d)", f, config.ClockShift)
 		}
 	})
 	t.Run("list_verdict", func(t *testing.T) {
@@ -125,14 +126,14 @@ func TestContract(t *testing.T) {
 		assert.EqualValues(t, numClasses, got, "admission MaxEntries = %d, want %d (a bucket per class)", got, numClasses)
 	})
 	t.Run("credit", func(t *testing.T) {
-		valued(t, "credit", map[string]uint64{"TOKEN": token})
+		valued(t, "credit", map[string]uint64{"TOKEN": config.Token})
 	})
 	t.Run("capacity", func(t *testing.T) {
-		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(maxProtectedDsts)})
+		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(config.MaxProtectedDsts)})
 		got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries
-		assert.EqualValues(t, uint32(maxProtectedDsts), got, "protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
+		assert.EqualValues(t, uint32(config.MaxProtectedDsts), got, "protected_dsts MaxEntries = %d, want %d", got, config.MaxProtectedDsts)
 		got = spec.Maps[bpf.ShieldMapAggregates].MaxEntries
-		assert.EqualValues(t, uint32(maxAggregates), got, "aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, maxAggregates)
+		assert.EqualValues(t, uint32(config.MaxAggregates), got, "aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, config.MaxAggregates)
 		got = spec.Maps[bpf.ShieldMapPresence].MaxEntries
 		assert.EqualValues(t, 2*filterWords, got, "presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)
 		valued(t, "list_capacity", map[string]uint64{

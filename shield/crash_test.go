@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // crashChildEnv makes the test binary the child of TestKillMidListChange:
@@ -61,9 +62,9 @@ func TestKillMidListChange(t *testing.T) {
 	}
 	dir := pinDir(t)
 	crashN := crashN()
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	l.DryRun = true // limits pass: only the deny list drops
-	s := loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
+	s := loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	removed := crashRemoved(crashN)
 	_, err := s.Add(DenyList, append(removed, crashKept))
 	require.NoError(t, err, "Add")
@@ -131,7 +132,7 @@ func TestKillMidListChange(t *testing.T) {
 	// A restart on the pins lists what was in force, with nothing to roll
 	// back.
 	s.Close()
-	s2 := loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
+	s2 := loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	deny, err := s2.List(DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, 1, len(deny), "prefixes on the deny list after the restart")
@@ -145,9 +146,9 @@ func TestKillMidListChange(t *testing.T) {
 // crashChild is the process TestKillMidListChange kills: it removes the
 // 30,000 prefixes in one change, then waits to be killed.
 func crashChild(t *testing.T, dir string) {
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	l.DryRun = true
-	s, err := Load(Options{PinPath: dir, Limits: l, Clock: ClockVirtual, TableSize: 4096})
+	s, err := Load(Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual, TableSize: 4096})
 	require.NoError(t, err, "child Load")
 	fmt.Println("changing")
 	_, err = s.Remove(DenyList, crashRemoved(crashN()))
@@ -162,9 +163,9 @@ func crashChild(t *testing.T, dir string) {
 // and unpins the old tries and the journal.
 func TestMigrateOldListPins(t *testing.T) {
 	dir := pinDir(t)
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	l.DryRun = true
-	s, err := Load(Options{PinPath: dir, Limits: l, Clock: ClockVirtual, TableSize: 4096})
+	s, err := Load(Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual, TableSize: 4096})
 	require.NoError(t, err, "fresh Load")
 	s.Close()
 
@@ -200,7 +201,7 @@ func TestMigrateOldListPins(t *testing.T) {
 		require.NoError(t, m.Put(k, journalAdded))
 	})
 
-	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
+	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	deny, err := s.List(DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{kept}, deny, "List(deny) after the migration")
@@ -217,7 +218,7 @@ func TestMigrateOldListPins(t *testing.T) {
 		assert.ErrorIs(t, err, os.ErrNotExist, "the old pin %s after the migration", name)
 	}
 	s.Close()
-	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
+	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	deny, err = s.List(DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{kept}, deny, "List(deny) on the new pins")

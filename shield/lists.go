@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // List names an address list.
@@ -26,15 +27,6 @@ func (l List) String() string {
 	}
 	return "deny"
 }
-
-// ErrInvalid marks the errors of Add and Remove that their input caused (a
-// bad prefix, a list over capacity, a prefix not listed): nothing changed.
-var ErrInvalid = errors.New("invalid list change")
-
-// inputError is an error that errors.Is(err, ErrInvalid), with its own text.
-type inputError struct{ error }
-
-func (inputError) Is(target error) bool { return target == ErrInvalid }
 
 // maxListEntries is MAX_LIST_ENTRIES in bpf/shield.c (per list and family).
 const maxListEntries = int(bpf.ShieldListCapacityMAX_LIST_ENTRIES)
@@ -278,7 +270,7 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 	var fresh []netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return nil, inputError{fmt.Errorf("invalid prefix %q", p)}
+			return nil, config.Invalid(fmt.Errorf("invalid prefix %q", p))
 		}
 		if have[p] {
 			continue
@@ -294,7 +286,7 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 		}
 	}
 	if n4 > maxListEntries || n6 > maxListEntries {
-		return nil, inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
+		return nil, config.Invalid(fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries))
 	}
 
 	if len(fresh) == 0 {
@@ -344,7 +336,7 @@ func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip
 		gone = append(gone, p)
 	}
 	if len(missing) > 0 {
-		return nil, inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
+		return nil, config.Invalid(fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", ")))
 	}
 	own, err := s.ownLocked()
 	if err != nil {
@@ -546,15 +538,15 @@ func (s *Shield) listFlags(own []netip.Addr) uint32 {
 	_, looked := ownSplit(own)
 	for _, a := range looked {
 		if a.Is4() {
-			flags |= flagOwn4
+			flags |= config.FlagOwn4
 		} else {
-			flags |= flagOwn6
+			flags |= config.FlagOwn6
 		}
 	}
 	for _, l := range []List{AllowList, DenyList} {
-		f4, f6 := flagAllow4, flagAllow6
+		f4, f6 := config.FlagAllow4, config.FlagAllow6
 		if l == DenyList {
-			f4, f6 = flagDeny4, flagDeny6
+			f4, f6 = config.FlagDeny4, config.FlagDeny6
 		}
 		if p := s.snap[l].Load(); p != nil {
 			for _, q := range *p {
@@ -567,7 +559,7 @@ func (s *Shield) listFlags(own []netip.Addr) uint32 {
 		}
 	}
 	if s.gen == 1 {
-		flags |= flagListsB
+		flags |= config.FlagListsB
 	}
 	return flags
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -37,7 +38,7 @@ type state struct {
 	Config bpf.ShieldConfig
 	Allow  []netip.Prefix
 	Deny   []netip.Prefix
-	Limits Limits
+	Limits config.Limits
 	// Verdicts is what the program reads: lists4/lists6.
 	Verdicts map[netip.Prefix]uint8
 }
@@ -87,8 +88,8 @@ const (
 
 func TestLoadRejects(t *testing.T) {
 	testutil.Root(t)
-	good := Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
-	with := func(f func(*Limits)) Limits { l := good; f(&l); return l }
+	good := config.Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
+	with := func(f func(*config.Limits)) config.Limits { l := good; f(&l); return l }
 	for _, tc := range []struct {
 		name string
 		opts Options
@@ -98,12 +99,12 @@ func TestLoadRejects(t *testing.T) {
 		{"table too large", Options{TableSize: MaxTableSize + 1, Limits: good}, []string{"table size 16777217 out of range [4, 16777216]"}},
 		{"table not a power of two", Options{TableSize: 100_000, Limits: good}, []string{"table size 100000 is not a power of two", "65536 or 131072"}},
 		{"table absurd", Options{TableSize: 1<<32 - 1, Limits: good}, []string{"table size 4294967295 out of range"}},
-		{"rate 0", Options{Limits: with(func(l *Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
-		{"burst 0", Options{Limits: with(func(l *Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
-		{"admission rate 0", Options{Limits: with(func(l *Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
-		{"admission burst 0", Options{Limits: with(func(l *Limits) { l.AdmissionBurst = 0 })}, []string{"admission_burst 0 out of range"}},
-		{"rate too high", Options{Limits: with(func(l *Limits) { l.Rate = maxRate + 1 })}, []string{"rate 1000000001 out of range"}},
-		{"every bad field named", Options{Limits: Limits{Rate: 0, Burst: maxBurst + 1, AdmissionRate: 1, AdmissionBurst: 0}},
+		{"rate 0", Options{Limits: with(func(l *config.Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
+		{"burst 0", Options{Limits: with(func(l *config.Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
+		{"admission rate 0", Options{Limits: with(func(l *config.Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
+		{"admission burst 0", Options{Limits: with(func(l *config.Limits) { l.AdmissionBurst = 0 })}, []string{"admission_burst 0 out of range"}},
+		{"rate too high", Options{Limits: with(func(l *config.Limits) { l.Rate = config.MaxRate + 1 })}, []string{"rate 1000000001 out of range"}},
+		{"every bad field named", Options{Limits: config.Limits{Rate: 0, Burst: config.MaxBurst + 1, AdmissionRate: 1, AdmissionBurst: 0}},
 			[]string{"rate 0", "burst 1000000001", "admission_burst 0"}},
 		{"unknown clock", Options{Clock: 9, Limits: good}, []string{"unknown clock 9"}},
 	} {
@@ -133,7 +134,7 @@ func TestLoadRejects(t *testing.T) {
 // as asked.
 func TestLoadDefaults(t *testing.T) {
 	testutil.Root(t)
-	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: DefaultTableSize, Clock: config.ClockVirtual})
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, uint32(DefaultTableSize), s.TableSize(), "TableSize()")
@@ -142,23 +143,23 @@ func TestLoadDefaults(t *testing.T) {
 	assert.Equal(t, uint32(DefaultTableSize/ways), info.MaxEntries, "sources max_entries (sets)")
 	assert.Equal(t, uint32(setSize), info.ValueSize, "sources value size (a set)")
 	assert.Equal(t, 64, setSize/int(ways), "bytes per way")
-	assert.Equal(t, DefaultLimits(), s.Limits(), "Limits()")
-	assert.Equal(t, DefaultLimits(), snapshot(t, s).Limits)
+	assert.Equal(t, config.DefaultLimits(), s.Limits(), "Limits()")
+	assert.Equal(t, config.DefaultLimits(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, DefaultLimits(), limitsOf(cfg, nil), "limits in the config map")
+	assert.Equal(t, config.DefaultLimits(), config.LimitsOf(cfg, nil), "limits in the config map")
 }
 
 func TestSetLimitsRejectsAndChangesNothing(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: Limits{Rate: 5, Burst: 7, AdmissionRate: 11, AdmissionBurst: 13}})
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 5, Burst: 7, AdmissionRate: 11, AdmissionBurst: 13}})
 	addT(t, s, DenyList, "203.0.113.0/24")
 	before := snapshot(t, s)
-	for _, bad := range []Limits{
+	for _, bad := range []config.Limits{
 		{Rate: 0, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1},
 		{Rate: 1, Burst: 0, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true},
 		{Rate: 1, Burst: 1, AdmissionRate: 0, AdmissionBurst: 1},
 		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 0},
-		{Rate: maxRate + 1, Burst: maxBurst + 1, AdmissionRate: 1, AdmissionBurst: 1},
+		{Rate: config.MaxRate + 1, Burst: config.MaxBurst + 1, AdmissionRate: 1, AdmissionBurst: 1},
 		{},
 	} {
 		err := s.SetLimits(bad)
@@ -170,7 +171,7 @@ func TestSetLimitsRejectsAndChangesNothing(t *testing.T) {
 // TestSetLimitsWithoutReload: the same program (same ID) sees a new limit
 // and dry-run at once, and the config map holds exactly the new limits.
 func TestSetLimitsWithoutReload(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100}})
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100}})
 	info, err := s.Program().Info()
 	require.NoError(t, err)
 	id, _ := info.ID()
@@ -179,16 +180,16 @@ func TestSetLimitsWithoutReload(t *testing.T) {
 	assert.Equal(t, uint32(xdpPass), run(t, s, f), "first packet")
 	assert.Equal(t, uint32(xdpDrop), run(t, s, f), "over burst 1")
 
-	dry := Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100, DryRun: true}
+	dry := config.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100, DryRun: true}
 	require.NoError(t, s.SetLimits(dry))
 	assert.Equal(t, uint32(xdpPass), run(t, s, f), "over burst in dry-run")
-	assert.Equal(t, dry.withDefaults(), snapshot(t, s).Limits)
+	assert.Equal(t, dry.WithDefaults(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, dry.withDefaults(), limitsOf(cfg, nil), "limits in the config map")
+	assert.Equal(t, dry.WithDefaults(), config.LimitsOf(cfg, nil), "limits in the config map")
 
 	// A bigger burst applies to the existing bucket at its next refill.
-	big := Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100}
+	big := config.Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100}
 	require.NoError(t, s.SetLimits(big))
 	require.NoError(t, s.SetTime(100e9))
 	for i := range 3 {
@@ -249,7 +250,7 @@ func TestParsePrefixes(t *testing.T) {
 // TestAddAllOrNothing: a batch with one bad prefix among good ones changes
 // neither trie nor the flags in the config map.
 func TestAddAllOrNothing(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	addT(t, s, AllowList, "192.0.2.0/24")
 	good := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")}
 	for _, tc := range []struct {
@@ -268,7 +269,7 @@ func TestAddAllOrNothing(t *testing.T) {
 				_, err := s.Add(l, batch)
 				require.Error(t, err, "Add(%s, %v)", l, batch)
 				assert.Contains(t, err.Error(), tc.want)
-				assert.ErrorIs(t, err, ErrInvalid)
+				assert.ErrorIs(t, err, config.ErrInvalid)
 				assert.Equal(t, before, snapshot(t, s), "state after a rejected Add")
 			})
 		}
@@ -283,7 +284,7 @@ func TestAddAllOrNothing(t *testing.T) {
 	_, err := s.Add(DenyList, many)
 	require.Error(t, err, "Add(%d prefixes)", len(many))
 	assert.Contains(t, err.Error(), "the limit is 65536")
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, config.ErrInvalid)
 	assert.Equal(t, before, snapshot(t, s), "state after an over-capacity Add")
 
 	// Adding what is already there changes nothing either.
@@ -295,10 +296,10 @@ func TestAddAllOrNothing(t *testing.T) {
 // ones) changes nothing; removing the last prefix of a family clears its
 // flag, so the program stops looking the trie up.
 func TestRemove(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	addT(t, s, DenyList, "198.18.0.0/15", "2001:db8::/32")
 	before := snapshot(t, s)
-	require.Equal(t, flagDeny4|flagDeny6, before.Config.Flags&(flagDeny4|flagDeny6), "flags with both families listed")
+	require.Equal(t, config.FlagDeny4|config.FlagDeny6, before.Config.Flags&(config.FlagDeny4|config.FlagDeny6), "flags with both families listed")
 	for _, missing := range [][]string{
 		{"203.0.113.0/24"},
 		{"198.18.0.0/15", "203.0.113.0/24"},
@@ -309,7 +310,7 @@ func TestRemove(t *testing.T) {
 		_, err = s.Remove(DenyList, ps)
 		require.Error(t, err, "Remove(deny, %q)", missing)
 		assert.Contains(t, err.Error(), "not on the deny list: ")
-		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, err, config.ErrInvalid)
 		assert.Equal(t, before, snapshot(t, s), "state after Remove(deny, %q)", missing)
 	}
 	// The allow list does not hold the deny list's prefixes.
@@ -321,7 +322,7 @@ func TestRemove(t *testing.T) {
 	after := snapshot(t, s)
 	assert.Equal(t, map[netip.Prefix]uint8{netip.MustParsePrefix("2001:db8::/32"): verdictDeny | inDeny}, after.Verdicts, "verdict tries")
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, after.Deny, "List(deny)")
-	assert.Equal(t, flagDeny6, after.Config.Flags&(flagDeny4|flagDeny6), "flags after the last IPv4 prefix left")
+	assert.Equal(t, config.FlagDeny6, after.Config.Flags&(config.FlagDeny4|config.FlagDeny6), "flags after the last IPv4 prefix left")
 }
 
 // TestCmpxchgProbe: a kernel of 5.12 or later has BPF_CMPXCHG; not finding
@@ -330,7 +331,7 @@ func TestCmpxchgProbe(t *testing.T) {
 	testutil.Root(t)
 	testutil.Kernel(t, 5, 12, "BPF_CMPXCHG")
 	assert.True(t, haveCmpxchg(), "haveCmpxchg() on a 5.12+ kernel")
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	assert.False(t, s.Compat(), "Compat()")
 	info, err := s.Program().Info()
 	require.NoError(t, err)
@@ -342,7 +343,7 @@ func TestCmpxchgProbe(t *testing.T) {
 func TestCompatProgram(t *testing.T) {
 	forceCompat = true
 	t.Cleanup(func() { forceCompat = false })
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1}})
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1}})
 	assert.True(t, s.Compat(), "Compat()")
 	info, err := s.Program().Info()
 	require.NoError(t, err)
@@ -357,7 +358,7 @@ func TestCompatProgram(t *testing.T) {
 
 // TestCountersByCPU: the per-CPU counters sum to Counters.
 func TestCountersByCPU(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	for range 5 {
 		run(t, s, frame4("198.18.0.1"))
 	}

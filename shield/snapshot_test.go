@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestReadsDoNotBlockWrites (issue 10, finding 5): with 65,536 deny
@@ -57,7 +59,7 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 			reads.Add(1)
 		}
 	}()
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	start := time.Now()
 	for i := range 20 {
 		l.Rate = uint64(1000 + i)

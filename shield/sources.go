@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // Source is one tracked source as the table holds it: an IPv4 address or
@@ -21,7 +22,7 @@ type Source struct {
 }
 
 // sourcePrefix is the prefix a's bucket covers under limits l.
-func sourcePrefix(a netip.Addr, l Limits) netip.Prefix {
+func sourcePrefix(a netip.Addr, l config.Limits) netip.Prefix {
 	a = a.Unmap()
 	bits := int(l.KeyPrefix6)
 	if a.Is4() {
@@ -31,11 +32,11 @@ func sourcePrefix(a netip.Addr, l Limits) netip.Prefix {
 	return p
 }
 
-func sourceKey(a netip.Addr, l Limits) bpf.ShieldSrcKey {
+func sourceKey(a netip.Addr, l config.Limits) bpf.ShieldSrcKey {
 	return bpf.ShieldSrcKey{Addr: netip.AddrFrom16(sourcePrefix(a, l).Addr().As16()).As16()}
 }
 
-func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBucket) bool, l Limits) Source {
+func sourceOf(k bpf.ShieldSrcKey, v bpf.ShieldSource, limited func(*bpf.ShieldBucket) bool, l config.Limits) Source {
 	a := netip.AddrFrom16(k.Addr).Unmap()
 	return Source{
 		Addr:    a,

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // The sources table (sources in bpf/shield.c): an array of sets of ways
@@ -184,11 +185,11 @@ func heldBy(set *bpf.ShieldSourceSet) int {
 // program, which leaves a set of busy ways alone, place then replaces the
 // least recently used way: a copy (migrate.go) places sources in the order
 // they were last seen, so the most recent keep the set.
-func place(set *bpf.ShieldSourceSet, k bpf.ShieldSrcKey, v bpf.ShieldSource, l Limits, now uint64) (replaced bool) {
+func place(set *bpf.ShieldSourceSet, k bpf.ShieldSrcKey, v bpf.ShieldSource, l config.Limits, now uint64) (replaced bool) {
 	victim := findWay(set, &k)
 	if victim == nil {
 		best := ^uint64(0)
-		fillP, fillU := bucketLimit(l.Rate, l.Burst).FillNs, bucketLimit(l.Unprotected.Rate, l.Unprotected.Burst).FillNs
+		fillP, fillU := config.BucketLimit(l.Rate, l.Burst).FillNs, config.BucketLimit(l.Unprotected.Rate, l.Unprotected.Burst).FillNs
 		for i := range set.Way {
 			e := &set.Way[i]
 			if !used(e) {
@@ -219,7 +220,7 @@ type Table struct {
 	mapping []byte
 	keys    [5]uint64
 	bits    uint32
-	limits  Limits
+	limits  config.Limits
 }
 
 // OpenTable opens the sources table pinned in pin directory dir.
@@ -258,7 +259,7 @@ func OpenTable(dir string) (*Table, error) {
 		mapping: b,
 		keys:    hashKeys(seed),
 		bits:    uint32(bits.TrailingZeros32(uint32(n))),
-		limits:  limitsOf(cfg, nil),
+		limits:  config.LimitsOf(cfg, nil),
 	}, nil
 }
 
@@ -311,7 +312,7 @@ func (s *Shield) putSource(k bpf.ShieldSrcKey, v bpf.ShieldSource, now uint64) (
 
 // placeIn is putSource on the mapped table sets and presence words, under
 // limits l.
-func (s *Shield) placeIn(sets []bpf.ShieldSourceSet, words []uint64, k bpf.ShieldSrcKey, v bpf.ShieldSource, l Limits, now uint64) (replaced bool) {
+func (s *Shield) placeIn(sets []bpf.ShieldSourceSet, words []uint64, k bpf.ShieldSrcKey, v bpf.ShieldSource, l config.Limits, now uint64) (replaced bool) {
 	h := hashOf(&k, &s.hashKeys)
 	replaced = place(&sets[setOf(h, s.setBits)], k, v, l, now)
 	slot := slotOf(h)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestHashCannotBeAimed: whoever knows a source's key but not the seed
@@ -26,7 +27,7 @@ func TestHashCannotBeAimed(t *testing.T) {
 	bits := setBits(DefaultTableSize)
 	sets := uint32(1) << bits
 	for _, v := range []netip.Addr{netip.MustParseAddr("2001:db8:1:2::"), netip.MustParseAddr("::ffff:198.18.0.1")} {
-		k := sourceKey(v, DefaultLimits())
+		k := sourceKey(v, config.DefaultLimits())
 		first, last := 0, 64 // the /64
 		if v.Is4In6() {
 			first, last = 96, 128
@@ -120,7 +121,7 @@ func TestHashSpreadsProgressions(t *testing.T) {
 			keys := hashKeys(seed*0x9e3779b97f4a7c15 + 7)
 			load := map[uint32]int{}
 			for a := p.Addr(); p.Contains(a); a = a.Next() {
-				k := sourceKey(a, DefaultLimits())
+				k := sourceKey(a, config.DefaultLimits())
 				load[setOf(hashOf(&k, &keys), bits)]++
 			}
 			over := 0

@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TopOrder says what top talkers are ranked by.
@@ -100,7 +101,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 // clock cannot be read).
 func (s *Shield) limitedNow() func(*bpf.ShieldBucket) bool {
 	l := s.Limits()
-	lim := bucketLimit(l.Rate, l.Burst)
+	lim := config.BucketLimit(l.Rate, l.Burst)
 	now, err := s.ClockNow()
 	if err != nil {
 		now = 0 // no refill
@@ -121,7 +122,7 @@ func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
 		}
 		credit = min(credit+add, int64(l.Cap))
 	}
-	return credit < token
+	return credit < config.Token
 }
 
 // ClockNow reads the program's clock, in nanoseconds, as the program reads
@@ -132,8 +133,8 @@ func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
 func (s *Shield) ClockNow() (uint64, error) { return s.clockRead(s.clock) }
 
 // clockRead reads clock c as the program would read it.
-func (s *Shield) clockRead(c Clock) (uint64, error) {
-	if c == ClockVirtual {
+func (s *Shield) clockRead(c config.Clock) (uint64, error) {
+	if c == config.ClockVirtual {
 		var v uint64
 		if err := s.objs.VirtualNowNs.Get(&v); err != nil {
 			return 0, fmt.Errorf("read virtual clock: %w", err)
@@ -144,7 +145,7 @@ func (s *Shield) clockRead(c Clock) (uint64, error) {
 		return 0, fmt.Errorf("run clock probe: %w", err)
 	}
 	var j, k uint64
-	if c == ClockKtime {
+	if c == config.ClockKtime {
 		if err := s.objs.ProbeKtimeNs.Get(&k); err != nil {
 			return 0, fmt.Errorf("read probe: %w", err)
 		}

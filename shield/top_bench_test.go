@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/features"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // BenchmarkTop ranks a full table of 1,000,000 sources, next to the bare
@@ -35,7 +36,7 @@ import (
 // every kernel of the matrix).
 func BenchmarkTop(b *testing.B) {
 	testutil.Root(b)
-	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: DefaultTableSize, Clock: config.ClockVirtual})
 	require.NoError(b, err)
 	defer s.Close()
 	require.NoError(b, testutil.FillSources(s.tablePut(b), ErrSetFull, 1_000_000))
@@ -290,7 +291,7 @@ func readWalkIter(it *link.Iter, buf []byte) (walkSums, error) {
 // of a table the chunked walk sees, so BenchmarkTop compares like with like.
 func TestWalkReferences(t *testing.T) {
 	testutil.Root(t)
-	s, err := Load(Options{TableSize: 1 << 14, Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: 1 << 14, Clock: config.ClockVirtual})
 	require.NoError(t, err)
 	defer s.Close()
 	const n = 10_000

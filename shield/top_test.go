@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -22,8 +23,8 @@ func TestTopFromProgram(t *testing.T) {
 	const sources, burst = 300, 5
 	// A table far larger than the population: in 4096 (1024 sets of 4),
 	// 300 sources overflow some set in about 1.4% of seeds.
-	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1 << 16,
-		Limits: shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1, AdmissionBurst: sources}})
+	sh, err := shield.Load(shield.Options{Clock: config.ClockVirtual, TableSize: 1 << 16,
+		Limits: config.Limits{Rate: 1, Burst: burst, AdmissionRate: 1, AdmissionBurst: sources}})
 	require.NoError(t, err, "Load")
 	defer sh.Close()
 	drops := func(i int) int { return (i * 37) % 101 } // distinct for i < 101, repeats after
@@ -91,8 +92,8 @@ func TestTopFromProgram(t *testing.T) {
 // the two orders agree whatever the score).
 func TestTopOrders(t *testing.T) {
 	testutil.Root(t)
-	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1024,
-		Limits: shield.Limits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 10}})
+	sh, err := shield.Load(shield.Options{Clock: config.ClockVirtual, TableSize: 1024,
+		Limits: config.Limits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 10}})
 	require.NoError(t, err, "Load")
 	defer sh.Close()
 	send := func(addr string, n int) {
@@ -104,7 +105,7 @@ func TestTopOrders(t *testing.T) {
 		}
 	}
 	send("198.18.0.1", 6) // 5 passed, 1 dropped
-	require.NoError(t, sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}))
+	require.NoError(t, sh.SetLimits(config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}))
 	send("198.18.0.2", 5) // 2 passed, 3 dropped
 	for _, tc := range []struct {
 		by   shield.TopOrder

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
@@ -16,7 +17,7 @@ type Source interface {
 	CountSources(ctx context.Context) (int, error)
 	TableSize() uint32
 	List(l shield.List) ([]netip.Prefix, error)
-	Limits() shield.Limits
+	Limits() config.Limits
 	Top(ctx context.Context, n int, by shield.TopOrder) ([]shield.Source, shield.WalkStats, error)
 }
 
@@ -42,7 +43,7 @@ type Sample struct {
 	Tracked  int               `json:"tracked"`  // sources in the table
 	Capacity uint32            `json:"capacity"` // the table's capacity
 	Lists    map[string]int    `json:"lists"`    // allow and deny list sizes
-	Limits   shield.Limits     `json:"limits"`
+	Limits   config.Limits     `json:"limits"`
 	Top      []shield.Source   `json:"top"` // by dropped, refreshed every topEvery
 	Storm    *StormState       `json:"storm"`
 	Error    string            `json:"error,omitempty"`

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
@@ -50,7 +51,7 @@ func (f *fakeSource) List(l shield.List) ([]netip.Prefix, error) {
 	}
 	return nil, nil
 }
-func (f *fakeSource) Limits() shield.Limits { return shield.DefaultLimits() }
+func (f *fakeSource) Limits() config.Limits { return config.DefaultLimits() }
 func (f *fakeSource) Top(context.Context, int, shield.TopOrder) ([]shield.Source, shield.WalkStats, error) {
 	return []shield.Source{{Addr: netip.MustParseAddr("198.18.0.9"), Prefix: netip.MustParsePrefix("198.18.0.9/32"), Dropped: 7}}, shield.WalkStats{}, nil
 }
@@ -176,7 +177,7 @@ func TestEventsMove(t *testing.T) {
 		assert.Equal(t, 3, s.Tracked)
 		assert.Equal(t, uint32(1024), s.Capacity)
 		assert.Equal(t, 1, s.Lists["deny"])
-		assert.Equal(t, shield.DefaultLimits(), s.Limits)
+		assert.Equal(t, config.DefaultLimits(), s.Limits)
 		require.Len(t, s.Top, 1)
 		if i >= 1 {
 			assert.Greater(t, s.Seconds, 0.0)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -405,7 +406,7 @@ func TestICMPTooBig(t *testing.T) {
 // for what it passes; without the balancer chained it passes.
 func TestBehindShield(t *testing.T) {
 	b := load(t, config(backends(b4...)))
-	s, err := shield.Load(shield.Options{TableSize: 1024, Clock: shield.ClockVirtual, Limits: shield.DefaultLimits()})
+	s, err := shield.Load(shield.Options{TableSize: 1024, Clock: shieldcfg.ClockVirtual, Limits: shieldcfg.DefaultLimits()})
 	require.NoError(t, err, "shield.Load()")
 	t.Cleanup(func() { s.Close() })
 	p := pkt{netip.MustParseAddr("198.18.50.12"), vip4, 40012, 80, "tcp", 0}

@@ -15,6 +15,7 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7/policy"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -141,13 +142,13 @@ func (c *Client) Top(ctx context.Context, n int, by shield.TopOrder) (api.TopRes
 }
 
 // Limits reads GET /v1/limits.
-func (c *Client) Limits(ctx context.Context) (shield.Limits, error) {
-	var l shield.Limits
+func (c *Client) Limits(ctx context.Context) (config.Limits, error) {
+	var l config.Limits
 	return l, c.do(ctx, http.MethodGet, "/v1/limits", nil, &l)
 }
 
 // SetLimits replaces the limits (PUT /v1/limits).
-func (c *Client) SetLimits(ctx context.Context, l shield.Limits) (api.LimitsChange, error) {
+func (c *Client) SetLimits(ctx context.Context, l config.Limits) (api.LimitsChange, error) {
 	var r api.LimitsChange
 	return r, c.do(ctx, http.MethodPut, "/v1/limits", l, &r)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -191,7 +192,7 @@ func deadNamespaceTry(t *testing.T, role string) *lab {
 	ctx := context.Background()
 	_, err := a.client.Add(ctx, shield.AllowList, []string{"0.0.0.0/0"})
 	require.NoError(t, err)
-	lim := shield.DefaultLimits()
+	lim := config.DefaultLimits()
 	lim.Rate = 5
 	lim.Burst = 5
 	_, err = a.client.SetLimits(ctx, lim)

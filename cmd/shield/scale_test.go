@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 const millionSources = 1_000_000
@@ -40,7 +41,7 @@ func TestServeMillionSources(t *testing.T) {
 	ctx := context.Background()
 	s := l.serve(t)
 	// Let the probe flow at its own pace.
-	_, err := l.client.SetLimits(ctx, shield.Limits{Rate: 1_000_000, Burst: 1_000_000, AdmissionRate: 10000, AdmissionBurst: 10000})
+	_, err := l.client.SetLimits(ctx, config.Limits{Rate: 1_000_000, Burst: 1_000_000, AdmissionRate: 10000, AdmissionBurst: 10000})
 	require.NoError(t, err)
 
 	m, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir(t), bpf.ShieldMapSources), nil)

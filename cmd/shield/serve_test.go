@@ -31,6 +31,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -362,7 +363,7 @@ func TestServeLifecycle(t *testing.T) {
 	legit.wg.Wait()
 	waitFor(t, "5 packets from 198.18.0.3", func() bool { return received.Load() >= 5 })
 
-	limits := shield.Limits{Rate: 123, Burst: 456, AdmissionRate: 789, AdmissionBurst: 1011}
+	limits := config.Limits{Rate: 123, Burst: 456, AdmissionRate: 789, AdmissionBurst: 1011}
 	_, err = l.client.SetLimits(ctx, limits)
 	require.NoError(t, err, "SetLimits")
 	_, err = l.client.Add(ctx, shield.DenyList, []string{"198.18.0.2/32", "2001:db8:bad::/48"})

@@ -20,11 +20,12 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // shieldedPair is a topology with the shield attached at the edge.
-func shieldedPair(t *testing.T, limits shield.Limits) (*Topology, *shield.Shield) {
+func shieldedPair(t *testing.T, limits config.Limits) (*Topology, *shield.Shield) {
 	t.Helper()
 	top, err := NewTopology()
 	require.NoError(t, err, "NewTopology")
@@ -60,7 +61,7 @@ func TestGenerators(t *testing.T) {
 				testutil.Feature(t, tc.needs)
 			}
 			// Tight limits, so a short storm shows both kinds of drop.
-			top, sh := shieldedPair(t, shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100})
+			top, sh := shieldedPair(t, config.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100})
 			g, err := NewGenerator(tc.kind, top.Storm, top.StormIfindex)
 			require.NoError(t, err, "NewGenerator(%q) =", tc.kind)
 			defer g.Close()
@@ -125,7 +126,7 @@ func TestStormBoundedInTime(t *testing.T) {
 			if gen.needs != nil {
 				testutil.Feature(t, gen.needs)
 			}
-			top, _ := shieldedPair(t, shield.DefaultLimits())
+			top, _ := shieldedPair(t, config.DefaultLimits())
 			g, err := NewGenerator(gen.kind, top.Storm, top.StormIfindex)
 			require.NoError(t, err, "NewGenerator(%q) =", gen.kind)
 			defer g.Close()

@@ -9,13 +9,14 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // statusReport is what `shield status -json` prints.
 type statusReport struct {
 	Info     api.Info             `json:"info"`
 	Counters api.CountersResponse `json:"counters"`
-	Limits   shield.Limits        `json:"limits"`
+	Limits   config.Limits        `json:"limits"`
 	Allow    int                  `json:"allow_prefixes"`
 	Deny     int                  `json:"deny_prefixes"`
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -34,10 +34,10 @@ import (
 // and what was sent; without the aggregate every udp/53 frame here
 // passes.
 func TestAggregateLimit(t *testing.T) {
-	l := shield.DefaultLimits()
+	l := config.DefaultLimits()
 	l.Rate, l.Burst = 1000, 100
-	l.Protected = []shield.Destination{{Proto: counter.ProtoUDP, Port: 53}, {Proto: counter.ProtoTCP, Port: 443}}
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: counter.ProtoUDP, Port: 53}, Rate: 1000, Burst: 200}}
+	l.Protected = []config.Destination{{Proto: counter.ProtoUDP, Port: 53}, {Proto: counter.ProtoTCP, Port: 443}}
+	l.Aggregates = []config.Aggregate{{Destination: config.Destination{Proto: counter.ProtoUDP, Port: 53}, Rate: 1000, Burst: 200}}
 	s := load(t, 4096, l)
 	require.Equal(t, l.Aggregates, s.Limits().Aggregates, "the aggregate limits read back")
 	dst := netipAddr("198.18.255.254")

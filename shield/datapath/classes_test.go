@@ -7,7 +7,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -36,7 +36,7 @@ var (
 // Before the walk, every one of them was "other" and judged unprotected:
 // 6,000 of 6,000 passed.
 func TestExtensionHeadersLimited(t *testing.T) {
-	def := shortBurst(shield.DefaultLimits())
+	def := shortBurst(config.DefaultLimits())
 	n := 3 * def.Burst // 6,000 with the defaults
 	tcp, other := counter.ProtoTCP, counter.ProtoOther
 	seven := append(append([]sim.Ext{}, rfc8200Order...), destOpts8)
@@ -83,7 +83,7 @@ func TestExtensionHeadersLimited(t *testing.T) {
 // UDP and an ICMP error quoting the edge's UDP flow, to an ephemeral port,
 // are return traffic; so is an ACK behind a Destination Options header.
 func TestUnprotectedIsReturnTraffic(t *testing.T) {
-	def := shortBurst(shield.DefaultLimits())
+	def := shortBurst(config.DefaultLimits())
 	n := 3 * def.Burst
 	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
 	protected := func(p counter.Proto) (sim.Action, map[string]uint64, sim.Action, map[string]uint64) {
@@ -94,7 +94,7 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 		f         sim.Frame
 		ret       bool
 		proto     counter.Proto
-		ephemeral shield.PortRange // zero: the default
+		ephemeral config.PortRange // zero: the default
 	}{
 		{name: "SYN to tcp/22", f: sim.Frame{L4: sim.TCP, DstPort: 22}, proto: tcp},
 		{name: "IPv6 SYN to tcp/22", f: sim.Frame{L4: sim.TCP, DstPort: 22, Src: netipAddr("2001:db8:23::1")}, proto: tcp},
@@ -113,12 +113,12 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 		{name: "an ICMP error quoting the edge's flow", f: sim.Frame{L4: sim.Unreachable, DstPort: 40000}, ret: true, proto: icmp},
 		{name: "an ICMPv6 error quoting the edge's flow", f: sim.Frame{L4: sim.Unreachable, DstPort: 40000, Src: netipAddr("2001:db8:23::1")}, ret: true, proto: icmp},
 		{name: "IPv6 ACK behind destination options", f: sim.Frame{L4: sim.TCP, DstPort: 40000, Seg: sim.ACK, Src: netipAddr("2001:db8:23::1"), Ext: []sim.Ext{destOpts8}}, ret: true, proto: tcp},
-		{name: "a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 1024}, ret: true, proto: udp, ephemeral: shield.PortRange{Lo: 1024, Hi: 2048}},
-		{name: "outside a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 40000}, proto: udp, ephemeral: shield.PortRange{Lo: 1024, Hi: 2048}},
+		{name: "a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 1024}, ret: true, proto: udp, ephemeral: config.PortRange{Lo: 1024, Hi: 2048}},
+		{name: "outside a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 40000}, proto: udp, ephemeral: config.PortRange{Lo: 1024, Hi: 2048}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := load(t, 4096, def)
-			if tc.ephemeral != (shield.PortRange{}) {
+			if tc.ephemeral != (config.PortRange{}) {
 				require.NoError(t, s.SetEphemeral(tc.ephemeral), "SetEphemeral(%s)", tc.ephemeral)
 			}
 			f := tc.f
@@ -149,7 +149,7 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 // BPF_PROG_TEST_RUN of an XDP program re-patches the XDP dispatcher twice,
 // which TCG pays dearly for: these two tests took 229 s of 5.10's run at
 // the default burst, 29 s of 6.12's. The host runs the counts.
-func shortBurst(l shield.Limits) shield.Limits {
+func shortBurst(l config.Limits) config.Limits {
 	if testing.Short() {
 		l.Burst /= 10
 	}

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -86,7 +86,7 @@ func TestConcurrentAccuracy(t *testing.T) {
 			const burst = 100_000
 			const rounds = 20
 			const repeat = 150_000
-			l := shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 10, AdmissionBurst: 10}
+			l := config.Limits{Rate: 1, Burst: burst, AdmissionRate: 10, AdmissionBurst: 10}
 			s := load(t, 4096, l)
 			if !tc.prime && s.Compat() {
 				t.Skip("shield_compat (no BPF_CMPXCHG) does not claim refills: stated, not tested")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -27,7 +28,7 @@ func CounterMap(c counter.Counters) map[string]uint64 {
 
 // Target is the simulator's target for a loaded shield: its program, its
 // counters by Key, and its virtual clock when it was loaded with
-// shield.ClockVirtual.
+// config.ClockVirtual.
 func Target(s *shield.Shield) sim.Target {
 	t := sim.Target{
 		Prog: s.Program(),
@@ -39,7 +40,7 @@ func Target(s *shield.Shield) sim.Target {
 			return CounterMap(c), nil
 		},
 	}
-	if s.Clock() == shield.ClockVirtual {
+	if s.Clock() == config.ClockVirtual {
 		t.SetTime = s.SetTime
 	}
 	return t
@@ -60,7 +61,7 @@ func N(n uint64, v counter.Verdict, r counter.Reason, p counter.Proto) map[strin
 // (their JSON keys inline), the table size and the lists as CIDRs.
 type FixtureConfig struct {
 	TableSize uint32 `json:"table_size"`
-	shield.Limits
+	config.Limits
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
 }

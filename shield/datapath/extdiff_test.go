@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -158,7 +159,7 @@ func upperOf(next layers.IPProtocol, exts int) judged {
 	return judged{proto: protoClass(byte(next))}
 }
 
-func ephemeral(p uint16) bool { return shield.DefaultEphemeral.Contains(p) }
+func ephemeral(p uint16) bool { return config.DefaultEphemeral.Contains(p) }
 
 // quotesReturn says whether an ICMPv6 message is an error (types 1 to 4,
 // RFC 4443) quoting an IPv6 TCP or UDP packet from an ephemeral port.
@@ -205,7 +206,7 @@ func judge(t *testing.T, s *shield.Shield, frame []byte) judged {
 // loadWide loads the default limits with every bucket too large to
 // drop, so each frame's counter shows only how it was judged.
 func loadWide(t *testing.T) *shield.Shield {
-	l := shield.DefaultLimits()
+	l := config.DefaultLimits()
 	l.Rate, l.Burst = 1e9, 1e9
 	l.Unprotected.Rate, l.Unprotected.Burst = 1e9, 1e9
 	return load(t, 4096, l)

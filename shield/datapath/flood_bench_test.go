@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -92,10 +93,10 @@ func BenchmarkForgedFlood(b *testing.B) {
 		n    int
 	}{{"full", 1_000_000}, {"empty", 0}} {
 		b.Run(fill.name, func(b *testing.B) {
-			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: shield.DefaultTableSize, Clock: shield.ClockVirtual})
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: shield.DefaultTableSize, Clock: config.ClockVirtual})
 			require.NoError(b, err)
 			defer s.Close()
-			setLimits(b, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
+			setLimits(b, s, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 			require.NoError(b, s.SetTime(1))
 			drainAdmission(b, s)
 			fillPct := 0.0

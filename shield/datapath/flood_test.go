@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -24,7 +25,7 @@ import (
 // a set could not (more than Ways in one set: the keyed hash decides).
 func TestForgedFlood(t *testing.T) {
 	const table = 1024
-	l := shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 50, AdmissionBurst: 20}
+	l := config.Limits{Rate: 100, Burst: 100, AdmissionRate: 50, AdmissionBurst: 20}
 	s := load(t, table, l)
 	heavy := sim.From("198.18.0.1", sim.UDP).Bytes()
 	udp, tcp := counter.ProtoUDP, counter.ProtoTCP

@@ -9,6 +9,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -101,8 +102,8 @@ func protoClass(p byte) counter.Proto {
 // fuzzShield is one shield per fuzzing process, with both lists in use and
 // tight limits, so fuzzed frames reach every path.
 var fuzzShield = sync.OnceValues(func() (*shield.Shield, error) {
-	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: shield.ClockVirtual,
-		Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 50}})
+	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: config.ClockVirtual,
+		Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 50}})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -29,7 +30,7 @@ const (
 // size a finished test gave back is Reset instead of loaded again: a load
 // is verified anew, which in a VM under TCG costs 1-4 s, a Reset
 // milliseconds (TestResetIsLoad in package shield shows the two alike).
-func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
+func load(t testing.TB, tableSize uint32, l config.Limits) *shield.Shield {
 	t.Helper()
 	testutil.Root(t)
 	s := idle.take(tableSize)
@@ -40,7 +41,7 @@ func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
 		}
 	} else {
 		var err error
-		s, err = shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
+		s, err = shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: config.ClockVirtual, Limits: l})
 		require.NoError(t, err, "shield.Load()")
 	}
 	t.Cleanup(func() { idle.give(tableSize, s) })

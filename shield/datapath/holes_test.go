@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -24,7 +25,7 @@ import (
 // jiffies of offset; ktime does not) must not stall: a last_ns further
 // ahead than a full refill counts as a full refill.
 func TestClockRestartDoesNotStall(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1000, Burst: 5, AdmissionRate: 100, AdmissionBurst: 2})
+	s := load(t, 4096, config.Limits{Rate: 1000, Burst: 5, AdmissionRate: 100, AdmissionBurst: 2})
 	udp := counter.ProtoUDP
 	a := sim.From("198.18.0.1", sim.UDP).Bytes()
 	// The jiffies clock's reading at HZ=250 after ~199 days of offset.
@@ -48,7 +49,7 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 // wire, and Linux's IPv6 input drops it (ip6_rcv_core). It is dropped as
 // spoofed, before the lists, and never touches the IPv4 address's bucket.
 func TestMappedIPv6Spoofed(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100})
 	addList(t, s, shield.DenyList, "198.18.0.7/32")
 	addList(t, s, shield.AllowList, "198.18.0.8/32")
 	udp := counter.ProtoUDP
@@ -73,7 +74,7 @@ func TestMappedIPv6Spoofed(t *testing.T) {
 func TestOwnAddressSpoofed(t *testing.T) {
 	for _, extra := range []int{0, 12} {
 		t.Run(fmt.Sprintf("%d more own addresses per family", extra), func(t *testing.T) {
-			s := load(t, 4096, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
+			s := load(t, 4096, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
 			addList(t, s, shield.AllowList, "198.18.0.0/24", "2001:db8::/64")
 			own := []string{"198.18.0.1", "2001:db8::1"}
 			for i := range extra {
@@ -110,8 +111,8 @@ func TestOwnAddressSpoofed(t *testing.T) {
 // (an origin's segments to an ephemeral port) are not held to a client's
 // rate, while clients of the listeners still are.
 func TestReturnTrafficNotThrottled(t *testing.T) {
-	s := load(t, 4096, shield.DefaultLimits())
-	def := shield.DefaultLimits()
+	s := load(t, 4096, config.DefaultLimits())
+	def := config.DefaultLimits()
 	tcp := counter.ProtoTCP
 	download := sim.Frame{Src: netipAddr("198.18.5.5"), Dst: netipAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000, Seg: sim.ACK}.Bytes()
 	n := int(3 * def.Burst)
@@ -128,7 +129,7 @@ func TestReturnTrafficNotThrottled(t *testing.T) {
 // spends one admission token, not one per address.
 func TestIPv6KeyedByPrefix(t *testing.T) {
 	const burst = 4
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 2})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 2})
 	udp := counter.ProtoUDP
 	var steps []sim.Step
 	for i := range 2 * burst {
@@ -154,14 +155,14 @@ func TestIPv6KeyedByPrefix(t *testing.T) {
 // that it does not name to the unprotected class, each with its own
 // bucket per source and its own admission bucket.
 func TestProtectedDestinations(t *testing.T) {
-	dst := func(s string) shield.Destination {
-		d, err := shield.ParseDestination(s)
+	dst := func(s string) config.Destination {
+		d, err := config.ParseDestination(s)
 		require.NoError(t, err, "ParseDestination(%q)", s)
 		return d
 	}
-	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 3,
-		Protected:   []shield.Destination{dst("tcp/443"), dst("udp/198.18.255.254:40053"), dst("udp/[2001:db8:ffff::fffe]:40053"), dst("icmp")},
-		Unprotected: shield.ClassLimits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 1}}
+	l := config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 3,
+		Protected:   []config.Destination{dst("tcp/443"), dst("udp/198.18.255.254:40053"), dst("udp/[2001:db8:ffff::fffe]:40053"), dst("icmp")},
+		Unprotected: config.ClassLimits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 1}}
 	s := load(t, 4096, l)
 	assert.Equal(t, sortedDsts(l.Protected), sortedDsts(s.Limits().Protected), "Limits().Protected")
 	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
@@ -200,8 +201,8 @@ func TestProtectedDestinations(t *testing.T) {
 	}}.Run(t)
 }
 
-func sortedDsts(ds []shield.Destination) []shield.Destination {
+func sortedDsts(ds []config.Destination) []config.Destination {
 	out := slices.Clone(ds)
-	slices.SortFunc(out, func(a, b shield.Destination) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(out, func(a, b config.Destination) int { return strings.Compare(a.String(), b.String()) })
 	return out
 }

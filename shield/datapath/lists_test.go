@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -16,7 +17,7 @@ import (
 // TestListsNested: allow beats deny at any prefix length, in both nestings,
 // and removing the covering allow prefix exposes the deny prefix inside it.
 func TestListsNested(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	s := load(t, 4096, config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
 	addList(t, s, shield.AllowList, "198.18.0.0/15", "2001:db8:1:2::/64")
 	addList(t, s, shield.DenyList, "198.18.1.0/24", "198.18.1.7/32", "2001:db8::/32")
 	udp := counter.ProtoUDP
@@ -50,7 +51,7 @@ func TestListsNested(t *testing.T) {
 // listed prefix against the definition: allowed if any allow prefix
 // contains the address, else denied if any deny prefix does, else neither.
 func TestListsModel(t *testing.T) {
-	s := load(t, 65536, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	s := load(t, 65536, config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
 	rng := rand.New(rand.NewPCG(2, 7))
 	lists := map[shield.List]map[netip.Prefix]bool{shield.AllowList: {}, shield.DenyList: {}}
 	randPrefix := func() netip.Prefix {
@@ -141,7 +142,7 @@ func keys(m map[netip.Prefix]bool) []netip.Prefix {
 // would miss a listed source), and a prefix longer than the source key (an
 // IPv6 /128 inside a /64 source) is never judged for its whole key.
 func TestListsKnownSources(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	s := load(t, 4096, config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
 	udp := counter.ProtoUDP
 	step := func(name, src string, want sim.Action, r counter.Reason) sim.Step {
 		v := pass

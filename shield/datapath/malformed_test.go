@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -17,7 +18,7 @@ import (
 // and nothing is inserted into the sources table, even with every limit at
 // its tightest and both lists covering everything.
 func TestMalformedPasses(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 	addList(t, s, shield.DenyList, "0.0.0.0/0", "::/0")
 	corpus := badCorpus()
 	require.Greater(t, len(corpus), 300, "corpus size")

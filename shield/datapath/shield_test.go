@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -28,7 +29,7 @@ func TestBurstThenRefill(t *testing.T) {
 		{rate: 1_000_000, burst: 2000},
 	} {
 		t.Run(fmt.Sprintf("rate=%d,burst=%d", tc.rate, tc.burst), func(t *testing.T) {
-			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
+			s := load(t, 4096, config.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
 			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 			t0 := 1 * sec
 			// 1/rate in ns, rounded up: the first instant a whole token is back.
@@ -74,7 +75,7 @@ func TestRefillAtRate(t *testing.T) {
 		{rate: 7, burst: 3, gap: 100 * time.Millisecond, n: 300},
 	} {
 		t.Run(fmt.Sprintf("rate=%d,burst=%d,gap=%s", tc.rate, tc.burst, tc.gap), func(t *testing.T) {
-			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
+			s := load(t, 4096, config.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
 			f := sim.From("2001:db8::7", sim.TCP).Bytes()
 			t0 := 5 * sec
 			var steps []sim.Step
@@ -104,7 +105,7 @@ func TestRefillAtRate(t *testing.T) {
 // TestLists: allow beats deny and is never limited; deny drops even a source
 // with tokens; neither list inserts the source into the table.
 func TestLists(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
 	addList(t, s, shield.DenyList, "198.18.0.0/15", "2001:db8::/32")
 	addList(t, s, shield.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
 	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
@@ -141,7 +142,7 @@ func TestLists(t *testing.T) {
 // the tagging.
 func TestFamiliesAndTags(t *testing.T) {
 	const burst = 4
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 1000})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 1000})
 	tags := map[string][]sim.Tag{"untagged": nil, "802.1Q": sim.Single, "802.1ad+802.1Q": sim.Double}
 	n := 0
 	for _, fam := range []string{"ipv4", "ipv6"} {
@@ -182,7 +183,7 @@ func TestFamiliesAndTags(t *testing.T) {
 // TestDryRun: would-be limit and admission drops are counted under their
 // reason and pass; lists still apply; turning dry-run off enforces at once.
 func TestDryRun(t *testing.T) {
-	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
+	l := config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
 	s := load(t, 4096, l)
 	addList(t, s, shield.DenyList, "198.18.9.0/24")
 	udp := counter.ProtoUDP
@@ -214,10 +215,10 @@ func TestDryRun(t *testing.T) {
 // of one packet per 1000 s, the burst passes and the next packets drop.
 func TestRealClocks(t *testing.T) {
 	testutil.Root(t)
-	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
+	for _, c := range []config.Clock{config.ClockJiffies, config.ClockKtime} {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
-				Limits: shield.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
+				Limits: config.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
 			require.NoError(t, err)
 			defer s.Close()
 			require.Error(t, s.SetTime(1), "SetTime() on a real clock")
@@ -234,8 +235,8 @@ func TestRealClocks(t *testing.T) {
 // clockResolution is how far one reading of c may be from the real time:
 // a jiffy (measured as the loader does: 1e9/CONFIG_HZ, at most 10 ms) or
 // a nanosecond.
-func clockResolution(c shield.Clock) time.Duration {
-	if c == shield.ClockJiffies {
+func clockResolution(c config.Clock) time.Duration {
+	if c == config.ClockJiffies {
 		return 10 * time.Millisecond // HZ=100, the coarsest Linux offers
 	}
 	return time.Microsecond // ktime: ns, plus the helper call
@@ -287,10 +288,10 @@ func runTimed(t *testing.T, s *shield.Shield, f []byte, max int) (passed int, la
 func TestRealClockRates(t *testing.T) {
 	testutil.Root(t)
 	const rate, burst = 200, 1000 // 5 ms a token; the burst is never reached by a refill below
-	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
+	for _, c := range []config.Clock{config.ClockJiffies, config.ClockKtime} {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
-				Limits: shield.Limits{Rate: rate, Burst: burst, AdmissionRate: 100, AdmissionBurst: 100}})
+				Limits: config.Limits{Rate: rate, Burst: burst, AdmissionRate: 100, AdmissionBurst: 100}})
 			require.NoError(t, err)
 			defer s.Close()
 			res := clockResolution(c)
@@ -329,7 +330,7 @@ func TestRealClockRates(t *testing.T) {
 		t.Run(fmt.Sprint(c)+"/Limited", func(t *testing.T) {
 			const slow = 2 // a token every 500 ms: a check right after a drop has time to run
 			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
-				Limits: shield.Limits{Rate: slow, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100}})
+				Limits: config.Limits{Rate: slow, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100}})
 			require.NoError(t, err)
 			defer s.Close()
 			f := sim.From("2001:db8::5", sim.TCP).Bytes()

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -22,7 +23,7 @@ import (
 // copy.
 type speedPath struct {
 	name    string
-	clock   shield.Clock
+	clock   config.Clock
 	setup   func(s *shield.Shield) (frame []byte, want sim.Action, reason counter.Reason, err error)
 	reprime func(s *shield.Shield) error // between timed runs; nil: stateless
 }
@@ -30,25 +31,25 @@ type speedPath struct {
 const benchSrc = "198.18.0.1"
 
 var speedPaths = []speedPath{
-	{name: "allow", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+	{name: "allow", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
 		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, counter.ReasonAllow, addList(s, shield.AllowList, "198.18.0.0/15")
 	}},
-	{name: "ok", clock: shield.ClockJiffies, setup: okSetup(sim.From(benchSrc, sim.UDP))},
-	{name: "ok-ipv6-double-tag", clock: shield.ClockJiffies, setup: okSetup(sim.From("2001:db8::1", sim.TCP, sim.Double...))},
-	{name: "ok-ktime", clock: shield.ClockKtime, setup: okSetup(sim.From(benchSrc, sim.UDP))},
-	{name: "limit-drop", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
-		if err := s.SetLimits(shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
+	{name: "ok", clock: config.ClockJiffies, setup: okSetup(sim.From(benchSrc, sim.UDP))},
+	{name: "ok-ipv6-double-tag", clock: config.ClockJiffies, setup: okSetup(sim.From("2001:db8::1", sim.TCP, sim.Double...))},
+	{name: "ok-ktime", clock: config.ClockKtime, setup: okSetup(sim.From(benchSrc, sim.UDP))},
+	{name: "limit-drop", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		if err := s.SetLimits(config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
 			return nil, 0, 0, err
 		}
 		f := sim.From(benchSrc, sim.UDP).Bytes()
 		return f, sim.Drop, counter.ReasonLimit, drain(s, f)
 	}, reprime: func(s *shield.Shield) error { return drain(s, sim.From(benchSrc, sim.UDP).Bytes()) }},
-	{name: "deny", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+	{name: "deny", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
 		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny, addList(s, shield.DenyList, "198.18.0.0/15")
 	}},
 	// The frozen virtual clock: a real one lets a stranger in once a second.
-	{name: "admission-drop", clock: shield.ClockVirtual, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
-		if err := s.SetLimits(shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
+	{name: "admission-drop", clock: config.ClockVirtual, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		if err := s.SetLimits(config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
 			return nil, 0, 0, err
 		}
 		if err := s.SetTime(1); err != nil {
@@ -56,7 +57,7 @@ var speedPaths = []speedPath{
 		}
 		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonAdmission, drainAdmission(s)
 	}},
-	{name: "malformed", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+	{name: "malformed", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
 		f := sim.From(benchSrc, sim.UDP)
 		return f.Bytes()[:f.IPEnd()-1], sim.Pass, counter.ReasonMalformed, nil
 	}},
@@ -64,7 +65,7 @@ var speedPaths = []speedPath{
 
 func okSetup(f sim.Frame) func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
 	return func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
-		if err := s.SetLimits(shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
+		if err := s.SetLimits(config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
 			return nil, 0, 0, err
 		}
 		b := f.Bytes()

@@ -1,4 +1,4 @@
-package shield
+package config
 
 import (
 	"encoding/json"
@@ -69,15 +69,15 @@ admission_burst = 400
 	require.NoError(t, json.Unmarshal(b, &fromJSON))
 	assert.True(t, l.Equal(fromJSON), "JSON round trip: %s", b)
 
-	cfg := l.withDefaults().config(0, ClockKtime, nil)
+	cfg := l.WithDefaults().Config(0, ClockKtime, nil)
 	var addr []Destination
 	for _, d := range l.Protected {
 		if d.Addr.IsValid() {
 			addr = append(addr, d)
 		}
 	}
-	back := limitsOf(cfg, addr)
-	assert.Equal(t, l.withDefaults(), back, "limitsOf(config())")
+	back := LimitsOf(cfg, addr)
+	assert.Equal(t, l.WithDefaults(), back, "LimitsOf(config())")
 	assert.Equal(t, uint8(32), back.KeyPrefix4, "default key_prefix4")
 }
 
@@ -133,7 +133,7 @@ burst = 100
 		assert.Error(t, err, "ParseAggregate(%q)", bad)
 	}
 
-	tooMany := make([]Aggregate, maxAggregates+1)
+	tooMany := make([]Aggregate, MaxAggregates+1)
 	for i := range tooMany {
 		tooMany[i] = Aggregate{Destination{Proto: counter.ProtoUDP, Port: uint16(i + 1)}, 1, 1}
 	}
@@ -145,7 +145,7 @@ burst = 100
 		{[]Aggregate{{Destination{Proto: counter.ProtoUDP, Port: 53, Addr: netip.MustParseAddr("198.18.0.1")}, 1, 1}}, "holds on every address"},
 		{[]Aggregate{{udp53, 1, 1}, {udp53, 2, 2}}, "udp/53: named twice"},
 		{[]Aggregate{{udp53, 0, 1}}, "rate 0 out of range"},
-		{[]Aggregate{{udp53, 1, maxBurst + 1}}, "burst 1000000001 out of range"},
+		{[]Aggregate{{udp53, 1, MaxBurst + 1}}, "burst 1000000001 out of range"},
 		{tooMany, "aggregates: 65; the limit is 64"},
 	} {
 		bad := l
