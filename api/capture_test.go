@@ -23,6 +23,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -37,7 +38,7 @@ const (
 func captureEnv(t *testing.T) *env {
 	e := newEnv(t, api.Options{})
 	require.NoError(t, e.sh.SetLimits(config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1000, AdmissionBurst: 1000}))
-	_, err := e.sh.Add(shield.DenyList, []netip.Prefix{netip.MustParsePrefix(capDenied + "/32")})
+	_, err := e.sh.Add(lists.DenyList, []netip.Prefix{netip.MustParsePrefix(capDenied + "/32")})
 	require.NoError(t, err)
 	return e
 }

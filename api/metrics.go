@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // BuildInfo labels shield_build_info.
@@ -64,7 +65,7 @@ var (
 const maxHitSeries = 1000
 
 // collectHits sends the hit counts of list l's most hit prefixes.
-func collectHits(ch chan<- prometheus.Metric, sh *shield.Shield, l shield.List) {
+func collectHits(ch chan<- prometheus.Metric, sh *shield.Shield, l lists.List) {
 	hits, err := sh.ListHits(l)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(descListHits, err)
@@ -129,8 +130,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 		}
 	}
-	collectHits(ch, sh, shield.AllowList)
-	collectHits(ch, sh, shield.DenyList)
+	collectHits(ch, sh, lists.AllowList)
+	collectHits(ch, sh, lists.DenyList)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	if n, err := c.s.sourceCount(ctx); err != nil {
@@ -173,7 +174,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descDryRun, prometheus.GaugeValue, dry)
 
-	for _, list := range []shield.List{shield.AllowList, shield.DenyList} {
+	for _, list := range []lists.List{lists.AllowList, lists.DenyList} {
 		ps, err := sh.List(list)
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(descList, err)

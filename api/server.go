@@ -28,6 +28,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -185,7 +186,7 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	s.mux.HandleFunc("PUT /v1/limits", s.change(s.putLimits))
 	// Frames are sensitive: a capture always needs the token.
 	s.mux.HandleFunc("GET /v1/capture", s.change(s.getCapture))
-	for _, l := range []shield.List{shield.AllowList, shield.DenyList} {
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 		p := "/v1/" + l.String()
 		s.mux.HandleFunc("GET "+p, s.read(func(w http.ResponseWriter, r *http.Request) { s.getList(w, r, l) }))
 		s.mux.HandleFunc("POST "+p, s.change(func(w http.ResponseWriter, r *http.Request) { s.addList(w, r, l) }))
@@ -571,7 +572,7 @@ func prefixStrings(ps []netip.Prefix) []string {
 	return out
 }
 
-func (s *Server) getList(w http.ResponseWriter, r *http.Request, l shield.List) {
+func (s *Server) getList(w http.ResponseWriter, r *http.Request, l lists.List) {
 	ps, err := s.sh.List(l)
 	if err != nil {
 		s.fail(w, err)
@@ -601,26 +602,26 @@ func (s *Server) prefixes(w http.ResponseWriter, r *http.Request) ([]netip.Prefi
 	if len(req.Prefixes) > shield.MaxListEntries {
 		return nil, badf("prefixes: %d in one batch; the limit is %d", len(req.Prefixes), shield.MaxListEntries)
 	}
-	ps, err := shield.ParsePrefixes(req.Prefixes)
+	ps, err := lists.ParsePrefixes(req.Prefixes)
 	if err != nil {
 		return nil, badf("prefixes: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return ps, nil
 }
 
-func (s *Server) addList(w http.ResponseWriter, r *http.Request, l shield.List) {
+func (s *Server) addList(w http.ResponseWriter, r *http.Request, l lists.List) {
 	s.changeList(w, r, l, "add", s.sh.Add)
 }
 
-func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) {
+func (s *Server) delList(w http.ResponseWriter, r *http.Request, l lists.List) {
 	s.changeList(w, r, l, "del", s.sh.Remove)
 }
 
 // changeList applies a validated batch to list l with apply (shield's Add
 // or Remove, which check it whole against the list: config.ErrInvalid is
 // the client's error), then answers and logs what changed.
-func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.List, verb string,
-	apply func(shield.List, []netip.Prefix) (shield.ListChange, error)) {
+func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l lists.List, verb string,
+	apply func(lists.List, []netip.Prefix) (lists.ListChange, error)) {
 	ps, err := s.prefixes(w, r)
 	if err != nil {
 		s.fail(w, err)

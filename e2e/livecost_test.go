@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -116,8 +117,8 @@ func BenchmarkLiveCost(b *testing.B) {
 		defer s.Close()
 		switch path {
 		case "deny":
-			ps, _ := shield.ParsePrefixes([]string{"198.18.0.0/15"})
-			_, err = s.Add(shield.DenyList, ps)
+			ps, _ := lists.ParsePrefixes([]string{"198.18.0.0/15"})
+			_, err = s.Add(lists.DenyList, ps)
 		case "limit-drop":
 			err = s.SetLimits(config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1000, AdmissionBurst: 1000})
 		case "ok":

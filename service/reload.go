@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // Reload is what a configuration reload changes while the service runs
@@ -48,9 +48,9 @@ func (s *Service) Reload(r Reload) error {
 		return err
 	}
 	lists := []struct {
-		l          shield.List
+		l          lists.List
 		prev, next []netip.Prefix
-	}{{shield.AllowList, s.cfg.Allow, r.Allow}, {shield.DenyList, s.cfg.Deny, r.Deny}}
+	}{{lists.AllowList, s.cfg.Allow, r.Allow}, {lists.DenyList, s.cfg.Deny, r.Deny}}
 	for _, x := range lists {
 		listed, err := sh.List(x.l)
 		if err != nil {

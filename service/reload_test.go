@@ -11,8 +11,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // TestReload: a reload changes the limits and the lists' configured
@@ -37,13 +37,13 @@ func TestReload(t *testing.T) {
 	}))
 	defer s.Close()
 	sh := s.Shield()
-	_, err := sh.Add(shield.DenyList, []netip.Prefix{byAPI})
+	_, err := sh.Add(lists.DenyList, []netip.Prefix{byAPI})
 	require.NoError(t, err)
 	lists := func() (allow, deny []netip.Prefix) {
 		t.Helper()
-		allow, err := sh.List(shield.AllowList)
+		allow, err := sh.List(lists.AllowList)
 		require.NoError(t, err)
-		deny, err = sh.List(shield.DenyList)
+		deny, err = sh.List(lists.DenyList)
 		require.NoError(t, err)
 		return allow, deny
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -334,10 +335,10 @@ func (s *Service) attach() error {
 }
 
 func (s *Service) applyLists() error {
-	if err := applyList(s.log, s.att.Shield, shield.AllowList, s.cfg.Allow); err != nil {
+	if err := applyList(s.log, s.att.Shield, lists.AllowList, s.cfg.Allow); err != nil {
 		return err
 	}
-	return applyList(s.log, s.att.Shield, shield.DenyList, s.cfg.Deny)
+	return applyList(s.log, s.att.Shield, lists.DenyList, s.cfg.Deny)
 }
 
 // ownAddresses marks the namespace's addresses as own and keeps them so
@@ -561,7 +562,7 @@ func (s *Service) Close() error {
 
 // applyList puts the configured prefixes on list l (already listed ones are
 // kept) and logs what it added.
-func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Prefix) error {
+func applyList(log *slog.Logger, sh *shield.Shield, l lists.List, ps []netip.Prefix) error {
 	if len(ps) == 0 {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // pinnedSeed reads the hash seed of the configuration pinned in dir; ok is
@@ -79,12 +80,12 @@ func (s *Shield) publishOwn(l config.Limits, own []netip.Addr) error {
 	cfg.EphLo, cfg.EphHi = s.eph.Lo, s.eph.Hi
 	// The lists as their snapshots hold them.
 	var listed []netip.Prefix
-	for _, l := range []List{AllowList, DenyList} {
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 		if ps := s.snap[l].Load(); ps != nil {
 			listed = append(listed, *ps...)
 		}
 	}
-	cfg.Regions4, cfg.Regions6 = regions(listed, looked)
+	cfg.Regions4, cfg.Regions6 = lists.Regions(listed, looked)
 	cfg.Filter, cfg.FilterSeed = s.filter, s.filterSeed
 	if err := inner.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write config: %w", err)

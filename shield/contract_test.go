@@ -14,6 +14,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // enumerators reads enum name's enumerators from the BTF of the committed
@@ -111,11 +112,11 @@ func TestContract(t *testing.T) {
 	})
 	t.Run("list_verdict", func(t *testing.T) {
 		valued(t, "list_verdict", map[string]uint64{
-			"LIST_ALLOW": uint64(verdictAllow), "LIST_DENY": uint64(verdictDeny), "LIST_OWN": uint64(verdictOwn),
-			"LIST_VERDICT": uint64(verdictMask), "LIST_IN_ALLOW": uint64(inAllow), "LIST_IN_DENY": uint64(inDeny),
+			"LIST_ALLOW": uint64(lists.VerdictAllow), "LIST_DENY": uint64(lists.VerdictDeny), "LIST_OWN": uint64(lists.VerdictOwn),
+			"LIST_VERDICT": uint64(lists.VerdictMask), "LIST_IN_ALLOW": uint64(lists.InAllow), "LIST_IN_DENY": uint64(lists.InDeny),
 		})
-		for _, b := range []uint8{inAllow, inDeny} {
-			assert.EqualValues(t, 0, b&verdictMask, "list bit %#x overlaps the verdict the program reads (%#x)", b, verdictMask)
+		for _, b := range []uint8{lists.InAllow, lists.InDeny} {
+			assert.EqualValues(t, 0, b&lists.VerdictMask, "list bit %#x overlaps the verdict the program reads (%#x)", b, lists.VerdictMask)
 		}
 	})
 	t.Run("traffic_class", func(t *testing.T) {
@@ -137,12 +138,12 @@ func TestContract(t *testing.T) {
 		got = spec.Maps[bpf.ShieldMapPresence].MaxEntries
 		assert.EqualValues(t, 2*filterWords, got, "presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)
 		valued(t, "list_capacity", map[string]uint64{
-			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
+			"MAX_LIST_ENTRIES": uint64(lists.MaxEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
 			"MAX_RULES": uint64(maxRules), "NO_RULE": uint64(noRule),
 		})
 		for _, m := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
 			got := spec.Maps[m].MaxEntries
-			assert.EqualValues(t, uint32(2*maxListEntries+maxOwn), got, "%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*maxListEntries+maxOwn)
+			assert.EqualValues(t, uint32(2*lists.MaxEntries+maxOwn), got, "%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*lists.MaxEntries+maxOwn)
 		}
 		for _, m := range []string{bpf.ShieldMapOwn4Addrs, bpf.ShieldMapOwn6Addrs} {
 			got := spec.Maps[m].MaxEntries

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // crashChildEnv makes the test binary the child of TestKillMidListChange:
@@ -66,7 +67,7 @@ func TestKillMidListChange(t *testing.T) {
 	l.DryRun = true // limits pass: only the deny list drops
 	s := loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	removed := crashRemoved(crashN)
-	_, err := s.Add(DenyList, append(removed, crashKept))
+	_, err := s.Add(lists.DenyList, append(removed, crashKept))
 	require.NoError(t, err, "Add")
 	frames := make([][]byte, crashN)
 	for i, p := range removed {
@@ -133,7 +134,7 @@ func TestKillMidListChange(t *testing.T) {
 	// back.
 	s.Close()
 	s2 := loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
-	deny, err := s2.List(DenyList)
+	deny, err := s2.List(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, 1, len(deny), "prefixes on the deny list after the restart")
 	assert.Contains(t, deny, crashKept, "the deny list after the restart")
@@ -151,7 +152,7 @@ func crashChild(t *testing.T, dir string) {
 	s, err := Load(Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual, TableSize: 4096})
 	require.NoError(t, err, "child Load")
 	fmt.Println("changing")
-	_, err = s.Remove(DenyList, crashRemoved(crashN()))
+	_, err = s.Remove(lists.DenyList, crashRemoved(crashN()))
 	require.NoError(t, err, "child Remove")
 	time.Sleep(time.Minute)
 }
@@ -194,23 +195,23 @@ func TestMigrateOldListPins(t *testing.T) {
 	// main's verdict trie: a one-byte value (no hit counter), made afresh.
 	require.NoError(t, os.Remove(filepath.Join(dir, bpf.ShieldMapLists4)))
 	pin(bpf.ShieldMapLists4, ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 1, MaxEntries: 2*65536 + 4096, Flags: 1}, func(m *ebpf.Map) {
-		require.NoError(t, m.Put(bpf.ShieldLpm4Key{Prefixlen: 24, Addr: kept.Addr().As4()}, uint8(verdictDeny)))
+		require.NoError(t, m.Put(bpf.ShieldLpm4Key{Prefixlen: 24, Addr: kept.Addr().As4()}, uint8(lists.VerdictDeny)))
 	})
 	pin(journalPin, ebpf.MapSpec{Type: ebpf.Hash, KeySize: 20, ValueSize: 1, MaxEntries: 16}, func(m *ebpf.Map) {
-		k := journalKey{List: uint8(DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
+		k := journalKey{List: uint8(lists.DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
 		require.NoError(t, m.Put(k, journalAdded))
 	})
 
 	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
-	deny, err := s.List(DenyList)
+	deny, err := s.List(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{kept}, deny, "List(deny) after the migration")
-	allow, err := s.List(AllowList)
+	allow, err := s.List(lists.AllowList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{allowed}, allow, "List(allow) after the migration")
 	r, ok := s.Recovered()
 	assert.True(t, ok, "Recovered()")
-	assert.Equal(t, 1, r.Added[DenyList], "interrupted additions taken off again")
+	assert.Equal(t, 1, r.Added[lists.DenyList], "interrupted additions taken off again")
 	assert.Equal(t, uint32(xdpDrop), run(t, s, frame4("198.18.1.5")), "a source on the old deny list")
 	assert.Equal(t, uint32(xdpPass), run(t, s, frame4("198.18.2.5")), "a source of the interrupted addition")
 	for _, name := range []string{"allow4", "allow6", "deny4", "deny6", journalPin} {
@@ -219,7 +220,7 @@ func TestMigrateOldListPins(t *testing.T) {
 	}
 	s.Close()
 	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
-	deny, err = s.List(DenyList)
+	deny, err = s.List(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{kept}, deny, "List(deny) on the new pins")
 	_, ok = s.Recovered()

@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // The tests of this file are named after the findings of issue 9 that live
@@ -164,19 +165,19 @@ func TestPreviousConfigMapKept(t *testing.T) {
 func TestListChangeReports(t *testing.T) {
 	s := loadT(t, Options{Clock: config.ClockVirtual})
 	ps := func(ss ...string) []netip.Prefix {
-		out, err := ParsePrefixes(ss)
+		out, err := lists.ParsePrefixes(ss)
 		require.NoError(t, err)
 		return out
 	}
-	_, err := s.Add(DenyList, ps("198.18.0.0/24"))
+	_, err := s.Add(lists.DenyList, ps("198.18.0.0/24"))
 	require.NoError(t, err)
-	ch, err := s.Add(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
+	ch, err := s.Add(lists.DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
 	require.NoError(t, err)
-	assert.Equal(t, ListChange{List: DenyList, Added: ps("198.18.1.0/24", "2001:db8::/48"), Before: 1,
+	assert.Equal(t, lists.ListChange{List: lists.DenyList, Added: ps("198.18.1.0/24", "2001:db8::/48"), Before: 1,
 		After: ps("198.18.0.0/24", "198.18.1.0/24", "2001:db8::/48")}, ch, "Add()")
-	ch, err = s.Remove(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.0.0/24"))
+	ch, err = s.Remove(lists.DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.0.0/24"))
 	require.NoError(t, err)
-	assert.Equal(t, ListChange{List: DenyList, Removed: ps("198.18.0.0/24", "2001:db8::/48"), Before: 3,
+	assert.Equal(t, lists.ListChange{List: lists.DenyList, Removed: ps("198.18.0.0/24", "2001:db8::/48"), Before: 3,
 		After: ps("198.18.1.0/24")}, ch, "Remove()")
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -48,9 +49,9 @@ func snapshot(t *testing.T, s *Shield) state {
 	cfg, ok, err := s.readConfig()
 	require.NoError(t, err, "readConfig()")
 	require.True(t, ok, "readConfig(): no configuration published")
-	allow, err := s.List(AllowList)
+	allow, err := s.List(lists.AllowList)
 	require.NoError(t, err, "List(allow)")
-	deny, err := s.List(DenyList)
+	deny, err := s.List(lists.DenyList)
 	require.NoError(t, err, "List(deny)")
 	verdicts, err := s.readVerdicts(s.gen)
 	require.NoError(t, err, "readVerdicts()")
@@ -152,7 +153,7 @@ func TestLoadDefaults(t *testing.T) {
 
 func TestSetLimitsRejectsAndChangesNothing(t *testing.T) {
 	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 5, Burst: 7, AdmissionRate: 11, AdmissionBurst: 13}})
-	addT(t, s, DenyList, "203.0.113.0/24")
+	addT(t, s, lists.DenyList, "203.0.113.0/24")
 	before := snapshot(t, s)
 	for _, bad := range []config.Limits{
 		{Rate: 0, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1},
@@ -203,9 +204,9 @@ func TestSetLimitsWithoutReload(t *testing.T) {
 	assert.Equal(t, id, id2, "program ID after SetLimits")
 }
 
-func addT(t *testing.T, s *Shield, l List, cidrs ...string) {
+func addT(t *testing.T, s *Shield, l lists.List, cidrs ...string) {
 	t.Helper()
-	ps, err := ParsePrefixes(cidrs)
+	ps, err := lists.ParsePrefixes(cidrs)
 	require.NoError(t, err, "ParsePrefixes(%q)", cidrs)
 	require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
 }
@@ -229,7 +230,7 @@ func TestParsePrefixes(t *testing.T) {
 		{in: []string{"198.18.0.0/15", "10.0.0.1/8", "2001:db8::/32", "bogus"},
 			errs: []string{"10.0.0.1/8", "bogus"}},
 	} {
-		got, err := ParsePrefixes(tc.in)
+		got, err := lists.ParsePrefixes(tc.in)
 		if tc.want != nil {
 			require.NoError(t, err, "ParsePrefixes(%q)", tc.in)
 			var s []string
@@ -251,7 +252,7 @@ func TestParsePrefixes(t *testing.T) {
 // neither trie nor the flags in the config map.
 func TestAddAllOrNothing(t *testing.T) {
 	s := loadT(t, Options{Clock: config.ClockVirtual})
-	addT(t, s, AllowList, "192.0.2.0/24")
+	addT(t, s, lists.AllowList, "192.0.2.0/24")
 	good := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")}
 	for _, tc := range []struct {
 		name string
@@ -262,7 +263,7 @@ func TestAddAllOrNothing(t *testing.T) {
 		{"zero prefix", netip.Prefix{}, "invalid prefix"},
 		{"mapped", netip.MustParsePrefix("::ffff:198.18.0.0/112"), "invalid prefix"},
 	} {
-		for _, l := range []List{AllowList, DenyList} {
+		for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 			t.Run(tc.name+"/"+l.String(), func(t *testing.T) {
 				before := snapshot(t, s)
 				batch := append(append([]netip.Prefix{}, good[0], tc.bad), good[1])
@@ -281,14 +282,14 @@ func TestAddAllOrNothing(t *testing.T) {
 	for i := range MaxListEntries + 1 {
 		many = append(many, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32))
 	}
-	_, err := s.Add(DenyList, many)
+	_, err := s.Add(lists.DenyList, many)
 	require.Error(t, err, "Add(%d prefixes)", len(many))
 	assert.Contains(t, err.Error(), "the limit is 65536")
 	assert.ErrorIs(t, err, config.ErrInvalid)
 	assert.Equal(t, before, snapshot(t, s), "state after an over-capacity Add")
 
 	// Adding what is already there changes nothing either.
-	addT(t, s, AllowList, "192.0.2.0/24")
+	addT(t, s, lists.AllowList, "192.0.2.0/24")
 	assert.Equal(t, before, snapshot(t, s), "state after adding a listed prefix")
 }
 
@@ -297,7 +298,7 @@ func TestAddAllOrNothing(t *testing.T) {
 // flag, so the program stops looking the trie up.
 func TestRemove(t *testing.T) {
 	s := loadT(t, Options{Clock: config.ClockVirtual})
-	addT(t, s, DenyList, "198.18.0.0/15", "2001:db8::/32")
+	addT(t, s, lists.DenyList, "198.18.0.0/15", "2001:db8::/32")
 	before := snapshot(t, s)
 	require.Equal(t, config.FlagDeny4|config.FlagDeny6, before.Config.Flags&(config.FlagDeny4|config.FlagDeny6), "flags with both families listed")
 	for _, missing := range [][]string{
@@ -305,22 +306,22 @@ func TestRemove(t *testing.T) {
 		{"198.18.0.0/15", "203.0.113.0/24"},
 		{"2001:db8::/48", "2001:db8::/32"},
 	} {
-		ps, err := ParsePrefixes(missing)
+		ps, err := lists.ParsePrefixes(missing)
 		require.NoError(t, err)
-		_, err = s.Remove(DenyList, ps)
+		_, err = s.Remove(lists.DenyList, ps)
 		require.Error(t, err, "Remove(deny, %q)", missing)
 		assert.Contains(t, err.Error(), "not on the deny list: ")
 		assert.ErrorIs(t, err, config.ErrInvalid)
 		assert.Equal(t, before, snapshot(t, s), "state after Remove(deny, %q)", missing)
 	}
 	// The allow list does not hold the deny list's prefixes.
-	ps, _ := ParsePrefixes([]string{"198.18.0.0/15"})
-	require.Error(t, second(s.Remove(AllowList, ps)))
+	ps, _ := lists.ParsePrefixes([]string{"198.18.0.0/15"})
+	require.Error(t, second(s.Remove(lists.AllowList, ps)))
 	assert.Equal(t, before, snapshot(t, s), "state after Remove(allow, a deny prefix)")
 
-	require.NoError(t, second(s.Remove(DenyList, ps)))
+	require.NoError(t, second(s.Remove(lists.DenyList, ps)))
 	after := snapshot(t, s)
-	assert.Equal(t, map[netip.Prefix]uint8{netip.MustParsePrefix("2001:db8::/32"): verdictDeny | inDeny}, after.Verdicts, "verdict tries")
+	assert.Equal(t, map[netip.Prefix]uint8{netip.MustParsePrefix("2001:db8::/32"): lists.VerdictDeny | lists.InDeny}, after.Verdicts, "verdict tries")
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, after.Deny, "List(deny)")
 	assert.Equal(t, config.FlagDeny6, after.Config.Flags&(config.FlagDeny4|config.FlagDeny6), "flags after the last IPv4 prefix left")
 }
@@ -389,18 +390,18 @@ func TestWantVerdicts(t *testing.T) {
 		want        map[string]uint8
 	}{
 		{"empty", nil, nil, map[string]uint8{}},
-		{"disjoint", pp("10.0.0.0/8"), pp("192.0.2.0/24"), map[string]uint8{"10.0.0.0/8": verdictAllow, "192.0.2.0/24": verdictDeny}},
+		{"disjoint", pp("10.0.0.0/8"), pp("192.0.2.0/24"), map[string]uint8{"10.0.0.0/8": lists.VerdictAllow, "192.0.2.0/24": lists.VerdictDeny}},
 		{"deny inside allow is allowed", pp("198.18.0.0/15"), pp("198.18.1.0/24", "198.18.1.7/32"),
-			map[string]uint8{"198.18.0.0/15": verdictAllow, "198.18.1.0/24": verdictAllow, "198.18.1.7/32": verdictAllow}},
-		{"allow inside deny", pp("198.18.1.0/24"), pp("198.18.0.0/15"), map[string]uint8{"198.18.0.0/15": verdictDeny, "198.18.1.0/24": verdictAllow}},
+			map[string]uint8{"198.18.0.0/15": lists.VerdictAllow, "198.18.1.0/24": lists.VerdictAllow, "198.18.1.7/32": lists.VerdictAllow}},
+		{"allow inside deny", pp("198.18.1.0/24"), pp("198.18.0.0/15"), map[string]uint8{"198.18.0.0/15": lists.VerdictDeny, "198.18.1.0/24": lists.VerdictAllow}},
 		{"on both lists", pp("2001:db8::/32"), pp("2001:db8::/32", "2001:db8:1::/48", "2001:db9::/32"),
-			map[string]uint8{"2001:db8::/32": verdictAllow, "2001:db8:1::/48": verdictAllow, "2001:db9::/32": verdictDeny}},
-		{"allow everything", pp("0.0.0.0/0"), pp("203.0.113.0/24"), map[string]uint8{"0.0.0.0/0": verdictAllow, "203.0.113.0/24": verdictAllow}},
-		{"families apart", pp("0.0.0.0/0"), pp("::/0"), map[string]uint8{"0.0.0.0/0": verdictAllow, "::/0": verdictDeny}},
+			map[string]uint8{"2001:db8::/32": lists.VerdictAllow, "2001:db8:1::/48": lists.VerdictAllow, "2001:db9::/32": lists.VerdictDeny}},
+		{"allow everything", pp("0.0.0.0/0"), pp("203.0.113.0/24"), map[string]uint8{"0.0.0.0/0": lists.VerdictAllow, "203.0.113.0/24": lists.VerdictAllow}},
+		{"families apart", pp("0.0.0.0/0"), pp("::/0"), map[string]uint8{"0.0.0.0/0": lists.VerdictAllow, "::/0": lists.VerdictDeny}},
 	} {
 		got := map[string]uint8{}
-		for p, v := range wantVerdicts(tc.allow, tc.deny) {
-			got[p.String()] = v & verdictMask
+		for p, v := range lists.Want(tc.allow, tc.deny) {
+			got[p.String()] = v & lists.VerdictMask
 		}
 		assert.Equal(t, tc.want, got, "wantVerdicts(%v, %v) (%s)", tc.allow, tc.deny, tc.name)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // OwnAddresses lists the addresses of every interface of the network
@@ -222,8 +223,8 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 	next = slices.DeleteFunc(next, func(a netip.Addr) bool { return slices.Contains(removed, a) })
 	next = append(next, added...)
 	slices.SortFunc(next, netip.Addr.Compare)
-	allow, _ := s.listLocked(AllowList)
-	deny, _ := s.listLocked(DenyList)
+	allow, _ := s.listLocked(lists.AllowList)
+	deny, _ := s.listLocked(lists.DenyList)
 	if err := s.commitLists(allow, deny, next); err != nil {
 		return nil, nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -88,14 +89,14 @@ func dirty(t *testing.T, s *shield.Shield) {
 	require.NoError(t, s.SetLimits(l))
 	require.NoError(t, s.SetEphemeral(config.PortRange{Lo: 1024, Hi: 2048}))
 	for _, c := range []struct {
-		l  shield.List
+		l  lists.List
 		ps []string
 	}{
-		{shield.AllowList, []string{"198.18.1.0/24", "2001:db8:1::/48"}},
-		{shield.DenyList, []string{"198.18.2.0/24", "2001:db8:2::/48"}},
-		{shield.DenyList, []string{"198.18.3.0/24", "2001:db8:3::/48"}},
+		{lists.AllowList, []string{"198.18.1.0/24", "2001:db8:1::/48"}},
+		{lists.DenyList, []string{"198.18.2.0/24", "2001:db8:2::/48"}},
+		{lists.DenyList, []string{"198.18.3.0/24", "2001:db8:3::/48"}},
 	} {
-		ps, err := shield.ParsePrefixes(c.ps)
+		ps, err := lists.ParsePrefixes(c.ps)
 		require.NoError(t, err)
 		_, err = s.Add(c.l, ps)
 		require.NoError(t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 const (
@@ -296,8 +297,8 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 	if oldLists != nil {
-		s.snap[AllowList].Store(&oldLists.allow)
-		s.snap[DenyList].Store(&oldLists.deny)
+		s.snap[lists.AllowList].Store(&oldLists.allow)
+		s.snap[lists.DenyList].Store(&oldLists.deny)
 	} else if err := s.loadSnapshots(); err != nil {
 		s.Close()
 		return nil, err

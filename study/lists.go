@@ -19,6 +19,7 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/study/results"
 )
@@ -284,7 +285,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *results.ListCell, targ
 		}
 		defer sh.Close()
 		start := time.Now()
-		if _, err := sh.Add(shield.DenyList, pre); err != nil {
+		if _, err := sh.Add(lists.DenyList, pre); err != nil {
 			c.Refused = err.Error()
 			return nil
 		}

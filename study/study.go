@@ -23,6 +23,7 @@ import (
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/study/proc"
 	"github.com/xdpshield/xdpshield/study/report"
@@ -310,7 +311,7 @@ func (s *study) protect(ctx context.Context, c results.Config, tableSize uint32)
 		}
 		p.sh = sh
 		if c.Program == "allowall" {
-			if _, err := sh.Add(shield.AllowList, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}); err != nil {
+			if _, err := sh.Add(lists.AllowList, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}); err != nil {
 				return nil, fmt.Errorf("allow all: %w", err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // Source is what the page reads of a shield (*shield.Shield is one).
@@ -16,7 +17,7 @@ type Source interface {
 	Counters() (counter.Counters, error)
 	CountSources(ctx context.Context) (int, error)
 	TableSize() uint32
-	List(l shield.List) ([]netip.Prefix, error)
+	List(l lists.List) ([]netip.Prefix, error)
 	Limits() config.Limits
 	Top(ctx context.Context, n int, by shield.TopOrder) ([]shield.Source, shield.WalkStats, error)
 }
@@ -108,7 +109,7 @@ func (s *sampler) sample(ctx context.Context) Sample {
 	} else {
 		smp.Error = "sources: " + err.Error()
 	}
-	for _, l := range []shield.List{shield.AllowList, shield.DenyList} {
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 		if ps, err := s.src.List(l); err == nil {
 			smp.Lists[l.String()] = len(ps)
 		}

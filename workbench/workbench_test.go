@@ -23,6 +23,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 const token = "operator-token-0123456789"
@@ -45,8 +46,8 @@ func (f *fakeSource) Counters() (counter.Counters, error) {
 }
 func (f *fakeSource) CountSources(context.Context) (int, error) { return 3, nil }
 func (f *fakeSource) TableSize() uint32                         { return 1024 }
-func (f *fakeSource) List(l shield.List) ([]netip.Prefix, error) {
-	if l == shield.DenyList {
+func (f *fakeSource) List(l lists.List) ([]netip.Prefix, error) {
+	if l == lists.DenyList {
 		return []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}, nil
 	}
 	return nil, nil

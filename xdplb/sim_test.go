@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -416,9 +417,9 @@ func TestBehindShield(t *testing.T) {
 	act, out := run(t, s.Program(), frame(t, p))
 	require.Equal(t, sim.TX, act, "shield, then the balancer")
 	assert.Equal(t, backendOf(t, b, p), decode(t, out).dst(t))
-	ps, err := shield.ParsePrefixes([]string{"198.18.50.12/32"})
+	ps, err := lists.ParsePrefixes([]string{"198.18.50.12/32"})
 	require.NoError(t, err)
-	_, err = s.Add(shield.DenyList, ps)
+	_, err = s.Add(lists.DenyList, ps)
 	require.NoError(t, err, "deny the client")
 	act, _ = run(t, s.Program(), frame(t, p))
 	assert.Equal(t, sim.Drop, act, "the shield's drop is final")

@@ -21,6 +21,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -157,7 +158,7 @@ func TestCLI(t *testing.T) {
 	}
 	l := sh.Limits()
 	assert.True(t, l.Equal(want), "limits after the refusals = %+v, want %+v", l, want)
-	for l, n := range map[shield.List]int{shield.AllowList: 2, shield.DenyList: 1} {
+	for l, n := range map[lists.List]int{lists.AllowList: 2, lists.DenyList: 1} {
 		ps, err := sh.List(l)
 		if assert.NoError(t, err, "%s list after the refusals", l) {
 			assert.Len(t, ps, n, "%s list after the refusals = %v; want %d prefixes", l, ps, n)

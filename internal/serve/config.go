@@ -19,6 +19,7 @@ import (
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
 	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -246,10 +247,10 @@ func (c *config) validate() (settings, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if s.allow, err = shield.ParsePrefixes(c.Lists.Allow); err != nil {
+	if s.allow, err = lists.ParsePrefixes(c.Lists.Allow); err != nil {
 		errs = append(errs, fmt.Errorf("lists.allow: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if s.deny, err = shield.ParsePrefixes(c.Lists.Deny); err != nil {
+	if s.deny, err = lists.ParsePrefixes(c.Lists.Deny); err != nil {
 		errs = append(errs, fmt.Errorf("lists.deny: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
 	switch c.Log.Level {

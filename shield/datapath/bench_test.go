@@ -13,6 +13,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -74,7 +75,7 @@ var (
 	strangerN  = 0
 	benchPaths = []benchPath{
 		{name: "allow", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
-			addList(tb, s, shield.AllowList, "198.18.0.0/15")
+			addList(tb, s, lists.AllowList, "198.18.0.0/15")
 			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, counter.ReasonAllow
 		}},
 		{name: "ok", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
@@ -92,7 +93,7 @@ var (
 			drain(tb, s, sim.From(benchSrc, sim.UDP).Bytes())
 		}},
 		{name: "deny", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
-			addList(tb, s, shield.DenyList, "198.18.0.0/15")
+			addList(tb, s, lists.DenyList, "198.18.0.0/15")
 			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny
 		}},
 		// The frozen virtual clock: with a real one, the admission bucket's
@@ -116,15 +117,15 @@ var (
 		// entries that do not match, and with the exact (ktime) clock.
 		{name: "ok+lists", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
 			setLimits(tb, s, config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
-			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
-			addList(tb, s, shield.DenyList, "192.0.2.0/24", "2001:db8:2::/48")
+			addList(tb, s, lists.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
+			addList(tb, s, lists.DenyList, "192.0.2.0/24", "2001:db8:2::/48")
 			f := sim.From(benchSrc, sim.UDP).Bytes()
 			mustRun(tb, s, f, sim.Pass)
 			return f, sim.Pass, counter.ReasonOK
 		}},
 		{name: "deny+allow", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
-			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
-			addList(tb, s, shield.DenyList, "198.18.0.0/15")
+			addList(tb, s, lists.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
+			addList(tb, s, lists.DenyList, "198.18.0.0/15")
 			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny
 		}},
 		// The paths issue 9 added: a protected-destination list (the ok

@@ -17,6 +17,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -174,10 +175,10 @@ func loadFixture(t *testing.T, c FixtureConfig) *shield.Shield {
 	t.Helper()
 	s := load(t, c.TableSize, c.Limits)
 	if len(c.Allow) > 0 {
-		addList(t, s, shield.AllowList, c.Allow...)
+		addList(t, s, lists.AllowList, c.Allow...)
 	}
 	if len(c.Deny) > 0 {
-		addList(t, s, shield.DenyList, c.Deny...)
+		addList(t, s, lists.DenyList, c.Deny...)
 	}
 	return s
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -107,11 +108,11 @@ var fuzzShield = sync.OnceValues(func() (*shield.Shield, error) {
 	if err != nil {
 		return nil, err
 	}
-	for l, cidrs := range map[shield.List][]string{
-		shield.AllowList: {"198.18.1.0/24", "2001:db8:1::/48"},
-		shield.DenyList:  {"198.18.0.0/15", "2001:db8::/32", "10.9.0.0/16"},
+	for l, cidrs := range map[lists.List][]string{
+		lists.AllowList: {"198.18.1.0/24", "2001:db8:1::/48"},
+		lists.DenyList:  {"198.18.0.0/15", "2001:db8::/32", "10.9.0.0/16"},
 	} {
-		ps, err := shield.ParsePrefixes(cidrs)
+		ps, err := lists.ParsePrefixes(cidrs)
 		if err != nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -75,9 +76,9 @@ func (p *shieldPool) give(size uint32, s *shield.Shield) {
 }
 
 // addList puts CIDRs on list l.
-func addList(t testing.TB, s *shield.Shield, l shield.List, cidrs ...string) {
+func addList(t testing.TB, s *shield.Shield, l lists.List, cidrs ...string) {
 	t.Helper()
-	ps, err := shield.ParsePrefixes(cidrs)
+	ps, err := lists.ParsePrefixes(cidrs)
 	require.NoError(t, err, "ParsePrefixes(%q)", cidrs)
 	require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
 }

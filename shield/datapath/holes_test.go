@@ -11,9 +11,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -50,8 +50,8 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 // spoofed, before the lists, and never touches the IPv4 address's bucket.
 func TestMappedIPv6Spoofed(t *testing.T) {
 	s := load(t, 4096, config.Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100})
-	addList(t, s, shield.DenyList, "198.18.0.7/32")
-	addList(t, s, shield.AllowList, "198.18.0.8/32")
+	addList(t, s, lists.DenyList, "198.18.0.7/32")
+	addList(t, s, lists.AllowList, "198.18.0.8/32")
 	udp := counter.ProtoUDP
 	mapped := func(v4 string) []byte {
 		return sim.Frame{Src: netip.MustParseAddr("::ffff:" + v4), Dst: netip.MustParseAddr("2001:db8:ffff::fffe"), L4: sim.UDP}.Bytes()
@@ -75,7 +75,7 @@ func TestOwnAddressSpoofed(t *testing.T) {
 	for _, extra := range []int{0, 12} {
 		t.Run(fmt.Sprintf("%d more own addresses per family", extra), func(t *testing.T) {
 			s := load(t, 4096, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
-			addList(t, s, shield.AllowList, "198.18.0.0/24", "2001:db8::/64")
+			addList(t, s, lists.AllowList, "198.18.0.0/24", "2001:db8::/64")
 			own := []string{"198.18.0.1", "2001:db8::1"}
 			for i := range extra {
 				own = append(own, fmt.Sprintf("198.18.0.%d", 100+i), fmt.Sprintf("2001:db8::%x", 0x100+i))

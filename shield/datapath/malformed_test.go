@@ -7,9 +7,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -19,7 +19,7 @@ import (
 // its tightest and both lists covering everything.
 func TestMalformedPasses(t *testing.T) {
 	s := load(t, 4096, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
-	addList(t, s, shield.DenyList, "0.0.0.0/0", "::/0")
+	addList(t, s, lists.DenyList, "0.0.0.0/0", "::/0")
 	corpus := badCorpus()
 	require.Greater(t, len(corpus), 300, "corpus size")
 	steps := make([]sim.Step, len(corpus))

@@ -13,6 +13,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -106,8 +107,8 @@ func TestRefillAtRate(t *testing.T) {
 // with tokens; neither list inserts the source into the table.
 func TestLists(t *testing.T) {
 	s := load(t, 4096, config.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
-	addList(t, s, shield.DenyList, "198.18.0.0/15", "2001:db8::/32")
-	addList(t, s, shield.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
+	addList(t, s, lists.DenyList, "198.18.0.0/15", "2001:db8::/32")
+	addList(t, s, lists.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
 	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
 	allowed4 := sim.From("198.18.1.9", sim.TCP).Bytes()
 	allowed6 := sim.From("2001:db8:1::9", sim.UDP, sim.Double...).Bytes()
@@ -127,9 +128,9 @@ func TestLists(t *testing.T) {
 	assert.Equal(t, 1, n, "CountSources() after listed traffic")
 
 	// Removing the allow entry exposes the deny list, without a reload.
-	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
+	ps, err := lists.ParsePrefixes([]string{"198.18.1.0/24"})
 	require.NoError(t, err)
-	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
+	require.NoError(t, second(s.Remove(lists.AllowList, ps)))
 	sim.Scenario{Name: t.Name() + "/after remove", Target: Target(s), Steps: []sim.Step{
 		{Name: "now denied", At: sec, Frame: allowed4, Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, tcp)},
 		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: sim.Pass, Delta: One(pass, counter.ReasonAllow, udp)},
@@ -185,7 +186,7 @@ func TestFamiliesAndTags(t *testing.T) {
 func TestDryRun(t *testing.T) {
 	l := config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
 	s := load(t, 4096, l)
-	addList(t, s, shield.DenyList, "198.18.9.0/24")
+	addList(t, s, lists.DenyList, "198.18.9.0/24")
 	udp := counter.ProtoUDP
 	a := sim.From("198.18.0.1", sim.UDP).Bytes()
 	b := sim.From("198.18.0.2", sim.UDP).Bytes()

@@ -14,6 +14,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -32,7 +33,7 @@ const benchSrc = "198.18.0.1"
 
 var speedPaths = []speedPath{
 	{name: "allow", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
-		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, counter.ReasonAllow, addList(s, shield.AllowList, "198.18.0.0/15")
+		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, counter.ReasonAllow, addList(s, lists.AllowList, "198.18.0.0/15")
 	}},
 	{name: "ok", clock: config.ClockJiffies, setup: okSetup(sim.From(benchSrc, sim.UDP))},
 	{name: "ok-ipv6-double-tag", clock: config.ClockJiffies, setup: okSetup(sim.From("2001:db8::1", sim.TCP, sim.Double...))},
@@ -45,7 +46,7 @@ var speedPaths = []speedPath{
 		return f, sim.Drop, counter.ReasonLimit, drain(s, f)
 	}, reprime: func(s *shield.Shield) error { return drain(s, sim.From(benchSrc, sim.UDP).Bytes()) }},
 	{name: "deny", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
-		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny, addList(s, shield.DenyList, "198.18.0.0/15")
+		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny, addList(s, lists.DenyList, "198.18.0.0/15")
 	}},
 	// The frozen virtual clock: a real one lets a stranger in once a second.
 	{name: "admission-drop", clock: config.ClockVirtual, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
@@ -76,8 +77,8 @@ func okSetup(f sim.Frame) func(s *shield.Shield) ([]byte, sim.Action, counter.Re
 	}
 }
 
-func addList(s *shield.Shield, l shield.List, cidrs ...string) error {
-	ps, err := shield.ParsePrefixes(cidrs)
+func addList(s *shield.Shield, l lists.List, cidrs ...string) error {
+	ps, err := lists.ParsePrefixes(cidrs)
 	if err != nil {
 		return err
 	}
