@@ -29,6 +29,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -501,15 +502,15 @@ func (s *Server) getTop(w http.ResponseWriter, r *http.Request) {
 	n := DefaultTopN
 	if v := q.Get("n"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > shield.MaxTop {
-			s.fail(w, badf("n=%q: want an integer in [1, %d]", v, shield.MaxTop))
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > source.MaxTop {
+			s.fail(w, badf("n=%q: want an integer in [1, %d]", v, source.MaxTop))
 			return
 		}
 	}
-	by := shield.ByDropped
+	by := source.ByDropped
 	if v := q.Get("by"); v != "" {
 		var err error
-		if by, err = shield.ParseTopOrder(v); err != nil {
+		if by, err = source.ParseTopOrder(v); err != nil {
 			s.fail(w, badRequest{err})
 			return
 		}
@@ -530,7 +531,7 @@ func (s *Server) getTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if top == nil {
-		top = []shield.Source{}
+		top = []source.Source{}
 	}
 	writeJSON(w, http.StatusOK, TopResponse{
 		By: by.String(), N: n, Scanned: st.Scanned,

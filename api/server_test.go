@@ -24,6 +24,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -152,13 +153,13 @@ func TestChangesLogged(t *testing.T) {
 // population writes up to n sources with random counts straight into the
 // pinned table and returns what it wrote (a source whose set is full is
 // left out).
-func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
+func population(t *testing.T, e *env, n int, seed uint64) []source.Source {
 	t.Helper()
 	tab, err := shield.OpenTable(e.dir)
 	require.NoError(t, err)
 	defer tab.Close()
 	rng := rand.New(rand.NewPCG(seed, 1))
-	out := make([]shield.Source, 0, n)
+	out := make([]source.Source, 0, n)
 	base4 := netip.MustParseAddr("198.18.0.0").As4()
 	for i := 0; i < n; i++ {
 		var a netip.Addr
@@ -190,25 +191,25 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 			bits = config.DefaultKeyPrefix4
 		}
 		prefix, _ := a.Prefix(bits)
-		out = append(out, shield.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
+		out = append(out, source.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
 	}
 	return out
 }
 
-func expectTop(pop []shield.Source, n int, by shield.TopOrder) []shield.Source {
-	score := func(s shield.Source) uint64 {
-		if by == shield.ByPassed {
+func expectTop(pop []source.Source, n int, by source.TopOrder) []source.Source {
+	score := func(s source.Source) uint64 {
+		if by == source.ByPassed {
 			return s.Passed
 		}
 		return s.Dropped
 	}
-	var c []shield.Source
+	var c []source.Source
 	for _, s := range pop {
 		if score(s) > 0 {
 			c = append(c, s)
 		}
 	}
-	slices.SortFunc(c, func(a, b shield.Source) int {
+	slices.SortFunc(c, func(a, b source.Source) int {
 		if sa, sb := score(a), score(b); sa != sb {
 			if sa > sb {
 				return -1
@@ -232,8 +233,8 @@ func TestTopTalkers(t *testing.T) {
 	c := e.client()
 	for _, tc := range []struct {
 		n  int
-		by shield.TopOrder
-	}{{1, shield.ByDropped}, {10, shield.ByDropped}, {10, shield.ByPassed}, {1000, shield.ByPassed}, {1000, shield.ByDropped}} {
+		by source.TopOrder
+	}{{1, source.ByDropped}, {10, source.ByDropped}, {10, source.ByPassed}, {1000, source.ByPassed}, {1000, source.ByDropped}} {
 		t.Run(fmt.Sprintf("%d-%s", tc.n, tc.by), func(t *testing.T) {
 			got, err := c.Top(context.Background(), tc.n, tc.by)
 			require.NoError(t, err, "Top")

@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/kernel"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // run holds what a Run needs across phases.
@@ -325,13 +326,13 @@ type snapshot struct {
 	at       time.Time
 	counters counter.Counters
 	veth     storm.VethCounters
-	sources  map[netip.Addr]shield.Source // the client's and the few storm's, when tracked
+	sources  map[netip.Addr]source.Source // the client's and the few storm's, when tracked
 	served   uint64                       // requests the datagram service answered
 	udp      parts.UDPCounters            // the edge's
 }
 
 func (r *run) snap() (snapshot, error) {
-	s := snapshot{at: time.Now(), sources: map[netip.Addr]shield.Source{}}
+	s := snapshot{at: time.Now(), sources: map[netip.Addr]source.Source{}}
 	var err error
 	if s.counters, err = r.sh.Counters(); err != nil {
 		return s, err

@@ -9,8 +9,9 @@
 // It is the only package that writes the program's maps. The values it
 // writes and reads are its subpackages': shield/config (limits and their
 // translation to the configuration entry), shield/lists (the lists and the
-// verdict tries' entries computed from them) and shield/counter (the
-// counter types); they touch no map. Load does not attach the program
+// verdict tries' entries computed from them), shield/source (the sources
+// table's sources, layout and hash) and shield/counter (the counter
+// types); they touch no map. Load does not attach the program
 // (tests and the simulator run it unattached; its data-plane tests are in
 // shield/datapath); package shield/pin attaches it for the service through
 // a bpf_link pinned beside the maps, and detaches it, naming the pins Load

@@ -15,6 +15,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -141,9 +142,9 @@ func TestLoadDefaults(t *testing.T) {
 	assert.Equal(t, uint32(DefaultTableSize), s.TableSize(), "TableSize()")
 	info, err := s.objs.Sources.Info()
 	require.NoError(t, err)
-	assert.Equal(t, uint32(DefaultTableSize/ways), info.MaxEntries, "sources max_entries (sets)")
-	assert.Equal(t, uint32(setSize), info.ValueSize, "sources value size (a set)")
-	assert.Equal(t, 64, setSize/int(ways), "bytes per way")
+	assert.Equal(t, uint32(DefaultTableSize/uint32(source.Ways)), info.MaxEntries, "sources max_entries (sets)")
+	assert.Equal(t, uint32(source.SetSize), info.ValueSize, "sources value size (a set)")
+	assert.Equal(t, 64, source.SetSize/int(uint32(source.Ways)), "bytes per way")
 	assert.Equal(t, config.DefaultLimits(), s.Limits(), "Limits()")
 	assert.Equal(t, config.DefaultLimits(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // oldSource is one source as an earlier version's table held it.
@@ -68,7 +69,7 @@ func TestMigrateOldPins(t *testing.T) {
 			held := n + 1
 			if tc.name == "other size" {
 				for _, o := range oldSources(n) {
-					replaced, err := s.putSource(sourceKey(o.addr, config.DefaultLimits()), o.val.source(bpf.ShieldSrcKey{}), 0)
+					replaced, err := s.putSource(source.Key(o.addr, config.DefaultLimits()), o.val.source(bpf.ShieldSrcKey{}), 0)
 					require.NoError(t, err)
 					if replaced {
 						held--
@@ -93,7 +94,7 @@ func TestMigrateOldPins(t *testing.T) {
 			pinned, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil)
 			require.NoError(t, err)
 			assert.Equal(t, ebpf.Array, pinned.Type(), "the pinned table's type")
-			assert.Equal(t, tc.size/ways, pinned.MaxEntries(), "the pinned table's sets")
+			assert.Equal(t, tc.size/uint32(source.Ways), pinned.MaxEntries(), "the pinned table's sets")
 			pinned.Close()
 			assert.Equal(t, tc.size, s.TableSize(), "TableSize()")
 
@@ -140,7 +141,7 @@ func pinLRU(t *testing.T, path string) {
 	require.NoError(t, err)
 	defer m.Close()
 	for _, o := range oldSources(300) {
-		require.NoError(t, m.Put(sourceKey(o.addr, config.DefaultLimits()), o.val))
+		require.NoError(t, m.Put(source.Key(o.addr, config.DefaultLimits()), o.val))
 	}
 	require.NoError(t, m.Pin(path))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 const (
@@ -173,7 +174,7 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize / ways
+	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize / uint32(source.Ways)
 	// The hash's keys come from the seed in the pinned configuration, or
 	// a new one: they must be known before the program is loaded.
 	seed, pinned, err := pinnedSeed(opts.PinPath)
@@ -185,11 +186,11 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 	}
-	keys := hashKeys(seed)
+	keys := source.HashKeys(seed)
 	vars := map[string]any{
 		bpf.ShieldVarClockMode: uint8(opts.Clock),
 		bpf.ShieldVarHashKey:   keys,
-		bpf.ShieldVarSetBits:   setBits(opts.TableSize),
+		bpf.ShieldVarSetBits:   source.SetBits(opts.TableSize),
 	}
 	var tickNs, slack uint64
 	switch opts.Clock {
@@ -255,7 +256,7 @@ func Load(opts Options) (*Shield, error) {
 		eph = config.DefaultEphemeral
 	}
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
-		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize), eph: eph, loadEph: eph}
+		filterSeed: seed, hashKeys: keys, setBits: source.SetBits(opts.TableSize), eph: eph, loadEph: eph}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError
@@ -460,7 +461,7 @@ func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
 func (s *Shield) Next() *ebpf.Map { return s.objs.Next }
 
 // TableSize is the capacity of the sources table: its sets times ways.
-func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * ways }
+func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * uint32(source.Ways) }
 
 // Compat reports whether the kernel lacks BPF_CMPXCHG (before 5.12), so the
 // program in use is shield_compat, whose refills can race (bpf/shield.c,

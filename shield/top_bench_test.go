@@ -21,6 +21,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/features"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // BenchmarkTop ranks a full table of 1,000,000 sources, next to the bare
@@ -73,10 +74,10 @@ func BenchmarkTop(b *testing.B) {
 			b.ReportMetric(float64(cnt), "entries")
 		})
 	})
-	for _, top := range []int{10, MaxTop} {
-		b.Run("top-"+map[int]string{10: "10", MaxTop: "1000"}[top], func(b *testing.B) {
+	for _, top := range []int{10, source.MaxTop} {
+		b.Run("top-"+map[int]string{10: "10", source.MaxTop: "1000"}[top], func(b *testing.B) {
 			pinned(b, func() {
-				_, _, err := s.Top(ctx, top, ByDropped)
+				_, _, err := s.Top(ctx, top, source.ByDropped)
 				require.NoError(b, err)
 			})
 		})
@@ -140,7 +141,7 @@ func batchWalk(s *Shield) (walkSums, error) {
 	for {
 		n, err := s.objs.Sources.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
-			visitSet(&vals[i], &scratch, w.add)
+			source.VisitSet(&vals[i], &scratch, w.add)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return w, nil
@@ -269,7 +270,7 @@ func readWalkIter(it *link.Iter, buf []byte) (walkSums, error) {
 		recs := unsafe.Slice((*bpf.WalkWalkRec)(unsafe.Pointer(unsafe.SliceData(buf))), whole/size)
 		for i := range recs {
 			w.entries++
-			w.passed += recs[i].Src.Passed &^ sourceUsed
+			w.passed += recs[i].Src.Passed &^ source.Used
 			w.dropped += recs[i].Src.Dropped
 		}
 		have = copy(buf, buf[whole:have])

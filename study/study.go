@@ -24,6 +24,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/study/proc"
 	"github.com/xdpshield/xdpshield/study/report"
@@ -453,7 +454,7 @@ func (s *study) phase(ctx context.Context, c results.Config, ph string, p *prote
 	if err := sleep(ctx, 300*time.Millisecond); err != nil {
 		return results.Sample{}, err
 	}
-	var src0 shield.Source
+	var src0 source.Source
 	if p.sh != nil {
 		src0, _, _ = p.sh.Source(storm.Client4)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // Source is what the page reads of a shield (*shield.Shield is one).
@@ -19,7 +20,7 @@ type Source interface {
 	TableSize() uint32
 	List(l lists.List) ([]netip.Prefix, error)
 	Limits() config.Limits
-	Top(ctx context.Context, n int, by shield.TopOrder) ([]shield.Source, shield.WalkStats, error)
+	Top(ctx context.Context, n int, by source.TopOrder) ([]source.Source, shield.WalkStats, error)
 }
 
 // Rate is one verdict and reason's packets per second.
@@ -45,7 +46,7 @@ type Sample struct {
 	Capacity uint32            `json:"capacity"` // the table's capacity
 	Lists    map[string]int    `json:"lists"`    // allow and deny list sizes
 	Limits   config.Limits     `json:"limits"`
-	Top      []shield.Source   `json:"top"` // by dropped, refreshed every topEvery
+	Top      []source.Source   `json:"top"` // by dropped, refreshed every topEvery
 	Storm    *StormState       `json:"storm"`
 	Error    string            `json:"error,omitempty"`
 }
@@ -66,7 +67,7 @@ type sampler struct {
 	last     Sample
 	lastC    counter.Counters
 	lastAt   time.Time
-	top      []shield.Source
+	top      []source.Source
 	topAt    time.Time
 }
 
@@ -116,14 +117,14 @@ func (s *sampler) sample(ctx context.Context) Sample {
 	}
 	if s.topAt.IsZero() || now.Sub(s.topAt) >= topEvery {
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if top, _, err := s.src.Top(tctx, topN, shield.ByDropped); err == nil {
+		if top, _, err := s.src.Top(tctx, topN, source.ByDropped); err == nil {
 			s.top, s.topAt = top, now
 		}
 		cancel()
 	}
 	smp.Top = s.top
 	if smp.Top == nil {
-		smp.Top = []shield.Source{}
+		smp.Top = []source.Source{}
 	}
 	s.last, s.lastC, s.lastAt = smp, c, now
 	return smp

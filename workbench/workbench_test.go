@@ -24,6 +24,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 const token = "operator-token-0123456789"
@@ -53,8 +54,8 @@ func (f *fakeSource) List(l lists.List) ([]netip.Prefix, error) {
 	return nil, nil
 }
 func (f *fakeSource) Limits() config.Limits { return config.DefaultLimits() }
-func (f *fakeSource) Top(context.Context, int, shield.TopOrder) ([]shield.Source, shield.WalkStats, error) {
-	return []shield.Source{{Addr: netip.MustParseAddr("198.18.0.9"), Prefix: netip.MustParsePrefix("198.18.0.9/32"), Dropped: 7}}, shield.WalkStats{}, nil
+func (f *fakeSource) Top(context.Context, int, source.TopOrder) ([]source.Source, shield.WalkStats, error) {
+	return []source.Source{{Addr: netip.MustParseAddr("198.18.0.9"), Prefix: netip.MustParsePrefix("198.18.0.9/32"), Dropped: 7}}, shield.WalkStats{}, nil
 }
 
 type tenv struct {

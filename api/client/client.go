@@ -14,9 +14,9 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7/policy"
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -136,7 +136,7 @@ func (c *Client) Counters(ctx context.Context) (api.CountersResponse, error) {
 }
 
 // Top reads GET /v1/top.
-func (c *Client) Top(ctx context.Context, n int, by shield.TopOrder) (api.TopResponse, error) {
+func (c *Client) Top(ctx context.Context, n int, by source.TopOrder) (api.TopResponse, error) {
 	var r api.TopResponse
 	q := url.Values{"n": {strconv.Itoa(n)}, "by": {by.String()}}
 	return r, c.do(ctx, http.MethodGet, "/v1/top?"+q.Encode(), nil, &r)

@@ -30,10 +30,10 @@ import (
 	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // envAsMain makes the test binary run main() instead of the tests: the
@@ -414,7 +414,7 @@ func TestServeLifecycle(t *testing.T) {
 	if assert.NoError(t, err, "deny list after restart") {
 		assert.Equal(t, "198.18.0.2/32 2001:db8:bad::/48", strings.Join(dl.Prefixes, " "), "deny list after restart")
 	}
-	top, err := l.client.Top(ctx, 10, shield.ByPassed)
+	top, err := l.client.Top(ctx, 10, source.ByPassed)
 	require.NoError(t, err, "Top")
 	found := false
 	for _, s := range top.Sources {

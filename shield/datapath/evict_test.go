@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -156,11 +156,11 @@ func TestFloodSparesBusySet(t *testing.T) {
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}) }
 	target := s.SetOf(addr(0))
 	var known, forged []netip.Addr
-	for i := 0; len(known) < shield.Ways || len(forged) < 200; i++ {
+	for i := 0; len(known) < shsource.Ways || len(forged) < 200; i++ {
 		a := addr(i)
 		switch {
 		case s.SetOf(a) != target:
-		case len(known) < shield.Ways:
+		case len(known) < shsource.Ways:
 			known = append(known, a)
 		default:
 			forged = append(forged, a)

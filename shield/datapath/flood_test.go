@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -104,7 +104,7 @@ func TestForgedFlood(t *testing.T) {
 	}
 	held := 0
 	for _, k := range perSet {
-		held += min(k, shield.Ways)
+		held += min(k, shsource.Ways)
 	}
 	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
@@ -112,6 +112,6 @@ func TestForgedFlood(t *testing.T) {
 	assert.Less(t, n, table, "the flood must not fill the table")
 
 	got := source(t, s, "198.18.0.1")
-	want := shield.Source{Addr: got.Addr, Prefix: netip.MustParsePrefix("198.18.0.1/32"), Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
+	want := shsource.Source{Addr: got.Addr, Prefix: netip.MustParsePrefix("198.18.0.1/32"), Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
 	assert.Equal(t, want, got, "Source(heavy): its bucket must survive the flood")
 }

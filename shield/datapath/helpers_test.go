@@ -13,6 +13,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -84,7 +85,7 @@ func addList(t testing.TB, s *shield.Shield, l lists.List, cidrs ...string) {
 }
 
 // source reads one source's entry, failing t when it is not tracked.
-func source(t testing.TB, s *shield.Shield, addr string) shield.Source {
+func source(t testing.TB, s *shield.Shield, addr string) shsource.Source {
 	t.Helper()
 	src, ok, err := s.Source(netip.MustParseAddr(addr))
 	require.NoError(t, err, "Source(%s)", addr)

@@ -14,6 +14,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -163,7 +164,7 @@ func TestFamiliesAndTags(t *testing.T) {
 						{Name: "refill", At: 2 * sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, p)},
 					}}.Run(t)
 					got := source(t, s, src)
-					want := shield.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
+					want := shsource.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
 					assert.Equal(t, want, got, "Source(%s)", src)
 					wantPrefix := 32
 					if fam == "ipv6" {
