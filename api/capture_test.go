@@ -21,6 +21,9 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -34,8 +37,8 @@ const (
 // and capFlood's beyond a burst of 2 as over the limit.
 func captureEnv(t *testing.T) *env {
 	e := newEnv(t, api.Options{})
-	require.NoError(t, e.sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1000, AdmissionBurst: 1000}))
-	_, err := e.sh.Add(shield.DenyList, []netip.Prefix{netip.MustParsePrefix(capDenied + "/32")})
+	require.NoError(t, e.sh.SetLimits(config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1000, AdmissionBurst: 1000}))
+	_, err := e.sh.Add(lists.DenyList, []netip.Prefix{netip.MustParsePrefix(capDenied + "/32")})
 	require.NoError(t, err)
 	return e
 }
@@ -194,7 +197,7 @@ func TestCaptureReasons(t *testing.T) {
 		require.True(t, ok)
 		src := netip.AddrFrom4([4]byte(f.Data[26:30])).String()
 		require.Equal(t, len(f.Data), f.Len)
-		require.Equal(t, shield.ProtoUDP, f.Proto)
+		require.Equal(t, counter.ProtoUDP, f.Proto)
 		reasons[fmt.Sprintf("%s %s", src, f.Reason)]++
 	}
 	require.Equal(t, map[string]int{capDenied + " deny": 3, capFlood + " limit": 1}, reasons)

@@ -18,6 +18,7 @@ import (
 	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -34,8 +35,8 @@ func TestEvictionsExported(t *testing.T) {
 		n = 1024
 		k = 256
 	)
-	lim := shield.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
-	sh, err := shield.Load(shield.Options{TableSize: n, Clock: shield.ClockVirtual, Limits: shield.Limits{
+	lim := config.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
+	sh, err := shield.Load(shield.Options{TableSize: n, Clock: config.ClockVirtual, Limits: config.Limits{
 		Rate: lim.Rate, Burst: lim.Burst, AdmissionRate: lim.AdmissionRate, AdmissionBurst: lim.AdmissionBurst, Unprotected: lim}})
 	require.NoError(t, err)
 	t.Cleanup(func() { sh.Close() })

@@ -24,6 +24,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 const testToken = "s3cret-operator-token"
@@ -43,7 +44,7 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid()))
 	require.NoError(t, pinfs.EnsureBPFFS(dir), "EnsureBPFFS")
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Clock: shield.ClockVirtual, PinPath: dir})
+	sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err, "Load")
 	t.Cleanup(func() { sh.Close() })
 	var logs bytes.Buffer

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // BuildInfo labels shield_build_info.
@@ -63,7 +65,7 @@ var (
 const maxHitSeries = 1000
 
 // collectHits sends the hit counts of list l's most hit prefixes.
-func collectHits(ch chan<- prometheus.Metric, sh *shield.Shield, l shield.List) {
+func collectHits(ch chan<- prometheus.Metric, sh *shield.Shield, l lists.List) {
 	hits, err := sh.ListHits(l)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(descListHits, err)
@@ -107,9 +109,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if cnt, err := sh.Counters(); err != nil {
 		ch <- prometheus.NewInvalidMetric(descPackets, err)
 	} else {
-		for _, v := range shield.Verdicts() {
-			for _, r := range shield.Reasons() {
-				for _, p := range shield.Protos() {
+		for _, v := range counter.Verdicts() {
+			for _, r := range counter.Reasons() {
+				for _, p := range counter.Protos() {
 					ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue,
 						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
 				}
@@ -119,17 +121,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	if cnt, err := sh.Bytes(); err != nil {
 		ch <- prometheus.NewInvalidMetric(descBytes, err)
 	} else {
-		for _, v := range shield.Verdicts() {
-			for _, r := range shield.Reasons() {
-				for _, p := range shield.Protos() {
+		for _, v := range counter.Verdicts() {
+			for _, r := range counter.Reasons() {
+				for _, p := range counter.Protos() {
 					ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue,
 						float64(cnt[v][r][p]), v.String(), r.String(), p.String())
 				}
 			}
 		}
 	}
-	collectHits(ch, sh, shield.AllowList)
-	collectHits(ch, sh, shield.DenyList)
+	collectHits(ch, sh, lists.AllowList)
+	collectHits(ch, sh, lists.DenyList)
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
 	if n, err := c.s.sourceCount(ctx); err != nil {
@@ -172,7 +174,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descDryRun, prometheus.GaugeValue, dry)
 
-	for _, list := range []shield.List{shield.AllowList, shield.DenyList} {
+	for _, list := range []lists.List{lists.AllowList, lists.DenyList} {
 		ps, err := sh.List(list)
 		if err != nil {
 			ch <- prometheus.NewInvalidMetric(descList, err)

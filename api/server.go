@@ -26,6 +26,10 @@ import (
 	"github.com/xdpshield/xdpshield/l7"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -183,7 +187,7 @@ func NewServer(sh *shield.Shield, opts Options) *Server {
 	s.mux.HandleFunc("PUT /v1/limits", s.change(s.putLimits))
 	// Frames are sensitive: a capture always needs the token.
 	s.mux.HandleFunc("GET /v1/capture", s.change(s.getCapture))
-	for _, l := range []shield.List{shield.AllowList, shield.DenyList} {
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 		p := "/v1/" + l.String()
 		s.mux.HandleFunc("GET "+p, s.read(func(w http.ResponseWriter, r *http.Request) { s.getList(w, r, l) }))
 		s.mux.HandleFunc("POST "+p, s.change(func(w http.ResponseWriter, r *http.Request) { s.addList(w, r, l) }))
@@ -473,15 +477,15 @@ func (s *Server) getCounters(w http.ResponseWriter, r *http.Request) {
 		Reasons:  map[string]uint64{},
 		Sources:  SourceStats{Tracked: n, Capacity: s.sh.TableSize(), Evictions: ev},
 	}
-	for _, v := range shield.Verdicts() {
+	for _, v := range counter.Verdicts() {
 		resp.Verdicts[v.String()] = c.Verdict(v)
-		for _, rs := range shield.Reasons() {
-			for _, p := range shield.Protos() {
+		for _, rs := range counter.Reasons() {
+			for _, p := range counter.Protos() {
 				resp.Packets = append(resp.Packets, PacketCount{Verdict: v.String(), Reason: rs.String(), Proto: p.String(), Packets: c[v][rs][p], Bytes: bytes[v][rs][p]})
 			}
 		}
 	}
-	for _, rs := range shield.Reasons() {
+	for _, rs := range counter.Reasons() {
 		resp.Reasons[rs.String()] = c.Reason(rs)
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -498,15 +502,15 @@ func (s *Server) getTop(w http.ResponseWriter, r *http.Request) {
 	n := DefaultTopN
 	if v := q.Get("n"); v != "" {
 		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > shield.MaxTop {
-			s.fail(w, badf("n=%q: want an integer in [1, %d]", v, shield.MaxTop))
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > source.MaxTop {
+			s.fail(w, badf("n=%q: want an integer in [1, %d]", v, source.MaxTop))
 			return
 		}
 	}
-	by := shield.ByDropped
+	by := source.ByDropped
 	if v := q.Get("by"); v != "" {
 		var err error
-		if by, err = shield.ParseTopOrder(v); err != nil {
+		if by, err = source.ParseTopOrder(v); err != nil {
 			s.fail(w, badRequest{err})
 			return
 		}
@@ -527,7 +531,7 @@ func (s *Server) getTop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if top == nil {
-		top = []shield.Source{}
+		top = []source.Source{}
 	}
 	writeJSON(w, http.StatusOK, TopResponse{
 		By: by.String(), N: n, Scanned: st.Scanned,
@@ -540,7 +544,7 @@ func (s *Server) getLimits(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
-	var l shield.Limits
+	var l config.Limits
 	if err := s.decode(w, r, &l); err != nil {
 		s.fail(w, err)
 		return
@@ -548,7 +552,7 @@ func (s *Server) putLimits(w http.ResponseWriter, r *http.Request) {
 	// One check, the shield's: Validate and what the clock can honour.
 	old, err := s.sh.ReplaceLimits(l)
 	if err != nil {
-		if errors.Is(err, shield.ErrInvalid) {
+		if errors.Is(err, config.ErrInvalid) {
 			s.fail(w, badf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 			return
 		}
@@ -569,7 +573,7 @@ func prefixStrings(ps []netip.Prefix) []string {
 	return out
 }
 
-func (s *Server) getList(w http.ResponseWriter, r *http.Request, l shield.List) {
+func (s *Server) getList(w http.ResponseWriter, r *http.Request, l lists.List) {
 	ps, err := s.sh.List(l)
 	if err != nil {
 		s.fail(w, err)
@@ -599,26 +603,26 @@ func (s *Server) prefixes(w http.ResponseWriter, r *http.Request) ([]netip.Prefi
 	if len(req.Prefixes) > shield.MaxListEntries {
 		return nil, badf("prefixes: %d in one batch; the limit is %d", len(req.Prefixes), shield.MaxListEntries)
 	}
-	ps, err := shield.ParsePrefixes(req.Prefixes)
+	ps, err := lists.ParsePrefixes(req.Prefixes)
 	if err != nil {
 		return nil, badf("prefixes: %s", strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	return ps, nil
 }
 
-func (s *Server) addList(w http.ResponseWriter, r *http.Request, l shield.List) {
+func (s *Server) addList(w http.ResponseWriter, r *http.Request, l lists.List) {
 	s.changeList(w, r, l, "add", s.sh.Add)
 }
 
-func (s *Server) delList(w http.ResponseWriter, r *http.Request, l shield.List) {
+func (s *Server) delList(w http.ResponseWriter, r *http.Request, l lists.List) {
 	s.changeList(w, r, l, "del", s.sh.Remove)
 }
 
 // changeList applies a validated batch to list l with apply (shield's Add
-// or Remove, which check it whole against the list: shield.ErrInvalid is
+// or Remove, which check it whole against the list: config.ErrInvalid is
 // the client's error), then answers and logs what changed.
-func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.List, verb string,
-	apply func(shield.List, []netip.Prefix) (shield.ListChange, error)) {
+func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l lists.List, verb string,
+	apply func(lists.List, []netip.Prefix) (lists.ListChange, error)) {
 	ps, err := s.prefixes(w, r)
 	if err != nil {
 		s.fail(w, err)
@@ -628,7 +632,7 @@ func (s *Server) changeList(w http.ResponseWriter, r *http.Request, l shield.Lis
 	// racing changes each report their own prefixes.
 	ch, err := apply(l, ps)
 	if err != nil {
-		if errors.Is(err, shield.ErrInvalid) {
+		if errors.Is(err, config.ErrInvalid) {
 			s.fail(w, badRequest{err})
 			return
 		}

@@ -22,6 +22,9 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -32,9 +35,9 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	c := e.client()
 	// Some state to protect.
-	_, err := c.Add(ctx, shield.AllowList, []string{"198.18.10.0/24", "2001:db8:a::/48"})
+	_, err := c.Add(ctx, lists.AllowList, []string{"198.18.10.0/24", "2001:db8:a::/48"})
 	require.NoError(t, err, "Add allow")
-	_, err = c.Add(ctx, shield.DenyList, []string{"198.19.0.0/16", "2001:db8:dead::/48"})
+	_, err = c.Add(ctx, lists.DenyList, []string{"198.19.0.0/16", "2001:db8:dead::/48"})
 	require.NoError(t, err, "Add deny")
 	good := `{"rate":50,"burst":100,"admission_rate":500,"admission_burst":1000,"dry_run":false,"protected":["tcp/443"],"unprotected":{"rate":250000,"burst":250000,"admission_rate":10000,"admission_burst":10000},"key_prefix4":32,"key_prefix6":64}`
 	code, body := e.do(t, "PUT", "/v1/limits", bearer, good)
@@ -118,7 +121,7 @@ func TestChangesLogged(t *testing.T) {
 	ctx := context.Background()
 	c := e.client()
 	old := e.sh.Limits()
-	nl := shield.Limits{Rate: 7, Burst: 9, AdmissionRate: 11, AdmissionBurst: 13, DryRun: true}
+	nl := config.Limits{Rate: 7, Burst: 9, AdmissionRate: 11, AdmissionBurst: 13, DryRun: true}
 	ch, err := c.SetLimits(ctx, nl)
 	require.NoError(t, err, "SetLimits")
 	assert.False(t, !ch.Old.Equal(old) || !ch.New.Equal(nl), "SetLimits = %+v, want old %+v new %+v", ch, old, nl)
@@ -126,14 +129,14 @@ func TestChangesLogged(t *testing.T) {
 	assert.True(t, got.Equal(nl), "Limits() = %+v, want %+v", got, nl)
 	st := e.state(t)
 	assert.False(t, st.config.Source.Rate != 7 || st.config.Admission.Rate != 11 || st.config.Flags&1 == 0, "config map = %+v, want rate 7, admission 11, dry-run", st.config)
-	r, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/24", "2001:db8::/48", "198.18.0.0/24"})
+	r, err := c.Add(ctx, lists.DenyList, []string{"198.18.0.0/24", "2001:db8::/48", "198.18.0.0/24"})
 	require.NoError(t, err, "Add")
 	wantAdd := []string{"198.18.0.0/24", "2001:db8::/48"}
 	assert.False(t, !slices.Equal(r.Prefixes, wantAdd) || !slices.Equal(r.Added, wantAdd), "Add = %+v, want prefixes and added %v", r, wantAdd)
 	require.False(t, len(st.lists["in4"]) != 0, "the IPv4 verdict trie in force had entries before Add")
 	after := e.state(t)
 	assert.False(t, len(after.lists["in4"]) != 1 || len(after.lists["in6"]) != 1, "verdict tries = %v, want one entry each in force for IPv4 and IPv6", after.lists)
-	r, err = c.Remove(ctx, shield.DenyList, []string{"2001:db8::/48"})
+	r, err = c.Remove(ctx, lists.DenyList, []string{"2001:db8::/48"})
 	require.NoError(t, err, "Remove")
 	wantRemove := []string{"198.18.0.0/24"}
 	assert.True(t, slices.Equal(r.Prefixes, wantRemove), "Remove = %+v, want prefixes %v", r, wantRemove)
@@ -150,13 +153,13 @@ func TestChangesLogged(t *testing.T) {
 // population writes up to n sources with random counts straight into the
 // pinned table and returns what it wrote (a source whose set is full is
 // left out).
-func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
+func population(t *testing.T, e *env, n int, seed uint64) []source.Source {
 	t.Helper()
 	tab, err := shield.OpenTable(e.dir)
 	require.NoError(t, err)
 	defer tab.Close()
 	rng := rand.New(rand.NewPCG(seed, 1))
-	out := make([]shield.Source, 0, n)
+	out := make([]source.Source, 0, n)
 	base4 := netip.MustParseAddr("198.18.0.0").As4()
 	for i := 0; i < n; i++ {
 		var a netip.Addr
@@ -183,30 +186,30 @@ func population(t *testing.T, e *env, n int, seed uint64) []shield.Source {
 			continue // the set of a source of a full table: not tracked
 		}
 		require.NoError(t, err, "fill sources")
-		bits := shield.DefaultKeyPrefix6
+		bits := config.DefaultKeyPrefix6
 		if a.Is4() {
-			bits = shield.DefaultKeyPrefix4
+			bits = config.DefaultKeyPrefix4
 		}
 		prefix, _ := a.Prefix(bits)
-		out = append(out, shield.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
+		out = append(out, source.Source{Addr: a, Prefix: prefix, Passed: v.Passed, Dropped: v.Dropped, Limited: v.Bucket.Credit < 1_000_000_000})
 	}
 	return out
 }
 
-func expectTop(pop []shield.Source, n int, by shield.TopOrder) []shield.Source {
-	score := func(s shield.Source) uint64 {
-		if by == shield.ByPassed {
+func expectTop(pop []source.Source, n int, by source.TopOrder) []source.Source {
+	score := func(s source.Source) uint64 {
+		if by == source.ByPassed {
 			return s.Passed
 		}
 		return s.Dropped
 	}
-	var c []shield.Source
+	var c []source.Source
 	for _, s := range pop {
 		if score(s) > 0 {
 			c = append(c, s)
 		}
 	}
-	slices.SortFunc(c, func(a, b shield.Source) int {
+	slices.SortFunc(c, func(a, b source.Source) int {
 		if sa, sb := score(a), score(b); sa != sb {
 			if sa > sb {
 				return -1
@@ -230,8 +233,8 @@ func TestTopTalkers(t *testing.T) {
 	c := e.client()
 	for _, tc := range []struct {
 		n  int
-		by shield.TopOrder
-	}{{1, shield.ByDropped}, {10, shield.ByDropped}, {10, shield.ByPassed}, {1000, shield.ByPassed}, {1000, shield.ByDropped}} {
+		by source.TopOrder
+	}{{1, source.ByDropped}, {10, source.ByDropped}, {10, source.ByPassed}, {1000, source.ByPassed}, {1000, source.ByDropped}} {
 		t.Run(fmt.Sprintf("%d-%s", tc.n, tc.by), func(t *testing.T) {
 			got, err := c.Top(context.Background(), tc.n, tc.by)
 			require.NoError(t, err, "Top")
@@ -256,7 +259,7 @@ func TestMetricsPromtool(t *testing.T) {
 	e := newEnv(t, api.Options{Build: api.BuildInfo{Version: "test", Revision: "abc"}})
 	c := e.client()
 	ctx := context.Background()
-	_, err = c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"})
+	_, err = c.Add(ctx, lists.DenyList, []string{"198.18.5.0/24"})
 	require.NoError(t, err)
 	for _, src := range []string{"198.18.5.5", "198.18.5.6", "198.18.6.1"} {
 		_, err := sim.Run(e.sh.Program(), udp4(src))
@@ -353,7 +356,7 @@ func TestConcurrentListChangesReportTheirOwn(t *testing.T) {
 			for i := range per {
 				mine = append(mine, fmt.Sprintf("198.19.%d.%d/32", w, i))
 			}
-			r, err := c.Add(context.Background(), shield.DenyList, mine)
+			r, err := c.Add(context.Background(), lists.DenyList, mine)
 			if err != nil {
 				errs <- err
 				return
@@ -368,7 +371,7 @@ func TestConcurrentListChangesReportTheirOwn(t *testing.T) {
 	for range workers {
 		assert.NoError(t, <-errs)
 	}
-	got, err := e.sh.List(shield.DenyList)
+	got, err := e.sh.List(lists.DenyList)
 	assert.False(t, err != nil || len(got) != workers*per, "List(deny) = %d prefixes, %v; want %d", len(got), err, workers*per)
 }
 
@@ -403,9 +406,9 @@ func TestListHits(t *testing.T) {
 	e := newEnv(t, api.Options{})
 	c := e.client()
 	ctx := context.Background()
-	_, err := c.Add(ctx, shield.DenyList, []string{"198.18.0.0/16", "198.18.5.0/24"})
+	_, err := c.Add(ctx, lists.DenyList, []string{"198.18.0.0/16", "198.18.5.0/24"})
 	require.NoError(t, err)
-	_, err = c.Add(ctx, shield.AllowList, []string{"198.18.7.0/24"})
+	_, err = c.Add(ctx, lists.AllowList, []string{"198.18.7.0/24"})
 	require.NoError(t, err)
 	send := func(src string, n int) {
 		for range n {
@@ -439,13 +442,13 @@ func TestListHits(t *testing.T) {
 	}
 
 	// A change keeps the counts of what it keeps.
-	_, err = c.Add(ctx, shield.DenyList, []string{"2001:db8::/32"})
+	_, err = c.Add(ctx, lists.DenyList, []string{"2001:db8::/32"})
 	require.NoError(t, err)
-	_, err = c.Remove(ctx, shield.DenyList, []string{"198.18.5.0/24"})
+	_, err = c.Remove(ctx, lists.DenyList, []string{"198.18.5.0/24"})
 	require.NoError(t, err)
 	send("198.18.1.2", 1)
 	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "2001:db8::/32": 0}, hits("deny"), "deny hits after two changes")
-	_, err = c.Add(ctx, shield.DenyList, []string{"198.18.5.0/24"})
+	_, err = c.Add(ctx, lists.DenyList, []string{"198.18.5.0/24"})
 	require.NoError(t, err)
 	send("198.18.5.5", 1)
 	assert.Equal(t, map[string]uint64{"198.18.0.0/16": 3, "198.18.5.0/24": 1, "2001:db8::/32": 0}, hits("deny"), "a prefix put back starts from zero")

@@ -3,7 +3,8 @@ package api
 import (
 	"time"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // DefaultListen is where the service listens unless told otherwise.
@@ -45,13 +46,13 @@ type TopResponse struct {
 	N         int             `json:"n"`
 	Scanned   int             `json:"scanned"`    // table entries read
 	ElapsedMs float64         `json:"elapsed_ms"` // time the walk took
-	Sources   []shield.Source `json:"sources"`
+	Sources   []source.Source `json:"sources"`
 }
 
 // LimitsChange answers PUT /v1/limits.
 type LimitsChange struct {
-	Old shield.Limits `json:"old"`
-	New shield.Limits `json:"new"`
+	Old config.Limits `json:"old"`
+	New config.Limits `json:"new"`
 }
 
 // PrefixesRequest is the body of POST and DELETE on /v1/allow and /v1/deny.

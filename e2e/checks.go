@@ -9,7 +9,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/e2e/storm"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -101,7 +101,7 @@ func (r *run) fill(ph *Phase, s *parts.Samples, before, after snapshot, sent map
 	ph.Service = ServiceStats{Capacity: r.cfg.UDPCapacity, Answered: after.served - before.served, Kernel: after.udp.Sub(before.udp)}
 	if ph.Shield {
 		d := after.counters.Sub(before.counters)
-		ph.Counters = &CounterStats{Pass: byReason(d, shield.Pass), Drop: byReason(d, shield.Drop), Total: d.Total()}
+		ph.Counters = &CounterStats{Pass: byReason(d, counter.Pass), Drop: byReason(d, counter.Drop), Total: d.Total()}
 	}
 }
 
@@ -122,9 +122,9 @@ func sourceDelta(before, after snapshot, a netip.Addr) (passed, dropped uint64) 
 }
 
 // byReason sums c's packets of verdict v over protocols, by reason name.
-func byReason(c shield.Counters, v shield.Verdict) map[string]uint64 {
+func byReason(c counter.Counters, v counter.Verdict) map[string]uint64 {
 	m := map[string]uint64{}
-	for _, reason := range shield.Reasons() {
+	for _, reason := range counter.Reasons() {
 		var n uint64
 		for _, x := range c[v][reason] {
 			n += x

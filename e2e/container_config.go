@@ -7,7 +7,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/xdpshield/xdpshield/service"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // ContainerShieldConfig is the service's configuration file for cfg: the storm's
@@ -32,7 +32,7 @@ func ContainerShieldConfig(cfg service.Config) string {
 		Clock     string        `toml:"clock"`
 		TableSize uint32        `toml:"table_size"`
 		API       api           `toml:"api"`
-		Limits    shield.Limits `toml:"limits"`
+		Limits    config.Limits `toml:"limits"`
 		Lists     lists         `toml:"lists"`
 	}{
 		Iface: cfg.Iface, Mode: cfg.Mode.String(), Clock: cfg.Clock.String(), TableSize: cfg.TableSize,

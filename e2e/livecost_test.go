@@ -19,6 +19,8 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -115,12 +117,12 @@ func BenchmarkLiveCost(b *testing.B) {
 		defer s.Close()
 		switch path {
 		case "deny":
-			ps, _ := shield.ParsePrefixes([]string{"198.18.0.0/15"})
-			_, err = s.Add(shield.DenyList, ps)
+			ps, _ := lists.ParsePrefixes([]string{"198.18.0.0/15"})
+			_, err = s.Add(lists.DenyList, ps)
 		case "limit-drop":
-			err = s.SetLimits(shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1000, AdmissionBurst: 1000})
+			err = s.SetLimits(config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1000, AdmissionBurst: 1000})
 		case "ok":
-			err = s.SetLimits(shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1000, AdmissionBurst: 1000})
+			err = s.SetLimits(config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1000, AdmissionBurst: 1000})
 		}
 		require.NoError(b, err)
 		subjects = append(subjects, liveSubject{v.name, s.Program()})

@@ -19,6 +19,8 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/kernel"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // run holds what a Run needs across phases.
@@ -322,15 +324,15 @@ func (r *run) weights(k stormKind) []float64 {
 // snapshot is what is read at a phase boundary.
 type snapshot struct {
 	at       time.Time
-	counters shield.Counters
+	counters counter.Counters
 	veth     storm.VethCounters
-	sources  map[netip.Addr]shield.Source // the client's and the few storm's, when tracked
+	sources  map[netip.Addr]source.Source // the client's and the few storm's, when tracked
 	served   uint64                       // requests the datagram service answered
 	udp      parts.UDPCounters            // the edge's
 }
 
 func (r *run) snap() (snapshot, error) {
-	s := snapshot{at: time.Now(), sources: map[netip.Addr]shield.Source{}}
+	s := snapshot{at: time.Now(), sources: map[netip.Addr]source.Source{}}
 	var err error
 	if s.counters, err = r.sh.Counters(); err != nil {
 		return s, err
@@ -462,12 +464,12 @@ func (r *run) phase(ctx context.Context, name string, k stormKind, shielded bool
 			if c, err := r.sh.Counters(); err == nil && shielded {
 				d := c.Sub(lastC)
 				lastC = c
-				for reason, n := range byReason(d, shield.Drop) {
+				for reason, n := range byReason(d, counter.Drop) {
 					if n > 0 {
 						p.DropPPS[reason] = float64(n) / dt
 					}
 				}
-				p.PassPPS = float64(d.Verdict(shield.Pass)) / dt
+				p.PassPPS = float64(d.Verdict(counter.Pass)) / dt
 			}
 			p.P50, p.P99, p.Requests, p.Failures = r.storm.Peek()
 			tableMu.Lock()

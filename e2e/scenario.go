@@ -9,6 +9,8 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // Log attribute keys.
@@ -88,7 +90,7 @@ type Config struct {
 	FewSources    uint32        // per family, 1..16
 	ManySources   uint32        // IPv6 forged sources; IPv4 uses min(this, 65536)
 	TableSize     uint32        // capacity of the shield's sources table
-	Limits        shield.Limits // Limits.DryRun runs the storms against a shield that only counts
+	Limits        config.Limits // Limits.DryRun runs the storms against a shield that only counts
 	Client        parts.ClientConfig
 	Budget        Budget
 	// UDPCapacity is how many requests a second the edge's datagram
@@ -138,7 +140,7 @@ func DefaultConfig() Config {
 		// Small enough that the many-forged storm reaches capacity within a
 		// phase (admission 10,000/s), so the table's replacement is exercised.
 		TableSize:    1 << 16,
-		Limits:       StormLimits(shield.Limits{Rate: 1000, Burst: 200, AdmissionRate: 10_000, AdmissionBurst: 1000}),
+		Limits:       StormLimits(config.Limits{Rate: 1000, Burst: 200, AdmissionRate: 10_000, AdmissionBurst: 1000}),
 		Client:       parts.DefaultClientConfig(),
 		Budget:       DefaultBudget(),
 		UDPCapacity:  15_000,
@@ -155,11 +157,11 @@ func DefaultConfig() Config {
 // storm's SYNs to OtherPort, named by no limit, are no return traffic and
 // are held to the client limits too (issue 23). Sources keep the default keys (IPv4 /32, IPv6 /64):
 // the IPv6 storm sources each lie in a /64 of their own.
-func StormLimits(l shield.Limits) shield.Limits {
-	l.Protected = []shield.Destination{
-		{Proto: shield.ProtoTCP, Port: storm.EdgePort},
-		{Proto: shield.ProtoUDP, Port: storm.DatagramPort},
-		{Proto: shield.ProtoICMP},
+func StormLimits(l config.Limits) config.Limits {
+	l.Protected = []config.Destination{
+		{Proto: counter.ProtoTCP, Port: storm.EdgePort},
+		{Proto: counter.ProtoUDP, Port: storm.DatagramPort},
+		{Proto: counter.ProtoICMP},
 	}
 	return l
 }
@@ -188,7 +190,7 @@ func ShortConfig() Config {
 	cfg.Rate = 5000
 	cfg.Generator = "af_packet"
 	cfg.FewSources = 1
-	cfg.Limits = StormLimits(shield.Limits{Rate: 50, Burst: 20, AdmissionRate: 50, AdmissionBurst: 20})
+	cfg.Limits = StormLimits(config.Limits{Rate: 50, Burst: 20, AdmissionRate: 50, AdmissionBurst: 20})
 	cfg.Client = parts.ClientConfig{NewConnRate: 1, KeepAliveRate: 4, Timeout: 5 * time.Second,
 		UDPRate: 4, UDPAttempt: time.Second, UDPAttempts: 1}
 	cfg.UDPCapacity = 200
@@ -257,7 +259,7 @@ type Result struct {
 	Rate       uint64             `json:"rate_pps"` // 0: full speed
 	Phase      float64            `json:"phase_seconds"`
 	TableSize  uint32             `json:"table_size"`
-	Limits     shield.Limits      `json:"limits"`
+	Limits     config.Limits      `json:"limits"`
 	Budget     Budget             `json:"budget"`
 	Client     parts.ClientConfig `json:"client"`
 	LegitNote  string             `json:"legit_client"`

@@ -13,7 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // DefaultTable is the name of the netdev table Render writes.
@@ -57,7 +58,7 @@ type Config struct {
 	Table     string   // nftables table name; "": DefaultTable
 	Ifaces    []string // the protected interfaces (one chain hooks them all, sharing the sets)
 	TableSize uint32   // capacity of each per-source set (one per family)
-	Limits    shield.Limits
+	Limits    config.Limits
 	Allow     []netip.Prefix
 	Deny      []netip.Prefix
 	// Protected names the destinations held to Limits; return traffic
@@ -68,8 +69,8 @@ type Config struct {
 	Protected   []Destination
 	Unprotected Class
 	// Ephemeral is the edge's ephemeral port range
-	// (shield.LocalPortRange); zero: shield.DefaultEphemeral.
-	Ephemeral shield.PortRange
+	// (config.LocalPortRange); zero: config.DefaultEphemeral.
+	Ephemeral config.PortRange
 	// KeyPrefix4 and KeyPrefix6 key a source by its prefix: every address
 	// of one shares a bucket. 0: 32 and 128 (one address).
 	KeyPrefix4, KeyPrefix6 uint8
@@ -132,7 +133,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("unprotected limits %+v: every one must be set when destinations are protected", u))
 		}
 	}
-	if e := c.Ephemeral; e != (shield.PortRange{}) && (e.Lo == 0 || e.Lo > e.Hi) {
+	if e := c.Ephemeral; e != (config.PortRange{}) && (e.Lo == 0 || e.Lo > e.Hi) {
 		errs = append(errs, fmt.Errorf("ephemeral port range %s: want 1 <= low <= high", e))
 	}
 	if c.Timeout < 0 {
@@ -314,8 +315,8 @@ func Render(c Config) (string, error) {
 		// Return traffic (bpf/shield.c, class_of); nftables' transport
 		// header lies past IPv6 extension headers, as the shield's walk.
 		eph := c.Ephemeral
-		if eph == (shield.PortRange{}) {
-			eph = shield.DefaultEphemeral
+		if eph == (config.PortRange{}) {
+			eph = config.DefaultEphemeral
 		}
 		rule(fmt.Sprintf("udp dport %d-%d jump unprotected", eph.Lo, eph.Hi))
 		rule(fmt.Sprintf("tcp flags & (syn | ack) != syn tcp dport %d-%d jump unprotected", eph.Lo, eph.Hi))
@@ -361,7 +362,7 @@ func Render(c Config) (string, error) {
 			// first as the shield does (docs/nft.md).
 			for _, a := range l.Aggregates {
 				match := fmt.Sprintf("meta l4proto %s th dport %d", a.Destination.Proto, a.Destination.Port)
-				if a.Destination.Proto == shield.ProtoICMP {
+				if a.Destination.Proto == counter.ProtoICMP {
 					match = "meta l4proto { icmp, ipv6-icmp }"
 				}
 				rule(fmt.Sprintf("%s limit name %q counter name %q%s", match, aggregateName(a), counterObj(over), verdict))
@@ -380,8 +381,8 @@ func Render(c Config) (string, error) {
 }
 
 // aggregateName names the limit object of an aggregate limit: agg_udp_53.
-func aggregateName(a shield.Aggregate) string {
-	if a.Destination.Proto == shield.ProtoICMP {
+func aggregateName(a config.Aggregate) string {
+	if a.Destination.Proto == counter.ProtoICMP {
 		return "agg_icmp"
 	}
 	return fmt.Sprintf("agg_%s_%d", a.Destination.Proto, a.Destination.Port)
@@ -562,15 +563,15 @@ func SetSize(ctx context.Context, r Runner, table, set string) (int, error) {
 // protect, the unprotected class and the source key prefixes, each with the
 // shield's default where l leaves it zero, so the twin judges as the shield
 // configured with l does.
-func (c Config) WithLimits(l shield.Limits) Config {
+func (c Config) WithLimits(l config.Limits) Config {
 	c.Limits = l
 	c.Protected = nil
 	for _, d := range l.Protected {
 		c.Protected = append(c.Protected, Destination{Proto: d.Proto.String(), Port: d.Port, Addr: d.Addr})
 	}
 	u := l.Unprotected
-	if u == (shield.ClassLimits{}) {
-		u = shield.DefaultUnprotected()
+	if u == (config.ClassLimits{}) {
+		u = config.DefaultUnprotected()
 	}
 	c.Unprotected = Class(u)
 	c.KeyPrefix4, c.KeyPrefix6 = cmp.Or(l.KeyPrefix4, 32), cmp.Or(l.KeyPrefix6, 64)

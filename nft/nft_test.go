@@ -14,11 +14,12 @@ import (
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/nft"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 func TestRenderValidates(t *testing.T) {
-	good := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: shield.DefaultLimits()}
+	good := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: config.DefaultLimits()}
 	for _, tc := range []struct {
 		name string
 		mod  func(*nft.Config)
@@ -45,7 +46,7 @@ func TestRenderValidates(t *testing.T) {
 }
 
 func TestRenderClassesAndKeys(t *testing.T) {
-	c := nft.Config{Ifaces: []string{"eth0", "eth1"}, TableSize: 1024, Limits: shield.DefaultLimits(),
+	c := nft.Config{Ifaces: []string{"eth0", "eth1"}, TableSize: 1024, Limits: config.DefaultLimits(),
 		Protected: []nft.Destination{{Proto: "tcp", Port: 443}, {Proto: "udp", Port: 53, Addr: netip.MustParseAddr("2001:db8::1")},
 			{Proto: "tcp", Port: 8443, Addr: netip.MustParseAddr("198.18.0.1")}, {Proto: "icmp"}},
 		Unprotected: nft.Class{Rate: 250000, Burst: 250000, AdmissionRate: 10000, AdmissionBurst: 10000},
@@ -78,7 +79,7 @@ func TestRenderClassesAndKeys(t *testing.T) {
 }
 
 func TestRenderDryRun(t *testing.T) {
-	c := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: shield.DefaultLimits(),
+	c := nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024, Limits: config.DefaultLimits(),
 		Deny: []netip.Prefix{netip.MustParsePrefix("198.18.3.0/24")}}
 	c.Limits.DryRun = true
 	s, err := nft.Render(c)
@@ -128,42 +129,42 @@ func TestRulesetInNamespace(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
-		limits shield.Limits
+		limits config.Limits
 		mod    func(*nft.Config)
 		flow   storm.Flow
 		frames uint32
 		want   want
 	}{
-		{"own4 spoofed", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(storm.Few4, 32)} },
+		{"own4 spoofed", config.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(storm.Few4, 32)} },
 			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
-		{"own6 spoofed over allow", shield.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(storm.Allowed6, 128)} },
+		{"own6 spoofed over allow", config.DefaultLimits(), func(c *nft.Config) { c.Own = []netip.Prefix{netip.PrefixFrom(storm.Allowed6, 128)} },
 			storm.Flow{Proto: storm.UDP, First: storm.Allowed6, Count: 1}, 3000, want{counter: nft.CounterSpoofed}},
-		{"syn4 to a protected port", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
+		{"syn4 to a protected port", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
 			storm.Flow{Proto: storm.TCPSYN, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
-		{"udp4 to an ephemeral port: return traffic", shield.Limits{Rate: 10, Burst: 10, AdmissionRate: 10000, AdmissionBurst: 10000},
+		{"udp4 to an ephemeral port: return traffic", config.Limits{Rate: 10, Burst: 10, AdmissionRate: 10000, AdmissionBurst: 10000},
 			func(c *nft.Config) {
 				protect443(c)
-				c.Ephemeral = shield.PortRange{Lo: storm.DatagramPort, Hi: storm.DatagramPort}
+				c.Ephemeral = config.PortRange{Lo: storm.DatagramPort, Hi: storm.DatagramPort}
 			},
 			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 20000, want{limited: true, pass: nft.CounterUnprotectedPass, drop: nft.CounterUnprotectedDrop}},
-		{"udp4 to another port: protected", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
+		{"udp4 to another port: protected", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
 			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
-		{"syn4 to a port no one names: protected", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
+		{"syn4 to a port no one names: protected", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
 			storm.Flow{Proto: storm.TCPSYNOther, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
-		{"syn6 behind destination options: protected", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
+		{"syn6 behind destination options: protected", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, protect443,
 			storm.Flow{Proto: storm.TCPSYNExt, First: storm.Few6, Count: 1}, 20000, want{limited: true}},
-		{"16 sources of one /24 share a bucket", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000},
+		{"16 sources of one /24 share a bucket", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000},
 			func(c *nft.Config) { c.KeyPrefix4 = 24 },
 			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 16}, 20000, want{limited: true}},
-		{"deny4", shield.DefaultLimits(), nil, storm.Flow{Proto: storm.UDP, First: storm.Denied4, Count: 1}, 3000, want{counter: nft.CounterDeny}},
-		{"deny6", shield.DefaultLimits(), nil, storm.Flow{Proto: storm.UDP, First: storm.Denied6, Count: 1}, 3000, want{counter: nft.CounterDeny}},
-		{"allow4 over the limit", shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100}, nil,
+		{"deny4", config.DefaultLimits(), nil, storm.Flow{Proto: storm.UDP, First: storm.Denied4, Count: 1}, 3000, want{counter: nft.CounterDeny}},
+		{"deny6", config.DefaultLimits(), nil, storm.Flow{Proto: storm.UDP, First: storm.Denied6, Count: 1}, 3000, want{counter: nft.CounterDeny}},
+		{"allow4 over the limit", config.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100}, nil,
 			storm.Flow{Proto: storm.UDP, First: storm.Allowed4, Count: 1}, 3000, want{counter: nft.CounterAllow, passed: true}},
-		{"flood4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
+		{"flood4", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
 			storm.Flow{Proto: storm.UDP, First: storm.Few4, Count: 1}, 20000, want{limited: true}},
-		{"flood6", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
+		{"flood6", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 10000, AdmissionBurst: 10000}, nil,
 			storm.Flow{Proto: storm.UDP, First: storm.Few6, Count: 1}, 20000, want{limited: true}},
-		{"strangers4", shield.Limits{Rate: 1000, Burst: 500, AdmissionRate: 200, AdmissionBurst: 200}, nil,
+		{"strangers4", config.Limits{Rate: 1000, Burst: 500, AdmissionRate: 200, AdmissionBurst: 200}, nil,
 			storm.Flow{Proto: storm.UDP, First: storm.Many4, Count: 20000}, 20000, want{admitted: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -241,11 +242,11 @@ func TestRulesetInNamespace(t *testing.T) {
 // named limit per destination, checked in chain sources after the
 // per-source bucket, counted as limit.
 func TestRenderAggregates(t *testing.T) {
-	l := shield.DefaultLimits()
-	l.Protected = append(l.Protected, shield.Destination{Proto: shield.ProtoUDP, Port: 53}, shield.Destination{Proto: shield.ProtoICMP})
-	l.Aggregates = []shield.Aggregate{
-		{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: 53}, Rate: 10000, Burst: 20000},
-		{Destination: shield.Destination{Proto: shield.ProtoICMP}, Rate: 100, Burst: 200},
+	l := config.DefaultLimits()
+	l.Protected = append(l.Protected, config.Destination{Proto: counter.ProtoUDP, Port: 53}, config.Destination{Proto: counter.ProtoICMP})
+	l.Aggregates = []config.Aggregate{
+		{Destination: config.Destination{Proto: counter.ProtoUDP, Port: 53}, Rate: 10000, Burst: 20000},
+		{Destination: config.Destination{Proto: counter.ProtoICMP}, Rate: 100, Burst: 200},
 	}
 	s, err := nft.Render(nft.Config{Ifaces: []string{"eth0"}, TableSize: 1024}.WithLimits(l))
 	require.NoError(t, err)

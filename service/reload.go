@@ -6,7 +6,8 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // Reload is what a configuration reload changes while the service runs
@@ -14,8 +15,8 @@ import (
 // Everything else (interface, table, API, balancer, L7) keeps running as
 // it was started.
 type Reload struct {
-	// Limits replace the running ones (zero: shield.DefaultLimits).
-	Limits shield.Limits
+	// Limits replace the running ones (zero: config.DefaultLimits).
+	Limits config.Limits
 	// Allow and Deny are the lists' configured entries: those the last
 	// configuration named and this one does not are taken off, new ones
 	// put on; entries added through the API are kept.
@@ -31,7 +32,7 @@ func (s *Service) Reload(r Reload) error {
 	defer s.reloadMu.Unlock()
 	sh := s.att.Shield
 	if r.Limits.IsZero() {
-		r.Limits = shield.DefaultLimits()
+		r.Limits = config.DefaultLimits()
 	}
 	old, err := sh.ReplaceLimits(r.Limits)
 	if err != nil {
@@ -47,9 +48,9 @@ func (s *Service) Reload(r Reload) error {
 		return err
 	}
 	lists := []struct {
-		l          shield.List
+		l          lists.List
 		prev, next []netip.Prefix
-	}{{shield.AllowList, s.cfg.Allow, r.Allow}, {shield.DenyList, s.cfg.Deny, r.Deny}}
+	}{{lists.AllowList, s.cfg.Allow, r.Allow}, {lists.DenyList, s.cfg.Deny, r.Deny}}
 	for _, x := range lists {
 		listed, err := sh.List(x.l)
 		if err != nil {

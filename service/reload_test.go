@@ -11,7 +11,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // TestReload: a reload changes the limits and the lists' configured
@@ -24,7 +25,7 @@ func TestReload(t *testing.T) {
 	p := netip.MustParsePrefix
 	allow1, allow2 := p("198.18.1.0/24"), p("198.18.2.0/24")
 	deny1, deny2, byAPI := p("198.18.7.0/24"), p("2001:db8:7::/48"), p("198.18.9.9/32")
-	lim := shield.DefaultLimits()
+	lim := config.DefaultLimits()
 	cfg := Config{Iface: "rla", PinRoot: root, TableSize: 4096, Limits: lim,
 		Allow: []netip.Prefix{allow1}, Deny: []netip.Prefix{deny1},
 		API: API{Listen: "127.0.0.1:0", NoProcessMetrics: true}}
@@ -36,13 +37,13 @@ func TestReload(t *testing.T) {
 	}))
 	defer s.Close()
 	sh := s.Shield()
-	_, err := sh.Add(shield.DenyList, []netip.Prefix{byAPI})
+	_, err := sh.Add(lists.DenyList, []netip.Prefix{byAPI})
 	require.NoError(t, err)
 	lists := func() (allow, deny []netip.Prefix) {
 		t.Helper()
-		allow, err := sh.List(shield.AllowList)
+		allow, err := sh.List(lists.AllowList)
 		require.NoError(t, err)
-		deny, err = sh.List(shield.DenyList)
+		deny, err = sh.List(lists.DenyList)
 		require.NoError(t, err)
 		return allow, deny
 	}

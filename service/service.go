@@ -20,6 +20,8 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -74,10 +76,10 @@ type Config struct {
 	// when zero); a pinned table keeps its own.
 	TableSize uint32
 	// Clock is the program's time source.
-	Clock shield.Clock
-	// Limits apply to a fresh attach (zero: shield.DefaultLimits); adopted
+	Clock config.Clock
+	// Limits apply to a fresh attach (zero: config.DefaultLimits); adopted
 	// pins keep theirs.
-	Limits shield.Limits
+	Limits config.Limits
 	// Allow and Deny are put on the lists at start (listed ones are kept).
 	Allow, Deny []netip.Prefix
 	// SpoofOwnAddresses marks this namespace's addresses as the machine's
@@ -196,7 +198,7 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (*Service, error) 
 		cfg.API.Listen = api.DefaultListen
 	}
 	if cfg.Limits.IsZero() {
-		cfg.Limits = shield.DefaultLimits()
+		cfg.Limits = config.DefaultLimits()
 	}
 	// The limits are checked by shield.Load (through Attach), before
 	// anything is attached.
@@ -294,7 +296,7 @@ func (s *Service) attach() error {
 	// Return traffic comes back to the ports the edge's connections are
 	// opened from: this namespace's, the interface's (the service runs in
 	// it).
-	eph, err := shield.LocalPortRange()
+	eph, err := config.LocalPortRange()
 	if err != nil {
 		return fmt.Errorf("%w (nothing was attached)", err)
 	}
@@ -333,10 +335,10 @@ func (s *Service) attach() error {
 }
 
 func (s *Service) applyLists() error {
-	if err := applyList(s.log, s.att.Shield, shield.AllowList, s.cfg.Allow); err != nil {
+	if err := applyList(s.log, s.att.Shield, lists.AllowList, s.cfg.Allow); err != nil {
 		return err
 	}
-	return applyList(s.log, s.att.Shield, shield.DenyList, s.cfg.Deny)
+	return applyList(s.log, s.att.Shield, lists.DenyList, s.cfg.Deny)
 }
 
 // ownAddresses marks the namespace's addresses as own and keeps them so
@@ -560,7 +562,7 @@ func (s *Service) Close() error {
 
 // applyList puts the configured prefixes on list l (already listed ones are
 // kept) and logs what it added.
-func applyList(log *slog.Logger, sh *shield.Shield, l shield.List, ps []netip.Prefix) error {
+func applyList(log *slog.Logger, sh *shield.Shield, l lists.List, ps []netip.Prefix) error {
 	if len(ps) == 0 {
 		return nil
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/xdpshield/xdpshield/api/client"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // TestStartAndClose runs the wiring in a namespace of its own: the API
@@ -59,7 +59,7 @@ func TestStartAndClose(t *testing.T) {
 	if h, err := cl.Health(context.Background()); assert.NoError(t, err, "Health") {
 		assert.True(t, h.Healthy, "Health = %+v, want healthy", h)
 	}
-	if l, err := cl.List(context.Background(), shield.DenyList); assert.NoError(t, err, "deny list") {
+	if l, err := cl.List(context.Background(), lists.DenyList); assert.NoError(t, err, "deny list") {
 		assert.Len(t, l.Prefixes, 1, "deny list = %+v, want the configured prefix", l)
 	}
 	prog := s.Attachment().Program

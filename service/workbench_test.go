@@ -19,6 +19,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/workbench"
 )
 
@@ -30,7 +31,7 @@ func TestWorkbenchOff(t *testing.T) {
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-wb-%d", os.Getpid()))
 	require.NoError(t, pinfs.EnsureBPFFS(dir))
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual, PinPath: dir})
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err)
 	t.Cleanup(func() { sh.Close() })
 	log := slog.New(slog.DiscardHandler)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestBoundaries: every validated value is accepted at both ends of its
@@ -17,18 +19,18 @@ import (
 // (Options.validate; loading 16M entries would take 1 GiB, so the largest
 // loaded here is the default).
 func TestBoundaries(t *testing.T) {
-	good := Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
+	good := config.Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
 	fields := []struct {
 		name string
 		max  uint64
-		set  func(l *Limits, v uint64)
+		set  func(l *config.Limits, v uint64)
 	}{
-		{"rate", maxRate, func(l *Limits, v uint64) { l.Rate = v }},
-		{"burst", maxBurst, func(l *Limits, v uint64) { l.Burst = v }},
-		{"admission_rate", maxRate, func(l *Limits, v uint64) { l.AdmissionRate = v }},
-		{"admission_burst", maxBurst, func(l *Limits, v uint64) { l.AdmissionBurst = v }},
+		{"rate", config.MaxRate, func(l *config.Limits, v uint64) { l.Rate = v }},
+		{"burst", config.MaxBurst, func(l *config.Limits, v uint64) { l.Burst = v }},
+		{"admission_rate", config.MaxRate, func(l *config.Limits, v uint64) { l.AdmissionRate = v }},
+		{"admission_burst", config.MaxBurst, func(l *config.Limits, v uint64) { l.AdmissionBurst = v }},
 	}
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: good})
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: good})
 	for _, f := range fields {
 		for _, tc := range []struct {
 			v  uint64
@@ -48,7 +50,7 @@ func TestBoundaries(t *testing.T) {
 				require.NoError(t, s.SetLimits(l), "SetLimits(%+v)", l)
 				cfg, _, err := s.readConfig()
 				require.NoError(t, err)
-				assert.Equal(t, l.withDefaults(), limitsOf(cfg, nil), "limits read back from the config map")
+				assert.Equal(t, l.WithDefaults(), config.LimitsOf(cfg, nil), "limits read back from the config map")
 			})
 		}
 	}
@@ -72,7 +74,7 @@ func TestBoundaries(t *testing.T) {
 		})
 	}
 	t.Run("one set loads", func(t *testing.T) {
-		one := loadT(t, Options{TableSize: MinTableSize, Clock: ClockVirtual, Limits: good})
+		one := loadT(t, Options{TableSize: MinTableSize, Clock: config.ClockVirtual, Limits: good})
 		assert.Equal(t, uint32(MinTableSize), one.TableSize(), "TableSize()")
 		// Its one set holds MinTableSize sources; the next replaces one.
 		for i := range MinTableSize + 1 {
@@ -93,8 +95,8 @@ func TestBoundaries(t *testing.T) {
 // (1e9 packets of 1e9 credit each) after an idle hour, and a refill of one
 // packet per nanosecond.
 func TestMaximumLimitsInTheProgram(t *testing.T) {
-	top := Limits{Rate: maxRate, Burst: maxBurst, AdmissionRate: maxRate, AdmissionBurst: maxBurst}
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: top})
+	top := config.Limits{Rate: config.MaxRate, Burst: config.MaxBurst, AdmissionRate: config.MaxRate, AdmissionBurst: config.MaxBurst}
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: top})
 	f := frame4("198.18.0.9")
 	require.NoError(t, s.SetTime(1e9))
 	for i := range 100 {
@@ -109,7 +111,7 @@ func TestMaximumLimitsInTheProgram(t *testing.T) {
 	assert.False(t, src.Limited, "Source().Limited with a full bucket")
 
 	// Burst 1 at the largest rate: a packet per nanosecond, not one sooner.
-	one := Limits{Rate: maxRate, Burst: 1, AdmissionRate: maxRate, AdmissionBurst: maxBurst}
+	one := config.Limits{Rate: config.MaxRate, Burst: 1, AdmissionRate: config.MaxRate, AdmissionBurst: config.MaxBurst}
 	require.NoError(t, s.SetLimits(one))
 	g := frame4("198.18.0.10")
 	require.NoError(t, s.SetTime(4000e9))

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf/perf"
+
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // CaptureSnap is the most bytes of a dropped frame a capture holds
@@ -24,8 +26,8 @@ var ErrCaptureBusy = errors.New("a capture is already running")
 // CapturedFrame is one dropped frame, cut to CaptureSnap bytes.
 type CapturedFrame struct {
 	Time   time.Time // when user space read it
-	Reason Reason
-	Proto  Proto
+	Reason counter.Reason
+	Proto  counter.Proto
 	Len    int    // the frame's length on the wire
 	Data   []byte // its first min(Len, CaptureSnap) bytes
 }
@@ -111,8 +113,8 @@ func (c *Capture) Next(deadline time.Time) (f CapturedFrame, ok bool, err error)
 		}
 		return CapturedFrame{
 			Time:   time.Now(),
-			Reason: Reason(binary.NativeEndian.Uint32(raw[0:])),
-			Proto:  Proto(binary.NativeEndian.Uint32(raw[4:])),
+			Reason: counter.Reason(binary.NativeEndian.Uint32(raw[0:])),
+			Proto:  counter.Proto(binary.NativeEndian.Uint32(raw[4:])),
 			Len:    int(binary.NativeEndian.Uint32(raw[8:])),
 			Data:   append([]byte(nil), raw[captureMetaSize:captureMetaSize+n]...),
 		}, true, nil

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 func measureJiffy() (uint64, error) {
@@ -112,4 +113,27 @@ var jiffy struct {
 func jiffyLength() (uint64, error) {
 	jiffy.once.Do(func() { jiffy.ns, jiffy.err = measureJiffy() })
 	return jiffy.ns, jiffy.err
+}
+
+// CheckLimits is the one check of limits for a clock, the same Load makes
+// before anything is created: Validate, and on the jiffies clock a burst
+// the clock's tick can refill (the tick measured through clock_probe,
+// which needs CAP_BPF; when it cannot be measured, the coarsest tick Linux
+// offers, HZ=100, so that a check never passes what Load refuses).
+// `shield serve -check` and serve both go through it (issue 23, finding 9).
+func CheckLimits(l config.Limits, c config.Clock) error {
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	if c != config.ClockJiffies {
+		return nil
+	}
+	ns, err := jiffyLength()
+	if err != nil {
+		if terr := l.CheckTick(c, 1_000_000_000/100); terr != nil {
+			return fmt.Errorf("%w (the tick could not be measured, %v: checked at HZ=100, the coarsest)", terr, err)
+		}
+		return nil
+	}
+	return l.CheckTick(c, ns)
 }

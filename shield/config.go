@@ -10,6 +10,9 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // pinnedSeed reads the hash seed of the configuration pinned in dir; ok is
@@ -56,7 +59,7 @@ func readConfigOf(m *ebpf.Map) (bpf.ShieldConfig, bool, error) {
 
 // publish writes l with the lists in force into a fresh inner map and
 // swaps it in. Callers hold s.mu (or own s exclusively).
-func (s *Shield) publish(l Limits) error {
+func (s *Shield) publish(l config.Limits) error {
 	own, err := s.ownLocked()
 	if err != nil {
 		return err
@@ -66,23 +69,23 @@ func (s *Shield) publish(l Limits) error {
 
 // publishOwn is publish with own as the own addresses: the snapshots of
 // the lists, own and s.gen must be what verdict generation s.gen holds.
-func (s *Shield) publishOwn(l Limits, own []netip.Addr) error {
+func (s *Shield) publishOwn(l config.Limits, own []netip.Addr) error {
 	inner, err := ebpf.NewMap(s.innerSpec)
 	if err != nil {
 		return fmt.Errorf("create config map: %w", err)
 	}
 	defer inner.Close()
 	inline, looked := ownSplit(own)
-	cfg := l.config(s.listFlags(own), s.clock, inline)
+	cfg := l.Config(s.listFlags(own), s.clock, inline)
 	cfg.EphLo, cfg.EphHi = s.eph.Lo, s.eph.Hi
 	// The lists as their snapshots hold them.
 	var listed []netip.Prefix
-	for _, l := range []List{AllowList, DenyList} {
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 		if ps := s.snap[l].Load(); ps != nil {
 			listed = append(listed, *ps...)
 		}
 	}
-	cfg.Regions4, cfg.Regions6 = regions(listed, looked)
+	cfg.Regions4, cfg.Regions6 = lists.Regions(listed, looked)
 	cfg.Filter, cfg.FilterSeed = s.filter, s.filterSeed
 	if err := inner.Put(uint32(0), cfg); err != nil {
 		return fmt.Errorf("write config: %w", err)
@@ -130,10 +133,10 @@ func (s *Shield) publishOwn(l Limits, own []netip.Addr) error {
 // returns the keys there that as no longer names. An entry whose limit is
 // unchanged keeps its bucket (a publish of the lists changes nothing);
 // a new or changed one starts full.
-func (s *Shield) writeAggregates(as []Aggregate) ([]bpf.ShieldAggKey, error) {
+func (s *Shield) writeAggregates(as []config.Aggregate) ([]bpf.ShieldAggKey, error) {
 	want := map[bpf.ShieldAggKey]bpf.ShieldAggregate{}
 	for _, a := range as {
-		want[a.aggKey()] = a.value()
+		want[a.AggKey()] = a.Value()
 	}
 	var stale []bpf.ShieldAggKey
 	var k bpf.ShieldAggKey
@@ -161,14 +164,14 @@ func (s *Shield) writeAggregates(as []Aggregate) ([]bpf.ShieldAggKey, error) {
 }
 
 // aggregates reads the aggregate limits back.
-func (s *Shield) aggregates() ([]Aggregate, error) {
-	var out []Aggregate
+func (s *Shield) aggregates() ([]config.Aggregate, error) {
+	var out []config.Aggregate
 	var k bpf.ShieldAggKey
 	var v bpf.ShieldAggregate
 	it := s.objs.Aggregates.Iterate()
 	for it.Next(&k, &v) {
-		d := Destination{Proto: Proto(k.Proto), Port: k.Port<<8 | k.Port>>8}
-		out = append(out, Aggregate{Destination: d, Rate: v.Limit.Rate, Burst: v.Limit.Cap / token})
+		d := config.Destination{Proto: counter.Proto(k.Proto), Port: k.Port<<8 | k.Port>>8}
+		out = append(out, config.Aggregate{Destination: d, Rate: v.Limit.Rate, Burst: v.Limit.Cap / config.Token})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read aggregate limits: %w", err)
@@ -178,11 +181,11 @@ func (s *Shield) aggregates() ([]Aggregate, error) {
 
 // writeProtectedDsts puts the address-specific destinations of ds in
 // protected_dsts and returns the keys there that ds no longer names.
-func (s *Shield) writeProtectedDsts(ds []Destination) ([]bpf.ShieldDstKey, error) {
+func (s *Shield) writeProtectedDsts(ds []config.Destination) ([]bpf.ShieldDstKey, error) {
 	want := map[bpf.ShieldDstKey]bool{}
 	for _, d := range ds {
 		if d.Addr.IsValid() {
-			want[d.dstKey()] = true
+			want[d.DstKey()] = true
 		}
 	}
 	var stale []bpf.ShieldDstKey
@@ -207,13 +210,13 @@ func (s *Shield) writeProtectedDsts(ds []Destination) ([]bpf.ShieldDstKey, error
 }
 
 // protectedDsts reads the address-specific destinations back.
-func (s *Shield) protectedDsts() ([]Destination, error) {
-	var out []Destination
+func (s *Shield) protectedDsts() ([]config.Destination, error) {
+	var out []config.Destination
 	var k bpf.ShieldDstKey
 	var v uint8
 	it := s.objs.ProtectedDsts.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, Destination{Proto: Proto(k.Proto), Port: k.Port<<8 | k.Port>>8, Addr: netip.AddrFrom16(k.Addr).Unmap()})
+		out = append(out, config.Destination{Proto: counter.Proto(k.Proto), Port: k.Port<<8 | k.Port>>8, Addr: netip.AddrFrom16(k.Addr).Unmap()})
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read protected destinations: %w", err)
@@ -223,10 +226,10 @@ func (s *Shield) protectedDsts() ([]Destination, error) {
 
 // start configures a freshly loaded collection: full admission buckets, so
 // the first strangers are admitted whatever the clock reads, then the limits.
-func (s *Shield) start(l Limits) error {
+func (s *Shield) start(l config.Limits) error {
 	bursts := [numClasses]uint64{classProtected: l.AdmissionBurst, classUnprotected: l.Unprotected.AdmissionBurst}
 	for i, burst := range bursts {
-		full := bpf.ShieldBucket{Credit: int64(burst * token)}
+		full := bpf.ShieldBucket{Credit: int64(burst * config.Token)}
 		if err := s.objs.Admission.Put(uint32(i), full); err != nil {
 			return fmt.Errorf("fill admission bucket: %w", err)
 		}

@@ -12,6 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // enumerators reads enum name's enumerators from the BTF of the committed
@@ -63,23 +66,23 @@ func TestContract(t *testing.T) {
 		assert.True(t, slices.Equal(list, want), "%s: Go's values = %v, want %v (the C enumerators)", enum, list, want)
 	}
 	t.Run("reason", func(t *testing.T) {
-		named(t, "reason", "REASON_", func(v uint64) string { return Reason(v).String() }, asU64(Reasons()), true)
+		named(t, "reason", "REASON_", func(v uint64) string { return counter.Reason(v).String() }, asU64(counter.Reasons()), true)
 	})
 	t.Run("proto", func(t *testing.T) {
-		named(t, "proto", "PROTO_", func(v uint64) string { return Proto(v).String() }, asU64(Protos()), true)
+		named(t, "proto", "PROTO_", func(v uint64) string { return counter.Proto(v).String() }, asU64(counter.Protos()), true)
 	})
 	t.Run("verdict", func(t *testing.T) {
-		named(t, "verdict", "VERDICT_", func(v uint64) string { return Verdict(v).String() }, asU64(Verdicts()), true)
+		named(t, "verdict", "VERDICT_", func(v uint64) string { return counter.Verdict(v).String() }, asU64(counter.Verdicts()), true)
 	})
 	t.Run("clock", func(t *testing.T) {
 		var valid []uint64
 		for c := range 256 {
-			if Clock(c).valid() {
+			if config.Clock(c).Valid() {
 				valid = append(valid, uint64(c))
 			}
 		}
-		named(t, "clock", "CLOCK_", func(v uint64) string { return Clock(v).String() }, valid, false)
-		assert.EqualValues(t, 0, ClockJiffies, "ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", ClockJiffies)
+		named(t, "clock", "CLOCK_", func(v uint64) string { return config.Clock(v).String() }, valid, false)
+		assert.EqualValues(t, 0, config.ClockJiffies, "ClockJiffies = %d, want 0: Options' zero value is the jiffies clock", config.ClockJiffies)
 	})
 
 	// valued checks constants Go writes into the program's maps against
@@ -98,22 +101,22 @@ func TestContract(t *testing.T) {
 	}
 	t.Run("config_flag", func(t *testing.T) {
 		valued(t, "config_flag", map[string]uint64{
-			"CONFIG_DRY_RUN": uint64(flagDryRun), "CONFIG_ALLOW4": uint64(flagAllow4), "CONFIG_ALLOW6": uint64(flagAllow6),
-			"CONFIG_DENY4": uint64(flagDeny4), "CONFIG_DENY6": uint64(flagDeny6), "CONFIG_OWN4": uint64(flagOwn4),
-			"CONFIG_OWN6": uint64(flagOwn6), "CONFIG_PROTECT": uint64(flagProtect), "CONFIG_PROTECT_ICMP": uint64(flagProtectICMP),
-			"CONFIG_PROTECT_ADDR": uint64(flagProtectAddr), "CONFIG_LISTS_B": uint64(flagListsB), "CONFIG_AGGREGATE": uint64(flagAggregate), "CONFIG_CLOCK_SHIFT": uint64(clockShift),
+			"CONFIG_DRY_RUN": uint64(config.FlagDryRun), "CONFIG_ALLOW4": uint64(config.FlagAllow4), "CONFIG_ALLOW6": uint64(config.FlagAllow6),
+			"CONFIG_DENY4": uint64(config.FlagDeny4), "CONFIG_DENY6": uint64(config.FlagDeny6), "CONFIG_OWN4": uint64(config.FlagOwn4),
+			"CONFIG_OWN6": uint64(config.FlagOwn6), "CONFIG_PROTECT": uint64(config.FlagProtect), "CONFIG_PROTECT_ICMP": uint64(config.FlagProtectICMP),
+			"CONFIG_PROTECT_ADDR": uint64(config.FlagProtectAddr), "CONFIG_LISTS_B": uint64(config.FlagListsB), "CONFIG_AGGREGATE": uint64(config.FlagAggregate), "CONFIG_CLOCK_SHIFT": uint64(config.ClockShift),
 		})
-		for _, f := range []uint32{flagDryRun, flagAllow4, flagAllow6, flagDeny4, flagDeny6, flagOwn4, flagOwn6, flagProtect, flagProtectICMP, flagProtectAddr, flagListsB, flagAggregate} {
-			assert.EqualValues(t, 0, f>>clockShift, "flag %#x lies in the clock's byte (from bit %d)", f, clockShift)
+		for _, f := range []uint32{config.FlagDryRun, config.FlagAllow4, config.FlagAllow6, config.FlagDeny4, config.FlagDeny6, config.FlagOwn4, config.FlagOwn6, config.FlagProtect, config.FlagProtectICMP, config.FlagProtectAddr, config.FlagListsB, config.FlagAggregate} {
+			assert.EqualValues(t, 0, f>>config.ClockShift, "flag %#x lies in the clock's byte (from bit %d)", f, config.ClockShift)
 		}
 	})
 	t.Run("list_verdict", func(t *testing.T) {
 		valued(t, "list_verdict", map[string]uint64{
-			"LIST_ALLOW": uint64(verdictAllow), "LIST_DENY": uint64(verdictDeny), "LIST_OWN": uint64(verdictOwn),
-			"LIST_VERDICT": uint64(verdictMask), "LIST_IN_ALLOW": uint64(inAllow), "LIST_IN_DENY": uint64(inDeny),
+			"LIST_ALLOW": uint64(lists.VerdictAllow), "LIST_DENY": uint64(lists.VerdictDeny), "LIST_OWN": uint64(lists.VerdictOwn),
+			"LIST_VERDICT": uint64(lists.VerdictMask), "LIST_IN_ALLOW": uint64(lists.InAllow), "LIST_IN_DENY": uint64(lists.InDeny),
 		})
-		for _, b := range []uint8{inAllow, inDeny} {
-			assert.EqualValues(t, 0, b&verdictMask, "list bit %#x overlaps the verdict the program reads (%#x)", b, verdictMask)
+		for _, b := range []uint8{lists.InAllow, lists.InDeny} {
+			assert.EqualValues(t, 0, b&lists.VerdictMask, "list bit %#x overlaps the verdict the program reads (%#x)", b, lists.VerdictMask)
 		}
 	})
 	t.Run("traffic_class", func(t *testing.T) {
@@ -124,23 +127,23 @@ func TestContract(t *testing.T) {
 		assert.EqualValues(t, numClasses, got, "admission MaxEntries = %d, want %d (a bucket per class)", got, numClasses)
 	})
 	t.Run("credit", func(t *testing.T) {
-		valued(t, "credit", map[string]uint64{"TOKEN": token})
+		valued(t, "credit", map[string]uint64{"TOKEN": config.Token})
 	})
 	t.Run("capacity", func(t *testing.T) {
-		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(maxProtectedDsts)})
+		valued(t, "dst_capacity", map[string]uint64{"MAX_PROTECTED_DSTS": uint64(config.MaxProtectedDsts)})
 		got := spec.Maps[bpf.ShieldMapProtectedDsts].MaxEntries
-		assert.EqualValues(t, uint32(maxProtectedDsts), got, "protected_dsts MaxEntries = %d, want %d", got, maxProtectedDsts)
+		assert.EqualValues(t, uint32(config.MaxProtectedDsts), got, "protected_dsts MaxEntries = %d, want %d", got, config.MaxProtectedDsts)
 		got = spec.Maps[bpf.ShieldMapAggregates].MaxEntries
-		assert.EqualValues(t, uint32(maxAggregates), got, "aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, maxAggregates)
+		assert.EqualValues(t, uint32(config.MaxAggregates), got, "aggregates MaxEntries = %d, want %d (MAX_AGGREGATES)", got, config.MaxAggregates)
 		got = spec.Maps[bpf.ShieldMapPresence].MaxEntries
 		assert.EqualValues(t, 2*filterWords, got, "presence MaxEntries = %d words, want %d: two filters of filterBits (%d) slots; FILTER_BITS and filterBits differ", got, 2*filterWords, filterBits)
 		valued(t, "list_capacity", map[string]uint64{
-			"MAX_LIST_ENTRIES": uint64(maxListEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
+			"MAX_LIST_ENTRIES": uint64(lists.MaxEntries), "MAX_OWN_ENTRIES": uint64(maxOwn),
 			"MAX_RULES": uint64(maxRules), "NO_RULE": uint64(noRule),
 		})
 		for _, m := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
 			got := spec.Maps[m].MaxEntries
-			assert.EqualValues(t, uint32(2*maxListEntries+maxOwn), got, "%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*maxListEntries+maxOwn)
+			assert.EqualValues(t, uint32(2*lists.MaxEntries+maxOwn), got, "%s MaxEntries = %d, want %d: both lists full and the own addresses", m, got, 2*lists.MaxEntries+maxOwn)
 		}
 		for _, m := range []string{bpf.ShieldMapOwn4Addrs, bpf.ShieldMapOwn6Addrs} {
 			got := spec.Maps[m].MaxEntries
@@ -149,19 +152,19 @@ func TestContract(t *testing.T) {
 	})
 
 	// The counters: the map has a key per (verdict, reason, proto), and
-	// counterIndex gives each its own.
+	// counter.Index gives each its own.
 	t.Run("counters", func(t *testing.T) {
 		got := spec.Maps[bpf.ShieldMapCounters].MaxEntries
-		assert.EqualValues(t, uint32(numCounters), got, "counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, numVerdicts, numReasons, numProtos)
+		assert.EqualValues(t, uint32(counter.Size), got, "counters MaxEntries = %d, want %d verdicts x %d reasons x %d protos", got, len(counter.Verdicts()), len(counter.Reasons()), len(counter.Protos()))
 		seen := map[uint32]string{}
-		for _, v := range Verdicts() {
-			for _, r := range Reasons() {
-				for _, p := range Protos() {
-					i, what := counterIndex(v, r, p), fmt.Sprintf("%s/%s/%s", v, r, p)
-					assert.False(t, i >= uint32(numCounters) || seen[i] != "", "counterIndex(%s) = %d, out of range or also %q's", what, i, seen[i])
+		for _, v := range counter.Verdicts() {
+			for _, r := range counter.Reasons() {
+				for _, p := range counter.Protos() {
+					i, what := counter.Index(v, r, p), fmt.Sprintf("%s/%s/%s", v, r, p)
+					assert.False(t, i >= uint32(counter.Size) || seen[i] != "", "counter.Index(%s) = %d, out of range or also %q's", what, i, seen[i])
 					seen[i] = what
-					k := counterKeys[i]
-					assert.False(t, k.v != v || k.r != r || k.p != p, "counterKeys[%d] = %s/%s/%s, want %s", i, k.v, k.r, k.p, what)
+					k := counter.Keys[i]
+					assert.False(t, k.V != v || k.R != r || k.P != p, "counter.Keys[%d] = %s/%s/%s, want %s", i, k.V, k.R, k.P, what)
 				}
 			}
 		}

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // crashChildEnv makes the test binary the child of TestKillMidListChange:
@@ -61,11 +63,11 @@ func TestKillMidListChange(t *testing.T) {
 	}
 	dir := pinDir(t)
 	crashN := crashN()
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	l.DryRun = true // limits pass: only the deny list drops
-	s := loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
+	s := loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	removed := crashRemoved(crashN)
-	_, err := s.Add(DenyList, append(removed, crashKept))
+	_, err := s.Add(lists.DenyList, append(removed, crashKept))
 	require.NoError(t, err, "Add")
 	frames := make([][]byte, crashN)
 	for i, p := range removed {
@@ -131,8 +133,8 @@ func TestKillMidListChange(t *testing.T) {
 	// A restart on the pins lists what was in force, with nothing to roll
 	// back.
 	s.Close()
-	s2 := loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
-	deny, err := s2.List(DenyList)
+	s2 := loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
+	deny, err := s2.List(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, 1, len(deny), "prefixes on the deny list after the restart")
 	assert.Contains(t, deny, crashKept, "the deny list after the restart")
@@ -145,12 +147,12 @@ func TestKillMidListChange(t *testing.T) {
 // crashChild is the process TestKillMidListChange kills: it removes the
 // 30,000 prefixes in one change, then waits to be killed.
 func crashChild(t *testing.T, dir string) {
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	l.DryRun = true
-	s, err := Load(Options{PinPath: dir, Limits: l, Clock: ClockVirtual, TableSize: 4096})
+	s, err := Load(Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual, TableSize: 4096})
 	require.NoError(t, err, "child Load")
 	fmt.Println("changing")
-	_, err = s.Remove(DenyList, crashRemoved(crashN()))
+	_, err = s.Remove(lists.DenyList, crashRemoved(crashN()))
 	require.NoError(t, err, "child Remove")
 	time.Sleep(time.Minute)
 }
@@ -162,9 +164,9 @@ func crashChild(t *testing.T, dir string) {
 // and unpins the old tries and the journal.
 func TestMigrateOldListPins(t *testing.T) {
 	dir := pinDir(t)
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	l.DryRun = true
-	s, err := Load(Options{PinPath: dir, Limits: l, Clock: ClockVirtual, TableSize: 4096})
+	s, err := Load(Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual, TableSize: 4096})
 	require.NoError(t, err, "fresh Load")
 	s.Close()
 
@@ -193,23 +195,23 @@ func TestMigrateOldListPins(t *testing.T) {
 	// main's verdict trie: a one-byte value (no hit counter), made afresh.
 	require.NoError(t, os.Remove(filepath.Join(dir, bpf.ShieldMapLists4)))
 	pin(bpf.ShieldMapLists4, ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 1, MaxEntries: 2*65536 + 4096, Flags: 1}, func(m *ebpf.Map) {
-		require.NoError(t, m.Put(bpf.ShieldLpm4Key{Prefixlen: 24, Addr: kept.Addr().As4()}, uint8(verdictDeny)))
+		require.NoError(t, m.Put(bpf.ShieldLpm4Key{Prefixlen: 24, Addr: kept.Addr().As4()}, uint8(lists.VerdictDeny)))
 	})
 	pin(journalPin, ebpf.MapSpec{Type: ebpf.Hash, KeySize: 20, ValueSize: 1, MaxEntries: 16}, func(m *ebpf.Map) {
-		k := journalKey{List: uint8(DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
+		k := journalKey{List: uint8(lists.DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
 		require.NoError(t, m.Put(k, journalAdded))
 	})
 
-	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
-	deny, err := s.List(DenyList)
+	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
+	deny, err := s.List(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{kept}, deny, "List(deny) after the migration")
-	allow, err := s.List(AllowList)
+	allow, err := s.List(lists.AllowList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{allowed}, allow, "List(allow) after the migration")
 	r, ok := s.Recovered()
 	assert.True(t, ok, "Recovered()")
-	assert.Equal(t, 1, r.Added[DenyList], "interrupted additions taken off again")
+	assert.Equal(t, 1, r.Added[lists.DenyList], "interrupted additions taken off again")
 	assert.Equal(t, uint32(xdpDrop), run(t, s, frame4("198.18.1.5")), "a source on the old deny list")
 	assert.Equal(t, uint32(xdpPass), run(t, s, frame4("198.18.2.5")), "a source of the interrupted addition")
 	for _, name := range []string{"allow4", "allow6", "deny4", "deny6", journalPin} {
@@ -217,8 +219,8 @@ func TestMigrateOldListPins(t *testing.T) {
 		assert.ErrorIs(t, err, os.ErrNotExist, "the old pin %s after the migration", name)
 	}
 	s.Close()
-	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: ClockVirtual})
-	deny, err = s.List(DenyList)
+	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
+	deny, err = s.List(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, []netip.Prefix{kept}, deny, "List(deny) on the new pins")
 	_, ok = s.Recovered()

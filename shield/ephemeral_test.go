@@ -1,73 +1,14 @@
 package shield
 
 import (
-	"fmt"
-	"os"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/vishvananda/netns"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
-
-func TestParsePortRange(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want PortRange
-		ok   bool
-	}{
-		{"32768\t60999\n", PortRange{32768, 60999}, true}, // Linux's default, as the sysctl prints it
-		{"1024 1024", PortRange{1024, 1024}, true},
-		{"60999 32768", PortRange{}, false},
-		{"0 100", PortRange{}, false},
-		{"1 65536", PortRange{}, false},
-		{"32768", PortRange{}, false},
-	} {
-		got, err := parsePortRange(tc.in)
-		if !tc.ok {
-			assert.Error(t, err, "parsePortRange(%q)", tc.in)
-			continue
-		}
-		require.NoError(t, err, "parsePortRange(%q)", tc.in)
-		assert.Equal(t, tc.want, got, "parsePortRange(%q)", tc.in)
-	}
-}
-
-// TestLocalPortRangeOfNamespace: LocalPortRange answers for the network
-// namespace of the calling thread (the edge's, where the service runs),
-// not the machine's first one.
-func TestLocalPortRangeOfNamespace(t *testing.T) {
-	testutil.Root(t)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	require.NoError(t, err)
-	defer orig.Close()
-	outside, err := LocalPortRange()
-	require.NoError(t, err)
-
-	ns, err := netns.New() // and enters it
-	require.NoError(t, err)
-	defer func() {
-		require.NoError(t, netns.Set(orig))
-		ns.Close()
-	}()
-	want := PortRange{20000, 20999}
-	if want == outside {
-		want = PortRange{21000, 21999}
-	}
-	require.NoError(t, os.WriteFile(localPortRangePath, []byte(fmt.Sprintf("%d %d", want.Lo, want.Hi)), 0))
-	got, err := LocalPortRange()
-	require.NoError(t, err)
-	assert.Equal(t, want, got, "LocalPortRange() inside a namespace whose range was set")
-	require.NoError(t, netns.Set(orig))
-	got, err = LocalPortRange()
-	require.NoError(t, err)
-	assert.Equal(t, outside, got, "LocalPortRange() back outside")
-}
 
 // TestEphemeralFollowsTheNamespace: the ephemeral range is the loading
 // namespace's, not configuration: a load adopting pins written with
@@ -76,27 +17,27 @@ func TestLocalPortRangeOfNamespace(t *testing.T) {
 func TestEphemeralFollowsTheNamespace(t *testing.T) {
 	testutil.Root(t)
 	dir := pinDir(t)
-	first := PortRange{20000, 29999}
-	s, err := Load(Options{TableSize: MinTableSize, Clock: ClockVirtual, PinPath: dir, Ephemeral: first})
+	first := config.PortRange{Lo: 20000, Hi: 29999}
+	s, err := Load(Options{TableSize: MinTableSize, Clock: config.ClockVirtual, PinPath: dir, Ephemeral: first})
 	require.NoError(t, err)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, first, PortRange{cfg.EphLo, cfg.EphHi}, "range in the config map")
+	assert.Equal(t, first, config.PortRange{Lo: cfg.EphLo, Hi: cfg.EphHi}, "range in the config map")
 	require.NoError(t, s.Close())
 
-	s, err = Load(Options{TableSize: MinTableSize, Clock: ClockVirtual, PinPath: dir})
+	s, err = Load(Options{TableSize: MinTableSize, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err)
 	defer s.Close()
-	assert.Equal(t, DefaultEphemeral, s.Ephemeral(), "Ephemeral() after adopting pins of another range")
+	assert.Equal(t, config.DefaultEphemeral, s.Ephemeral(), "Ephemeral() after adopting pins of another range")
 	cfg, _, err = s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, DefaultEphemeral, PortRange{cfg.EphLo, cfg.EphHi}, "adopted config map's range")
+	assert.Equal(t, config.DefaultEphemeral, config.PortRange{Lo: cfg.EphLo, Hi: cfg.EphHi}, "adopted config map's range")
 
-	next := PortRange{1024, 65535}
+	next := config.PortRange{Lo: 1024, Hi: 65535}
 	require.NoError(t, s.SetEphemeral(next))
 	cfg, _, err = s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, next, PortRange{cfg.EphLo, cfg.EphHi}, "range in the config map after SetEphemeral")
-	assert.ErrorIs(t, s.SetEphemeral(PortRange{2, 1}), ErrInvalid, "SetEphemeral(2-1)")
+	assert.Equal(t, next, config.PortRange{Lo: cfg.EphLo, Hi: cfg.EphHi}, "range in the config map after SetEphemeral")
+	assert.ErrorIs(t, s.SetEphemeral(config.PortRange{Lo: 2, Hi: 1}), config.ErrInvalid, "SetEphemeral(2-1)")
 	assert.Equal(t, next, s.Ephemeral(), "Ephemeral() after a refused change")
 }

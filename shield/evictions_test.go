@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestEvictionsCount (issue 28, metrics): N+K distinct sources, each sent
@@ -21,8 +23,8 @@ func TestEvictionsCount(t *testing.T) {
 		n = 1024
 		k = 256
 	)
-	lim := ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
-	s := loadT(t, Options{TableSize: n, Clock: ClockVirtual, Limits: Limits{Rate: lim.Rate, Burst: lim.Burst,
+	lim := config.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
+	s := loadT(t, Options{TableSize: n, Clock: config.ClockVirtual, Limits: config.Limits{Rate: lim.Rate, Burst: lim.Burst,
 		AdmissionRate: lim.AdmissionRate, AdmissionBurst: lim.AdmissionBurst, Unprotected: lim}})
 	got, err := s.Evictions()
 	require.NoError(t, err)

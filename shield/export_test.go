@@ -9,6 +9,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // SetAfterFilterWalk makes RefreshFilter call f between its walk of the
@@ -92,7 +94,7 @@ func DumpState(s *Shield) (map[string]string, error) {
 		}
 		out["var "+vars.Type().Field(i).Name] = fmt.Sprintf("%x", b)
 	}
-	allow, deny := s.snap[AllowList].Load(), s.snap[DenyList].Load()
+	allow, deny := s.snap[lists.AllowList].Load(), s.snap[lists.DenyList].Load()
 	out["go"] = fmt.Sprintf("limits %+v eph %v gen %d filter %d allow %v deny %v rules %v note %q",
 		s.limits, s.eph, s.gen, s.filter, *allow, *deny, *s.rules.Load(), s.clockNote)
 	return out, nil

@@ -19,6 +19,8 @@ import (
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // The tests of this file are named after the findings of issue 9 that live
@@ -38,9 +40,9 @@ func pinDir(t *testing.T) string {
 // another clock must neither stall the drained buckets nor refuse new
 // clients: jiffies x ns_per_jiffy runs ~2^32 jiffies ahead of ktime.
 func TestClockRestartDoesNotStall(t *testing.T) {
-	for _, tc := range []struct{ from, to Clock }{
-		{ClockJiffies, ClockKtime},
-		{ClockKtime, ClockJiffies},
+	for _, tc := range []struct{ from, to config.Clock }{
+		{config.ClockJiffies, config.ClockKtime},
+		{config.ClockKtime, config.ClockJiffies},
 	} {
 		t.Run(fmt.Sprintf("%s to %s", tc.from, tc.to), func(t *testing.T) {
 			// Rate 10/s: a token per 100 ms, so a burst sent on an emulated
@@ -48,7 +50,7 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 			// the restart the burst must be back at once: the stall is
 			// what the test is about, not the rate.
 			dir := pinDir(t)
-			l := Limits{Rate: 10, Burst: 10, AdmissionRate: 100, AdmissionBurst: 2}
+			l := config.Limits{Rate: 10, Burst: 10, AdmissionRate: 100, AdmissionBurst: 2}
 			s, err := Load(Options{TableSize: 1024, Clock: tc.from, PinPath: dir, Limits: l})
 			require.NoError(t, err, "Load(%s)", tc.from)
 			a := frame4("198.18.0.1")
@@ -82,31 +84,31 @@ func TestJiffiesLimitsRefused(t *testing.T) {
 	ns, err := jiffyLength()
 	require.NoError(t, err, "jiffyLength()")
 	hz := uint64(1e9) / ns
-	bad := Limits{Rate: 1_000_000, Burst: 1000, AdmissionRate: 100, AdmissionBurst: 100}
+	bad := config.Limits{Rate: 1_000_000, Burst: 1000, AdmissionRate: 100, AdmissionBurst: 100}
 	min := (bad.Rate + hz - 1) / hz
-	_, err = Load(Options{TableSize: 1024, Clock: ClockJiffies, Limits: bad})
+	_, err = Load(Options{TableSize: 1024, Clock: config.ClockJiffies, Limits: bad})
 	require.Error(t, err, "Load(jiffies, %+v)", bad)
-	assert.True(t, errors.Is(err, ErrInvalid), "Load() error %v is not ErrInvalid", err)
+	assert.True(t, errors.Is(err, config.ErrInvalid), "Load() error %v is not config.ErrInvalid", err)
 	assert.Contains(t, err.Error(), fmt.Sprintf("burst %d", min), "Load() error")
 
-	s := loadT(t, Options{Clock: ClockJiffies})
-	err = s.SetLimits(Limits{Rate: 1000, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
+	s := loadT(t, Options{Clock: config.ClockJiffies})
+	err = s.SetLimits(config.Limits{Rate: 1000, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100})
 	require.Error(t, err, "SetLimits(rate 1000, burst 1) on jiffies")
 	assert.Contains(t, err.Error(), fmt.Sprintf("burst %d", (1000+hz-1)/hz), "SetLimits() error")
-	assert.True(t, errors.Is(err, ErrInvalid), "SetLimits() error %v is not ErrInvalid", err)
-	err = s.SetLimits(Limits{Rate: 1000, Burst: 1, AdmissionRate: 1_000_000, AdmissionBurst: 10})
+	assert.True(t, errors.Is(err, config.ErrInvalid), "SetLimits() error %v is not config.ErrInvalid", err)
+	err = s.SetLimits(config.Limits{Rate: 1000, Burst: 1, AdmissionRate: 1_000_000, AdmissionBurst: 10})
 	require.Error(t, err, "SetLimits(admission 1e6/10) on jiffies")
 	assert.Contains(t, err.Error(), "admission_burst", "SetLimits() error")
 
-	k := loadT(t, Options{Clock: ClockKtime})
+	k := loadT(t, Options{Clock: config.ClockKtime})
 	assert.NoError(t, k.SetLimits(bad), "SetLimits(%+v) on ktime", bad)
 
 	// Pinned limits set on ktime are refused by a restart on jiffies.
 	dir := pinDir(t)
-	p, err := Load(Options{TableSize: 1024, Clock: ClockKtime, PinPath: dir, Limits: bad})
+	p, err := Load(Options{TableSize: 1024, Clock: config.ClockKtime, PinPath: dir, Limits: bad})
 	require.NoError(t, err, "Load(ktime, %+v)", bad)
 	p.Close()
-	p, err = Load(Options{TableSize: 1024, Clock: ClockJiffies, PinPath: dir, Limits: Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}})
+	p, err = Load(Options{TableSize: 1024, Clock: config.ClockJiffies, PinPath: dir, Limits: config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}})
 	if err == nil {
 		p.Close()
 	}
@@ -120,7 +122,7 @@ func TestJiffiesLimitsRefused(t *testing.T) {
 // another CPU still read it. The loader keeps the inner map it replaced open
 // until the next swap, so it outlives every program that looked it up.
 func TestPreviousConfigMapKept(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	current := func() ebpf.MapID {
 		var id ebpf.MapID
 		require.NoError(t, s.objs.ConfigMap.Lookup(uint32(0), &id), "config slot")
@@ -161,21 +163,21 @@ func TestPreviousConfigMapKept(t *testing.T) {
 // TestListChangeReports: Add and Remove say what they changed, so callers
 // need not diff the list around them.
 func TestListChangeReports(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	ps := func(ss ...string) []netip.Prefix {
-		out, err := ParsePrefixes(ss)
+		out, err := lists.ParsePrefixes(ss)
 		require.NoError(t, err)
 		return out
 	}
-	_, err := s.Add(DenyList, ps("198.18.0.0/24"))
+	_, err := s.Add(lists.DenyList, ps("198.18.0.0/24"))
 	require.NoError(t, err)
-	ch, err := s.Add(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
+	ch, err := s.Add(lists.DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.1.0/24"))
 	require.NoError(t, err)
-	assert.Equal(t, ListChange{List: DenyList, Added: ps("198.18.1.0/24", "2001:db8::/48"), Before: 1,
+	assert.Equal(t, lists.ListChange{List: lists.DenyList, Added: ps("198.18.1.0/24", "2001:db8::/48"), Before: 1,
 		After: ps("198.18.0.0/24", "198.18.1.0/24", "2001:db8::/48")}, ch, "Add()")
-	ch, err = s.Remove(DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.0.0/24"))
+	ch, err = s.Remove(lists.DenyList, ps("2001:db8::/48", "198.18.0.0/24", "198.18.0.0/24"))
 	require.NoError(t, err)
-	assert.Equal(t, ListChange{List: DenyList, Removed: ps("198.18.0.0/24", "2001:db8::/48"), Before: 3,
+	assert.Equal(t, lists.ListChange{List: lists.DenyList, Removed: ps("198.18.0.0/24", "2001:db8::/48"), Before: 3,
 		After: ps("198.18.1.0/24")}, ch, "Remove()")
 }
 
@@ -183,7 +185,7 @@ func TestListChangeReports(t *testing.T) {
 // as own at once and follows addresses added and removed later.
 func TestOwnAddressesFollowNetlink(t *testing.T) {
 	testutil.Root(t)
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	ns, err := topo.New("own")
 	require.NoError(t, err, "topo.New")
 	t.Cleanup(func() { ns.Close() })

@@ -10,75 +10,9 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
-
-// List names an address list.
-type List uint8
-
-const (
-	AllowList List = iota // never limited; wins over the deny list
-	DenyList              // always dropped
-)
-
-func (l List) String() string {
-	if l == AllowList {
-		return "allow"
-	}
-	return "deny"
-}
-
-// ErrInvalid marks the errors of Add and Remove that their input caused (a
-// bad prefix, a list over capacity, a prefix not listed): nothing changed.
-var ErrInvalid = errors.New("invalid list change")
-
-// inputError is an error that errors.Is(err, ErrInvalid), with its own text.
-type inputError struct{ error }
-
-func (inputError) Is(target error) bool { return target == ErrInvalid }
-
-// maxListEntries is MAX_LIST_ENTRIES in bpf/shield.c (per list and family).
-const maxListEntries = int(bpf.ShieldListCapacityMAX_LIST_ENTRIES)
-
-// ParsePrefixes parses CIDRs or bare addresses (taken as /32 or /128). It
-// reports every bad entry, names them, and returns nothing when any is bad.
-// Host bits must be zero: "198.18.0.1/16" is an error, not a silent mask.
-func ParsePrefixes(ss []string) ([]netip.Prefix, error) {
-	var errs []error
-	out := make([]netip.Prefix, 0, len(ss))
-	for _, s := range ss {
-		p, err := parsePrefix(s)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, p)
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return out, nil
-}
-
-func parsePrefix(s string) (netip.Prefix, error) {
-	if a, err := netip.ParseAddr(s); err == nil {
-		if a.Zone() != "" {
-			return netip.Prefix{}, fmt.Errorf("%q: zones are not allowed", s)
-		}
-		a = a.Unmap()
-		return netip.PrefixFrom(a, a.BitLen()), nil
-	}
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%q is not an address or CIDR", s)
-	}
-	if p.Addr().Is4In6() {
-		return netip.Prefix{}, fmt.Errorf("%q: write IPv4-mapped prefixes as IPv4", s)
-	}
-	if p.Masked() != p {
-		return netip.Prefix{}, fmt.Errorf("%q has host bits set (did you mean %s?)", s, p.Masked())
-	}
-	return p, nil
-}
 
 type trie struct {
 	m  *ebpf.Map
@@ -139,12 +73,12 @@ func (t trie) list() ([]netip.Prefix, error) {
 // List returns the prefixes of list l, IPv4 first, sorted. It reads a
 // snapshot kept beside the tries and takes no lock: however long a caller
 // takes over a large list, changes never wait for it.
-func (s *Shield) List(l List) ([]netip.Prefix, error) {
+func (s *Shield) List(l lists.List) ([]netip.Prefix, error) {
 	return s.listLocked(l)
 }
 
 // listLocked returns the snapshot of list l (a copy of it).
-func (s *Shield) listLocked(l List) ([]netip.Prefix, error) {
+func (s *Shield) listLocked(l lists.List) ([]netip.Prefix, error) {
 	if p := s.snap[l].Load(); p != nil {
 		return slices.Clone(*p), nil
 	}
@@ -160,8 +94,8 @@ func (s *Shield) loadSnapshots() error {
 	if err != nil {
 		return err
 	}
-	s.snap[AllowList].Store(&allow)
-	s.snap[DenyList].Store(&deny)
+	s.snap[lists.AllowList].Store(&allow)
+	s.snap[lists.DenyList].Store(&deny)
 	return nil
 }
 
@@ -174,29 +108,20 @@ func (s *Shield) readLists(gen uint32) (allow, deny []netip.Prefix, err error) {
 	}
 	allow, deny = []netip.Prefix{}, []netip.Prefix{}
 	for p, v := range vs {
-		if v&inAllow != 0 {
+		if v&lists.InAllow != 0 {
 			allow = append(allow, p)
 		}
-		if v&inDeny != 0 {
+		if v&lists.InDeny != 0 {
 			deny = append(deny, p)
 		}
 	}
-	sortPrefixes(allow)
-	sortPrefixes(deny)
+	lists.SortPrefixes(allow)
+	lists.SortPrefixes(deny)
 	return allow, deny, nil
 }
 
-func sortPrefixes(ps []netip.Prefix) {
-	slices.SortFunc(ps, func(x, y netip.Prefix) int {
-		if c := x.Addr().Compare(y.Addr()); c != 0 {
-			return c
-		}
-		return x.Bits() - y.Bits()
-	})
-}
-
 // listedLocked returns the prefixes of list l as a set.
-func (s *Shield) listedLocked(l List) (map[netip.Prefix]bool, error) {
+func (s *Shield) listedLocked(l lists.List) (map[netip.Prefix]bool, error) {
 	cur, err := s.listLocked(l)
 	if err != nil {
 		return nil, err
@@ -208,62 +133,42 @@ func (s *Shield) listedLocked(l List) (map[netip.Prefix]bool, error) {
 	return have, nil
 }
 
-// prefixesOf returns the prefixes of have, sorted.
-func prefixesOf(have map[netip.Prefix]bool) []netip.Prefix {
-	ps := make([]netip.Prefix, 0, len(have))
-	for p := range have {
-		ps = append(ps, p)
-	}
-	sortPrefixes(ps)
-	return ps
-}
-
 // withList returns the two lists with list l replaced by ps.
-func (s *Shield) withList(l List, ps []netip.Prefix) (allow, deny []netip.Prefix) {
-	allow, _ = s.listLocked(AllowList)
-	deny, _ = s.listLocked(DenyList)
-	if l == AllowList {
+func (s *Shield) withList(l lists.List, ps []netip.Prefix) (allow, deny []netip.Prefix) {
+	allow, _ = s.listLocked(lists.AllowList)
+	deny, _ = s.listLocked(lists.DenyList)
+	if l == lists.AllowList {
 		return ps, deny
 	}
 	return allow, ps
-}
-
-// ListChange is what one Add or Remove did, read under the same lock as
-// the change, so racing changes each report their own prefixes.
-type ListChange struct {
-	List    List
-	Added   []netip.Prefix // put on the list by this change (Add), sorted
-	Removed []netip.Prefix // taken off by this change (Remove), sorted
-	Before  int            // prefixes on the list before the change
-	After   []netip.Prefix // the list after the change, as List returns it
 }
 
 // Add puts prefixes on list l and reports what it added. The batch is
 // checked whole (capacity included) before anything is written; if a write
 // still fails, what the batch wrote is removed again. Prefixes already
 // listed are kept as they are.
-func (s *Shield) Add(l List, prefixes []netip.Prefix) (ListChange, error) {
+func (s *Shield) Add(l lists.List, prefixes []netip.Prefix) (lists.ListChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	fresh, before, err := s.addLocked(l, prefixes)
 	if err != nil {
-		return ListChange{}, err
+		return lists.ListChange{}, err
 	}
 	return s.changeLocked(l, fresh, nil, before)
 }
 
 // changeLocked reports a change of list l.
-func (s *Shield) changeLocked(l List, added, removed []netip.Prefix, before int) (ListChange, error) {
+func (s *Shield) changeLocked(l lists.List, added, removed []netip.Prefix, before int) (lists.ListChange, error) {
 	after, err := s.listLocked(l)
 	if err != nil {
-		return ListChange{}, err
+		return lists.ListChange{}, err
 	}
-	sortPrefixes(added)
-	sortPrefixes(removed)
-	return ListChange{List: l, Added: added, Removed: removed, Before: before, After: after}, nil
+	lists.SortPrefixes(added)
+	lists.SortPrefixes(removed)
+	return lists.ListChange{List: l, Added: added, Removed: removed, Before: before, After: after}, nil
 }
 
-func (s *Shield) addLocked(l List, prefixes []netip.Prefix) (fresh []netip.Prefix, before int, err error) {
+func (s *Shield) addLocked(l lists.List, prefixes []netip.Prefix) (fresh []netip.Prefix, before int, err error) {
 	have, err := s.listedLocked(l)
 	if err != nil {
 		return nil, 0, err
@@ -273,12 +178,12 @@ func (s *Shield) addLocked(l List, prefixes []netip.Prefix) (fresh []netip.Prefi
 	return fresh, before, err
 }
 
-func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
+func (s *Shield) addTo(l lists.List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
 	n4, n6 := 0, 0
 	var fresh []netip.Prefix
 	for _, p := range prefixes {
 		if !p.IsValid() || p.Masked() != p || p.Addr().Is4In6() || p.Addr().Zone() != "" {
-			return nil, inputError{fmt.Errorf("invalid prefix %q", p)}
+			return nil, config.Invalid(fmt.Errorf("invalid prefix %q", p))
 		}
 		if have[p] {
 			continue
@@ -293,8 +198,8 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 			n6++
 		}
 	}
-	if n4 > maxListEntries || n6 > maxListEntries {
-		return nil, inputError{fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, maxListEntries)}
+	if n4 > lists.MaxEntries || n6 > lists.MaxEntries {
+		return nil, config.Invalid(fmt.Errorf("the %s list would hold %d IPv4 and %d IPv6 prefixes; the limit is %d each", l, n4, n6, lists.MaxEntries))
 	}
 
 	if len(fresh) == 0 {
@@ -304,7 +209,7 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 	if err != nil {
 		return nil, err
 	}
-	allow, deny := s.withList(l, prefixesOf(have))
+	allow, deny := s.withList(l, lists.PrefixesOf(have))
 	if err := s.commitLists(allow, deny, own); err != nil {
 		return nil, fmt.Errorf("add to %s list: %w", l, err)
 	}
@@ -314,22 +219,22 @@ func (s *Shield) addTo(l List, have map[netip.Prefix]bool, prefixes []netip.Pref
 // Remove takes prefixes off list l (a prefix given twice is removed once)
 // and reports what it removed. Every prefix must be listed; otherwise
 // nothing is removed.
-func (s *Shield) Remove(l List, prefixes []netip.Prefix) (ListChange, error) {
+func (s *Shield) Remove(l lists.List, prefixes []netip.Prefix) (lists.ListChange, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	have, err := s.listedLocked(l)
 	if err != nil {
-		return ListChange{}, err
+		return lists.ListChange{}, err
 	}
 	before := len(have)
 	gone, err := s.removeFrom(l, have, prefixes)
 	if err != nil {
-		return ListChange{}, err
+		return lists.ListChange{}, err
 	}
 	return s.changeLocked(l, nil, gone, before)
 }
 
-func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
+func (s *Shield) removeFrom(l lists.List, have map[netip.Prefix]bool, prefixes []netip.Prefix) ([]netip.Prefix, error) {
 	var missing []string
 	var gone []netip.Prefix
 	for _, p := range prefixes {
@@ -344,13 +249,13 @@ func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip
 		gone = append(gone, p)
 	}
 	if len(missing) > 0 {
-		return nil, inputError{fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", "))}
+		return nil, config.Invalid(fmt.Errorf("not on the %s list: %s", l, strings.Join(missing, ", ")))
 	}
 	own, err := s.ownLocked()
 	if err != nil {
 		return nil, err
 	}
-	allow, deny := s.withList(l, prefixesOf(have))
+	allow, deny := s.withList(l, lists.PrefixesOf(have))
 	if err := s.commitLists(allow, deny, own); err != nil {
 		return nil, fmt.Errorf("remove from %s list: %w", l, err)
 	}
@@ -367,20 +272,20 @@ func (s *Shield) removeFrom(l List, have map[netip.Prefix]bool, prefixes []netip
 func (s *Shield) commitLists(allow, deny []netip.Prefix, own []netip.Addr) error {
 	_, looked := ownSplit(own)
 	next := s.gen ^ 1
-	rules, err := s.writeGeneration(next, wantVerdicts(allow, deny, looked...))
+	rules, err := s.writeGeneration(next, lists.Want(allow, deny, looked...))
 	if err != nil {
 		return err
 	}
-	oldAllow, oldDeny, oldGen := s.snap[AllowList].Load(), s.snap[DenyList].Load(), s.gen
+	oldAllow, oldDeny, oldGen := s.snap[lists.AllowList].Load(), s.snap[lists.DenyList].Load(), s.gen
 	allow, deny = slices.Clone(allow), slices.Clone(deny)
-	sortPrefixes(allow)
-	sortPrefixes(deny)
-	s.snap[AllowList].Store(&allow)
-	s.snap[DenyList].Store(&deny)
+	lists.SortPrefixes(allow)
+	lists.SortPrefixes(deny)
+	s.snap[lists.AllowList].Store(&allow)
+	s.snap[lists.DenyList].Store(&deny)
 	s.gen = next
 	if err := s.publishOwn(s.limits, own); err != nil {
-		s.snap[AllowList].Store(oldAllow)
-		s.snap[DenyList].Store(oldDeny)
+		s.snap[lists.AllowList].Store(oldAllow)
+		s.snap[lists.DenyList].Store(oldDeny)
 		s.gen = oldGen
 		return err
 	}
@@ -458,7 +363,7 @@ func (s *Shield) assignRules(want map[netip.Prefix]uint8) (map[netip.Prefix]uint
 		}
 		fresh = append(fresh, p)
 	}
-	sortPrefixes(fresh)
+	lists.SortPrefixes(fresh)
 	var zeroed []uint32
 	next := uint32(0)
 	for _, p := range fresh {
@@ -509,7 +414,7 @@ func (s *Shield) zeroRules(rs []uint32) error {
 // listed match it was (summed over CPUs) since it was put on the list. A
 // prefix on both lists is one entry: both lists show its hits. It takes
 // no lock.
-func (s *Shield) ListHits(l List) (map[netip.Prefix]uint64, error) {
+func (s *Shield) ListHits(l lists.List) (map[netip.Prefix]uint64, error) {
 	ps, err := s.listLocked(l)
 	if err != nil {
 		return nil, err
@@ -546,15 +451,15 @@ func (s *Shield) listFlags(own []netip.Addr) uint32 {
 	_, looked := ownSplit(own)
 	for _, a := range looked {
 		if a.Is4() {
-			flags |= flagOwn4
+			flags |= config.FlagOwn4
 		} else {
-			flags |= flagOwn6
+			flags |= config.FlagOwn6
 		}
 	}
-	for _, l := range []List{AllowList, DenyList} {
-		f4, f6 := flagAllow4, flagAllow6
-		if l == DenyList {
-			f4, f6 = flagDeny4, flagDeny6
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
+		f4, f6 := config.FlagAllow4, config.FlagAllow6
+		if l == lists.DenyList {
+			f4, f6 = config.FlagDeny4, config.FlagDeny6
 		}
 		if p := s.snap[l].Load(); p != nil {
 			for _, q := range *p {
@@ -567,7 +472,7 @@ func (s *Shield) listFlags(own []netip.Addr) uint32 {
 		}
 	}
 	if s.gen == 1 {
-		flags |= flagListsB
+		flags |= config.FlagListsB
 	}
 	return flags
 }

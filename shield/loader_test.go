@@ -12,6 +12,10 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -36,7 +40,7 @@ type state struct {
 	Config bpf.ShieldConfig
 	Allow  []netip.Prefix
 	Deny   []netip.Prefix
-	Limits Limits
+	Limits config.Limits
 	// Verdicts is what the program reads: lists4/lists6.
 	Verdicts map[netip.Prefix]uint8
 }
@@ -46,9 +50,9 @@ func snapshot(t *testing.T, s *Shield) state {
 	cfg, ok, err := s.readConfig()
 	require.NoError(t, err, "readConfig()")
 	require.True(t, ok, "readConfig(): no configuration published")
-	allow, err := s.List(AllowList)
+	allow, err := s.List(lists.AllowList)
 	require.NoError(t, err, "List(allow)")
-	deny, err := s.List(DenyList)
+	deny, err := s.List(lists.DenyList)
 	require.NoError(t, err, "List(deny)")
 	verdicts, err := s.readVerdicts(s.gen)
 	require.NoError(t, err, "readVerdicts()")
@@ -86,8 +90,8 @@ const (
 
 func TestLoadRejects(t *testing.T) {
 	testutil.Root(t)
-	good := Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
-	with := func(f func(*Limits)) Limits { l := good; f(&l); return l }
+	good := config.Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
+	with := func(f func(*config.Limits)) config.Limits { l := good; f(&l); return l }
 	for _, tc := range []struct {
 		name string
 		opts Options
@@ -97,12 +101,12 @@ func TestLoadRejects(t *testing.T) {
 		{"table too large", Options{TableSize: MaxTableSize + 1, Limits: good}, []string{"table size 16777217 out of range [4, 16777216]"}},
 		{"table not a power of two", Options{TableSize: 100_000, Limits: good}, []string{"table size 100000 is not a power of two", "65536 or 131072"}},
 		{"table absurd", Options{TableSize: 1<<32 - 1, Limits: good}, []string{"table size 4294967295 out of range"}},
-		{"rate 0", Options{Limits: with(func(l *Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
-		{"burst 0", Options{Limits: with(func(l *Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
-		{"admission rate 0", Options{Limits: with(func(l *Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
-		{"admission burst 0", Options{Limits: with(func(l *Limits) { l.AdmissionBurst = 0 })}, []string{"admission_burst 0 out of range"}},
-		{"rate too high", Options{Limits: with(func(l *Limits) { l.Rate = maxRate + 1 })}, []string{"rate 1000000001 out of range"}},
-		{"every bad field named", Options{Limits: Limits{Rate: 0, Burst: maxBurst + 1, AdmissionRate: 1, AdmissionBurst: 0}},
+		{"rate 0", Options{Limits: with(func(l *config.Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
+		{"burst 0", Options{Limits: with(func(l *config.Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
+		{"admission rate 0", Options{Limits: with(func(l *config.Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
+		{"admission burst 0", Options{Limits: with(func(l *config.Limits) { l.AdmissionBurst = 0 })}, []string{"admission_burst 0 out of range"}},
+		{"rate too high", Options{Limits: with(func(l *config.Limits) { l.Rate = config.MaxRate + 1 })}, []string{"rate 1000000001 out of range"}},
+		{"every bad field named", Options{Limits: config.Limits{Rate: 0, Burst: config.MaxBurst + 1, AdmissionRate: 1, AdmissionBurst: 0}},
 			[]string{"rate 0", "burst 1000000001", "admission_burst 0"}},
 		{"unknown clock", Options{Clock: 9, Limits: good}, []string{"unknown clock 9"}},
 	} {
@@ -132,32 +136,32 @@ func TestLoadRejects(t *testing.T) {
 // as asked.
 func TestLoadDefaults(t *testing.T) {
 	testutil.Root(t)
-	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: DefaultTableSize, Clock: config.ClockVirtual})
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Equal(t, uint32(DefaultTableSize), s.TableSize(), "TableSize()")
 	info, err := s.objs.Sources.Info()
 	require.NoError(t, err)
-	assert.Equal(t, uint32(DefaultTableSize/ways), info.MaxEntries, "sources max_entries (sets)")
-	assert.Equal(t, uint32(setSize), info.ValueSize, "sources value size (a set)")
-	assert.Equal(t, 64, setSize/int(ways), "bytes per way")
-	assert.Equal(t, DefaultLimits(), s.Limits(), "Limits()")
-	assert.Equal(t, DefaultLimits(), snapshot(t, s).Limits)
+	assert.Equal(t, uint32(DefaultTableSize/uint32(source.Ways)), info.MaxEntries, "sources max_entries (sets)")
+	assert.Equal(t, uint32(source.SetSize), info.ValueSize, "sources value size (a set)")
+	assert.Equal(t, 64, source.SetSize/int(uint32(source.Ways)), "bytes per way")
+	assert.Equal(t, config.DefaultLimits(), s.Limits(), "Limits()")
+	assert.Equal(t, config.DefaultLimits(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, DefaultLimits(), limitsOf(cfg, nil), "limits in the config map")
+	assert.Equal(t, config.DefaultLimits(), config.LimitsOf(cfg, nil), "limits in the config map")
 }
 
 func TestSetLimitsRejectsAndChangesNothing(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: Limits{Rate: 5, Burst: 7, AdmissionRate: 11, AdmissionBurst: 13}})
-	addT(t, s, DenyList, "203.0.113.0/24")
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 5, Burst: 7, AdmissionRate: 11, AdmissionBurst: 13}})
+	addT(t, s, lists.DenyList, "203.0.113.0/24")
 	before := snapshot(t, s)
-	for _, bad := range []Limits{
+	for _, bad := range []config.Limits{
 		{Rate: 0, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1},
 		{Rate: 1, Burst: 0, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true},
 		{Rate: 1, Burst: 1, AdmissionRate: 0, AdmissionBurst: 1},
 		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 0},
-		{Rate: maxRate + 1, Burst: maxBurst + 1, AdmissionRate: 1, AdmissionBurst: 1},
+		{Rate: config.MaxRate + 1, Burst: config.MaxBurst + 1, AdmissionRate: 1, AdmissionBurst: 1},
 		{},
 	} {
 		err := s.SetLimits(bad)
@@ -169,7 +173,7 @@ func TestSetLimitsRejectsAndChangesNothing(t *testing.T) {
 // TestSetLimitsWithoutReload: the same program (same ID) sees a new limit
 // and dry-run at once, and the config map holds exactly the new limits.
 func TestSetLimitsWithoutReload(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100}})
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100}})
 	info, err := s.Program().Info()
 	require.NoError(t, err)
 	id, _ := info.ID()
@@ -178,16 +182,16 @@ func TestSetLimitsWithoutReload(t *testing.T) {
 	assert.Equal(t, uint32(xdpPass), run(t, s, f), "first packet")
 	assert.Equal(t, uint32(xdpDrop), run(t, s, f), "over burst 1")
 
-	dry := Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100, DryRun: true}
+	dry := config.Limits{Rate: 1, Burst: 1, AdmissionRate: 100, AdmissionBurst: 100, DryRun: true}
 	require.NoError(t, s.SetLimits(dry))
 	assert.Equal(t, uint32(xdpPass), run(t, s, f), "over burst in dry-run")
-	assert.Equal(t, dry.withDefaults(), snapshot(t, s).Limits)
+	assert.Equal(t, dry.WithDefaults(), snapshot(t, s).Limits)
 	cfg, _, err := s.readConfig()
 	require.NoError(t, err)
-	assert.Equal(t, dry.withDefaults(), limitsOf(cfg, nil), "limits in the config map")
+	assert.Equal(t, dry.WithDefaults(), config.LimitsOf(cfg, nil), "limits in the config map")
 
 	// A bigger burst applies to the existing bucket at its next refill.
-	big := Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100}
+	big := config.Limits{Rate: 1, Burst: 3, AdmissionRate: 100, AdmissionBurst: 100}
 	require.NoError(t, s.SetLimits(big))
 	require.NoError(t, s.SetTime(100e9))
 	for i := range 3 {
@@ -201,9 +205,9 @@ func TestSetLimitsWithoutReload(t *testing.T) {
 	assert.Equal(t, id, id2, "program ID after SetLimits")
 }
 
-func addT(t *testing.T, s *Shield, l List, cidrs ...string) {
+func addT(t *testing.T, s *Shield, l lists.List, cidrs ...string) {
 	t.Helper()
-	ps, err := ParsePrefixes(cidrs)
+	ps, err := lists.ParsePrefixes(cidrs)
 	require.NoError(t, err, "ParsePrefixes(%q)", cidrs)
 	require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
 }
@@ -227,7 +231,7 @@ func TestParsePrefixes(t *testing.T) {
 		{in: []string{"198.18.0.0/15", "10.0.0.1/8", "2001:db8::/32", "bogus"},
 			errs: []string{"10.0.0.1/8", "bogus"}},
 	} {
-		got, err := ParsePrefixes(tc.in)
+		got, err := lists.ParsePrefixes(tc.in)
 		if tc.want != nil {
 			require.NoError(t, err, "ParsePrefixes(%q)", tc.in)
 			var s []string
@@ -248,8 +252,8 @@ func TestParsePrefixes(t *testing.T) {
 // TestAddAllOrNothing: a batch with one bad prefix among good ones changes
 // neither trie nor the flags in the config map.
 func TestAddAllOrNothing(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
-	addT(t, s, AllowList, "192.0.2.0/24")
+	s := loadT(t, Options{Clock: config.ClockVirtual})
+	addT(t, s, lists.AllowList, "192.0.2.0/24")
 	good := []netip.Prefix{netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("2001:db8::/32")}
 	for _, tc := range []struct {
 		name string
@@ -260,14 +264,14 @@ func TestAddAllOrNothing(t *testing.T) {
 		{"zero prefix", netip.Prefix{}, "invalid prefix"},
 		{"mapped", netip.MustParsePrefix("::ffff:198.18.0.0/112"), "invalid prefix"},
 	} {
-		for _, l := range []List{AllowList, DenyList} {
+		for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 			t.Run(tc.name+"/"+l.String(), func(t *testing.T) {
 				before := snapshot(t, s)
 				batch := append(append([]netip.Prefix{}, good[0], tc.bad), good[1])
 				_, err := s.Add(l, batch)
 				require.Error(t, err, "Add(%s, %v)", l, batch)
 				assert.Contains(t, err.Error(), tc.want)
-				assert.ErrorIs(t, err, ErrInvalid)
+				assert.ErrorIs(t, err, config.ErrInvalid)
 				assert.Equal(t, before, snapshot(t, s), "state after a rejected Add")
 			})
 		}
@@ -279,14 +283,14 @@ func TestAddAllOrNothing(t *testing.T) {
 	for i := range MaxListEntries + 1 {
 		many = append(many, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 32))
 	}
-	_, err := s.Add(DenyList, many)
+	_, err := s.Add(lists.DenyList, many)
 	require.Error(t, err, "Add(%d prefixes)", len(many))
 	assert.Contains(t, err.Error(), "the limit is 65536")
-	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorIs(t, err, config.ErrInvalid)
 	assert.Equal(t, before, snapshot(t, s), "state after an over-capacity Add")
 
 	// Adding what is already there changes nothing either.
-	addT(t, s, AllowList, "192.0.2.0/24")
+	addT(t, s, lists.AllowList, "192.0.2.0/24")
 	assert.Equal(t, before, snapshot(t, s), "state after adding a listed prefix")
 }
 
@@ -294,33 +298,33 @@ func TestAddAllOrNothing(t *testing.T) {
 // ones) changes nothing; removing the last prefix of a family clears its
 // flag, so the program stops looking the trie up.
 func TestRemove(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
-	addT(t, s, DenyList, "198.18.0.0/15", "2001:db8::/32")
+	s := loadT(t, Options{Clock: config.ClockVirtual})
+	addT(t, s, lists.DenyList, "198.18.0.0/15", "2001:db8::/32")
 	before := snapshot(t, s)
-	require.Equal(t, flagDeny4|flagDeny6, before.Config.Flags&(flagDeny4|flagDeny6), "flags with both families listed")
+	require.Equal(t, config.FlagDeny4|config.FlagDeny6, before.Config.Flags&(config.FlagDeny4|config.FlagDeny6), "flags with both families listed")
 	for _, missing := range [][]string{
 		{"203.0.113.0/24"},
 		{"198.18.0.0/15", "203.0.113.0/24"},
 		{"2001:db8::/48", "2001:db8::/32"},
 	} {
-		ps, err := ParsePrefixes(missing)
+		ps, err := lists.ParsePrefixes(missing)
 		require.NoError(t, err)
-		_, err = s.Remove(DenyList, ps)
+		_, err = s.Remove(lists.DenyList, ps)
 		require.Error(t, err, "Remove(deny, %q)", missing)
 		assert.Contains(t, err.Error(), "not on the deny list: ")
-		assert.ErrorIs(t, err, ErrInvalid)
+		assert.ErrorIs(t, err, config.ErrInvalid)
 		assert.Equal(t, before, snapshot(t, s), "state after Remove(deny, %q)", missing)
 	}
 	// The allow list does not hold the deny list's prefixes.
-	ps, _ := ParsePrefixes([]string{"198.18.0.0/15"})
-	require.Error(t, second(s.Remove(AllowList, ps)))
+	ps, _ := lists.ParsePrefixes([]string{"198.18.0.0/15"})
+	require.Error(t, second(s.Remove(lists.AllowList, ps)))
 	assert.Equal(t, before, snapshot(t, s), "state after Remove(allow, a deny prefix)")
 
-	require.NoError(t, second(s.Remove(DenyList, ps)))
+	require.NoError(t, second(s.Remove(lists.DenyList, ps)))
 	after := snapshot(t, s)
-	assert.Equal(t, map[netip.Prefix]uint8{netip.MustParsePrefix("2001:db8::/32"): verdictDeny | inDeny}, after.Verdicts, "verdict tries")
+	assert.Equal(t, map[netip.Prefix]uint8{netip.MustParsePrefix("2001:db8::/32"): lists.VerdictDeny | lists.InDeny}, after.Verdicts, "verdict tries")
 	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("2001:db8::/32")}, after.Deny, "List(deny)")
-	assert.Equal(t, flagDeny6, after.Config.Flags&(flagDeny4|flagDeny6), "flags after the last IPv4 prefix left")
+	assert.Equal(t, config.FlagDeny6, after.Config.Flags&(config.FlagDeny4|config.FlagDeny6), "flags after the last IPv4 prefix left")
 }
 
 // TestCmpxchgProbe: a kernel of 5.12 or later has BPF_CMPXCHG; not finding
@@ -329,7 +333,7 @@ func TestCmpxchgProbe(t *testing.T) {
 	testutil.Root(t)
 	testutil.Kernel(t, 5, 12, "BPF_CMPXCHG")
 	assert.True(t, haveCmpxchg(), "haveCmpxchg() on a 5.12+ kernel")
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	assert.False(t, s.Compat(), "Compat()")
 	info, err := s.Program().Info()
 	require.NoError(t, err)
@@ -341,7 +345,7 @@ func TestCmpxchgProbe(t *testing.T) {
 func TestCompatProgram(t *testing.T) {
 	forceCompat = true
 	t.Cleanup(func() { forceCompat = false })
-	s := loadT(t, Options{Clock: ClockVirtual, Limits: Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1}})
+	s := loadT(t, Options{Clock: config.ClockVirtual, Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1}})
 	assert.True(t, s.Compat(), "Compat()")
 	info, err := s.Program().Info()
 	require.NoError(t, err)
@@ -356,7 +360,7 @@ func TestCompatProgram(t *testing.T) {
 
 // TestCountersByCPU: the per-CPU counters sum to Counters.
 func TestCountersByCPU(t *testing.T) {
-	s := loadT(t, Options{Clock: ClockVirtual})
+	s := loadT(t, Options{Clock: config.ClockVirtual})
 	for range 5 {
 		run(t, s, frame4("198.18.0.1"))
 	}
@@ -365,9 +369,9 @@ func TestCountersByCPU(t *testing.T) {
 	require.NoError(t, err)
 	per, err := s.CountersByCPU()
 	require.NoError(t, err)
-	var sum Counters
+	var sum counter.Counters
 	for _, c := range per {
-		c.Each(func(v Verdict, r Reason, p Proto, n uint64) { sum[v][r][p] += n })
+		c.Each(func(v counter.Verdict, r counter.Reason, p counter.Proto, n uint64) { sum[v][r][p] += n })
 	}
 	assert.Equal(t, total, sum, "sum of CountersByCPU()")
 	assert.Equal(t, uint64(6), total.Total(), "Counters().Total()")
@@ -387,18 +391,18 @@ func TestWantVerdicts(t *testing.T) {
 		want        map[string]uint8
 	}{
 		{"empty", nil, nil, map[string]uint8{}},
-		{"disjoint", pp("10.0.0.0/8"), pp("192.0.2.0/24"), map[string]uint8{"10.0.0.0/8": verdictAllow, "192.0.2.0/24": verdictDeny}},
+		{"disjoint", pp("10.0.0.0/8"), pp("192.0.2.0/24"), map[string]uint8{"10.0.0.0/8": lists.VerdictAllow, "192.0.2.0/24": lists.VerdictDeny}},
 		{"deny inside allow is allowed", pp("198.18.0.0/15"), pp("198.18.1.0/24", "198.18.1.7/32"),
-			map[string]uint8{"198.18.0.0/15": verdictAllow, "198.18.1.0/24": verdictAllow, "198.18.1.7/32": verdictAllow}},
-		{"allow inside deny", pp("198.18.1.0/24"), pp("198.18.0.0/15"), map[string]uint8{"198.18.0.0/15": verdictDeny, "198.18.1.0/24": verdictAllow}},
+			map[string]uint8{"198.18.0.0/15": lists.VerdictAllow, "198.18.1.0/24": lists.VerdictAllow, "198.18.1.7/32": lists.VerdictAllow}},
+		{"allow inside deny", pp("198.18.1.0/24"), pp("198.18.0.0/15"), map[string]uint8{"198.18.0.0/15": lists.VerdictDeny, "198.18.1.0/24": lists.VerdictAllow}},
 		{"on both lists", pp("2001:db8::/32"), pp("2001:db8::/32", "2001:db8:1::/48", "2001:db9::/32"),
-			map[string]uint8{"2001:db8::/32": verdictAllow, "2001:db8:1::/48": verdictAllow, "2001:db9::/32": verdictDeny}},
-		{"allow everything", pp("0.0.0.0/0"), pp("203.0.113.0/24"), map[string]uint8{"0.0.0.0/0": verdictAllow, "203.0.113.0/24": verdictAllow}},
-		{"families apart", pp("0.0.0.0/0"), pp("::/0"), map[string]uint8{"0.0.0.0/0": verdictAllow, "::/0": verdictDeny}},
+			map[string]uint8{"2001:db8::/32": lists.VerdictAllow, "2001:db8:1::/48": lists.VerdictAllow, "2001:db9::/32": lists.VerdictDeny}},
+		{"allow everything", pp("0.0.0.0/0"), pp("203.0.113.0/24"), map[string]uint8{"0.0.0.0/0": lists.VerdictAllow, "203.0.113.0/24": lists.VerdictAllow}},
+		{"families apart", pp("0.0.0.0/0"), pp("::/0"), map[string]uint8{"0.0.0.0/0": lists.VerdictAllow, "::/0": lists.VerdictDeny}},
 	} {
 		got := map[string]uint8{}
-		for p, v := range wantVerdicts(tc.allow, tc.deny) {
-			got[p.String()] = v & verdictMask
+		for p, v := range lists.Want(tc.allow, tc.deny) {
+			got[p.String()] = v & lists.VerdictMask
 		}
 		assert.Equal(t, tc.want, got, "wantVerdicts(%v, %v) (%s)", tc.allow, tc.deny, tc.name)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // oldSourcesPin is where Load moves a pinned sources table it cannot use
@@ -46,7 +47,7 @@ type Migration struct {
 
 func (m *Migration) String() string {
 	return fmt.Sprintf("pinned sources table (%s) copied into a table of %d in this version's layout: %d of %d sources copied, %d left out (their set held %d more recently seen)",
-		m.From, m.To, m.Moved, m.Sources, m.Replaced, ways)
+		m.From, m.To, m.Moved, m.Sources, m.Replaced, uint32(source.Ways))
 }
 
 // Migrated says what Load copied from a pinned sources table of another
@@ -109,7 +110,7 @@ func readableOld(m *ebpf.Map) error {
 	switch {
 	case m.Type() == ebpf.LRUHash && m.KeySize() == 16 && m.ValueSize() == 48:
 		return nil
-	case m.Type() == ebpf.Array && m.ValueSize() == uint32(setSize):
+	case m.Type() == ebpf.Array && m.ValueSize() == uint32(source.SetSize):
 		return nil
 	}
 	return fmt.Errorf("a layout this version cannot read (%s, key %d bytes, value %d bytes)", m.Type(), m.KeySize(), m.ValueSize())
@@ -165,9 +166,9 @@ func readOld(old *ebpf.Map) ([]bpf.ShieldSource, string, error) {
 		var scratch bpf.ShieldSource
 		it := old.Iterate()
 		for it.Next(&k, &set) {
-			visitSet(&set, &scratch, func(_ *bpf.ShieldSrcKey, v *bpf.ShieldSource) { out = append(out, *v) })
+			source.VisitSet(&set, &scratch, func(_ *bpf.ShieldSrcKey, v *bpf.ShieldSource) { out = append(out, *v) })
 		}
-		return out, fmt.Sprintf("table of %d", old.MaxEntries()*ways), it.Err()
+		return out, fmt.Sprintf("table of %d", old.MaxEntries()*uint32(source.Ways)), it.Err()
 	}
 	from := fmt.Sprintf("LRU hash of %d", old.MaxEntries())
 	keys := make([]bpf.ShieldSrcKey, 4096)

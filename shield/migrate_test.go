@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // oldSource is one source as an earlier version's table held it.
@@ -41,7 +43,7 @@ func oldSources(n int) []oldSource {
 // copies nothing. Red without the copy (the drained sources are
 // strangers, refused as admission).
 func TestMigrateOldPins(t *testing.T) {
-	l := Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}
+	l := config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}
 	const n = 300
 	for _, tc := range []struct {
 		name string
@@ -60,14 +62,14 @@ func TestMigrateOldPins(t *testing.T) {
 			if tc.name == "other size" {
 				first = 2048
 			}
-			s, err := Load(Options{TableSize: first, Clock: ClockVirtual, PinPath: dir, Limits: l})
+			s, err := Load(Options{TableSize: first, Clock: config.ClockVirtual, PinPath: dir, Limits: l})
 			require.NoError(t, err, "fresh Load")
 			// In the table of another size, a source whose set was full
 			// replaced one already there: the copy has those fewer.
 			held := n + 1
 			if tc.name == "other size" {
 				for _, o := range oldSources(n) {
-					replaced, err := s.putSource(sourceKey(o.addr, DefaultLimits()), o.val.source(bpf.ShieldSrcKey{}), 0)
+					replaced, err := s.putSource(source.Key(o.addr, config.DefaultLimits()), o.val.source(bpf.ShieldSrcKey{}), 0)
 					require.NoError(t, err)
 					if replaced {
 						held--
@@ -77,7 +79,7 @@ func TestMigrateOldPins(t *testing.T) {
 			s.Close()
 			tc.old(t, dir)
 
-			s, err = Load(Options{TableSize: tc.size, Clock: ClockVirtual, PinPath: dir, Limits: l})
+			s, err = Load(Options{TableSize: tc.size, Clock: config.ClockVirtual, PinPath: dir, Limits: l})
 			require.NoError(t, err, "Load on the old pins")
 			defer s.Close()
 			m, ok := s.Migrated()
@@ -92,7 +94,7 @@ func TestMigrateOldPins(t *testing.T) {
 			pinned, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil)
 			require.NoError(t, err)
 			assert.Equal(t, ebpf.Array, pinned.Type(), "the pinned table's type")
-			assert.Equal(t, tc.size/ways, pinned.MaxEntries(), "the pinned table's sets")
+			assert.Equal(t, tc.size/uint32(source.Ways), pinned.MaxEntries(), "the pinned table's sets")
 			pinned.Close()
 			assert.Equal(t, tc.size, s.TableSize(), "TableSize()")
 
@@ -122,7 +124,7 @@ func TestMigrateOldPins(t *testing.T) {
 			assert.Equal(t, m.Replaced+n+1-held, missing, "sources not found after the copy")
 			s.Close()
 
-			s, err = Load(Options{TableSize: tc.size, Clock: ClockVirtual, PinPath: dir, Limits: l})
+			s, err = Load(Options{TableSize: tc.size, Clock: config.ClockVirtual, PinPath: dir, Limits: l})
 			require.NoError(t, err, "Load on the new pins")
 			_, ok = s.Migrated()
 			assert.False(t, ok, "Migrated() on pins of this version")
@@ -139,7 +141,7 @@ func pinLRU(t *testing.T, path string) {
 	require.NoError(t, err)
 	defer m.Close()
 	for _, o := range oldSources(300) {
-		require.NoError(t, m.Put(sourceKey(o.addr, DefaultLimits()), o.val))
+		require.NoError(t, m.Put(source.Key(o.addr, config.DefaultLimits()), o.val))
 	}
 	require.NoError(t, m.Pin(path))
 }
@@ -158,7 +160,7 @@ func TestMigrateRefusedKeepsOldPin(t *testing.T) {
 	require.NoError(t, bad.Pin(filepath.Join(dir, bpf.ShieldMapCounters)))
 	bad.Close()
 
-	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
+	s, err := Load(Options{TableSize: 4096, Clock: config.ClockVirtual, PinPath: dir})
 	if err == nil {
 		s.Close()
 	}
@@ -178,12 +180,12 @@ func TestMigrateRefusedKeepsOldPin(t *testing.T) {
 // new size, rather than refuse the partial table's size.
 func TestMigrateHalfwayThenOtherSize(t *testing.T) {
 	dir := pinDir(t)
-	s, err := Load(Options{TableSize: 4096, Clock: ClockVirtual, PinPath: dir})
+	s, err := Load(Options{TableSize: 4096, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err, "fresh Load")
 	s.Close()
 	pinLRU(t, filepath.Join(dir, oldSourcesPin))
 
-	s, err = Load(Options{TableSize: 8192, Clock: ClockVirtual, PinPath: dir})
+	s, err = Load(Options{TableSize: 8192, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err, "Load with another size after a copy cut short")
 	defer s.Close()
 	m, ok := s.Migrated()

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // Before the verdict generations (bpf/shield.c, lists4_b), the lists were
@@ -25,9 +26,9 @@ const journalPin = "journal"
 // oldListNames are the old membership tries' pins: list and family.
 var oldListNames = []struct {
 	name string
-	l    List
+	l    lists.List
 	v6   bool
-}{{"allow4", AllowList, false}, {"allow6", AllowList, true}, {"deny4", DenyList, false}, {"deny6", DenyList, true}}
+}{{"allow4", lists.AllowList, false}, {"allow6", lists.AllowList, true}, {"deny4", lists.DenyList, false}, {"deny6", lists.DenyList, true}}
 
 // Journal operations of the old layout: what the change did to the prefix.
 const (
@@ -47,13 +48,13 @@ type journalKey struct {
 // Recovery says what Load rolled back of a change a crash interrupted in
 // a version before the verdict generations.
 type Recovery struct {
-	Added, Removed map[List]int // prefixes taken off again, put back
+	Added, Removed map[lists.List]int // prefixes taken off again, put back
 }
 
 func (r Recovery) String() string {
 	return fmt.Sprintf("rolled back a list change a crash interrupted: %d allow and %d deny prefixes it had added taken off again, "+
 		"%d allow and %d deny prefixes it had removed put back",
-		r.Added[AllowList], r.Added[DenyList], r.Removed[AllowList], r.Removed[DenyList])
+		r.Added[lists.AllowList], r.Added[lists.DenyList], r.Removed[lists.AllowList], r.Removed[lists.DenyList])
 }
 
 // Recovered reports what Load rolled back, if anything.
@@ -83,7 +84,7 @@ func (o *oldListPins) remove() error {
 // takeOldLists reads the lists from the old layout's pins in s.pinPath,
 // with an interrupted change rolled back; nil when there are none.
 func (s *Shield) takeOldLists() (*oldListPins, error) {
-	sets := map[List]map[netip.Prefix]bool{AllowList: {}, DenyList: {}}
+	sets := map[lists.List]map[netip.Prefix]bool{lists.AllowList: {}, lists.DenyList: {}}
 	o := &oldListPins{}
 	for _, n := range oldListNames {
 		path := filepath.Join(s.pinPath, n.name)
@@ -110,13 +111,13 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 	default:
 		defer m.Close()
 		o.paths = append(o.paths, path)
-		r := Recovery{Added: map[List]int{}, Removed: map[List]int{}}
+		r := Recovery{Added: map[lists.List]int{}, Removed: map[lists.List]int{}}
 		var k journalKey
 		var op uint8
 		it := m.Iterate()
 		for it.Next(&k, &op) {
-			l := List(k.List)
-			if l != AllowList && l != DenyList {
+			l := lists.List(k.List)
+			if l != lists.AllowList && l != lists.DenyList {
 				continue
 			}
 			a := netip.AddrFrom16(k.Addr)
@@ -141,7 +142,7 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 	if len(o.paths) == 0 {
 		return nil, nil
 	}
-	o.allow, o.deny = prefixesOf(sets[AllowList]), prefixesOf(sets[DenyList])
+	o.allow, o.deny = lists.PrefixesOf(sets[lists.AllowList]), lists.PrefixesOf(sets[lists.DenyList])
 	slices.Reverse(o.paths) // the journal first
 	return o, nil
 }

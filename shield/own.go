@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // OwnAddresses lists the addresses of every interface of the network
@@ -114,12 +116,8 @@ func (s *Shield) ownTries() (v4, v6 trie) {
 	return trie{s.objs.Own4Addrs, false}, trie{s.objs.Own6Addrs, true}
 }
 
-// ownInline is OWN_INLINE in bpf/shield.c: the config's inline own
-// addresses per family.
-const ownInline = len(bpf.ShieldConfig{}.Own4)
-
 // ownSplit returns the own addresses the program compares inline (a family
-// of at most ownInline) and those it finds in the verdict tries (a family
+// of at most config.OwnInline) and those it finds in the verdict tries (a family
 // of more).
 func ownSplit(own []netip.Addr) (inline, looked []netip.Addr) {
 	var v4, v6 []netip.Addr
@@ -131,7 +129,7 @@ func ownSplit(own []netip.Addr) (inline, looked []netip.Addr) {
 		}
 	}
 	for _, fam := range [][]netip.Addr{v4, v6} {
-		if len(fam) <= ownInline {
+		if len(fam) <= config.OwnInline {
 			inline = append(inline, fam...)
 		} else {
 			looked = append(looked, fam...)
@@ -178,7 +176,7 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 	for _, a := range addrs {
 		a = a.Unmap().WithZone("")
 		if !a.IsValid() {
-			return nil, nil, inputError{errors.New("invalid own address")}
+			return nil, nil, config.Invalid(errors.New("invalid own address"))
 		}
 		if !want[a] {
 			if a.Is4() {
@@ -190,7 +188,7 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 		want[a] = true
 	}
 	if n4 > maxOwn || n6 > maxOwn {
-		return nil, nil, inputError{fmt.Errorf("%d IPv4 and %d IPv6 own addresses; the limit is %d each", n4, n6, maxOwn)}
+		return nil, nil, config.Invalid(fmt.Errorf("%d IPv4 and %d IPv6 own addresses; the limit is %d each", n4, n6, maxOwn))
 	}
 	have, err := s.ownLocked()
 	if err != nil {
@@ -225,8 +223,8 @@ func (s *Shield) SetOwn(addrs []netip.Addr) (added, removed []netip.Addr, err er
 	next = slices.DeleteFunc(next, func(a netip.Addr) bool { return slices.Contains(removed, a) })
 	next = append(next, added...)
 	slices.SortFunc(next, netip.Addr.Compare)
-	allow, _ := s.listLocked(AllowList)
-	deny, _ := s.listLocked(DenyList)
+	allow, _ := s.listLocked(lists.AllowList)
+	deny, _ := s.listLocked(lists.DenyList)
 	if err := s.commitLists(allow, deny, next); err != nil {
 		return nil, nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // The presence filter (presence in bpf/shield.c): two bitmaps of
@@ -100,7 +101,7 @@ func (s *Shield) RefreshFilter(ctx context.Context) (FilterStats, error) {
 		atomic.StoreUint64(&mine[i], 0)
 	}
 	st, err := s.walkSources(ctx, func(k *bpf.ShieldSrcKey, _ *bpf.ShieldSource) {
-		slot := slotOf(hashOf(k, &s.hashKeys))
+		slot := slotOf(source.HashOf(k, &s.hashKeys))
 		atomic.OrUint64(&mine[slot/64], 1<<(slot%64))
 	})
 	if err != nil {

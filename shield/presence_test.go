@@ -9,6 +9,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -28,8 +29,8 @@ func TestPresenceFilter(t *testing.T) {
 
 func testPresenceFilter(t *testing.T, compat bool) {
 	const n = 40
-	s, err := shield.Load(shield.Options{TableSize: 1 << 16, Clock: shield.ClockVirtual, Compat: compat,
-		Limits: shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1, AdmissionBurst: 3*n + 10}})
+	s, err := shield.Load(shield.Options{TableSize: 1 << 16, Clock: config.ClockVirtual, Compat: compat,
+		Limits: config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1, AdmissionBurst: 3*n + 10}})
 	require.NoError(t, err)
 	t.Cleanup(func() { s.Close() })
 	var next int

@@ -7,6 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // Reset puts an unpinned shield back in the state Load left it in, with
@@ -25,18 +27,18 @@ import (
 // Nothing may use s while Reset runs, and a capture running is stopped. A
 // pinned shield is refused: its maps are the service's state, shared with
 // the program attached.
-func (s *Shield) Reset(l Limits) error {
+func (s *Shield) Reset(l config.Limits) error {
 	if s.pinPath != "" {
 		return fmt.Errorf("reset: the shield is pinned at %s", s.pinPath)
 	}
 	if l.IsZero() {
-		l = DefaultLimits()
+		l = config.DefaultLimits()
 	} else if err := l.Validate(); err != nil {
-		return inputError{fmt.Errorf("limits: %w", err)}
+		return config.Invalid(fmt.Errorf("limits: %w", err))
 	}
-	l = l.withDefaults()
-	if err := l.checkTick(s.clock, s.tickNs); err != nil {
-		return inputError{fmt.Errorf("limits: %w", err)}
+	l = l.WithDefaults()
+	if err := l.CheckTick(s.clock, s.tickNs); err != nil {
+		return config.Invalid(fmt.Errorf("limits: %w", err))
 	}
 	s.StopCapture()
 	if err := s.clearMaps(); err != nil {
@@ -47,7 +49,7 @@ func (s *Shield) Reset(l Limits) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.clockNote, s.recovered, s.migrated = "", nil, nil
-	s.limits, s.eph, s.gen, s.filter = Limits{}, s.loadEph, 0, 0
+	s.limits, s.eph, s.gen, s.filter = config.Limits{}, s.loadEph, 0, 0
 	s.afterFilterWalk = nil
 	if err := s.loadSnapshots(); err != nil {
 		return err

@@ -11,6 +11,9 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -26,7 +29,7 @@ func TestResetIsLoad(t *testing.T) {
 	testutil.Root(t)
 	for _, compat := range []bool{false, true} {
 		t.Run(fmt.Sprintf("compat=%v", compat), func(t *testing.T) {
-			s, err := shield.Load(shield.Options{Compat: compat, TableSize: 4096, Clock: shield.ClockVirtual})
+			s, err := shield.Load(shield.Options{Compat: compat, TableSize: 4096, Clock: config.ClockVirtual})
 			require.NoError(t, err)
 			t.Cleanup(func() { s.Close() })
 			fresh, err := shield.DumpState(s)
@@ -44,7 +47,7 @@ func TestResetIsLoad(t *testing.T) {
 				assert.NotEqual(t, only(fresh, part), only(dirtied, part), "%s: not dirtied by the test", part)
 			}
 
-			require.NoError(t, s.Reset(shield.Limits{}))
+			require.NoError(t, s.Reset(config.Limits{}))
 			after, err := shield.DumpState(s)
 			require.NoError(t, err)
 			require.Equal(t, fresh, after, "Reset left what Load does not")
@@ -80,20 +83,20 @@ func only(d map[string]string, prefix string) map[string]string {
 // dirty changes every part of s a test of shield/datapath can change.
 func dirty(t *testing.T, s *shield.Shield) {
 	t.Helper()
-	l := shield.DefaultLimits()
-	l.Protected = append(l.Protected, shield.Destination{Proto: shield.ProtoTCP, Port: 8443, Addr: netip.MustParseAddr("198.18.0.9")})
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoTCP, Port: 443}, Rate: 1000, Burst: 2000}}
+	l := config.DefaultLimits()
+	l.Protected = append(l.Protected, config.Destination{Proto: counter.ProtoTCP, Port: 8443, Addr: netip.MustParseAddr("198.18.0.9")})
+	l.Aggregates = []config.Aggregate{{Destination: config.Destination{Proto: counter.ProtoTCP, Port: 443}, Rate: 1000, Burst: 2000}}
 	require.NoError(t, s.SetLimits(l))
-	require.NoError(t, s.SetEphemeral(shield.PortRange{Lo: 1024, Hi: 2048}))
+	require.NoError(t, s.SetEphemeral(config.PortRange{Lo: 1024, Hi: 2048}))
 	for _, c := range []struct {
-		l  shield.List
+		l  lists.List
 		ps []string
 	}{
-		{shield.AllowList, []string{"198.18.1.0/24", "2001:db8:1::/48"}},
-		{shield.DenyList, []string{"198.18.2.0/24", "2001:db8:2::/48"}},
-		{shield.DenyList, []string{"198.18.3.0/24", "2001:db8:3::/48"}},
+		{lists.AllowList, []string{"198.18.1.0/24", "2001:db8:1::/48"}},
+		{lists.DenyList, []string{"198.18.2.0/24", "2001:db8:2::/48"}},
+		{lists.DenyList, []string{"198.18.3.0/24", "2001:db8:3::/48"}},
 	} {
-		ps, err := shield.ParsePrefixes(c.ps)
+		ps, err := lists.ParsePrefixes(c.ps)
 		require.NoError(t, err)
 		_, err = s.Add(c.l, ps)
 		require.NoError(t, err)

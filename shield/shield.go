@@ -15,39 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
-
-// Clock selects where the program reads time. Its values are the program's
-// clock_mode values (enum clock in bpf/shield.c, as bpf2go emits it).
-type Clock uint8
-
-const (
-	// ClockJiffies reads bpf_jiffies64 (cheapest; resolution 1/CONFIG_HZ,
-	// which the loader measures). The default: CLOCK_JIFFIES is 0.
-	ClockJiffies = Clock(bpf.ShieldClockCLOCK_JIFFIES)
-	// ClockKtime reads bpf_ktime_get_ns (exact, dearer).
-	ClockKtime = Clock(bpf.ShieldClockCLOCK_KTIME)
-	// ClockVirtual reads a variable set with SetTime: the simulator's clock.
-	ClockVirtual = Clock(bpf.ShieldClockCLOCK_VIRTUAL)
-)
-
-// Options' zero value loads the jiffies clock: a C enum that gives another
-// clock 0 fails the build here (a negative array length).
-var _ [1 - 2*int(ClockJiffies)]struct{}
-
-// clockNames are the clocks' names, keyed by value (TestContract checks
-// them against the object's BTF).
-var clockNames = [...]string{ClockJiffies: "jiffies", ClockKtime: "ktime", ClockVirtual: "virtual"}
-
-// valid says whether c is a clock the program knows.
-func (c Clock) valid() bool { return int(c) < len(clockNames) && clockNames[c] != "" }
-
-func (c Clock) String() string {
-	if c.valid() {
-		return clockNames[c]
-	}
-	return fmt.Sprintf("clock(%d)", uint8(c))
-}
 
 const (
 	// DefaultTableSize is the default capacity of the sources table.
@@ -65,7 +37,7 @@ type Options struct {
 	// the caller's decision.
 	TableSize uint32
 	// Clock is the program's time source (default ClockJiffies).
-	Clock Clock
+	Clock config.Clock
 	// PinPath, when set, pins every map there (creating the directory) and
 	// reuses maps already pinned with the same definition, so a restarted
 	// service adopts state.
@@ -73,13 +45,13 @@ type Options struct {
 	// Limits are written when the collection carries no configuration yet
 	// (a fresh load); adopted pinned state keeps its own. Zero means
 	// DefaultLimits.
-	Limits Limits
+	Limits config.Limits
 	// Ephemeral is the edge's ephemeral port range (LocalPortRange of its
 	// namespace): traffic to it that opens no connection is return
 	// traffic, judged by Limits.Unprotected. Zero: DefaultEphemeral. It
 	// is a fact of the namespace, not configuration: adopted state takes
 	// this one.
-	Ephemeral PortRange
+	Ephemeral config.PortRange
 	// Compat loads shield_compat (no cmpxchg refills) whatever the kernel,
 	// as the loader does by itself before 5.12: the regression gate runs the
 	// compat program's scenarios on every kernel.
@@ -108,17 +80,17 @@ const ktimeSlack = 1_000_000
 type Shield struct {
 	objs      bpf.ShieldObjects
 	innerSpec *ebpf.MapSpec
-	clock     Clock
+	clock     config.Clock
 	tickNs    uint64 // the clock's resolution when it ticks (jiffies), else 0
 	compat    bool   // shield_compat loaded as the program (no cmpxchg refills)
 	// clockNote says how adopted state written with another clock was
 	// converted ("" when it was not).
 	clockNote string
-	loadEph   PortRange // the ephemeral ports Load was given (Reset goes back to them)
+	loadEph   config.PortRange // the ephemeral ports Load was given (Reset goes back to them)
 
 	mu     sync.Mutex // serialises changes of configuration and lists
-	limits Limits
-	eph    PortRange                         // the edge's ephemeral ports (config.eph_lo, eph_hi)
+	limits config.Limits
+	eph    config.PortRange                  // the edge's ephemeral ports (config.eph_lo, eph_hi)
 	snap   [2]atomic.Pointer[[]netip.Prefix] // per List: what its tries hold (lists.go)
 	// prev is the inner config map the last swap replaced, kept open until
 	// the next one: before Linux 6.7 an inner map removed from an array of
@@ -169,12 +141,12 @@ func (o Options) Validate() error {
 			errs = append(errs, fmt.Errorf("limits: %w", err))
 		}
 	}
-	if o.Ephemeral != (PortRange{}) {
-		if err := o.Ephemeral.validate(); err != nil {
+	if o.Ephemeral != (config.PortRange{}) {
+		if err := o.Ephemeral.Validate(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if !o.Clock.valid() {
+	if !o.Clock.Valid() {
 		errs = append(errs, fmt.Errorf("unknown clock %d", o.Clock))
 	}
 	return errors.Join(errs...)
@@ -187,9 +159,9 @@ func Load(opts Options) (*Shield, error) {
 		return nil, err
 	}
 	if opts.Limits.IsZero() {
-		opts.Limits = DefaultLimits()
+		opts.Limits = config.DefaultLimits()
 	}
-	opts.Limits = opts.Limits.withDefaults()
+	opts.Limits = opts.Limits.WithDefaults()
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock rlimit: %w", err)
@@ -202,7 +174,7 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
-	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize / ways
+	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize / uint32(source.Ways)
 	// The hash's keys come from the seed in the pinned configuration, or
 	// a new one: they must be known before the program is loaded.
 	seed, pinned, err := pinnedSeed(opts.PinPath)
@@ -214,25 +186,25 @@ func Load(opts Options) (*Shield, error) {
 			return nil, err
 		}
 	}
-	keys := hashKeys(seed)
+	keys := source.HashKeys(seed)
 	vars := map[string]any{
 		bpf.ShieldVarClockMode: uint8(opts.Clock),
 		bpf.ShieldVarHashKey:   keys,
-		bpf.ShieldVarSetBits:   setBits(opts.TableSize),
+		bpf.ShieldVarSetBits:   source.SetBits(opts.TableSize),
 	}
 	var tickNs, slack uint64
 	switch opts.Clock {
-	case ClockJiffies:
+	case config.ClockJiffies:
 		nsPerJiffy, err := jiffyLength()
 		if err != nil {
 			return nil, err
 		}
-		if err := opts.Limits.checkTick(opts.Clock, nsPerJiffy); err != nil {
+		if err := opts.Limits.CheckTick(opts.Clock, nsPerJiffy); err != nil {
 			return nil, fmt.Errorf("limits: %w", err)
 		}
 		vars[bpf.ShieldVarNsPerJiffy] = nsPerJiffy
 		tickNs, slack = nsPerJiffy, 2*nsPerJiffy
-	case ClockKtime:
+	case config.ClockKtime:
 		slack = ktimeSlack
 	}
 	vars[bpf.ShieldVarClockSlackNs] = slack
@@ -280,11 +252,11 @@ func Load(opts Options) (*Shield, error) {
 	}
 
 	eph := opts.Ephemeral
-	if eph == (PortRange{}) {
-		eph = DefaultEphemeral
+	if eph == (config.PortRange{}) {
+		eph = config.DefaultEphemeral
 	}
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
-		filterSeed: seed, hashKeys: keys, setBits: setBits(opts.TableSize), eph: eph, loadEph: eph}
+		filterSeed: seed, hashKeys: keys, setBits: source.SetBits(opts.TableSize), eph: eph, loadEph: eph}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
 	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError
@@ -312,7 +284,7 @@ func Load(opts Options) (*Shield, error) {
 		s.Close()
 		return nil, err
 	}
-	if ok && cfg.Flags&flagListsB != 0 {
+	if ok && cfg.Flags&config.FlagListsB != 0 {
 		s.gen = 1
 	}
 	// Pins of a version before the verdict generations hold the lists in
@@ -326,8 +298,8 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}
 	if oldLists != nil {
-		s.snap[AllowList].Store(&oldLists.allow)
-		s.snap[DenyList].Store(&oldLists.deny)
+		s.snap[lists.AllowList].Store(&oldLists.allow)
+		s.snap[lists.DenyList].Store(&oldLists.deny)
 	} else if err := s.loadSnapshots(); err != nil {
 		s.Close()
 		return nil, err
@@ -342,12 +314,12 @@ func Load(opts Options) (*Shield, error) {
 			s.Close()
 			return nil, err
 		}
-		s.limits = limitsOf(cfg, dsts)
+		s.limits = config.LimitsOf(cfg, dsts)
 		if s.limits.Aggregates, err = s.aggregates(); err != nil {
 			s.Close()
 			return nil, err
 		}
-		s.limits = s.limits.withDefaults()
+		s.limits = s.limits.WithDefaults()
 		if cfg.FilterSeed != seed {
 			s.Close()
 			return nil, fmt.Errorf("the pinned configuration's seed changed while loading (another process?)")
@@ -355,7 +327,7 @@ func Load(opts Options) (*Shield, error) {
 		s.filter = cfg.Filter
 		// Pinned limits set under another clock may be ones this clock
 		// cannot honour: refuse before anything is converted.
-		if err := s.limits.checkTick(s.clock, s.tickNs); err != nil {
+		if err := s.limits.CheckTick(s.clock, s.tickNs); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("pinned limits: %w (restart with the clock they were set for, then change them with PUT /v1/limits)", err)
 		}
@@ -414,12 +386,12 @@ func Load(opts Options) (*Shield, error) {
 // so each tracked source is refilled at most once by the switch. The
 // configuration is then republished with the new clock recorded.
 func (s *Shield) adoptClock(cfg bpf.ShieldConfig) error {
-	rec := cfg.Flags >> clockShift
+	rec := cfg.Flags >> config.ClockShift
 	if rec == uint32(s.clock)+1 {
 		return nil
 	}
-	from := Clock(rec - 1) // rec 0 (not recorded) is clock(255): unknown
-	if from == ClockVirtual || s.clock == ClockVirtual || !from.valid() {
+	from := config.Clock(rec - 1) // rec 0 (not recorded) is clock(255): unknown
+	if from == config.ClockVirtual || s.clock == config.ClockVirtual || !from.Valid() {
 		s.clockNote = fmt.Sprintf("pinned state written with clock %s, now %s: times not converted; each bucket is refilled once", from, s.clock)
 	} else {
 		oldNow, err := s.clockRead(from)
@@ -489,7 +461,7 @@ func (s *Shield) Program() *ebpf.Program { return s.objs.Shield }
 func (s *Shield) Next() *ebpf.Map { return s.objs.Next }
 
 // TableSize is the capacity of the sources table: its sets times ways.
-func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * ways }
+func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * uint32(source.Ways) }
 
 // Compat reports whether the kernel lacks BPF_CMPXCHG (before 5.12), so the
 // program in use is shield_compat, whose refills can race (bpf/shield.c,
@@ -497,10 +469,10 @@ func (s *Shield) TableSize() uint32 { return s.objs.Sources.MaxEntries() * ways 
 func (s *Shield) Compat() bool { return s.compat }
 
 // Clock is the time source the program was loaded with.
-func (s *Shield) Clock() Clock { return s.clock }
+func (s *Shield) Clock() config.Clock { return s.clock }
 
 // Limits returns the configuration in force.
-func (s *Shield) Limits() Limits {
+func (s *Shield) Limits() config.Limits {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.limits
@@ -508,20 +480,20 @@ func (s *Shield) Limits() Limits {
 
 // SetLimits validates l and makes it the configuration in one atomic swap.
 // Its errors wrap ErrInvalid when l is at fault.
-func (s *Shield) SetLimits(l Limits) error {
+func (s *Shield) SetLimits(l config.Limits) error {
 	_, err := s.ReplaceLimits(l)
 	return err
 }
 
 // ReplaceLimits is SetLimits that also returns the limits it replaced,
 // read under the same lock as the change.
-func (s *Shield) ReplaceLimits(l Limits) (old Limits, err error) {
+func (s *Shield) ReplaceLimits(l config.Limits) (old config.Limits, err error) {
 	if err := l.Validate(); err != nil {
-		return Limits{}, err
+		return config.Limits{}, err
 	}
-	l = l.withDefaults()
-	if err := l.checkTick(s.clock, s.tickNs); err != nil {
-		return Limits{}, err
+	l = l.WithDefaults()
+	if err := l.CheckTick(s.clock, s.tickNs); err != nil {
+		return config.Limits{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -531,15 +503,15 @@ func (s *Shield) ReplaceLimits(l Limits) (old Limits, err error) {
 
 // SetTime sets the virtual clock; only for ClockVirtual.
 func (s *Shield) SetTime(ns uint64) error {
-	if s.clock != ClockVirtual {
+	if s.clock != config.ClockVirtual {
 		return errors.New("set time: the shield was not loaded with the virtual clock")
 	}
 	return s.objs.VirtualNowNs.Set(ns)
 }
 
 // Counters reads the packet counters, summed over CPUs.
-func (s *Shield) Counters() (Counters, error) { return readCounters(s.objs.Counters) }
+func (s *Shield) Counters() (counter.Counters, error) { return readCounters(s.objs.Counters) }
 
 // Bytes reads the bytes of the packets Counters counts (each frame's whole
 // length, from its Ethernet header), summed over CPUs, in the same shape.
-func (s *Shield) Bytes() (Counters, error) { return readCounters(s.objs.ByteCounters) }
+func (s *Shield) Bytes() (counter.Counters, error) { return readCounters(s.objs.ByteCounters) }

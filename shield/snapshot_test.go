@@ -9,6 +9,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // TestReadsDoNotBlockWrites (issue 10, finding 5): with 65,536 deny
@@ -20,24 +23,24 @@ import (
 // loaded machine (14.5 ms against 1.2 ms), where a change waited for a CPU.
 func TestReadsDoNotBlockWrites(t *testing.T) {
 	s := loadT(t, Options{})
-	deny := make([]netip.Prefix, 0, maxListEntries)
-	for i := range maxListEntries {
+	deny := make([]netip.Prefix, 0, lists.MaxEntries)
+	for i := range lists.MaxEntries {
 		deny = append(deny, netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32))
 	}
-	_, err := s.Add(DenyList, deny)
+	_, err := s.Add(lists.DenyList, deny)
 	require.NoError(t, err)
 
 	s.mu.Lock()
 	done := make(chan int, 1)
 	go func() {
-		ps, err := s.List(DenyList)
+		ps, err := s.List(lists.DenyList)
 		assert.NoError(t, err, "List(deny) under the changes' lock")
 		done <- len(ps)
 	}()
 	select {
 	case n := <-done:
 		s.mu.Unlock()
-		require.Equal(t, maxListEntries, n, "List(deny) under the changes' lock")
+		require.Equal(t, lists.MaxEntries, n, "List(deny) under the changes' lock")
 	case <-time.After(30 * time.Second):
 		s.mu.Unlock()
 		require.FailNow(t, "List(deny) waited 30 s on the lock changes take")
@@ -50,14 +53,14 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for !stop.Load() {
-			ps, err := s.List(DenyList)
-			if !assert.NoError(t, err) || !assert.Len(t, ps, maxListEntries, "List(deny)") {
+			ps, err := s.List(lists.DenyList)
+			if !assert.NoError(t, err) || !assert.Len(t, ps, lists.MaxEntries, "List(deny)") {
 				return
 			}
 			reads.Add(1)
 		}
 	}()
-	l := DefaultLimits()
+	l := config.DefaultLimits()
 	start := time.Now()
 	for i := range 20 {
 		l.Rate = uint64(1000 + i)
@@ -65,7 +68,7 @@ func TestReadsDoNotBlockWrites(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	require.NotZero(t, reads.Load(), "the reader never completed a List")
+	require.NotZero(t, reads.Load(), "the reader never completed a lists.List")
 	assert.Equal(t, uint64(1019), s.Limits().Rate, "the last change beside the reader")
-	t.Logf("20 changes beside a reader took %v; %d lists of %d read meanwhile", time.Since(start), reads.Load(), maxListEntries)
+	t.Logf("20 changes beside a reader took %v; %d lists of %d read meanwhile", time.Since(start), reads.Load(), lists.MaxEntries)
 }

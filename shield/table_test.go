@@ -10,6 +10,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // TestHashCannotBeAimed: whoever knows a source's key but not the seed
@@ -23,10 +25,10 @@ import (
 // offsets, and fails (red once so).
 func TestHashCannotBeAimed(t *testing.T) {
 	const seeds = 256
-	bits := setBits(DefaultTableSize)
+	bits := source.SetBits(DefaultTableSize)
 	sets := uint32(1) << bits
 	for _, v := range []netip.Addr{netip.MustParseAddr("2001:db8:1:2::"), netip.MustParseAddr("::ffff:198.18.0.1")} {
-		k := sourceKey(v, DefaultLimits())
+		k := source.Key(v, config.DefaultLimits())
 		first, last := 0, 64 // the /64
 		if v.Is4In6() {
 			first, last = 96, 128
@@ -37,8 +39,8 @@ func TestHashCannotBeAimed(t *testing.T) {
 			offsets := map[uint32]int{}
 			worst := 0
 			for seed := range uint64(seeds) {
-				keys := hashKeys(seed*0x9e3779b97f4a7c15 + 1)
-				d := (setOf(hashOf(&f, &keys), bits) - setOf(hashOf(&k, &keys), bits)) & (sets - 1)
+				keys := source.HashKeys(seed*0x9e3779b97f4a7c15 + 1)
+				d := (source.SetOf(source.HashOf(&f, &keys), bits) - source.SetOf(source.HashOf(&k, &keys), bits)) & (sets - 1)
 				offsets[d]++
 				worst = max(worst, offsets[d])
 			}
@@ -60,9 +62,9 @@ func TestHashKeysAllFollowTheSeed(t *testing.T) {
 		seen := map[uint64]uint64{}
 		for seed := range uint64(seeds) {
 			s := seed*0x9e3779b97f4a7c15 + 1
-			k := hashKeys(s)[i]
+			k := source.HashKeys(s)[i]
 			prev, ok := seen[k]
-			if !assert.False(t, ok, "hashKeys(%#x)[%d] = hashKeys(%#x)[%d] = %#x: that key does not follow the seed", s, i, prev, i, k) {
+			if !assert.False(t, ok, "hashKeys(%#x)[%d] = source.HashKeys(%#x)[%d] = %#x: that key does not follow the seed", s, i, prev, i, k) {
 				break
 			}
 			seen[k] = s
@@ -87,12 +89,12 @@ func TestHashMirror(t *testing.T) {
 	}
 	want ^= want >> 31
 	want *= 0xbf58476d1ce4e5b9
-	got := hashOf(&key, &keys)
+	got := source.HashOf(&key, &keys)
 	require.EqualValues(t, want, got, "hashOf = %#x, want %#x", got, want)
 	h := uint64(0xfedcba9876543210)
-	set := setOf(h, 18)
+	set := source.SetOf(h, 18)
 	assert.EqualValues(t, 0xfedcba98>>14, set, "setOf(%#x, 18) = %#x, want %#x", h, set, 0xfedcba98>>14)
-	set = setOf(h, 0)
+	set = source.SetOf(h, 0)
 	assert.EqualValues(t, 0, set, "setOf(%#x, 0) = %d, want 0 (one set)", h, set)
 	slot := slotOf(h)
 	assert.EqualValues(t, 0xfedcba, slot, "slotOf(%#x) = %#x, want 0xfedcba", h, slot)
@@ -114,18 +116,18 @@ func TestHashSpreadsProgressions(t *testing.T) {
 		allowed int
 	}{{"198.18.0.0/16", DefaultTableSize, 12}, {"198.18.0.0/24", 1024, 7}} {
 		p := netip.MustParsePrefix(tc.net)
-		bits := setBits(tc.size)
+		bits := source.SetBits(tc.size)
 		worst := 0
 		for seed := range uint64(64) {
-			keys := hashKeys(seed*0x9e3779b97f4a7c15 + 7)
+			keys := source.HashKeys(seed*0x9e3779b97f4a7c15 + 7)
 			load := map[uint32]int{}
 			for a := p.Addr(); p.Contains(a); a = a.Next() {
-				k := sourceKey(a, DefaultLimits())
-				load[setOf(hashOf(&k, &keys), bits)]++
+				k := source.Key(a, config.DefaultLimits())
+				load[source.SetOf(source.HashOf(&k, &keys), bits)]++
 			}
 			over := 0
 			for _, n := range load {
-				if n > int(ways) {
+				if n > int(uint32(source.Ways)) {
 					over++
 				}
 			}

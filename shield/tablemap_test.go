@@ -15,6 +15,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // tableSize makes a table whose mapping (64 bytes a source) has a size no
@@ -58,7 +59,7 @@ func TestTableMappedOnceConcurrently(t *testing.T) {
 		loads = 4
 	}
 	for range loads {
-		sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: tableSize})
+		sh, err := shield.Load(shield.Options{Clock: config.ClockVirtual, TableSize: tableSize})
 		require.NoError(t, err, "Load")
 		var start, wg sync.WaitGroup
 		start.Add(1)
@@ -92,7 +93,7 @@ func TestTableMappedOnceConcurrently(t *testing.T) {
 // must end with an error, not fault on an unmapped table.
 func TestCloseDuringWalk(t *testing.T) {
 	testutil.Root(t)
-	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: shield.DefaultTableSize})
+	sh, err := shield.Load(shield.Options{Clock: config.ClockVirtual, TableSize: shield.DefaultTableSize})
 	require.NoError(t, err, "Load")
 	_, err = sh.CountSources(context.Background())
 	require.NoError(t, err, "CountSources")

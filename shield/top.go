@@ -10,36 +10,9 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
-
-// TopOrder says what top talkers are ranked by.
-type TopOrder uint8
-
-const (
-	ByDropped TopOrder = iota // packets dropped (or that would be, in dry-run)
-	ByPassed                  // packets passed
-)
-
-func (o TopOrder) String() string {
-	if o == ByPassed {
-		return "passed"
-	}
-	return "dropped"
-}
-
-// ParseTopOrder returns the order named s ("dropped" or "passed").
-func ParseTopOrder(s string) (TopOrder, error) {
-	switch s {
-	case "dropped":
-		return ByDropped, nil
-	case "passed":
-		return ByPassed, nil
-	}
-	return 0, fmt.Errorf("unknown order %q (want dropped or passed)", s)
-}
-
-// MaxTop bounds the n of Top: the heap Top keeps is at most this long.
-const MaxTop = 1000
 
 // walkChunk is how many sets a walk reads between checks of its context.
 const walkChunk = 4096
@@ -55,12 +28,12 @@ type WalkStats struct {
 // Source). The mapped table is read into a bounded min-heap of n entries,
 // so memory is O(n) whatever the table holds; ctx ends the walk early with
 // its error.
-func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkStats, error) {
-	if n < 1 || n > MaxTop {
-		return nil, WalkStats{}, fmt.Errorf("top n %d out of range [1, %d]", n, MaxTop)
+func (s *Shield) Top(ctx context.Context, n int, by source.TopOrder) ([]source.Source, WalkStats, error) {
+	if n < 1 || n > source.MaxTop {
+		return nil, WalkStats{}, fmt.Errorf("top n %d out of range [1, %d]", n, source.MaxTop)
 	}
 	score := func(v *bpf.ShieldSource) uint64 { return v.Dropped }
-	if by == ByPassed {
+	if by == source.ByPassed {
 		score = func(v *bpf.ShieldSource) uint64 { return v.Passed }
 	}
 	h := &topHeap{by: by}
@@ -77,7 +50,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 				return
 			}
 		}
-		src := sourceOf(*k, *v, limited, pl)
+		src := source.Of(*k, *v, limited, pl)
 		if len(h.s) < n {
 			heap.Push(h, src)
 			return
@@ -91,7 +64,7 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 		return nil, stats, err
 	}
 	out := h.s
-	slices.SortFunc(out, func(a, b Source) int { return -h.cmp(a, b) })
+	slices.SortFunc(out, func(a, b source.Source) int { return -h.cmp(a, b) })
 	return out, stats, nil
 }
 
@@ -100,28 +73,12 @@ func (s *Shield) Top(ctx context.Context, n int, by TopOrder) ([]Source, WalkSta
 // clock cannot be read).
 func (s *Shield) limitedNow() func(*bpf.ShieldBucket) bool {
 	l := s.Limits()
-	lim := bucketLimit(l.Rate, l.Burst)
+	lim := config.BucketLimit(l.Rate, l.Burst)
 	now, err := s.ClockNow()
 	if err != nil {
 		now = 0 // no refill
 	}
-	return func(b *bpf.ShieldBucket) bool { return limitedAt(b, lim, now) }
-}
-
-// limitedAt says whether bucket b, refilled up to now as the program would
-// refill it on the next packet, holds less than one packet's credit: the
-// source's next packet would be dropped.
-func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
-	credit := b.Credit
-	if now > b.LastNs {
-		elapsed := now - b.LastNs
-		add := int64(l.Cap)
-		if elapsed < l.FillNs {
-			add = int64(elapsed * l.Rate)
-		}
-		credit = min(credit+add, int64(l.Cap))
-	}
-	return credit < token
+	return func(b *bpf.ShieldBucket) bool { return source.LimitedAt(b, lim, now) }
 }
 
 // ClockNow reads the program's clock, in nanoseconds, as the program reads
@@ -132,8 +89,8 @@ func limitedAt(b *bpf.ShieldBucket, l bpf.ShieldLimit, now uint64) bool {
 func (s *Shield) ClockNow() (uint64, error) { return s.clockRead(s.clock) }
 
 // clockRead reads clock c as the program would read it.
-func (s *Shield) clockRead(c Clock) (uint64, error) {
-	if c == ClockVirtual {
+func (s *Shield) clockRead(c config.Clock) (uint64, error) {
+	if c == config.ClockVirtual {
 		var v uint64
 		if err := s.objs.VirtualNowNs.Get(&v); err != nil {
 			return 0, fmt.Errorf("read virtual clock: %w", err)
@@ -144,7 +101,7 @@ func (s *Shield) clockRead(c Clock) (uint64, error) {
 		return 0, fmt.Errorf("run clock probe: %w", err)
 	}
 	var j, k uint64
-	if c == ClockKtime {
+	if c == config.ClockKtime {
 		if err := s.objs.ProbeKtimeNs.Get(&k); err != nil {
 			return 0, fmt.Errorf("read probe: %w", err)
 		}
@@ -187,19 +144,19 @@ func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bp
 				return st, fmt.Errorf("walk sources: %w", err)
 			}
 		}
-		st.Scanned += visitSet(&sets[i], &scratch, fn)
+		st.Scanned += source.VisitSet(&sets[i], &scratch, fn)
 	}
 	return st, nil
 }
 
 // topHeap is a min-heap: its root is the weakest of the best n so far.
 type topHeap struct {
-	by TopOrder
-	s  []Source
+	by source.TopOrder
+	s  []source.Source
 }
 
-func (h *topHeap) score(s Source) uint64 {
-	if h.by == ByPassed {
+func (h *topHeap) score(s source.Source) uint64 {
+	if h.by == source.ByPassed {
 		return s.Passed
 	}
 	return s.Dropped
@@ -207,22 +164,22 @@ func (h *topHeap) score(s Source) uint64 {
 
 // cmp orders by score, then by the other count, then by address descending,
 // so that sorting by -cmp lists the lower address first among equals.
-func (h *topHeap) cmp(a, b Source) int {
+func (h *topHeap) cmp(a, b source.Source) int {
 	if c := cmp.Compare(h.score(a), h.score(b)); c != 0 {
 		return c
 	}
-	other := func(s Source) uint64 { return s.Passed + s.Dropped }
+	other := func(s source.Source) uint64 { return s.Passed + s.Dropped }
 	if c := cmp.Compare(other(a), other(b)); c != 0 {
 		return c
 	}
 	return b.Addr.Compare(a.Addr)
 }
 
-func (h *topHeap) less(a, b Source) bool { return h.cmp(a, b) < 0 }
-func (h *topHeap) Len() int              { return len(h.s) }
-func (h *topHeap) Less(i, j int) bool    { return h.less(h.s[i], h.s[j]) }
-func (h *topHeap) Swap(i, j int)         { h.s[i], h.s[j] = h.s[j], h.s[i] }
-func (h *topHeap) Push(x any)            { h.s = append(h.s, x.(Source)) }
+func (h *topHeap) less(a, b source.Source) bool { return h.cmp(a, b) < 0 }
+func (h *topHeap) Len() int                     { return len(h.s) }
+func (h *topHeap) Less(i, j int) bool           { return h.less(h.s[i], h.s[j]) }
+func (h *topHeap) Swap(i, j int)                { h.s[i], h.s[j] = h.s[j], h.s[i] }
+func (h *topHeap) Push(x any)                   { h.s = append(h.s, x.(source.Source)) }
 func (h *topHeap) Pop() any {
 	x := h.s[len(h.s)-1]
 	h.s = h.s[:len(h.s)-1]

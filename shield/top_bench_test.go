@@ -20,6 +20,8 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/features"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // BenchmarkTop ranks a full table of 1,000,000 sources, next to the bare
@@ -35,7 +37,7 @@ import (
 // every kernel of the matrix).
 func BenchmarkTop(b *testing.B) {
 	testutil.Root(b)
-	s, err := Load(Options{TableSize: DefaultTableSize, Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: DefaultTableSize, Clock: config.ClockVirtual})
 	require.NoError(b, err)
 	defer s.Close()
 	require.NoError(b, testutil.FillSources(s.tablePut(b), ErrSetFull, 1_000_000))
@@ -72,10 +74,10 @@ func BenchmarkTop(b *testing.B) {
 			b.ReportMetric(float64(cnt), "entries")
 		})
 	})
-	for _, top := range []int{10, MaxTop} {
-		b.Run("top-"+map[int]string{10: "10", MaxTop: "1000"}[top], func(b *testing.B) {
+	for _, top := range []int{10, source.MaxTop} {
+		b.Run("top-"+map[int]string{10: "10", source.MaxTop: "1000"}[top], func(b *testing.B) {
 			pinned(b, func() {
-				_, _, err := s.Top(ctx, top, ByDropped)
+				_, _, err := s.Top(ctx, top, source.ByDropped)
 				require.NoError(b, err)
 			})
 		})
@@ -139,7 +141,7 @@ func batchWalk(s *Shield) (walkSums, error) {
 	for {
 		n, err := s.objs.Sources.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
-			visitSet(&vals[i], &scratch, w.add)
+			source.VisitSet(&vals[i], &scratch, w.add)
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return w, nil
@@ -268,7 +270,7 @@ func readWalkIter(it *link.Iter, buf []byte) (walkSums, error) {
 		recs := unsafe.Slice((*bpf.WalkWalkRec)(unsafe.Pointer(unsafe.SliceData(buf))), whole/size)
 		for i := range recs {
 			w.entries++
-			w.passed += recs[i].Src.Passed &^ sourceUsed
+			w.passed += recs[i].Src.Passed &^ source.Used
 			w.dropped += recs[i].Src.Dropped
 		}
 		have = copy(buf, buf[whole:have])
@@ -290,7 +292,7 @@ func readWalkIter(it *link.Iter, buf []byte) (walkSums, error) {
 // of a table the chunked walk sees, so BenchmarkTop compares like with like.
 func TestWalkReferences(t *testing.T) {
 	testutil.Root(t)
-	s, err := Load(Options{TableSize: 1 << 14, Clock: ClockVirtual})
+	s, err := Load(Options{TableSize: 1 << 14, Clock: config.ClockVirtual})
 	require.NoError(t, err)
 	defer s.Close()
 	const n = 10_000

@@ -11,6 +11,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -22,8 +24,8 @@ func TestTopFromProgram(t *testing.T) {
 	const sources, burst = 300, 5
 	// A table far larger than the population: in 4096 (1024 sets of 4),
 	// 300 sources overflow some set in about 1.4% of seeds.
-	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1 << 16,
-		Limits: shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1, AdmissionBurst: sources}})
+	sh, err := shield.Load(shield.Options{Clock: config.ClockVirtual, TableSize: 1 << 16,
+		Limits: config.Limits{Rate: 1, Burst: burst, AdmissionRate: 1, AdmissionBurst: sources}})
 	require.NoError(t, err, "Load")
 	defer sh.Close()
 	drops := func(i int) int { return (i * 37) % 101 } // distinct for i < 101, repeats after
@@ -43,7 +45,7 @@ func TestTopFromProgram(t *testing.T) {
 	n, err := sh.CountSources(context.Background())
 	require.NoError(t, err, "CountSources()")
 	require.Equal(t, sources, n, "CountSources() = %d; want %d", n, sources)
-	top, st, err := sh.Top(context.Background(), 10, shield.ByDropped)
+	top, st, err := sh.Top(context.Background(), 10, source.ByDropped)
 	require.NoError(t, err, "Top")
 	assert.EqualValues(t, sources, st.Scanned, "Top scanned %d, want %d", st.Scanned, sources)
 	// drops(i) = 100 for the i with 37i = 100 mod 101, and so on down; among
@@ -60,7 +62,7 @@ func TestTopFromProgram(t *testing.T) {
 		}
 	}
 	// The sources with zero drops never show up by dropped, all do by passed.
-	all, _, err := sh.Top(context.Background(), shield.MaxTop, shield.ByDropped)
+	all, _, err := sh.Top(context.Background(), source.MaxTop, source.ByDropped)
 	require.NoError(t, err)
 	zero := 0
 	for i := range sources {
@@ -72,15 +74,15 @@ func TestTopFromProgram(t *testing.T) {
 	for _, s := range all {
 		assert.NotZero(t, s.Dropped, "Top by dropped lists %s with no drops", s.Addr)
 	}
-	byPassed, _, err := sh.Top(context.Background(), shield.MaxTop, shield.ByPassed)
+	byPassed, _, err := sh.Top(context.Background(), source.MaxTop, source.ByPassed)
 	require.NoError(t, err, "Top(MaxTop, passed)")
 	require.Len(t, byPassed, sources, "Top(MaxTop, passed) = %d sources; want %d", len(byPassed), sources)
 	// Equal passed counts rank by total packets: the order by dropped.
 	for k := range all {
 		require.EqualValues(t, all[k], byPassed[k], "Top by passed [%d] = %+v, want %+v", k, byPassed[k], all[k])
 	}
-	for _, bad := range []int{0, -1, shield.MaxTop + 1} {
-		_, _, err := sh.Top(context.Background(), bad, shield.ByDropped)
+	for _, bad := range []int{0, -1, source.MaxTop + 1} {
+		_, _, err := sh.Top(context.Background(), bad, source.ByDropped)
 		assert.Error(t, err, "Top(%d) succeeded, want an error", bad)
 	}
 }
@@ -91,8 +93,8 @@ func TestTopFromProgram(t *testing.T) {
 // the two orders agree whatever the score).
 func TestTopOrders(t *testing.T) {
 	testutil.Root(t)
-	sh, err := shield.Load(shield.Options{Clock: shield.ClockVirtual, TableSize: 1024,
-		Limits: shield.Limits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 10}})
+	sh, err := shield.Load(shield.Options{Clock: config.ClockVirtual, TableSize: 1024,
+		Limits: config.Limits{Rate: 1, Burst: 5, AdmissionRate: 1, AdmissionBurst: 10}})
 	require.NoError(t, err, "Load")
 	defer sh.Close()
 	send := func(addr string, n int) {
@@ -104,14 +106,14 @@ func TestTopOrders(t *testing.T) {
 		}
 	}
 	send("198.18.0.1", 6) // 5 passed, 1 dropped
-	require.NoError(t, sh.SetLimits(shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}))
+	require.NoError(t, sh.SetLimits(config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 10}))
 	send("198.18.0.2", 5) // 2 passed, 3 dropped
 	for _, tc := range []struct {
-		by   shield.TopOrder
+		by   source.TopOrder
 		want []string
 	}{
-		{shield.ByDropped, []string{"198.18.0.2", "198.18.0.1"}},
-		{shield.ByPassed, []string{"198.18.0.1", "198.18.0.2"}},
+		{source.ByDropped, []string{"198.18.0.2", "198.18.0.1"}},
+		{source.ByPassed, []string{"198.18.0.1", "198.18.0.2"}},
 	} {
 		top, _, err := sh.Top(context.Background(), 2, tc.by)
 		require.NoError(t, err, "Top(2, %v)", tc.by)

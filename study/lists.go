@@ -18,6 +18,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/e2e/storm"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/study/results"
 )
@@ -283,7 +285,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *results.ListCell, targ
 		}
 		defer sh.Close()
 		start := time.Now()
-		if _, err := sh.Add(shield.DenyList, pre); err != nil {
+		if _, err := sh.Add(lists.DenyList, pre); err != nil {
 			c.Refused = err.Error()
 			return nil
 		}
@@ -298,7 +300,7 @@ func (s *study) listDrop(ctx context.Context, run int, c *results.ListCell, targ
 		defer l.Close()
 		count = func() (uint64, error) {
 			cs, err := sh.Counters()
-			return cs.Verdict(shield.Drop), err
+			return cs.Verdict(counter.Drop), err
 		}
 	case "xdp-filter":
 		if err := s.xfRun(ctx, xf, "load", storm.EdgeDev, "-f", "ipv4,ipv6", "-p", "allow", "-m", "native"); err != nil {

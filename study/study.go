@@ -22,6 +22,9 @@ import (
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/probe"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/study/proc"
 	"github.com/xdpshield/xdpshield/study/report"
@@ -309,7 +312,7 @@ func (s *study) protect(ctx context.Context, c results.Config, tableSize uint32)
 		}
 		p.sh = sh
 		if c.Program == "allowall" {
-			if _, err := sh.Add(shield.AllowList, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}); err != nil {
+			if _, err := sh.Add(lists.AllowList, []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}); err != nil {
 				return nil, fmt.Errorf("allow all: %w", err)
 			}
 		}
@@ -451,7 +454,7 @@ func (s *study) phase(ctx context.Context, c results.Config, ph string, p *prote
 	if err := sleep(ctx, 300*time.Millisecond); err != nil {
 		return results.Sample{}, err
 	}
-	var src0 shield.Source
+	var src0 source.Source
 	if p.sh != nil {
 		src0, _, _ = p.sh.Source(storm.Client4)
 	}
@@ -531,7 +534,7 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 	if sources == "many" {
 		tpls, w = s.many, s.manyW
 	}
-	var c0 shield.Counters
+	var c0 counter.Counters
 	if p.sh != nil {
 		if c0, err = p.sh.Counters(); err != nil {
 			return err
@@ -554,8 +557,8 @@ func (s *study) drop(ctx context.Context, run int, target, sources string) error
 			return err
 		}
 		diff := c1.Sub(c0)
-		d.Dropped = diff.Verdict(shield.Drop)
-		d.Passed = diff.Verdict(shield.Pass)
+		d.Dropped = diff.Verdict(counter.Drop)
+		d.Passed = diff.Verdict(counter.Pass)
 		if n, err := p.sh.CountSources(ctx); err == nil {
 			d.Tracked = n
 		}

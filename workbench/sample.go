@@ -7,16 +7,20 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // Source is what the page reads of a shield (*shield.Shield is one).
 type Source interface {
-	Counters() (shield.Counters, error)
+	Counters() (counter.Counters, error)
 	CountSources(ctx context.Context) (int, error)
 	TableSize() uint32
-	List(l shield.List) ([]netip.Prefix, error)
-	Limits() shield.Limits
-	Top(ctx context.Context, n int, by shield.TopOrder) ([]shield.Source, shield.WalkStats, error)
+	List(l lists.List) ([]netip.Prefix, error)
+	Limits() config.Limits
+	Top(ctx context.Context, n int, by source.TopOrder) ([]source.Source, shield.WalkStats, error)
 }
 
 // Rate is one verdict and reason's packets per second.
@@ -41,8 +45,8 @@ type Sample struct {
 	Tracked  int               `json:"tracked"`  // sources in the table
 	Capacity uint32            `json:"capacity"` // the table's capacity
 	Lists    map[string]int    `json:"lists"`    // allow and deny list sizes
-	Limits   shield.Limits     `json:"limits"`
-	Top      []shield.Source   `json:"top"` // by dropped, refreshed every topEvery
+	Limits   config.Limits     `json:"limits"`
+	Top      []source.Source   `json:"top"` // by dropped, refreshed every topEvery
 	Storm    *StormState       `json:"storm"`
 	Error    string            `json:"error,omitempty"`
 }
@@ -61,9 +65,9 @@ type sampler struct {
 	interval time.Duration
 	mu       sync.Mutex
 	last     Sample
-	lastC    shield.Counters
+	lastC    counter.Counters
 	lastAt   time.Time
-	top      []shield.Source
+	top      []source.Source
 	topAt    time.Time
 }
 
@@ -87,12 +91,12 @@ func (s *sampler) sample(ctx context.Context) Sample {
 	}
 	smp.Seconds = dt
 	d := c.Sub(s.lastC)
-	for _, v := range shield.Verdicts() {
+	for _, v := range counter.Verdicts() {
 		smp.Totals[v.String()] = c.Verdict(v)
 		smp.PPS[v.String()] = rate(d.Verdict(v), dt)
-		for _, r := range shield.Reasons() {
+		for _, r := range counter.Reasons() {
 			var total, delta uint64
-			for _, p := range shield.Protos() {
+			for _, p := range counter.Protos() {
 				total += c[v][r][p]
 				delta += d[v][r][p]
 			}
@@ -106,21 +110,21 @@ func (s *sampler) sample(ctx context.Context) Sample {
 	} else {
 		smp.Error = "sources: " + err.Error()
 	}
-	for _, l := range []shield.List{shield.AllowList, shield.DenyList} {
+	for _, l := range []lists.List{lists.AllowList, lists.DenyList} {
 		if ps, err := s.src.List(l); err == nil {
 			smp.Lists[l.String()] = len(ps)
 		}
 	}
 	if s.topAt.IsZero() || now.Sub(s.topAt) >= topEvery {
 		tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if top, _, err := s.src.Top(tctx, topN, shield.ByDropped); err == nil {
+		if top, _, err := s.src.Top(tctx, topN, source.ByDropped); err == nil {
 			s.top, s.topAt = top, now
 		}
 		cancel()
 	}
 	smp.Top = s.top
 	if smp.Top == nil {
-		smp.Top = []shield.Source{}
+		smp.Top = []source.Source{}
 	}
 	s.last, s.lastC, s.lastAt = smp, c, now
 	return smp

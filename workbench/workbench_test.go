@@ -21,6 +21,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 const token = "operator-token-0123456789"
@@ -28,30 +32,30 @@ const token = "operator-token-0123456789"
 // fakeSource is a shield whose counters the test moves.
 type fakeSource struct {
 	mu sync.Mutex
-	c  shield.Counters
+	c  counter.Counters
 }
 
-func (f *fakeSource) add(v shield.Verdict, r shield.Reason, n uint64) {
+func (f *fakeSource) add(v counter.Verdict, r counter.Reason, n uint64) {
 	f.mu.Lock()
 	f.c[v][r][0] += n
 	f.mu.Unlock()
 }
-func (f *fakeSource) Counters() (shield.Counters, error) {
+func (f *fakeSource) Counters() (counter.Counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.c, nil
 }
 func (f *fakeSource) CountSources(context.Context) (int, error) { return 3, nil }
 func (f *fakeSource) TableSize() uint32                         { return 1024 }
-func (f *fakeSource) List(l shield.List) ([]netip.Prefix, error) {
-	if l == shield.DenyList {
+func (f *fakeSource) List(l lists.List) ([]netip.Prefix, error) {
+	if l == lists.DenyList {
 		return []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}, nil
 	}
 	return nil, nil
 }
-func (f *fakeSource) Limits() shield.Limits { return shield.DefaultLimits() }
-func (f *fakeSource) Top(context.Context, int, shield.TopOrder) ([]shield.Source, shield.WalkStats, error) {
-	return []shield.Source{{Addr: netip.MustParseAddr("198.18.0.9"), Prefix: netip.MustParsePrefix("198.18.0.9/32"), Dropped: 7}}, shield.WalkStats{}, nil
+func (f *fakeSource) Limits() config.Limits { return config.DefaultLimits() }
+func (f *fakeSource) Top(context.Context, int, source.TopOrder) ([]source.Source, shield.WalkStats, error) {
+	return []source.Source{{Addr: netip.MustParseAddr("198.18.0.9"), Prefix: netip.MustParsePrefix("198.18.0.9/32"), Dropped: 7}}, shield.WalkStats{}, nil
 }
 
 type tenv struct {
@@ -175,12 +179,12 @@ func TestEventsMove(t *testing.T) {
 		assert.Equal(t, 3, s.Tracked)
 		assert.Equal(t, uint32(1024), s.Capacity)
 		assert.Equal(t, 1, s.Lists["deny"])
-		assert.Equal(t, shield.DefaultLimits(), s.Limits)
+		assert.Equal(t, config.DefaultLimits(), s.Limits)
 		require.Len(t, s.Top, 1)
 		if i >= 1 {
 			assert.Greater(t, s.Seconds, 0.0)
 		}
-		e.src.add(shield.Drop, shield.Reason(1), 1000)
+		e.src.add(counter.Drop, counter.Reason(1), 1000)
 	})
 	assert.Zero(t, drops[0], "the first sample has no rate")
 	for _, d := range drops[1:] {

@@ -17,6 +17,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
@@ -405,7 +407,7 @@ func TestICMPTooBig(t *testing.T) {
 // for what it passes; without the balancer chained it passes.
 func TestBehindShield(t *testing.T) {
 	b := load(t, config(backends(b4...)))
-	s, err := shield.Load(shield.Options{TableSize: 1024, Clock: shield.ClockVirtual, Limits: shield.DefaultLimits()})
+	s, err := shield.Load(shield.Options{TableSize: 1024, Clock: shieldcfg.ClockVirtual, Limits: shieldcfg.DefaultLimits()})
 	require.NoError(t, err, "shield.Load()")
 	t.Cleanup(func() { s.Close() })
 	p := pkt{netip.MustParseAddr("198.18.50.12"), vip4, 40012, 80, "tcp", 0}
@@ -415,9 +417,9 @@ func TestBehindShield(t *testing.T) {
 	act, out := run(t, s.Program(), frame(t, p))
 	require.Equal(t, sim.TX, act, "shield, then the balancer")
 	assert.Equal(t, backendOf(t, b, p), decode(t, out).dst(t))
-	ps, err := shield.ParsePrefixes([]string{"198.18.50.12/32"})
+	ps, err := lists.ParsePrefixes([]string{"198.18.50.12/32"})
 	require.NoError(t, err)
-	_, err = s.Add(shield.DenyList, ps)
+	_, err = s.Add(lists.DenyList, ps)
 	require.NoError(t, err, "deny the client")
 	act, _ = run(t, s.Program(), frame(t, p))
 	assert.Equal(t, sim.Drop, act, "the shield's drop is final")

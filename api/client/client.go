@@ -14,7 +14,9 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/l7/policy"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/xdplb"
 )
 
@@ -134,32 +136,32 @@ func (c *Client) Counters(ctx context.Context) (api.CountersResponse, error) {
 }
 
 // Top reads GET /v1/top.
-func (c *Client) Top(ctx context.Context, n int, by shield.TopOrder) (api.TopResponse, error) {
+func (c *Client) Top(ctx context.Context, n int, by source.TopOrder) (api.TopResponse, error) {
 	var r api.TopResponse
 	q := url.Values{"n": {strconv.Itoa(n)}, "by": {by.String()}}
 	return r, c.do(ctx, http.MethodGet, "/v1/top?"+q.Encode(), nil, &r)
 }
 
 // Limits reads GET /v1/limits.
-func (c *Client) Limits(ctx context.Context) (shield.Limits, error) {
-	var l shield.Limits
+func (c *Client) Limits(ctx context.Context) (config.Limits, error) {
+	var l config.Limits
 	return l, c.do(ctx, http.MethodGet, "/v1/limits", nil, &l)
 }
 
 // SetLimits replaces the limits (PUT /v1/limits).
-func (c *Client) SetLimits(ctx context.Context, l shield.Limits) (api.LimitsChange, error) {
+func (c *Client) SetLimits(ctx context.Context, l config.Limits) (api.LimitsChange, error) {
 	var r api.LimitsChange
 	return r, c.do(ctx, http.MethodPut, "/v1/limits", l, &r)
 }
 
 // List reads GET /v1/allow or /v1/deny.
-func (c *Client) List(ctx context.Context, l shield.List) (api.ListResponse, error) {
+func (c *Client) List(ctx context.Context, l lists.List) (api.ListResponse, error) {
 	var r api.ListResponse
 	return r, c.do(ctx, http.MethodGet, "/v1/"+l.String(), nil, &r)
 }
 
 // Add puts prefixes on list l (POST), all or none.
-func (c *Client) Add(ctx context.Context, l shield.List, prefixes []string) (api.ListResponse, error) {
+func (c *Client) Add(ctx context.Context, l lists.List, prefixes []string) (api.ListResponse, error) {
 	var r api.ListResponse
 	if err := c.do(ctx, http.MethodPost, "/v1/"+l.String(), api.PrefixesRequest{Prefixes: prefixes}, &r); err != nil {
 		return r, err
@@ -168,7 +170,7 @@ func (c *Client) Add(ctx context.Context, l shield.List, prefixes []string) (api
 }
 
 // Remove takes prefixes off list l (DELETE), all or none.
-func (c *Client) Remove(ctx context.Context, l shield.List, prefixes []string) (api.ListResponse, error) {
+func (c *Client) Remove(ctx context.Context, l lists.List, prefixes []string) (api.ListResponse, error) {
 	var r api.ListResponse
 	if err := c.do(ctx, http.MethodDelete, "/v1/"+l.String(), api.PrefixesRequest{Prefixes: prefixes}, &r); err != nil {
 		return r, err
@@ -180,7 +182,7 @@ func (c *Client) Remove(ctx context.Context, l shield.List, prefixes []string) (
 // list l: a 2xx from something other than the service (issue 23, finding
 // 4, where "added 0 new prefixes" was printed for a squatter's empty
 // answer) is no success.
-func checkList(r api.ListResponse, l shield.List, method string) error {
+func checkList(r api.ListResponse, l lists.List, method string) error {
 	if r.List != l.String() || r.Prefixes == nil {
 		return fmt.Errorf("%s /v1/%s: the answer does not describe the %s list after the change (%+v): not applied as far as the CLI can tell", method, l, l, r)
 	}

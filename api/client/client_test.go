@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/api/client"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // TestClientRefusesAnswerNotDescribingTheChange (issue 23, finding 4): a
@@ -24,9 +24,9 @@ func TestClientRefusesAnswerNotDescribingTheChange(t *testing.T) {
 			fmt.Fprintln(w, body)
 		}))
 		c := &client.Client{Base: srv.URL, Token: "t"}
-		_, err := c.Add(context.Background(), shield.DenyList, []string{"198.18.0.3/32"})
+		_, err := c.Add(context.Background(), lists.DenyList, []string{"198.18.0.3/32"})
 		require.Error(t, err, "Add with the answer %s", body)
-		_, err = c.Remove(context.Background(), shield.DenyList, []string{"198.18.0.3/32"})
+		_, err = c.Remove(context.Background(), lists.DenyList, []string{"198.18.0.3/32"})
 		require.Error(t, err, "Remove with the answer %s", body)
 		srv.Close()
 	}

@@ -33,7 +33,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/pinfs"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -315,7 +315,7 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 		}
 		return false
 	}
-	go l.client.Add(context.Background(), shield.DenyList, batch)
+	go l.client.Add(context.Background(), lists.DenyList, batch)
 	deadline := time.Now().Add(30 * time.Second)
 	for !written() {
 		require.False(t, time.Now().After(deadline), "the batch did not start within 30 s")
@@ -325,7 +325,7 @@ func TestListChangeAtomicAcrossKill(t *testing.T) {
 	s1.done <- nil
 
 	s2 := l.serve(t, "-config", cfg)
-	got, err := l.client.List(context.Background(), shield.DenyList)
+	got, err := l.client.List(context.Background(), lists.DenyList)
 	require.NoError(t, err)
 	inForce := 0
 	for _, p := range got.Prefixes {
@@ -352,7 +352,7 @@ func TestInterfaceDeletedAndRecreated(t *testing.T) {
 	l := newLab(t, "relink")
 	s := l.serve(t)
 	ctx := context.Background()
-	_, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.3/32"})
+	_, err := l.client.Add(ctx, lists.DenyList, []string{"198.18.0.3/32"})
 	require.NoError(t, err)
 	health := func() api.HealthResponse {
 		h, err := l.client.Health(ctx)

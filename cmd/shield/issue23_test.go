@@ -19,7 +19,8 @@ import (
 	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -189,9 +190,9 @@ func deadNamespaceTry(t *testing.T, role string) *lab {
 	a := newLab(t, role)
 	s := a.serve(t)
 	ctx := context.Background()
-	_, err := a.client.Add(ctx, shield.AllowList, []string{"0.0.0.0/0"})
+	_, err := a.client.Add(ctx, lists.AllowList, []string{"0.0.0.0/0"})
 	require.NoError(t, err)
-	lim := shield.DefaultLimits()
+	lim := config.DefaultLimits()
 	lim.Rate = 5
 	lim.Burst = 5
 	_, err = a.client.SetLimits(ctx, lim)
@@ -250,7 +251,7 @@ func TestNewNamespaceDoesNotAdoptDeadOnesPins(t *testing.T) {
 	lim, err := b.client.Limits(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(1000), lim.Rate, "the new namespace's rate (the dead one's was 5)\n%s", s.out)
-	allow, err := b.client.List(ctx, shield.AllowList)
+	allow, err := b.client.List(ctx, lists.AllowList)
 	require.NoError(t, err)
 	assert.Empty(t, allow.Prefixes, "the new namespace's allow list (the dead one's held 0.0.0.0/0)\n%s", s.out)
 	assert.NotContains(t, s.out.String(), "adopted")
@@ -278,7 +279,7 @@ func TestInterfaceRecreatedWithSameIndex(t *testing.T) {
 	l := newLab(t, "sameidx")
 	s := l.serve(t)
 	ctx := context.Background()
-	_, err := l.client.Add(ctx, shield.DenyList, []string{"198.18.0.3/32"})
+	_, err := l.client.Add(ctx, lists.DenyList, []string{"198.18.0.3/32"})
 	require.NoError(t, err)
 	var index int
 	require.NoError(t, l.edge.Do(func() error {

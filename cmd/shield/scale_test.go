@@ -20,6 +20,8 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 const millionSources = 1_000_000
@@ -40,7 +42,7 @@ func TestServeMillionSources(t *testing.T) {
 	ctx := context.Background()
 	s := l.serve(t)
 	// Let the probe flow at its own pace.
-	_, err := l.client.SetLimits(ctx, shield.Limits{Rate: 1_000_000, Burst: 1_000_000, AdmissionRate: 10000, AdmissionBurst: 10000})
+	_, err := l.client.SetLimits(ctx, config.Limits{Rate: 1_000_000, Burst: 1_000_000, AdmissionRate: 10000, AdmissionBurst: 10000})
 	require.NoError(t, err)
 
 	m, err := ebpf.LoadPinnedMap(filepath.Join(l.pinDir(t), bpf.ShieldMapSources), nil)
@@ -64,20 +66,20 @@ func TestServeMillionSources(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		n := 100
 		if i == 4 {
-			n = shield.MaxTop
+			n = source.MaxTop
 		}
 		d, seen, err := batchWalk(m)
 		require.NoError(t, err)
 		require.True(t, seen >= c.Sources.Tracked*99/100, "the reference walk saw %d entries, want about %d", seen, c.Sources.Tracked)
 		direct = append(direct, d)
 		start := time.Now()
-		top, err := l.client.Top(ctx, n, shield.ByDropped)
+		top, err := l.client.Top(ctx, n, source.ByDropped)
 		require.NoError(t, err, "Top")
 		lat = append(lat, time.Since(start))
 		walk = append(walk, top.ElapsedMs)
 		require.GreaterOrEqual(t, top.Scanned, c.Sources.Tracked*99/100, "Top scanned %d and returned %d, want about %d and %d", top.Scanned, len(top.Sources), c.Sources.Tracked, n)
 		require.Len(t, top.Sources, n, "Top scanned %d and returned %d, want about %d and %d", top.Scanned, len(top.Sources), c.Sources.Tracked, n)
-		require.True(t, slices.IsSortedFunc(top.Sources, func(a, b shield.Source) int { return -cmpU(a.Dropped, b.Dropped) }), "Top is not sorted by dropped")
+		require.True(t, slices.IsSortedFunc(top.Sources, func(a, b source.Source) int { return -cmpU(a.Dropped, b.Dropped) }), "Top is not sorted by dropped")
 	}
 	probe.halt()
 	time.Sleep(100 * time.Millisecond)

@@ -30,8 +30,10 @@ import (
 	"github.com/xdpshield/xdpshield/internal/serve"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // envAsMain makes the test binary run main() instead of the tests: the
@@ -349,7 +351,7 @@ func TestServeLifecycle(t *testing.T) {
 
 	// Safe default: the machine's own addresses are marked own (a frame
 	// from the wire claiming one is spoofed), not allow-listed.
-	al, err := l.client.List(ctx, shield.AllowList)
+	al, err := l.client.List(ctx, lists.AllowList)
 	if assert.NoError(t, err, "allow list") {
 		assert.Empty(t, al.Prefixes, "allow list = %v; want it empty", al.Prefixes)
 	}
@@ -362,10 +364,10 @@ func TestServeLifecycle(t *testing.T) {
 	legit.wg.Wait()
 	waitFor(t, "5 packets from 198.18.0.3", func() bool { return received.Load() >= 5 })
 
-	limits := shield.Limits{Rate: 123, Burst: 456, AdmissionRate: 789, AdmissionBurst: 1011}
+	limits := config.Limits{Rate: 123, Burst: 456, AdmissionRate: 789, AdmissionBurst: 1011}
 	_, err = l.client.SetLimits(ctx, limits)
 	require.NoError(t, err, "SetLimits")
-	_, err = l.client.Add(ctx, shield.DenyList, []string{"198.18.0.2/32", "2001:db8:bad::/48"})
+	_, err = l.client.Add(ctx, lists.DenyList, []string{"198.18.0.2/32", "2001:db8:bad::/48"})
 	require.NoError(t, err, "deny add")
 	before := received.Load()
 
@@ -408,11 +410,11 @@ func TestServeLifecycle(t *testing.T) {
 	if assert.NoError(t, err, "Limits after restart") {
 		assert.True(t, got.Equal(limits), "Limits after restart = %+v; want %+v", got, limits)
 	}
-	dl, err := l.client.List(ctx, shield.DenyList)
+	dl, err := l.client.List(ctx, lists.DenyList)
 	if assert.NoError(t, err, "deny list after restart") {
 		assert.Equal(t, "198.18.0.2/32 2001:db8:bad::/48", strings.Join(dl.Prefixes, " "), "deny list after restart")
 	}
-	top, err := l.client.Top(ctx, 10, shield.ByPassed)
+	top, err := l.client.Top(ctx, 10, source.ByPassed)
 	require.NoError(t, err, "Top")
 	found := false
 	for _, s := range top.Sources {

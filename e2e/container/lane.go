@@ -22,6 +22,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -396,7 +397,7 @@ func (l *Lane) RestartShield(ctx context.Context) (parts.RestartStats, error) {
 		return st, err
 	}
 	d := c2.Sub(c1)
-	st.DropsDown = d.Verdict(shield.Drop)
+	st.DropsDown = d.Verdict(counter.Drop)
 	if l.sh, err = Start(ctx, l.Provider, l.shieldReq); err != nil {
 		return st, fmt.Errorf("new shield container: %w", err)
 	}

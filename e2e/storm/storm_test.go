@@ -20,10 +20,12 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // shieldedPair is a topology with the shield attached at the edge.
-func shieldedPair(t *testing.T, limits shield.Limits) (*Topology, *shield.Shield) {
+func shieldedPair(t *testing.T, limits config.Limits) (*Topology, *shield.Shield) {
 	t.Helper()
 	top, err := NewTopology()
 	require.NoError(t, err, "NewTopology")
@@ -59,7 +61,7 @@ func TestGenerators(t *testing.T) {
 				testutil.Feature(t, tc.needs)
 			}
 			// Tight limits, so a short storm shows both kinds of drop.
-			top, sh := shieldedPair(t, shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100})
+			top, sh := shieldedPair(t, config.Limits{Rate: 100, Burst: 100, AdmissionRate: 100, AdmissionBurst: 100})
 			g, err := NewGenerator(tc.kind, top.Storm, top.StormIfindex)
 			require.NoError(t, err, "NewGenerator(%q) =", tc.kind)
 			defer g.Close()
@@ -93,11 +95,11 @@ func TestGenerators(t *testing.T) {
 			c1, _ := sh.Counters()
 			v1, _ := top.VethStats()
 			d := c1.Sub(c0)
-			seen := d.Total() - d.Reason(shield.ReasonNotIP)
+			seen := d.Total() - d.Reason(counter.ReasonNotIP)
 			dropped := v1.Storm.TxDropped - v0.Storm.TxDropped
 			// +20: NDP and the like.
 			assert.True(t, seen+dropped >= sent && seen+dropped <= sent+20, "shield saw %d frames, veth dropped %d; generator sent %d", seen, dropped, sent)
-			assert.True(t, d.Reason(shield.ReasonAdmission) > 0 && d.Reason(shield.ReasonLimit) > 0, "counters %v: want both admission (forged) and limit (few) drops", d)
+			assert.True(t, d.Reason(counter.ReasonAdmission) > 0 && d.Reason(counter.ReasonLimit) > 0, "counters %v: want both admission (forged) and limit (few) drops", d)
 			ran++
 		})
 	}
@@ -124,7 +126,7 @@ func TestStormBoundedInTime(t *testing.T) {
 			if gen.needs != nil {
 				testutil.Feature(t, gen.needs)
 			}
-			top, _ := shieldedPair(t, shield.DefaultLimits())
+			top, _ := shieldedPair(t, config.DefaultLimits())
 			g, err := NewGenerator(gen.kind, top.Storm, top.StormIfindex)
 			require.NoError(t, err, "NewGenerator(%q) =", gen.kind)
 			defer g.Close()

@@ -19,6 +19,8 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -29,10 +31,10 @@ func TestCaptureCommand(t *testing.T) {
 	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
 	require.NoError(t, err)
 	defer sh.Close()
-	_, err = sh.Add(shield.DenyList, []netip.Prefix{netip.MustParsePrefix("198.18.0.9/32")})
+	_, err = sh.Add(lists.DenyList, []netip.Prefix{netip.MustParsePrefix("198.18.0.9/32")})
 	require.NoError(t, err)
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))

@@ -20,6 +20,8 @@ import (
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -31,7 +33,7 @@ func TestCLI(t *testing.T) {
 	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
 	require.NoError(t, err, "Load")
 	defer sh.Close()
 	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
@@ -87,9 +89,9 @@ func TestCLI(t *testing.T) {
 
 	contains("limits set", mustRun(true, "limits", "set", "-rate", "7", "-burst", "9"),
 		"old rate 1000/s burst 2000", "new rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
-	want := shield.DefaultLimits()
+	want := config.DefaultLimits()
 	want.Rate, want.Burst = 7, 9
-	var got shield.Limits
+	var got config.Limits
 	decode(mustRun(false, "limits", "get", "-json"), &got)
 	assert.True(t, got.Equal(want), "limits get -json = %+v, want %+v", got, want)
 	contains("limits get", mustRun(false, "limits", "get"), "rate 7/s burst 9, admission 10000/s burst 10000, dry-run false")
@@ -156,7 +158,7 @@ func TestCLI(t *testing.T) {
 	}
 	l := sh.Limits()
 	assert.True(t, l.Equal(want), "limits after the refusals = %+v, want %+v", l, want)
-	for l, n := range map[shield.List]int{shield.AllowList: 2, shield.DenyList: 1} {
+	for l, n := range map[lists.List]int{lists.AllowList: 2, lists.DenyList: 1} {
 		ps, err := sh.List(l)
 		if assert.NoError(t, err, "%s list after the refusals", l) {
 			assert.Len(t, ps, n, "%s list after the refusals = %v; want %d prefixes", l, ps, n)

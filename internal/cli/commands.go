@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // Commands are the commands of this package, by name.
@@ -12,10 +12,10 @@ func Commands() map[string]Command {
 		"status": {"show counters, table use, limits and list sizes (API)", runStatus},
 		"top":    {"list the top talkers by dropped or passed packets (API)", runTop},
 		"allow": {"allow add|del|list [CIDR...] [-f FILE]: the allow list (API)", func(ctx context.Context, e *Env, args []string) error {
-			return runList(ctx, e, shield.AllowList, args)
+			return runList(ctx, e, lists.AllowList, args)
 		}},
 		"deny": {"deny add|del|list [CIDR...] [-f FILE]: the deny list (API)", func(ctx context.Context, e *Env, args []string) error {
-			return runList(ctx, e, shield.DenyList, args)
+			return runList(ctx, e, lists.DenyList, args)
 		}},
 		"limits":  {"limits get | limits set [-rate N] [-burst N] [-admission-rate N] [-admission-burst N] [-dry-run=BOOL] [-protected LIST] [-unprotected-rate N ...] [-key-prefix6 N] (API)", runLimits},
 		"lb":      {"lb list | lb add|drain|remove SERVICE BACKEND... | lb create|replace [flags] SERVICE BACKEND[@W]... | lb delete SERVICE | lb mode SERVICE MODE: the socket balancer's services (API)", runLB},

@@ -20,6 +20,7 @@ import (
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestLBCLI runs `shield lb list|add|drain|remove` against an in-process
@@ -29,7 +30,7 @@ func TestLBCLI(t *testing.T) {
 	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
 	require.NoError(t, err, "Load")
 	defer sh.Close()
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})
@@ -85,7 +86,7 @@ func TestLBCLIServices(t *testing.T) {
 	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
 		t.Setenv(k, "")
 	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: shield.ClockVirtual})
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
 	require.NoError(t, err)
 	defer sh.Close()
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})

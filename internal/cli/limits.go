@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 func runLimits(ctx context.Context, e *Env, args []string) error {
@@ -75,7 +75,7 @@ func runLimits(ctx context.Context, e *Env, args []string) error {
 		case "protected":
 			next.Protected = nil
 			for _, w := range strings.FieldsFunc(*protected, func(r rune) bool { return r == ',' || r == ' ' }) {
-				d, err := shield.ParseDestination(w)
+				d, err := config.ParseDestination(w)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("-protected: %w", err))
 				}
@@ -96,7 +96,7 @@ func runLimits(ctx context.Context, e *Env, args []string) error {
 		case "aggregates":
 			next.Aggregates = nil
 			for _, w := range strings.FieldsFunc(*aggs, func(r rune) bool { return r == ',' || r == ' ' }) {
-				a, err := shield.ParseAggregate(w)
+				a, err := config.ParseAggregate(w)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("-aggregates: %w", err))
 				}
@@ -124,7 +124,7 @@ func runLimits(ctx context.Context, e *Env, args []string) error {
 	return nil
 }
 
-func printLimits(w io.Writer, prefix string, l shield.Limits) {
+func printLimits(w io.Writer, prefix string, l config.Limits) {
 	prot := "every destination"
 	if len(l.Protected) > 0 {
 		ds := make([]string, len(l.Protected))

@@ -8,10 +8,10 @@ import (
 	"os"
 	"strings"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
-func runList(ctx context.Context, e *Env, l shield.List, args []string) error {
+func runList(ctx context.Context, e *Env, l lists.List, args []string) error {
 	if e.SubHelp(args, fmt.Sprintf("%s: want `%s add|del|list` (`shield %s SUB -h` shows its flags)", l, l, l)) {
 		return nil
 	}

@@ -8,14 +8,15 @@ import (
 	"time"
 
 	"github.com/xdpshield/xdpshield/api"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 )
 
 // statusReport is what `shield status -json` prints.
 type statusReport struct {
 	Info     api.Info             `json:"info"`
 	Counters api.CountersResponse `json:"counters"`
-	Limits   shield.Limits        `json:"limits"`
+	Limits   config.Limits        `json:"limits"`
 	Allow    int                  `json:"allow_prefixes"`
 	Deny     int                  `json:"deny_prefixes"`
 }
@@ -44,11 +45,11 @@ func runStatus(ctx context.Context, e *Env, args []string) error {
 	if r.Limits, err = cl.Limits(ctx); err != nil {
 		return err
 	}
-	al, err := cl.List(ctx, shield.AllowList)
+	al, err := cl.List(ctx, lists.AllowList)
 	if err != nil {
 		return err
 	}
-	dl, err := cl.List(ctx, shield.DenyList)
+	dl, err := cl.List(ctx, lists.DenyList)
 	if err != nil {
 		return err
 	}

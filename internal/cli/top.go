@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"text/tabwriter"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 func runTop(ctx context.Context, e *Env, args []string) error {
 	fs := flag.NewFlagSet("top", flag.ContinueOnError)
 	var cf clientFlags
 	cf.register(fs)
-	n := fs.Int("n", 10, fmt.Sprintf("how many sources (1-%d)", shield.MaxTop))
+	n := fs.Int("n", 10, fmt.Sprintf("how many sources (1-%d)", source.MaxTop))
 	byName := fs.String("by", "dropped", "rank by dropped or passed")
 	if err := e.Parse(fs, args); err != nil {
 		return HelpOK(err)
@@ -21,7 +21,7 @@ func runTop(ctx context.Context, e *Env, args []string) error {
 	if fs.NArg() > 0 {
 		return Usagef("top: unexpected arguments %q", fs.Args())
 	}
-	by, err := shield.ParseTopOrder(*byName)
+	by, err := source.ParseTopOrder(*byName)
 	if err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func runTop(ctx context.Context, e *Env, args []string) error {
 
 // sourceName writes a source as the table keys it: an IPv4 address bare
 // (a /32), anything wider as its prefix (an IPv6 /64).
-func sourceName(s shield.Source) string {
+func sourceName(s source.Source) string {
 	if s.Prefix.IsValid() && s.Prefix.Bits() < s.Prefix.Addr().BitLen() {
 		return s.Prefix.String()
 	}

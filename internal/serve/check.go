@@ -11,7 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/xdpshield/xdpshield/shield"
+	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/workbench"
 )
 
@@ -176,14 +176,14 @@ func printCheck(w io.Writer, path string, cfg config, set settings) {
 	row("token", "%s", tokenState(cfg.API.TokenFile))
 	row("admin dir", "%s", cfg.API.AdminDir)
 	l := set.limits
-	if l.Unprotected == (shield.ClassLimits{}) {
-		l.Unprotected = shield.DefaultUnprotected()
+	if l.Unprotected == (shieldcfg.ClassLimits{}) {
+		l.Unprotected = shieldcfg.DefaultUnprotected()
 	}
 	if l.KeyPrefix4 == 0 {
-		l.KeyPrefix4 = shield.DefaultKeyPrefix4
+		l.KeyPrefix4 = shieldcfg.DefaultKeyPrefix4
 	}
 	if l.KeyPrefix6 == 0 {
-		l.KeyPrefix6 = shield.DefaultKeyPrefix6
+		l.KeyPrefix6 = shieldcfg.DefaultKeyPrefix6
 	}
 	row("limits", "rate %d/s burst %d, admission %d/s burst %d, dry-run %s", l.Rate, l.Burst, l.AdmissionRate, l.AdmissionBurst, onOff[l.DryRun])
 	if len(l.Protected) == 0 {

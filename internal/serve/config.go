@@ -18,6 +18,8 @@ import (
 	"github.com/xdpshield/xdpshield/lb/lbconf"
 	svc "github.com/xdpshield/xdpshield/service"
 	"github.com/xdpshield/xdpshield/shield"
+	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -51,8 +53,8 @@ type config struct {
 	} `toml:"api"`
 
 	// Limits is the shield's own type: the file's [limits] table decodes
-	// straight into it, and shield.Limits.Validate is its one check.
-	Limits shield.Limits `toml:"limits"`
+	// straight into it, and shieldcfg.Limits.Validate is its one check.
+	Limits shieldcfg.Limits `toml:"limits"`
 
 	Lists struct {
 		OwnAddressesSpoofed bool     `toml:"own_addresses_spoofed"`
@@ -121,7 +123,7 @@ func defaultConfig() config {
 	if d := os.Getenv(cli.EnvAdminDir); d != "" {
 		c.API.AdminDir = d
 	}
-	c.Limits = shield.DefaultLimits()
+	c.Limits = shieldcfg.DefaultLimits()
 	c.Lists.OwnAddressesSpoofed = true
 	c.Log.Level = "info"
 	c.Log.Format = "text"
@@ -188,8 +190,8 @@ func negatives(prefix string, m map[string]any) []string {
 // settings is a validated configuration, in the types the service uses.
 type settings struct {
 	mode   pin.Mode
-	clock  shield.Clock
-	limits shield.Limits
+	clock  shieldcfg.Clock
+	limits shieldcfg.Limits
 	allow  []netip.Prefix
 	deny   []netip.Prefix
 	token  string
@@ -197,7 +199,7 @@ type settings struct {
 	credential string
 }
 
-var clocks = map[string]shield.Clock{"jiffies": shield.ClockJiffies, "ktime": shield.ClockKtime}
+var clocks = map[string]shieldcfg.Clock{"jiffies": shieldcfg.ClockJiffies, "ktime": shieldcfg.ClockKtime}
 
 // validate checks the whole configuration and reports every problem.
 func (c *config) validate() (settings, error) {
@@ -245,10 +247,10 @@ func (c *config) validate() (settings, error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("limits: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if s.allow, err = shield.ParsePrefixes(c.Lists.Allow); err != nil {
+	if s.allow, err = lists.ParsePrefixes(c.Lists.Allow); err != nil {
 		errs = append(errs, fmt.Errorf("lists.allow: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
-	if s.deny, err = shield.ParsePrefixes(c.Lists.Deny); err != nil {
+	if s.deny, err = lists.ParsePrefixes(c.Lists.Deny); err != nil {
 		errs = append(errs, fmt.Errorf("lists.deny: %s", strings.ReplaceAll(err.Error(), "\n", "; ")))
 	}
 	switch c.Log.Level {

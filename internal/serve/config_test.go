@@ -13,7 +13,7 @@ import (
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield"
+	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/pin"
 )
 
@@ -49,7 +49,7 @@ func TestExampleConfigSpellsLimits(t *testing.T) {
 	var c config
 	_, err := toml.DecodeFile(testutil.RepoFile(t, "../..", "docs/shield.example.toml"), &c)
 	require.NoError(t, err, "decode example")
-	assert.Equal(t, shield.DefaultLimits(), c.Limits, "example [limits]: want every key")
+	assert.Equal(t, shieldcfg.DefaultLimits(), c.Limits, "example [limits]: want every key")
 }
 
 // l7Conf is an [l7] section that validates; cases break one key of it.
@@ -206,9 +206,9 @@ func TestConfigErrors(t *testing.T) {
 // limit (the unprotected class's too), list, clock and mode.
 func TestLaneConfigReadsBack(t *testing.T) {
 	want := e2e.StormServiceConfig(e2e.ShortConfig(), "0123456789abcdef0123456789abcdef")
-	want.Clock = shield.ClockKtime
+	want.Clock = shieldcfg.ClockKtime
 	want.Mode = pin.ModeGeneric
-	want.Limits.Unprotected = shield.ClassLimits{Rate: 4321, Burst: 8642, AdmissionRate: 99, AdmissionBurst: 77}
+	want.Limits.Unprotected = shieldcfg.ClassLimits{Rate: 4321, Burst: 8642, AdmissionRate: 99, AdmissionBurst: 77}
 	want.Limits.KeyPrefix6 = 56
 	want.Limits.DryRun = true
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/nft"
 	"github.com/xdpshield/xdpshield/shield"
+	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
 )
 
 func runNft(ctx context.Context, e *cli.Env, args []string) error {
@@ -53,7 +54,7 @@ func runNft(ctx context.Context, e *cli.Env, args []string) error {
 	}
 	// Return traffic comes back to this namespace's ephemeral ports, as
 	// for serve.
-	eph, err := shield.LocalPortRange()
+	eph, err := shieldcfg.LocalPortRange()
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -33,10 +34,10 @@ import (
 // and what was sent; without the aggregate every udp/53 frame here
 // passes.
 func TestAggregateLimit(t *testing.T) {
-	l := shield.DefaultLimits()
+	l := config.DefaultLimits()
 	l.Rate, l.Burst = 1000, 100
-	l.Protected = []shield.Destination{{Proto: shield.ProtoUDP, Port: 53}, {Proto: shield.ProtoTCP, Port: 443}}
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: 53}, Rate: 1000, Burst: 200}}
+	l.Protected = []config.Destination{{Proto: counter.ProtoUDP, Port: 53}, {Proto: counter.ProtoTCP, Port: 443}}
+	l.Aggregates = []config.Aggregate{{Destination: config.Destination{Proto: counter.ProtoUDP, Port: 53}, Rate: 1000, Burst: 200}}
 	s := load(t, 4096, l)
 	require.Equal(t, l.Aggregates, s.Limits().Aggregates, "the aggregate limits read back")
 	dst := netipAddr("198.18.255.254")
@@ -45,22 +46,22 @@ func TestAggregateLimit(t *testing.T) {
 	}
 	a, b, c, stranger := dns("198.18.26.1"), dns("198.18.26.2"), dns("198.18.26.3"), dns("198.18.26.4")
 	syn := sim.Frame{L4: sim.TCP, Src: netipAddr("198.18.26.3"), Dst: dst, SrcPort: 40000, DstPort: 443}.Bytes()
-	udp, tcp := shield.ProtoUDP, shield.ProtoTCP
+	udp, tcp := counter.ProtoUDP, counter.ProtoTCP
 	later := sec + 50*time.Millisecond
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		{Name: "a comes in", At: sec, Frame: a, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
-		{Name: "b comes in", At: sec, Frame: b, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
-		{Name: "c comes in", At: sec, Frame: c, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
-		{Name: "a within its rate", At: sec, Frame: a, Times: 49, Want: sim.Pass, Delta: N(49, pass, shield.ReasonOK, udp)},
-		{Name: "a at its limit, over the reserve", At: sec, Frame: a, Times: 48, Want: sim.Pass, Delta: N(48, pass, shield.ReasonOK, udp)},
-		{Name: "a at its limit, at the reserve: shed", At: sec, Frame: a, Times: 2, Want: sim.Drop, Delta: N(2, drop, shield.ReasonLimit, udp)},
-		{Name: "a stranger is shed first", At: sec, Frame: stranger, Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
-		{Name: "b within its rate is served", At: sec, Frame: b, Times: 49, Want: sim.Pass, Delta: N(49, pass, shield.ReasonOK, udp)},
-		{Name: "b at its limit: shed", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "c within its rate is served", At: sec, Frame: c, Times: 49, Want: sim.Pass, Delta: N(49, pass, shield.ReasonOK, udp)},
-		{Name: "tcp/443 has no aggregate", At: sec, Frame: syn, Times: 5, Want: sim.Pass, Delta: N(5, pass, shield.ReasonOK, tcp)},
-		{Name: "50 ms on: the stranger still shed", At: later, Frame: stranger, Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
-		{Name: "50 ms on: a at its limit still shed", At: later, Frame: a, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "50 ms on: b within its rate served", At: later, Frame: b, Times: 10, Want: sim.Pass, Delta: N(10, pass, shield.ReasonOK, udp)},
+		{Name: "a comes in", At: sec, Frame: a, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, udp)},
+		{Name: "b comes in", At: sec, Frame: b, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, udp)},
+		{Name: "c comes in", At: sec, Frame: c, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, udp)},
+		{Name: "a within its rate", At: sec, Frame: a, Times: 49, Want: sim.Pass, Delta: N(49, pass, counter.ReasonOK, udp)},
+		{Name: "a at its limit, over the reserve", At: sec, Frame: a, Times: 48, Want: sim.Pass, Delta: N(48, pass, counter.ReasonOK, udp)},
+		{Name: "a at its limit, at the reserve: shed", At: sec, Frame: a, Times: 2, Want: sim.Drop, Delta: N(2, drop, counter.ReasonLimit, udp)},
+		{Name: "a stranger is shed first", At: sec, Frame: stranger, Want: sim.Drop, Delta: One(drop, counter.ReasonAdmission, udp)},
+		{Name: "b within its rate is served", At: sec, Frame: b, Times: 49, Want: sim.Pass, Delta: N(49, pass, counter.ReasonOK, udp)},
+		{Name: "b at its limit: shed", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+		{Name: "c within its rate is served", At: sec, Frame: c, Times: 49, Want: sim.Pass, Delta: N(49, pass, counter.ReasonOK, udp)},
+		{Name: "tcp/443 has no aggregate", At: sec, Frame: syn, Times: 5, Want: sim.Pass, Delta: N(5, pass, counter.ReasonOK, tcp)},
+		{Name: "50 ms on: the stranger still shed", At: later, Frame: stranger, Want: sim.Drop, Delta: One(drop, counter.ReasonAdmission, udp)},
+		{Name: "50 ms on: a at its limit still shed", At: later, Frame: a, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+		{Name: "50 ms on: b within its rate served", At: later, Frame: b, Times: 10, Want: sim.Pass, Delta: N(10, pass, counter.ReasonOK, udp)},
 	}}.Run(t)
 }

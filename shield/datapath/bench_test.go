@@ -11,6 +11,9 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -57,8 +60,8 @@ func lruProgram(tb testing.TB) *ebpf.Program {
 // sends frame down the path, and the counter every packet must land in.
 type benchPath struct {
 	name  string
-	clock shield.Clock
-	setup func(tb testing.TB, s *shield.Shield) (frame []byte, want sim.Action, reason shield.Reason)
+	clock config.Clock
+	setup func(tb testing.TB, s *shield.Shield) (frame []byte, want sim.Action, reason counter.Reason)
 	// reprime restores the path's state between chunks (nil: stateless).
 	reprime func(tb testing.TB, s *shield.Shield)
 }
@@ -71,104 +74,104 @@ var (
 	benchSrc   = "198.18.0.1"
 	strangerN  = 0
 	benchPaths = []benchPath{
-		{name: "allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			addList(tb, s, shield.AllowList, "198.18.0.0/15")
-			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, shield.ReasonAllow
+		{name: "allow", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			addList(tb, s, lists.AllowList, "198.18.0.0/15")
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, counter.ReasonAllow
 		}},
-		{name: "ok", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
+		{name: "ok", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			setLimits(tb, s, config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			f := sim.From(benchSrc, sim.UDP).Bytes()
 			mustRun(tb, s, f, sim.Pass) // established: from now on a table hit
-			return f, sim.Pass, shield.ReasonOK
+			return f, sim.Pass, counter.ReasonOK
 		}},
-		{name: "limit-drop", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			setLimits(tb, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
+		{name: "limit-drop", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			setLimits(tb, s, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 			f := sim.From(benchSrc, sim.UDP).Bytes()
 			mustRun(tb, s, f, sim.Pass)
-			return f, sim.Drop, shield.ReasonLimit
+			return f, sim.Drop, counter.ReasonLimit
 		}, reprime: func(tb testing.TB, s *shield.Shield) {
 			drain(tb, s, sim.From(benchSrc, sim.UDP).Bytes())
 		}},
-		{name: "deny", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			addList(tb, s, shield.DenyList, "198.18.0.0/15")
-			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonDeny
+		{name: "deny", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			addList(tb, s, lists.DenyList, "198.18.0.0/15")
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny
 		}},
 		// The frozen virtual clock: with a real one, the admission bucket's
 		// one token a second lets the stranger in mid-chunk, and the rest of
 		// the chunk (up to 2^20 packets) takes the limit path. Reading the
 		// virtual clock costs a load where jiffies cost a helper call
 		// (~2 ns): compare with ok-ktime for what a clock costs.
-		{name: "admission-drop", clock: shield.ClockVirtual, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			setLimits(tb, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
+		{name: "admission-drop", clock: config.ClockVirtual, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			setLimits(tb, s, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 			// A moment after the start, so the first refill caps the
 			// admission bucket at the new burst of one.
 			require.NoError(tb, s.SetTime(1))
 			drainAdmission(tb, s)
-			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonAdmission
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonAdmission
 		}},
-		{name: "malformed", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
+		{name: "malformed", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
 			f := sim.From(benchSrc, sim.UDP)
-			return f.Bytes()[:f.IPEnd()-1], sim.Pass, shield.ReasonMalformed
+			return f.Bytes()[:f.IPEnd()-1], sim.Pass, counter.ReasonMalformed
 		}},
 		// Not targets, for comparison: the ok path with both lists holding
 		// entries that do not match, and with the exact (ktime) clock.
-		{name: "ok+lists", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
-			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
-			addList(tb, s, shield.DenyList, "192.0.2.0/24", "2001:db8:2::/48")
+		{name: "ok+lists", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			setLimits(tb, s, config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
+			addList(tb, s, lists.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
+			addList(tb, s, lists.DenyList, "192.0.2.0/24", "2001:db8:2::/48")
 			f := sim.From(benchSrc, sim.UDP).Bytes()
 			mustRun(tb, s, f, sim.Pass)
-			return f, sim.Pass, shield.ReasonOK
+			return f, sim.Pass, counter.ReasonOK
 		}},
-		{name: "deny+allow", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			addList(tb, s, shield.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
-			addList(tb, s, shield.DenyList, "198.18.0.0/15")
-			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonDeny
+		{name: "deny+allow", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			addList(tb, s, lists.AllowList, "203.0.113.0/24", "2001:db8:1::/48")
+			addList(tb, s, lists.DenyList, "198.18.0.0/15")
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny
 		}},
 		// The paths issue 9 added: a protected-destination list (the ok
 		// path pays a bitmap test), the unprotected class (the return
 		// traffic of the edge's own connections), own addresses and
 		// IPv4-mapped IPv6 sources (spoofed).
-		{name: "ok+protected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			l := shield.DefaultLimits()
+		{name: "ok+protected", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			l := config.DefaultLimits()
 			l.Rate, l.Burst = 1e9, 1e9
 			setLimits(tb, s, l)
 			f := sim.From(benchSrc, sim.UDP).Bytes() // to UDP 443: protected
 			mustRun(tb, s, f, sim.Pass)
-			return f, sim.Pass, shield.ReasonOK
+			return f, sim.Pass, counter.ReasonOK
 		}},
-		{name: "unprotected", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			l := shield.DefaultLimits()
+		{name: "unprotected", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			l := config.DefaultLimits()
 			l.Unprotected.Rate, l.Unprotected.Burst = 1e9, 1e9
 			setLimits(tb, s, l)
 			f := sim.Frame{Src: netip.MustParseAddr(benchSrc), Dst: netip.MustParseAddr("198.18.255.254"), L4: sim.TCP, SrcPort: 443, DstPort: 40000, Seg: sim.ACK}.Bytes() // return traffic
 			mustRun(tb, s, f, sim.Pass)
-			return f, sim.Pass, shield.ReasonUnprotected
+			return f, sim.Pass, counter.ReasonUnprotected
 		}},
-		{name: "spoofed-own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
+		{name: "spoofed-own", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
 			setOwn(tb, s, benchSrc, "2001:db8::1")
-			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonSpoofed
+			return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonSpoofed
 		}},
-		{name: "spoofed-mapped", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			return sim.Frame{Src: netip.MustParseAddr("::ffff:" + benchSrc), Dst: netip.MustParseAddr("2001:db8:ffff::fffe"), L4: sim.UDP}.Bytes(), sim.Drop, shield.ReasonSpoofed
+		{name: "spoofed-mapped", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			return sim.Frame{Src: netip.MustParseAddr("::ffff:" + benchSrc), Dst: netip.MustParseAddr("2001:db8:ffff::fffe"), L4: sim.UDP}.Bytes(), sim.Drop, counter.ReasonSpoofed
 		}},
-		{name: "ok+own", clock: shield.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
+		{name: "ok+own", clock: config.ClockJiffies, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			setLimits(tb, s, config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			setOwn(tb, s, "198.18.255.254", "2001:db8:ffff::fffe")
 			f := sim.From(benchSrc, sim.UDP).Bytes()
 			mustRun(tb, s, f, sim.Pass)
-			return f, sim.Pass, shield.ReasonOK
+			return f, sim.Pass, counter.ReasonOK
 		}},
-		{name: "ok-ktime", clock: shield.ClockKtime, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, shield.Reason) {
-			setLimits(tb, s, shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
+		{name: "ok-ktime", clock: config.ClockKtime, setup: func(tb testing.TB, s *shield.Shield) ([]byte, sim.Action, counter.Reason) {
+			setLimits(tb, s, config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1})
 			f := sim.From(benchSrc, sim.UDP).Bytes()
 			mustRun(tb, s, f, sim.Pass)
-			return f, sim.Pass, shield.ReasonOK
+			return f, sim.Pass, counter.ReasonOK
 		}},
 	}
 )
 
-func setLimits(tb testing.TB, s *shield.Shield, l shield.Limits) {
+func setLimits(tb testing.TB, s *shield.Shield, l config.Limits) {
 	tb.Helper()
 	require.NoError(tb, s.SetLimits(l), "SetLimits(%+v)", l)
 }
@@ -276,9 +279,9 @@ func BenchmarkShield(b *testing.B) {
 			after, err := s.Counters()
 			require.NoError(b, err)
 			d := after.Sub(before)
-			v := shield.Pass
+			v := counter.Pass
 			if want == sim.Drop {
-				v = shield.Drop
+				v = counter.Drop
 			}
 			share := 100 * d.Share(v, reason)
 			assert.False(b, share < 99, "%s: only %.2f%% of %d packets took the path (%s/%s): %v", p.name, share, d.Total(), v, reason, CounterMap(d))

@@ -7,7 +7,8 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -35,15 +36,15 @@ var (
 // Before the walk, every one of them was "other" and judged unprotected:
 // 6,000 of 6,000 passed.
 func TestExtensionHeadersLimited(t *testing.T) {
-	def := shortBurst(shield.DefaultLimits())
+	def := shortBurst(config.DefaultLimits())
 	n := 3 * def.Burst // 6,000 with the defaults
-	tcp, other := shield.ProtoTCP, shield.ProtoOther
+	tcp, other := counter.ProtoTCP, counter.ProtoOther
 	seven := append(append([]sim.Ext{}, rfc8200Order...), destOpts8)
 	for _, tc := range []struct {
 		name  string
 		ext   []sim.Ext
 		seg   sim.Seg
-		proto shield.Proto
+		proto counter.Proto
 		cut   int // bytes cut off the frame's end
 	}{
 		{name: "plain SYN", proto: tcp},
@@ -67,8 +68,8 @@ func TestExtensionHeadersLimited(t *testing.T) {
 			b := f.Bytes()
 			b = b[:len(b)-tc.cut]
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-				{Name: "a burst passes", At: sec, Frame: b, Times: int(def.Burst), Want: sim.Pass, Delta: N(def.Burst, pass, shield.ReasonOK, tc.proto)},
-				{Name: "the rest is limited", At: sec, Frame: b, Times: int(n - def.Burst), Want: sim.Drop, Delta: N(n-def.Burst, drop, shield.ReasonLimit, tc.proto)},
+				{Name: "a burst passes", At: sec, Frame: b, Times: int(def.Burst), Want: sim.Pass, Delta: N(def.Burst, pass, counter.ReasonOK, tc.proto)},
+				{Name: "the rest is limited", At: sec, Frame: b, Times: int(n - def.Burst), Want: sim.Drop, Delta: N(n-def.Burst, drop, counter.ReasonLimit, tc.proto)},
 			}}.Run(t)
 		})
 	}
@@ -82,18 +83,18 @@ func TestExtensionHeadersLimited(t *testing.T) {
 // UDP and an ICMP error quoting the edge's UDP flow, to an ephemeral port,
 // are return traffic; so is an ACK behind a Destination Options header.
 func TestUnprotectedIsReturnTraffic(t *testing.T) {
-	def := shortBurst(shield.DefaultLimits())
+	def := shortBurst(config.DefaultLimits())
 	n := 3 * def.Burst
-	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
-	protected := func(p shield.Proto) (sim.Action, map[string]uint64, sim.Action, map[string]uint64) {
-		return sim.Pass, N(def.Burst, pass, shield.ReasonOK, p), sim.Drop, N(n-def.Burst, drop, shield.ReasonLimit, p)
+	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
+	protected := func(p counter.Proto) (sim.Action, map[string]uint64, sim.Action, map[string]uint64) {
+		return sim.Pass, N(def.Burst, pass, counter.ReasonOK, p), sim.Drop, N(n-def.Burst, drop, counter.ReasonLimit, p)
 	}
 	for _, tc := range []struct {
 		name      string
 		f         sim.Frame
 		ret       bool
-		proto     shield.Proto
-		ephemeral shield.PortRange // zero: the default
+		proto     counter.Proto
+		ephemeral config.PortRange // zero: the default
 	}{
 		{name: "SYN to tcp/22", f: sim.Frame{L4: sim.TCP, DstPort: 22}, proto: tcp},
 		{name: "IPv6 SYN to tcp/22", f: sim.Frame{L4: sim.TCP, DstPort: 22, Src: netipAddr("2001:db8:23::1")}, proto: tcp},
@@ -112,12 +113,12 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 		{name: "an ICMP error quoting the edge's flow", f: sim.Frame{L4: sim.Unreachable, DstPort: 40000}, ret: true, proto: icmp},
 		{name: "an ICMPv6 error quoting the edge's flow", f: sim.Frame{L4: sim.Unreachable, DstPort: 40000, Src: netipAddr("2001:db8:23::1")}, ret: true, proto: icmp},
 		{name: "IPv6 ACK behind destination options", f: sim.Frame{L4: sim.TCP, DstPort: 40000, Seg: sim.ACK, Src: netipAddr("2001:db8:23::1"), Ext: []sim.Ext{destOpts8}}, ret: true, proto: tcp},
-		{name: "a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 1024}, ret: true, proto: udp, ephemeral: shield.PortRange{Lo: 1024, Hi: 2048}},
-		{name: "outside a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 40000}, proto: udp, ephemeral: shield.PortRange{Lo: 1024, Hi: 2048}},
+		{name: "a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 1024}, ret: true, proto: udp, ephemeral: config.PortRange{Lo: 1024, Hi: 2048}},
+		{name: "outside a range of the namespace's own", f: sim.Frame{L4: sim.UDP, DstPort: 40000}, proto: udp, ephemeral: config.PortRange{Lo: 1024, Hi: 2048}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := load(t, 4096, def)
-			if tc.ephemeral != (shield.PortRange{}) {
+			if tc.ephemeral != (config.PortRange{}) {
 				require.NoError(t, s.SetEphemeral(tc.ephemeral), "SetEphemeral(%s)", tc.ephemeral)
 			}
 			f := tc.f
@@ -132,8 +133,8 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 			b := f.Bytes()
 			okWant, okDelta, overWant, overDelta := protected(tc.proto)
 			if tc.ret {
-				okWant, okDelta = sim.Pass, N(def.Burst, pass, shield.ReasonUnprotected, tc.proto)
-				overWant, overDelta = sim.Pass, N(n-def.Burst, pass, shield.ReasonUnprotected, tc.proto)
+				okWant, okDelta = sim.Pass, N(def.Burst, pass, counter.ReasonUnprotected, tc.proto)
+				overWant, overDelta = sim.Pass, N(n-def.Burst, pass, counter.ReasonUnprotected, tc.proto)
 			}
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
 				{Name: fmt.Sprintf("first %d", def.Burst), At: sec, Frame: b, Times: int(def.Burst), Want: okWant, Delta: okDelta},
@@ -148,7 +149,7 @@ func TestUnprotectedIsReturnTraffic(t *testing.T) {
 // BPF_PROG_TEST_RUN of an XDP program re-patches the XDP dispatcher twice,
 // which TCG pays dearly for: these two tests took 229 s of 5.10's run at
 // the default burst, 29 s of 6.12's. The host runs the counts.
-func shortBurst(l shield.Limits) shield.Limits {
+func shortBurst(l config.Limits) config.Limits {
 	if testing.Short() {
 		l.Burst /= 10
 	}

@@ -12,7 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -85,7 +86,7 @@ func TestConcurrentAccuracy(t *testing.T) {
 			const burst = 100_000
 			const rounds = 20
 			const repeat = 150_000
-			l := shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 10, AdmissionBurst: 10}
+			l := config.Limits{Rate: 1, Burst: burst, AdmissionRate: 10, AdmissionBurst: 10}
 			s := load(t, 4096, l)
 			if !tc.prime && s.Compat() {
 				t.Skip("shield_compat (no BPF_CMPXCHG) does not claim refills: stated, not tested")
@@ -122,7 +123,7 @@ func TestConcurrentAccuracy(t *testing.T) {
 				require.NoError(t, err)
 				both := true
 				for _, cpu := range cpus {
-					if afterCPU[cpu].Sub(beforeCPU[cpu])[shield.Pass][shield.ReasonOK][shield.ProtoUDP] == 0 {
+					if afterCPU[cpu].Sub(beforeCPU[cpu])[counter.Pass][counter.ReasonOK][counter.ProtoUDP] == 0 {
 						both = false
 					}
 				}
@@ -130,8 +131,8 @@ func TestConcurrentAccuracy(t *testing.T) {
 					shared++
 				}
 				d := after.Sub(before)
-				passed := d[shield.Pass][shield.ReasonOK][shield.ProtoUDP]
-				dropped := d[shield.Drop][shield.ReasonLimit][shield.ProtoUDP]
+				passed := d[counter.Pass][counter.ReasonOK][counter.ProtoUDP]
+				dropped := d[counter.Drop][counter.ReasonLimit][counter.ProtoUDP]
 				require.GreaterOrEqual(t, passed+dropped, uint64(len(cpus))*repeat, "round %d: packets counted", r)
 				require.Equal(t, passed+dropped, d.Total(), "round %d: every packet is ok or limit", r)
 				// A round starts owing what the previous one overshot.

@@ -4,19 +4,21 @@ import (
 	"fmt"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
 // Key names one shield counter as scenarios and goldens write it:
 // "verdict/reason/proto", e.g. "drop/limit/udp".
-func Key(v shield.Verdict, r shield.Reason, p shield.Proto) string {
+func Key(v counter.Verdict, r counter.Reason, p counter.Proto) string {
 	return fmt.Sprintf("%s/%s/%s", v, r, p)
 }
 
 // CounterMap turns the shield's counters into named counts (non-zero only).
-func CounterMap(c shield.Counters) map[string]uint64 {
+func CounterMap(c counter.Counters) map[string]uint64 {
 	m := map[string]uint64{}
-	c.Each(func(v shield.Verdict, r shield.Reason, p shield.Proto, n uint64) {
+	c.Each(func(v counter.Verdict, r counter.Reason, p counter.Proto, n uint64) {
 		if n != 0 {
 			m[Key(v, r, p)] = n
 		}
@@ -26,7 +28,7 @@ func CounterMap(c shield.Counters) map[string]uint64 {
 
 // Target is the simulator's target for a loaded shield: its program, its
 // counters by Key, and its virtual clock when it was loaded with
-// shield.ClockVirtual.
+// config.ClockVirtual.
 func Target(s *shield.Shield) sim.Target {
 	t := sim.Target{
 		Prog: s.Program(),
@@ -38,19 +40,19 @@ func Target(s *shield.Shield) sim.Target {
 			return CounterMap(c), nil
 		},
 	}
-	if s.Clock() == shield.ClockVirtual {
+	if s.Clock() == config.ClockVirtual {
 		t.SetTime = s.SetTime
 	}
 	return t
 }
 
 // One is the counter delta of one frame: {Key(v, r, p): 1}.
-func One(v shield.Verdict, r shield.Reason, p shield.Proto) map[string]uint64 {
+func One(v counter.Verdict, r counter.Reason, p counter.Proto) map[string]uint64 {
 	return map[string]uint64{Key(v, r, p): 1}
 }
 
 // N is the counter delta of n frames: {Key(v, r, p): n}.
-func N(n uint64, v shield.Verdict, r shield.Reason, p shield.Proto) map[string]uint64 {
+func N(n uint64, v counter.Verdict, r counter.Reason, p counter.Proto) map[string]uint64 {
 	return map[string]uint64{Key(v, r, p): n}
 }
 
@@ -59,7 +61,7 @@ func N(n uint64, v shield.Verdict, r shield.Reason, p shield.Proto) map[string]u
 // (their JSON keys inline), the table size and the lists as CIDRs.
 type FixtureConfig struct {
 	TableSize uint32 `json:"table_size"`
-	shield.Limits
+	config.Limits
 	Allow []string `json:"allow,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
 }

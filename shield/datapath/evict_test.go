@@ -11,7 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -44,8 +45,8 @@ func TestFloodEvictsBySet(t *testing.T) {
 		steps   = 8 * table // the flood's length in gaps: 32 s
 		perKind = 32        // known sources per period
 	)
-	lim := shield.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
-	s := load(t, table, shield.Limits{Rate: lim.Rate, Burst: lim.Burst, AdmissionRate: lim.AdmissionRate,
+	lim := config.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
+	s := load(t, table, config.Limits{Rate: lim.Rate, Burst: lim.Burst, AdmissionRate: lim.AdmissionRate,
 		AdmissionBurst: lim.AdmissionBurst, Unprotected: lim})
 	kinds := []struct {
 		name    string
@@ -149,17 +150,17 @@ func poissonCDF(k int, mean float64) float64 {
 // recently used one, as for an idle set).
 func TestFloodSparesBusySet(t *testing.T) {
 	const table = 64                                                                           // 16 sets
-	lim := shield.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
-	s := load(t, table, shield.Limits{Rate: lim.Rate, Burst: lim.Burst, AdmissionRate: lim.AdmissionRate,
+	lim := config.ClassLimits{Rate: 1000, Burst: 100, AdmissionRate: 1e6, AdmissionBurst: 1e6} // fill: 0.1 s
+	s := load(t, table, config.Limits{Rate: lim.Rate, Burst: lim.Burst, AdmissionRate: lim.AdmissionRate,
 		AdmissionBurst: lim.AdmissionBurst, Unprotected: lim})
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}) }
 	target := s.SetOf(addr(0))
 	var known, forged []netip.Addr
-	for i := 0; len(known) < shield.Ways || len(forged) < 200; i++ {
+	for i := 0; len(known) < shsource.Ways || len(forged) < 200; i++ {
 		a := addr(i)
 		switch {
 		case s.SetOf(a) != target:
-		case len(known) < shield.Ways:
+		case len(known) < shsource.Ways:
 			known = append(known, a)
 		default:
 			forged = append(forged, a)

@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -27,7 +29,7 @@ const maxExt = 6
 // judged is how the shield must count a frame: its protocol class, and
 // whether it is return traffic (reason unprotected) or protected (ok).
 type judged struct {
-	proto shield.Proto
+	proto counter.Proto
 	ret   bool
 }
 
@@ -56,7 +58,7 @@ func reference(frame []byte) judged {
 
 // judgeChain judges the layers after prev, exts extension headers in.
 func judgeChain(ls []gopacket.Layer, prev gopacket.Layer, exts int) judged {
-	other := judged{proto: shield.ProtoOther}
+	other := judged{proto: counter.ProtoOther}
 	for _, l := range ls {
 		switch l := l.(type) {
 		case *layers.IPv6HopByHop, *layers.IPv6Routing, *layers.IPv6Destination, *layers.IPSecAH:
@@ -82,11 +84,11 @@ func judgeChain(ls []gopacket.Layer, prev gopacket.Layer, exts int) judged {
 		}
 		switch l := l.(type) {
 		case *layers.TCP:
-			return judged{proto: shield.ProtoTCP, ret: (!l.SYN || l.ACK) && ephemeral(uint16(l.DstPort))}
+			return judged{proto: counter.ProtoTCP, ret: (!l.SYN || l.ACK) && ephemeral(uint16(l.DstPort))}
 		case *layers.UDP:
-			return judged{proto: shield.ProtoUDP, ret: ephemeral(uint16(l.DstPort))}
+			return judged{proto: counter.ProtoUDP, ret: ephemeral(uint16(l.DstPort))}
 		case *layers.ICMPv6:
-			return judged{proto: shield.ProtoICMP, ret: quotesReturn(l)}
+			return judged{proto: counter.ProtoICMP, ret: quotesReturn(l)}
 		case *gopacket.DecodeFailure:
 			if nextOf(prev) == layers.IPProtocolIPv6Routing {
 				// gopacket's IPv6Routing knows type 0 alone; its
@@ -149,15 +151,15 @@ func upperOf(next layers.IPProtocol, exts int) judged {
 	switch next {
 	case layers.IPProtocolIPv6HopByHop, layers.IPProtocolIPv6Routing, layers.IPProtocolIPv6Fragment,
 		layers.IPProtocolIPv6Destination, layers.IPProtocolAH:
-		return judged{proto: shield.ProtoOther}
+		return judged{proto: counter.ProtoOther}
 	}
 	if exts > maxExt {
-		return judged{proto: shield.ProtoOther}
+		return judged{proto: counter.ProtoOther}
 	}
 	return judged{proto: protoClass(byte(next))}
 }
 
-func ephemeral(p uint16) bool { return shield.DefaultEphemeral.Contains(p) }
+func ephemeral(p uint16) bool { return config.DefaultEphemeral.Contains(p) }
 
 // quotesReturn says whether an ICMPv6 message is an error (types 1 to 4,
 // RFC 4443) quoting an IPv6 TCP or UDP packet from an ephemeral port.
@@ -187,24 +189,24 @@ func judge(t *testing.T, s *shield.Shield, frame []byte) judged {
 	after, err := s.Counters()
 	require.NoError(t, err)
 	var j judged
-	var r shield.Reason
+	var r counter.Reason
 	n := 0
 	d := after.Sub(before)
-	d.Each(func(_ shield.Verdict, rr shield.Reason, p shield.Proto, c uint64) {
+	d.Each(func(_ counter.Verdict, rr counter.Reason, p counter.Proto, c uint64) {
 		if c != 0 {
 			j.proto, r, n = p, rr, n+int(c)
 		}
 	})
 	require.Equal(t, 1, n, "counters moved by %d for one frame", n)
-	require.Contains(t, []shield.Reason{shield.ReasonOK, shield.ReasonUnprotected}, r, "Run(%x): reason", frame)
-	j.ret = r == shield.ReasonUnprotected
+	require.Contains(t, []counter.Reason{counter.ReasonOK, counter.ReasonUnprotected}, r, "Run(%x): reason", frame)
+	j.ret = r == counter.ReasonUnprotected
 	return j
 }
 
 // loadWide loads the default limits with every bucket too large to
 // drop, so each frame's counter shows only how it was judged.
 func loadWide(t *testing.T) *shield.Shield {
-	l := shield.DefaultLimits()
+	l := config.DefaultLimits()
 	l.Rate, l.Burst = 1e9, 1e9
 	l.Unprotected.Rate, l.Unprotected.Burst = 1e9, 1e9
 	return load(t, 4096, l)

@@ -16,6 +16,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -39,7 +41,7 @@ var fixtureDefs = []struct {
 }{
 	{
 		name:   "burst-refill",
-		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 10, Burst: 5, AdmissionRate: 100, AdmissionBurst: 100}},
+		config: FixtureConfig{TableSize: 4096, Limits: config.Limits{Rate: 10, Burst: 5, AdmissionRate: 100, AdmissionBurst: 100}},
 		frames: func() []sim.Packet {
 			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 			var out []sim.Packet
@@ -57,7 +59,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name: "lists",
-		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100},
+		config: FixtureConfig{TableSize: 4096, Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100},
 			Allow: []string{"198.18.1.0/24", "2001:db8:1::/48"}, Deny: []string{"198.18.0.0/15", "2001:db8::/32"}},
 		frames: func() []sim.Packet {
 			var out []sim.Packet
@@ -73,7 +75,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name: "families-and-tags",
-		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
+		config: FixtureConfig{TableSize: 4096, Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
 			KeyPrefix6: 128}}, // one source per address, as the frames were made
 		frames: func() []sim.Packet {
 			var out []sim.Packet
@@ -94,7 +96,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name:   "malformed",
-		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}, Deny: []string{"0.0.0.0/0", "::/0"}},
+		config: FixtureConfig{TableSize: 4096, Limits: config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}, Deny: []string{"0.0.0.0/0", "::/0"}},
 		frames: func() []sim.Packet {
 			var out []sim.Packet
 			for i, b := range badCorpus() {
@@ -107,7 +109,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name:   "forged-flood",
-		config: FixtureConfig{TableSize: 64, Limits: shield.Limits{Rate: 100, Burst: 10, AdmissionRate: 10, AdmissionBurst: 5}},
+		config: FixtureConfig{TableSize: 64, Limits: config.Limits{Rate: 100, Burst: 10, AdmissionRate: 10, AdmissionBurst: 5}},
 		frames: func() []sim.Packet {
 			heavy := sim.From("198.18.0.1", sim.UDP).Bytes()
 			out := []sim.Packet{{At: time.Second, Data: heavy}}
@@ -129,8 +131,8 @@ var fixtureDefs = []struct {
 		// traffic (an ACK and a port unreachable to ephemeral ports),
 		// three each, all passed as unprotected.
 		name: "ipv6-extensions-and-return",
-		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
-			Protected: shield.DefaultLimits().Protected}},
+		config: FixtureConfig{TableSize: 4096, Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100,
+			Protected: config.DefaultLimits().Protected}},
 		frames: func() []sim.Packet {
 			var out []sim.Packet
 			dst := netip.MustParseAddr("2001:db8:ffff::fffe")
@@ -154,7 +156,7 @@ var fixtureDefs = []struct {
 	},
 	{
 		name:   "dry-run",
-		config: FixtureConfig{TableSize: 4096, Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}, Deny: []string{"198.18.9.0/24"}},
+		config: FixtureConfig{TableSize: 4096, Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}, Deny: []string{"198.18.9.0/24"}},
 		frames: func() []sim.Packet {
 			var out []sim.Packet
 			for _, f := range []sim.Frame{
@@ -173,10 +175,10 @@ func loadFixture(t *testing.T, c FixtureConfig) *shield.Shield {
 	t.Helper()
 	s := load(t, c.TableSize, c.Limits)
 	if len(c.Allow) > 0 {
-		addList(t, s, shield.AllowList, c.Allow...)
+		addList(t, s, lists.AllowList, c.Allow...)
 	}
 	if len(c.Deny) > 0 {
-		addList(t, s, shield.DenyList, c.Deny...)
+		addList(t, s, lists.DenyList, c.Deny...)
 	}
 	return s
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -91,10 +93,10 @@ func BenchmarkForgedFlood(b *testing.B) {
 		n    int
 	}{{"full", 1_000_000}, {"empty", 0}} {
 		b.Run(fill.name, func(b *testing.B) {
-			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: shield.DefaultTableSize, Clock: shield.ClockVirtual})
+			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: shield.DefaultTableSize, Clock: config.ClockVirtual})
 			require.NoError(b, err)
 			defer s.Close()
-			setLimits(b, s, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
+			setLimits(b, s, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1})
 			require.NoError(b, s.SetTime(1))
 			drainAdmission(b, s)
 			fillPct := 0.0
@@ -123,7 +125,7 @@ func BenchmarkForgedFlood(b *testing.B) {
 			require.NoError(b, err)
 			d := after.Sub(before)
 			var on uint64
-			for _, x := range d[shield.Drop][shield.ReasonAdmission] {
+			for _, x := range d[counter.Drop][counter.ReasonAdmission] {
 				on += x
 			}
 			share := 100 * float64(on) / float64(d.Total())

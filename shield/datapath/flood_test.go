@@ -10,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -23,16 +25,16 @@ import (
 // a set could not (more than Ways in one set: the keyed hash decides).
 func TestForgedFlood(t *testing.T) {
 	const table = 1024
-	l := shield.Limits{Rate: 100, Burst: 100, AdmissionRate: 50, AdmissionBurst: 20}
+	l := config.Limits{Rate: 100, Burst: 100, AdmissionRate: 50, AdmissionBurst: 20}
 	s := load(t, table, l)
 	heavy := sim.From("198.18.0.1", sim.UDP).Bytes()
-	udp, tcp := shield.ProtoUDP, shield.ProtoTCP
+	udp, tcp := counter.ProtoUDP, counter.ProtoTCP
 	t0 := 10 * sec
 
 	// Established: admitted (one admission token) and drained.
 	sim.Scenario{Name: t.Name() + "/establish", Target: Target(s), Steps: []sim.Step{
-		{Name: "burst", At: t0, Frame: heavy, Times: int(l.Burst), Want: sim.Pass, Delta: N(l.Burst, pass, shield.ReasonOK, udp)},
-		{Name: "drained", At: t0, Frame: heavy, Times: 10, Want: sim.Drop, Delta: N(10, drop, shield.ReasonLimit, udp)},
+		{Name: "burst", At: t0, Frame: heavy, Times: int(l.Burst), Want: sim.Pass, Delta: N(l.Burst, pass, counter.ReasonOK, udp)},
+		{Name: "drained", At: t0, Frame: heavy, Times: 10, Want: sim.Drop, Delta: N(10, drop, counter.ReasonLimit, udp)},
 	}}.Run(t)
 
 	// The flood: 10 x table forged sources over 2 s, one heavy packet after
@@ -63,10 +65,10 @@ func TestForgedFlood(t *testing.T) {
 			admitted++
 			admittedAddrs = append(admittedAddrs, a)
 			st.Want = sim.Pass
-			add(One(pass, shield.ReasonOK, tcp))
+			add(One(pass, counter.ReasonOK, tcp))
 		} else {
 			st.Want = sim.Drop
-			add(One(drop, shield.ReasonAdmission, tcp))
+			add(One(drop, counter.ReasonAdmission, tcp))
 		}
 		steps = append(steps, st)
 		if i%8 == 7 {
@@ -75,10 +77,10 @@ func TestForgedFlood(t *testing.T) {
 			if heavyPassed < uint64(at-t0)*l.Rate/uint64(sec) {
 				heavyPassed++
 				st.Want = sim.Pass
-				add(One(pass, shield.ReasonOK, udp))
+				add(One(pass, counter.ReasonOK, udp))
 			} else {
 				st.Want = sim.Drop
-				add(One(drop, shield.ReasonLimit, udp))
+				add(One(drop, counter.ReasonLimit, udp))
 			}
 			steps = append(steps, st)
 		}
@@ -102,7 +104,7 @@ func TestForgedFlood(t *testing.T) {
 	}
 	held := 0
 	for _, k := range perSet {
-		held += min(k, shield.Ways)
+		held += min(k, shsource.Ways)
 	}
 	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
@@ -110,6 +112,6 @@ func TestForgedFlood(t *testing.T) {
 	assert.Less(t, n, table, "the flood must not fill the table")
 
 	got := source(t, s, "198.18.0.1")
-	want := shield.Source{Addr: got.Addr, Prefix: netip.MustParsePrefix("198.18.0.1/32"), Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
+	want := shsource.Source{Addr: got.Addr, Prefix: netip.MustParsePrefix("198.18.0.1/32"), Passed: l.Burst + heavyPassed, Dropped: 10 + heavySent - heavyPassed, Limited: true}
 	assert.Equal(t, want, got, "Source(heavy): its bucket must survive the flood")
 }

@@ -9,6 +9,9 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -18,9 +21,9 @@ import (
 // (version 6). It returns the reason the shield must give a frame it does
 // not recognise (not_ip or malformed), or ok with the L4 protocol number
 // (for IPv6 after the extension headers, v6Upper).
-func parsesAsIP(b []byte) (shield.Reason, byte) {
+func parsesAsIP(b []byte) (counter.Reason, byte) {
 	if len(b) < 14 {
-		return shield.ReasonMalformed, 0
+		return counter.ReasonMalformed, 0
 	}
 	off, et := 14, binary.BigEndian.Uint16(b[12:])
 	for range 2 {
@@ -28,7 +31,7 @@ func parsesAsIP(b []byte) (shield.Reason, byte) {
 			break
 		}
 		if len(b) < off+4 {
-			return shield.ReasonMalformed, 0
+			return counter.ReasonMalformed, 0
 		}
 		et = binary.BigEndian.Uint16(b[off+2:])
 		off += 4
@@ -36,16 +39,16 @@ func parsesAsIP(b []byte) (shield.Reason, byte) {
 	switch et {
 	case 0x0800:
 		if len(b) < off+20 || b[off]>>4 != 4 || b[off]&0xf < 5 || len(b) < off+int(b[off]&0xf)*4 {
-			return shield.ReasonMalformed, 0
+			return counter.ReasonMalformed, 0
 		}
-		return shield.ReasonOK, b[off+9]
+		return counter.ReasonOK, b[off+9]
 	case 0x86dd:
 		if len(b) < off+40 || b[off]>>4 != 6 {
-			return shield.ReasonMalformed, 0
+			return counter.ReasonMalformed, 0
 		}
-		return shield.ReasonOK, v6Upper(b, off)
+		return counter.ReasonOK, v6Upper(b, off)
 	}
-	return shield.ReasonNotIP, 0
+	return counter.ReasonNotIP, 0
 }
 
 // other is a protocol number no class names: the class "other".
@@ -85,31 +88,31 @@ func v6Upper(b []byte, off int) byte {
 	}
 }
 
-func protoClass(p byte) shield.Proto {
+func protoClass(p byte) counter.Proto {
 	switch p {
 	case 6:
-		return shield.ProtoTCP
+		return counter.ProtoTCP
 	case 17:
-		return shield.ProtoUDP
+		return counter.ProtoUDP
 	case 1, 58:
-		return shield.ProtoICMP
+		return counter.ProtoICMP
 	}
-	return shield.ProtoOther
+	return counter.ProtoOther
 }
 
 // fuzzShield is one shield per fuzzing process, with both lists in use and
 // tight limits, so fuzzed frames reach every path.
 var fuzzShield = sync.OnceValues(func() (*shield.Shield, error) {
-	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: shield.ClockVirtual,
-		Limits: shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 50}})
+	s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: config.ClockVirtual,
+		Limits: config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 50}})
 	if err != nil {
 		return nil, err
 	}
-	for l, cidrs := range map[shield.List][]string{
-		shield.AllowList: {"198.18.1.0/24", "2001:db8:1::/48"},
-		shield.DenyList:  {"198.18.0.0/15", "2001:db8::/32", "10.9.0.0/16"},
+	for l, cidrs := range map[lists.List][]string{
+		lists.AllowList: {"198.18.1.0/24", "2001:db8:1::/48"},
+		lists.DenyList:  {"198.18.0.0/15", "2001:db8::/32", "10.9.0.0/16"},
 	} {
-		ps, err := shield.ParsePrefixes(cidrs)
+		ps, err := lists.ParsePrefixes(cidrs)
 		if err != nil {
 			return nil, err
 		}
@@ -158,24 +161,24 @@ func FuzzShield(f *testing.F) {
 		require.NoError(t, err)
 		d := after.Sub(before)
 		require.Equal(t, uint64(1), d.Total(), "counters moved by %d for one frame", d.Total())
-		var v shield.Verdict
-		var r shield.Reason
-		var p shield.Proto
-		d.Each(func(vv shield.Verdict, rr shield.Reason, pp shield.Proto, _ uint64) { v, r, p = vv, rr, pp })
-		wantV := shield.Pass
+		var v counter.Verdict
+		var r counter.Reason
+		var p counter.Proto
+		d.Each(func(vv counter.Verdict, rr counter.Reason, pp counter.Proto, _ uint64) { v, r, p = vv, rr, pp })
+		wantV := counter.Pass
 		if got == sim.Drop {
-			wantV = shield.Drop
+			wantV = counter.Drop
 		}
 		require.Contains(t, []sim.Action{sim.Pass, sim.Drop}, got, "Run(%x)", frame)
 		require.Equal(t, wantV, v, "counted verdict vs returned %s", got)
 
 		reason, l4 := parsesAsIP(frame)
-		if reason != shield.ReasonOK {
+		if reason != counter.ReasonOK {
 			require.Equal(t, sim.Pass, got, "Run(%x): a frame that does not parse as IP must pass", frame)
-			require.Equal(t, Key(shield.Pass, reason, shield.ProtoOther), Key(v, r, p), "counter for %x", frame)
+			require.Equal(t, Key(counter.Pass, reason, counter.ProtoOther), Key(v, r, p), "counter for %x", frame)
 			return
 		}
-		require.NotContains(t, []shield.Reason{shield.ReasonNotIP, shield.ReasonMalformed}, r, "Run(%x): an IP frame counted as %s", frame, r)
+		require.NotContains(t, []counter.Reason{counter.ReasonNotIP, counter.ReasonMalformed}, r, "Run(%x): an IP frame counted as %s", frame, r)
 		require.Equal(t, protoClass(l4), p, "Run(%x): protocol", frame)
 	})
 }

@@ -10,6 +10,10 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -19,8 +23,8 @@ var compat = flag.Bool("datapath.compat", false, "load shield_compat in shield's
 
 // Shorthands for counter keys.
 const (
-	pass = shield.Pass
-	drop = shield.Drop
+	pass = counter.Pass
+	drop = counter.Drop
 )
 
 // load gives t a shield with the virtual clock (time 0) and limits l, as
@@ -28,7 +32,7 @@ const (
 // size a finished test gave back is Reset instead of loaded again: a load
 // is verified anew, which in a VM under TCG costs 1-4 s, a Reset
 // milliseconds (TestResetIsLoad in package shield shows the two alike).
-func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
+func load(t testing.TB, tableSize uint32, l config.Limits) *shield.Shield {
 	t.Helper()
 	testutil.Root(t)
 	s := idle.take(tableSize)
@@ -39,7 +43,7 @@ func load(t testing.TB, tableSize uint32, l shield.Limits) *shield.Shield {
 		}
 	} else {
 		var err error
-		s, err = shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: shield.ClockVirtual, Limits: l})
+		s, err = shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: config.ClockVirtual, Limits: l})
 		require.NoError(t, err, "shield.Load()")
 	}
 	t.Cleanup(func() { idle.give(tableSize, s) })
@@ -73,15 +77,15 @@ func (p *shieldPool) give(size uint32, s *shield.Shield) {
 }
 
 // addList puts CIDRs on list l.
-func addList(t testing.TB, s *shield.Shield, l shield.List, cidrs ...string) {
+func addList(t testing.TB, s *shield.Shield, l lists.List, cidrs ...string) {
 	t.Helper()
-	ps, err := shield.ParsePrefixes(cidrs)
+	ps, err := lists.ParsePrefixes(cidrs)
 	require.NoError(t, err, "ParsePrefixes(%q)", cidrs)
 	require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
 }
 
 // source reads one source's entry, failing t when it is not tracked.
-func source(t testing.TB, s *shield.Shield, addr string) shield.Source {
+func source(t testing.TB, s *shield.Shield, addr string) shsource.Source {
 	t.Helper()
 	src, ok, err := s.Source(netip.MustParseAddr(addr))
 	require.NoError(t, err, "Source(%s)", addr)
@@ -90,14 +94,14 @@ func source(t testing.TB, s *shield.Shield, addr string) shield.Source {
 }
 
 // protoOf maps a built frame's L4 to the counter protocol.
-func protoOf(l sim.L4) shield.Proto {
+func protoOf(l sim.L4) counter.Proto {
 	switch l {
 	case sim.TCP:
-		return shield.ProtoTCP
+		return counter.ProtoTCP
 	case sim.UDP:
-		return shield.ProtoUDP
+		return counter.ProtoUDP
 	default:
-		return shield.ProtoICMP
+		return counter.ProtoICMP
 	}
 }
 

@@ -8,18 +8,20 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
 // TestListsNested: allow beats deny at any prefix length, in both nestings,
 // and removing the covering allow prefix exposes the deny prefix inside it.
 func TestListsNested(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
-	addList(t, s, shield.AllowList, "198.18.0.0/15", "2001:db8:1:2::/64")
-	addList(t, s, shield.DenyList, "198.18.1.0/24", "198.18.1.7/32", "2001:db8::/32")
-	udp := shield.ProtoUDP
-	step := func(name, src string, want sim.Action, r shield.Reason) sim.Step {
+	s := load(t, 4096, config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	addList(t, s, lists.AllowList, "198.18.0.0/15", "2001:db8:1:2::/64")
+	addList(t, s, lists.DenyList, "198.18.1.0/24", "198.18.1.7/32", "2001:db8::/32")
+	udp := counter.ProtoUDP
+	step := func(name, src string, want sim.Action, r counter.Reason) sim.Step {
 		v := pass
 		if want == sim.Drop {
 			v = drop
@@ -27,20 +29,20 @@ func TestListsNested(t *testing.T) {
 		return sim.Step{Name: name, Frame: sim.From(src, sim.UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
 	}
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		step("deny /24 inside allow /15", "198.18.1.1", sim.Pass, shield.ReasonAllow),
-		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", sim.Pass, shield.ReasonAllow),
-		step("allow /64 inside deny /32", "2001:db8:1:2::9", sim.Pass, shield.ReasonAllow),
-		step("deny /32 outside the allow /64", "2001:db8:1:3::9", sim.Drop, shield.ReasonDeny),
-		step("unlisted", "203.0.113.1", sim.Pass, shield.ReasonOK),
+		step("deny /24 inside allow /15", "198.18.1.1", sim.Pass, counter.ReasonAllow),
+		step("deny /32 inside deny /24 inside allow /15", "198.18.1.7", sim.Pass, counter.ReasonAllow),
+		step("allow /64 inside deny /32", "2001:db8:1:2::9", sim.Pass, counter.ReasonAllow),
+		step("deny /32 outside the allow /64", "2001:db8:1:3::9", sim.Drop, counter.ReasonDeny),
+		step("unlisted", "203.0.113.1", sim.Pass, counter.ReasonOK),
 	}}.Run(t)
 
-	ps, err := shield.ParsePrefixes([]string{"198.18.0.0/15"})
+	ps, err := lists.ParsePrefixes([]string{"198.18.0.0/15"})
 	require.NoError(t, err)
-	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
+	require.NoError(t, second(s.Remove(lists.AllowList, ps)))
 	sim.Scenario{Name: t.Name() + "/allow removed", Target: Target(s), Steps: []sim.Step{
-		step("deny /24 now applies", "198.18.1.1", sim.Drop, shield.ReasonDeny),
-		step("deny /32 now applies", "198.18.1.7", sim.Drop, shield.ReasonDeny),
-		step("no longer listed", "198.18.2.1", sim.Pass, shield.ReasonOK),
+		step("deny /24 now applies", "198.18.1.1", sim.Drop, counter.ReasonDeny),
+		step("deny /32 now applies", "198.18.1.7", sim.Drop, counter.ReasonDeny),
+		step("no longer listed", "198.18.2.1", sim.Pass, counter.ReasonOK),
 	}}.Run(t)
 }
 
@@ -49,9 +51,9 @@ func TestListsNested(t *testing.T) {
 // listed prefix against the definition: allowed if any allow prefix
 // contains the address, else denied if any deny prefix does, else neither.
 func TestListsModel(t *testing.T) {
-	s := load(t, 65536, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	s := load(t, 65536, config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
 	rng := rand.New(rand.NewPCG(2, 7))
-	lists := map[shield.List]map[netip.Prefix]bool{shield.AllowList: {}, shield.DenyList: {}}
+	listed := map[lists.List]map[netip.Prefix]bool{lists.AllowList: {}, lists.DenyList: {}}
 	randPrefix := func() netip.Prefix {
 		if rng.IntN(3) == 0 {
 			a := [16]byte{0x20, 0x01, 0x0d, 0xb8, byte(rng.IntN(4)), byte(rng.IntN(4)), 0, byte(rng.IntN(2))}
@@ -60,34 +62,34 @@ func TestListsModel(t *testing.T) {
 		a := [4]byte{198, 18 + byte(rng.IntN(2)), byte(rng.IntN(4)), byte(rng.IntN(8))}
 		return netip.PrefixFrom(netip.AddrFrom4(a), []int{8, 15, 16, 22, 24, 30, 32}[rng.IntN(7)]).Masked()
 	}
-	model := func(a netip.Addr) shield.Reason {
-		for p := range lists[shield.AllowList] {
+	model := func(a netip.Addr) counter.Reason {
+		for p := range listed[lists.AllowList] {
 			if p.Contains(a) {
-				return shield.ReasonAllow
+				return counter.ReasonAllow
 			}
 		}
-		for p := range lists[shield.DenyList] {
+		for p := range listed[lists.DenyList] {
 			if p.Contains(a) {
-				return shield.ReasonDeny
+				return counter.ReasonDeny
 			}
 		}
-		return shield.ReasonOK
+		return counter.ReasonOK
 	}
 	checks := 0
 	for op := range 60 {
-		l := shield.List(rng.IntN(2))
+		l := lists.List(rng.IntN(2))
 		p := randPrefix()
-		if lists[l][p] && rng.IntN(2) == 0 {
+		if listed[l][p] && rng.IntN(2) == 0 {
 			require.NoError(t, second(s.Remove(l, []netip.Prefix{p})), "op %d: Remove(%s, %s)", op, l, p)
-			delete(lists[l], p)
+			delete(listed[l], p)
 		} else {
 			require.NoError(t, second(s.Add(l, []netip.Prefix{p})), "op %d: Add(%s, %s)", op, l, p)
-			lists[l][p] = true
+			listed[l][p] = true
 		}
 		// Probe the first and last address of every listed prefix and
 		// their neighbours.
 		var probes []netip.Addr
-		for _, set := range lists {
+		for _, set := range listed {
 			for q := range set {
 				first := q.Addr()
 				last := lastAddr(q)
@@ -101,17 +103,17 @@ func TestListsModel(t *testing.T) {
 			}
 			r := model(a)
 			want, v := sim.Pass, pass
-			if r == shield.ReasonDeny {
+			if r == counter.ReasonDeny {
 				want, v = sim.Drop, drop
 			}
-			steps = append(steps, sim.Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: sim.From(a.String(), sim.UDP).Bytes(), Want: want, Delta: One(v, r, shield.ProtoUDP)})
+			steps = append(steps, sim.Step{Name: fmt.Sprintf("op %d: %s", op, a), Frame: sim.From(a.String(), sim.UDP).Bytes(), Want: want, Delta: One(v, r, counter.ProtoUDP)})
 		}
 		if len(steps) == 0 {
 			continue
 		}
 		res := sim.Scenario{Name: fmt.Sprintf("%s/op-%d", t.Name(), op), Target: Target(s), Steps: steps}.Run(t)
 		checks += res.Steps
-		require.False(t, t.Failed(), "after op %d: allow %v, deny %v", op, keys(lists[shield.AllowList]), keys(lists[shield.DenyList]))
+		require.False(t, t.Failed(), "after op %d: allow %v, deny %v", op, keys(listed[lists.AllowList]), keys(listed[lists.DenyList]))
 	}
 	t.Logf("%d verdicts checked against the model", checks)
 }
@@ -140,18 +142,18 @@ func keys(m map[netip.Prefix]bool) []netip.Prefix {
 // would miss a listed source), and a prefix longer than the source key (an
 // IPv6 /128 inside a /64 source) is never judged for its whole key.
 func TestListsKnownSources(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
-	udp := shield.ProtoUDP
-	step := func(name, src string, want sim.Action, r shield.Reason) sim.Step {
+	s := load(t, 4096, config.Limits{Rate: 1e6, Burst: 1e6, AdmissionRate: 1e6, AdmissionBurst: 1e6})
+	udp := counter.ProtoUDP
+	step := func(name, src string, want sim.Action, r counter.Reason) sim.Step {
 		v := pass
 		if want == sim.Drop {
 			v = drop
 		}
 		return sim.Step{Name: name, Frame: sim.From(src, sim.UDP).Bytes(), Want: want, Delta: One(v, r, udp)}
 	}
-	change := func(add bool, l shield.List, cidrs ...string) {
+	change := func(add bool, l lists.List, cidrs ...string) {
 		t.Helper()
-		ps, err := shield.ParsePrefixes(cidrs)
+		ps, err := lists.ParsePrefixes(cidrs)
 		require.NoError(t, err)
 		if add {
 			require.NoError(t, second(s.Add(l, ps)), "Add(%s, %q)", l, cidrs)
@@ -160,25 +162,25 @@ func TestListsKnownSources(t *testing.T) {
 		}
 	}
 	// Non-empty lists from the start, in other regions.
-	change(true, shield.DenyList, "203.0.113.0/24", "2001:db8:ffff::/48")
+	change(true, lists.DenyList, "203.0.113.0/24", "2001:db8:ffff::/48")
 	run := func(name string, steps ...sim.Step) {
 		t.Helper()
 		sim.Scenario{Name: t.Name() + "/" + name, Target: Target(s), Steps: steps}.Run(t)
 	}
-	run("known", step("v4 admitted", "198.18.0.1", sim.Pass, shield.ReasonOK), step("v4 known", "198.18.0.1", sim.Pass, shield.ReasonOK),
-		step("v6 admitted", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK), step("v6 known", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK))
-	change(true, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
-	run("denied", step("v4", "198.18.0.1", sim.Drop, shield.ReasonDeny), step("v6", "2001:db8:1:2::1", sim.Drop, shield.ReasonDeny))
-	change(true, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
-	run("allowed inside the denied", step("v4", "198.18.0.1", sim.Pass, shield.ReasonAllow), step("v6", "2001:db8:1:2::1", sim.Pass, shield.ReasonAllow))
-	change(false, shield.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
-	change(false, shield.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
-	run("unlisted again", step("v4", "198.18.0.1", sim.Pass, shield.ReasonOK), step("v6", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK))
+	run("known", step("v4 admitted", "198.18.0.1", sim.Pass, counter.ReasonOK), step("v4 known", "198.18.0.1", sim.Pass, counter.ReasonOK),
+		step("v6 admitted", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK), step("v6 known", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK))
+	change(true, lists.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
+	run("denied", step("v4", "198.18.0.1", sim.Drop, counter.ReasonDeny), step("v6", "2001:db8:1:2::1", sim.Drop, counter.ReasonDeny))
+	change(true, lists.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
+	run("allowed inside the denied", step("v4", "198.18.0.1", sim.Pass, counter.ReasonAllow), step("v6", "2001:db8:1:2::1", sim.Pass, counter.ReasonAllow))
+	change(false, lists.AllowList, "198.18.0.1/32", "2001:db8:1:2::/64")
+	change(false, lists.DenyList, "198.18.0.0/24", "2001:db8:1::/48")
+	run("unlisted again", step("v4", "198.18.0.1", sim.Pass, counter.ReasonOK), step("v6", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK))
 	// One address of the v6 source's /64 allowed: the rest of the /64
 	// keeps its bucket, whichever address came first.
-	change(true, shield.AllowList, "2001:db8:1:2::7/128")
-	run("host inside a key", step("listed host", "2001:db8:1:2::7", sim.Pass, shield.ReasonAllow),
-		step("its neighbour", "2001:db8:1:2::1", sim.Pass, shield.ReasonOK), step("listed host again", "2001:db8:1:2::7", sim.Pass, shield.ReasonAllow))
+	change(true, lists.AllowList, "2001:db8:1:2::7/128")
+	run("host inside a key", step("listed host", "2001:db8:1:2::7", sim.Pass, counter.ReasonAllow),
+		step("its neighbour", "2001:db8:1:2::1", sim.Pass, counter.ReasonOK), step("listed host again", "2001:db8:1:2::7", sim.Pass, counter.ReasonAllow))
 	src := source(t, s, "198.18.0.1")
 	require.Equal(t, uint64(3), src.Passed, "Source(198.18.0.1).Passed: its ok packets only")
 }

@@ -8,7 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -17,12 +18,12 @@ import (
 // writes every frame it ran to a pcap that reads back (and that tcpdump
 // reads, when installed).
 func TestScenarioFailureWritesPcap(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 10, AdmissionBurst: 10})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: 1, AdmissionRate: 10, AdmissionBurst: 10})
 	dir := t.TempDir()
 	f := sim.From("198.18.0.1", sim.UDP, sim.Double...).Bytes()
 	res, err := sim.Scenario{Name: "wrong/on purpose", Target: Target(s), PcapDir: dir, Steps: []sim.Step{
-		{Name: "first", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, shield.ProtoUDP)},
-		{Name: "wrongly expected to pass", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, shield.ProtoUDP)},
+		{Name: "first", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, counter.ProtoUDP)},
+		{Name: "wrongly expected to pass", At: sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, counter.ProtoUDP)},
 		{Name: "never run", At: sec, Frame: f, Want: sim.Drop},
 	}}.Exec()
 	require.NoError(t, err)

@@ -11,6 +11,10 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
+	shsource "github.com/xdpshield/xdpshield/shield/source"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -27,20 +31,20 @@ func TestBurstThenRefill(t *testing.T) {
 		{rate: 1_000_000, burst: 2000},
 	} {
 		t.Run(fmt.Sprintf("rate=%d,burst=%d", tc.rate, tc.burst), func(t *testing.T) {
-			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
+			s := load(t, 4096, config.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
 			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 			t0 := 1 * sec
 			// 1/rate in ns, rounded up: the first instant a whole token is back.
 			gap := time.Duration((uint64(sec) + tc.rate - 1) / tc.rate)
-			udp := shield.ProtoUDP
+			udp := counter.ProtoUDP
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
-				{Name: "over burst", At: t0, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "one token", At: t0 + gap, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, udp)},
-				{Name: "only one", At: t0 + gap, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, shield.ReasonOK, udp)},
-				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+				{Name: "burst", At: t0, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, counter.ReasonOK, udp)},
+				{Name: "over burst", At: t0, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+				{Name: "1ns before a token", At: t0 + gap - 1, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+				{Name: "one token", At: t0 + gap, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, udp)},
+				{Name: "only one", At: t0 + gap, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+				{Name: "idle refill is capped at burst", At: t0 + 1000*sec, Frame: f, Times: int(tc.burst), Want: sim.Pass, Delta: N(tc.burst, pass, counter.ReasonOK, udp)},
+				{Name: "over burst again", At: t0 + 1000*sec, Frame: f, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
 			}}.Run(t)
 			src := source(t, s, "198.18.0.1")
 			assert.Equal(t, 2*tc.burst+1, src.Passed, "Source().Passed")
@@ -73,7 +77,7 @@ func TestRefillAtRate(t *testing.T) {
 		{rate: 7, burst: 3, gap: 100 * time.Millisecond, n: 300},
 	} {
 		t.Run(fmt.Sprintf("rate=%d,burst=%d,gap=%s", tc.rate, tc.burst, tc.gap), func(t *testing.T) {
-			s := load(t, 4096, shield.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
+			s := load(t, 4096, config.Limits{Rate: tc.rate, Burst: tc.burst, AdmissionRate: 100, AdmissionBurst: 100})
 			f := sim.From("2001:db8::7", sim.TCP).Bytes()
 			t0 := 5 * sec
 			var steps []sim.Step
@@ -84,10 +88,10 @@ func TestRefillAtRate(t *testing.T) {
 				st := sim.Step{Name: fmt.Sprintf("packet %d", i), At: at, Frame: f}
 				if passed < earned {
 					passed++
-					st.Want, st.Delta = sim.Pass, One(pass, shield.ReasonOK, shield.ProtoTCP)
+					st.Want, st.Delta = sim.Pass, One(pass, counter.ReasonOK, counter.ProtoTCP)
 				} else {
 					dropped++
-					st.Want, st.Delta = sim.Drop, One(drop, shield.ReasonLimit, shield.ProtoTCP)
+					st.Want, st.Delta = sim.Drop, One(drop, counter.ReasonLimit, counter.ProtoTCP)
 				}
 				steps = append(steps, st)
 			}
@@ -103,34 +107,34 @@ func TestRefillAtRate(t *testing.T) {
 // TestLists: allow beats deny and is never limited; deny drops even a source
 // with tokens; neither list inserts the source into the table.
 func TestLists(t *testing.T) {
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
-	addList(t, s, shield.DenyList, "198.18.0.0/15", "2001:db8::/32")
-	addList(t, s, shield.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
-	tcp, udp, icmp := shield.ProtoTCP, shield.ProtoUDP, shield.ProtoICMP
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100})
+	addList(t, s, lists.DenyList, "198.18.0.0/15", "2001:db8::/32")
+	addList(t, s, lists.AllowList, "198.18.1.0/24", "2001:db8:1::/48")
+	tcp, udp, icmp := counter.ProtoTCP, counter.ProtoUDP, counter.ProtoICMP
 	allowed4 := sim.From("198.18.1.9", sim.TCP).Bytes()
 	allowed6 := sim.From("2001:db8:1::9", sim.UDP, sim.Double...).Bytes()
 	denied4 := sim.From("198.19.0.1", sim.ICMP, sim.Single...).Bytes()
 	denied6 := sim.From("2001:db8:2::1", sim.TCP).Bytes()
 	outside := sim.From("203.0.113.1", sim.UDP).Bytes()
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: sim.Pass, Delta: N(50, pass, shield.ReasonAllow, tcp)},
-		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: sim.Pass, Delta: N(50, pass, shield.ReasonAllow, udp)},
-		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonDeny, icmp)},
-		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
-		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "unlisted over burst", At: sec, Frame: outside, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
+		{Name: "allow beats deny (v4)", At: sec, Frame: allowed4, Times: 50, Want: sim.Pass, Delta: N(50, pass, counter.ReasonAllow, tcp)},
+		{Name: "allow beats deny (v6, double tagged)", At: sec, Frame: allowed6, Times: 50, Want: sim.Pass, Delta: N(50, pass, counter.ReasonAllow, udp)},
+		{Name: "deny drops (v4, tagged)", At: sec, Frame: denied4, Times: 3, Want: sim.Drop, Delta: N(3, drop, counter.ReasonDeny, icmp)},
+		{Name: "deny drops (v6)", At: sec, Frame: denied6, Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, tcp)},
+		{Name: "unlisted is limited", At: sec, Frame: outside, Times: 2, Want: sim.Pass, Delta: N(2, pass, counter.ReasonOK, udp)},
+		{Name: "unlisted over burst", At: sec, Frame: outside, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
 	}}.Run(t)
 	n, err := s.CountSources(context.Background())
 	require.NoError(t, err)
 	assert.Equal(t, 1, n, "CountSources() after listed traffic")
 
 	// Removing the allow entry exposes the deny list, without a reload.
-	ps, err := shield.ParsePrefixes([]string{"198.18.1.0/24"})
+	ps, err := lists.ParsePrefixes([]string{"198.18.1.0/24"})
 	require.NoError(t, err)
-	require.NoError(t, second(s.Remove(shield.AllowList, ps)))
+	require.NoError(t, second(s.Remove(lists.AllowList, ps)))
 	sim.Scenario{Name: t.Name() + "/after remove", Target: Target(s), Steps: []sim.Step{
-		{Name: "now denied", At: sec, Frame: allowed4, Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, tcp)},
-		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: sim.Pass, Delta: One(pass, shield.ReasonAllow, udp)},
+		{Name: "now denied", At: sec, Frame: allowed4, Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, tcp)},
+		{Name: "v6 still allowed", At: sec, Frame: allowed6, Want: sim.Pass, Delta: One(pass, counter.ReasonAllow, udp)},
 	}}.Run(t)
 }
 
@@ -140,7 +144,7 @@ func TestLists(t *testing.T) {
 // the tagging.
 func TestFamiliesAndTags(t *testing.T) {
 	const burst = 4
-	s := load(t, 4096, shield.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 1000})
+	s := load(t, 4096, config.Limits{Rate: 1, Burst: burst, AdmissionRate: 1000, AdmissionBurst: 1000})
 	tags := map[string][]sim.Tag{"untagged": nil, "802.1Q": sim.Single, "802.1ad+802.1Q": sim.Double}
 	n := 0
 	for _, fam := range []string{"ipv4", "ipv6"} {
@@ -155,12 +159,12 @@ func TestFamiliesAndTags(t *testing.T) {
 					f := sim.From(src, l4, tags[tagName]...).Bytes()
 					p := protoOf(l4)
 					sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-						{Name: "burst", At: sec, Frame: f, Times: burst, Want: sim.Pass, Delta: N(burst, pass, shield.ReasonOK, p)},
-						{Name: "limited", At: sec, Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonLimit, p)},
-						{Name: "refill", At: 2 * sec, Frame: f, Want: sim.Pass, Delta: One(pass, shield.ReasonOK, p)},
+						{Name: "burst", At: sec, Frame: f, Times: burst, Want: sim.Pass, Delta: N(burst, pass, counter.ReasonOK, p)},
+						{Name: "limited", At: sec, Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, counter.ReasonLimit, p)},
+						{Name: "refill", At: 2 * sec, Frame: f, Want: sim.Pass, Delta: One(pass, counter.ReasonOK, p)},
 					}}.Run(t)
 					got := source(t, s, src)
-					want := shield.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
+					want := shsource.Source{Addr: got.Addr, Prefix: got.Prefix, Passed: burst + 1, Dropped: 3, Limited: true}
 					assert.Equal(t, want, got, "Source(%s)", src)
 					wantPrefix := 32
 					if fam == "ipv6" {
@@ -174,24 +178,24 @@ func TestFamiliesAndTags(t *testing.T) {
 	// The same address untagged and double tagged is one source.
 	sim.Scenario{Name: t.Name() + "/one bucket per address", Target: Target(s), Steps: []sim.Step{
 		{Name: "untagged", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.UDP).Bytes(), Times: burst, Want: sim.Pass},
-		{Name: "double tagged, same source", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.TCP, sim.Double...).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, shield.ProtoTCP)},
+		{Name: "double tagged, same source", At: 3 * sec, Frame: sim.From("198.18.4.1", sim.TCP, sim.Double...).Bytes(), Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, counter.ProtoTCP)},
 	}}.Run(t)
 }
 
 // TestDryRun: would-be limit and admission drops are counted under their
 // reason and pass; lists still apply; turning dry-run off enforces at once.
 func TestDryRun(t *testing.T) {
-	l := shield.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
+	l := config.Limits{Rate: 1, Burst: 2, AdmissionRate: 1, AdmissionBurst: 1, DryRun: true}
 	s := load(t, 4096, l)
-	addList(t, s, shield.DenyList, "198.18.9.0/24")
-	udp := shield.ProtoUDP
+	addList(t, s, lists.DenyList, "198.18.9.0/24")
+	udp := counter.ProtoUDP
 	a := sim.From("198.18.0.1", sim.UDP).Bytes()
 	b := sim.From("198.18.0.2", sim.UDP).Bytes()
 	sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-		{Name: "burst", At: sec, Frame: a, Times: 2, Want: sim.Pass, Delta: N(2, pass, shield.ReasonOK, udp)},
-		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: sim.Pass, Delta: N(5, pass, shield.ReasonLimit, udp)},
-		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: sim.Pass, Delta: N(3, pass, shield.ReasonAdmission, udp)},
-		{Name: "deny still drops", At: sec, Frame: sim.From("198.18.9.1", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonDeny, udp)},
+		{Name: "burst", At: sec, Frame: a, Times: 2, Want: sim.Pass, Delta: N(2, pass, counter.ReasonOK, udp)},
+		{Name: "would be limited", At: sec, Frame: a, Times: 5, Want: sim.Pass, Delta: N(5, pass, counter.ReasonLimit, udp)},
+		{Name: "would not be admitted", At: sec, Frame: b, Times: 3, Want: sim.Pass, Delta: N(3, pass, counter.ReasonAdmission, udp)},
+		{Name: "deny still drops", At: sec, Frame: sim.From("198.18.9.1", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, counter.ReasonDeny, udp)},
 	}}.Run(t)
 	got := source(t, s, "198.18.0.1")
 	assert.Equal(t, uint64(2), got.Passed, "Source().Passed")
@@ -203,8 +207,8 @@ func TestDryRun(t *testing.T) {
 	l.DryRun = false
 	require.NoError(t, s.SetLimits(l))
 	sim.Scenario{Name: t.Name() + "/enforcing", Target: Target(s), Steps: []sim.Step{
-		{Name: "limited", At: sec, Frame: a, Want: sim.Drop, Delta: One(drop, shield.ReasonLimit, udp)},
-		{Name: "not admitted", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, udp)},
+		{Name: "limited", At: sec, Frame: a, Want: sim.Drop, Delta: One(drop, counter.ReasonLimit, udp)},
+		{Name: "not admitted", At: sec, Frame: b, Want: sim.Drop, Delta: One(drop, counter.ReasonAdmission, udp)},
 	}}.Run(t)
 }
 
@@ -213,18 +217,18 @@ func TestDryRun(t *testing.T) {
 // of one packet per 1000 s, the burst passes and the next packets drop.
 func TestRealClocks(t *testing.T) {
 	testutil.Root(t)
-	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
+	for _, c := range []config.Clock{config.ClockJiffies, config.ClockKtime} {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
-				Limits: shield.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
+				Limits: config.Limits{Rate: 1, Burst: 3, AdmissionRate: 1, AdmissionBurst: 1}})
 			require.NoError(t, err)
 			defer s.Close()
 			require.Error(t, s.SetTime(1), "SetTime() on a real clock")
 			f := sim.From("198.18.0.1", sim.UDP).Bytes()
 			sim.Scenario{Name: t.Name(), Target: Target(s), Steps: []sim.Step{
-				{Name: "burst", Frame: f, Times: 3, Want: sim.Pass, Delta: N(3, pass, shield.ReasonOK, shield.ProtoUDP)},
-				{Name: "limited", Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, shield.ReasonLimit, shield.ProtoUDP)},
-				{Name: "admission spent", Frame: sim.From("198.18.0.2", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, shield.ReasonAdmission, shield.ProtoUDP)},
+				{Name: "burst", Frame: f, Times: 3, Want: sim.Pass, Delta: N(3, pass, counter.ReasonOK, counter.ProtoUDP)},
+				{Name: "limited", Frame: f, Times: 3, Want: sim.Drop, Delta: N(3, drop, counter.ReasonLimit, counter.ProtoUDP)},
+				{Name: "admission spent", Frame: sim.From("198.18.0.2", sim.UDP).Bytes(), Want: sim.Drop, Delta: One(drop, counter.ReasonAdmission, counter.ProtoUDP)},
 			}}.Run(t)
 		})
 	}
@@ -233,8 +237,8 @@ func TestRealClocks(t *testing.T) {
 // clockResolution is how far one reading of c may be from the real time:
 // a jiffy (measured as the loader does: 1e9/CONFIG_HZ, at most 10 ms) or
 // a nanosecond.
-func clockResolution(c shield.Clock) time.Duration {
-	if c == shield.ClockJiffies {
+func clockResolution(c config.Clock) time.Duration {
+	if c == config.ClockJiffies {
 		return 10 * time.Millisecond // HZ=100, the coarsest Linux offers
 	}
 	return time.Microsecond // ktime: ns, plus the helper call
@@ -286,10 +290,10 @@ func runTimed(t *testing.T, s *shield.Shield, f []byte, max int) (passed int, la
 func TestRealClockRates(t *testing.T) {
 	testutil.Root(t)
 	const rate, burst = 200, 1000 // 5 ms a token; the burst is never reached by a refill below
-	for _, c := range []shield.Clock{shield.ClockJiffies, shield.ClockKtime} {
+	for _, c := range []config.Clock{config.ClockJiffies, config.ClockKtime} {
 		t.Run(fmt.Sprint(c), func(t *testing.T) {
 			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
-				Limits: shield.Limits{Rate: rate, Burst: burst, AdmissionRate: 100, AdmissionBurst: 100}})
+				Limits: config.Limits{Rate: rate, Burst: burst, AdmissionRate: 100, AdmissionBurst: 100}})
 			require.NoError(t, err)
 			defer s.Close()
 			res := clockResolution(c)
@@ -328,7 +332,7 @@ func TestRealClockRates(t *testing.T) {
 		t.Run(fmt.Sprint(c)+"/Limited", func(t *testing.T) {
 			const slow = 2 // a token every 500 ms: a check right after a drop has time to run
 			s, err := shield.Load(shield.Options{Compat: *compat, TableSize: 1024, Clock: c,
-				Limits: shield.Limits{Rate: slow, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100}})
+				Limits: config.Limits{Rate: slow, Burst: 2, AdmissionRate: 100, AdmissionBurst: 100}})
 			require.NoError(t, err)
 			defer s.Close()
 			f := sim.From("2001:db8::5", sim.TCP).Bytes()

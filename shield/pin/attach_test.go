@@ -10,6 +10,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestAttachRejects: Attach checks the options Load checks (shield's
@@ -17,8 +18,8 @@ import (
 // make not even the pin root.
 func TestAttachRejects(t *testing.T) {
 	testutil.Root(t)
-	good := shield.Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
-	with := func(f func(*shield.Limits)) shield.Limits { l := good; f(&l); return l }
+	good := config.Limits{Rate: 10, Burst: 10, AdmissionRate: 10, AdmissionBurst: 10}
+	with := func(f func(*config.Limits)) config.Limits { l := good; f(&l); return l }
 	const maxRate, maxBurst = 1_000_000_000, 1_000_000_000 // shield's bounds of limits
 	for _, tc := range []struct {
 		name string
@@ -29,12 +30,12 @@ func TestAttachRejects(t *testing.T) {
 		{"table too large", shield.Options{TableSize: shield.MaxTableSize + 1, Limits: good}, []string{"table size 16777217 out of range [4, 16777216]"}},
 		{"table not a power of two", shield.Options{TableSize: 100_000, Limits: good}, []string{"table size 100000 is not a power of two", "65536 or 131072"}},
 		{"table absurd", shield.Options{TableSize: 1<<32 - 1, Limits: good}, []string{"table size 4294967295 out of range"}},
-		{"rate 0", shield.Options{Limits: with(func(l *shield.Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
-		{"burst 0", shield.Options{Limits: with(func(l *shield.Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
-		{"admission rate 0", shield.Options{Limits: with(func(l *shield.Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
-		{"admission burst 0", shield.Options{Limits: with(func(l *shield.Limits) { l.AdmissionBurst = 0 })}, []string{"admission_burst 0 out of range"}},
-		{"rate too high", shield.Options{Limits: with(func(l *shield.Limits) { l.Rate = maxRate + 1 })}, []string{"rate 1000000001 out of range"}},
-		{"every bad field named", shield.Options{Limits: shield.Limits{Rate: 0, Burst: maxBurst + 1, AdmissionRate: 1, AdmissionBurst: 0}},
+		{"rate 0", shield.Options{Limits: with(func(l *config.Limits) { l.Rate = 0 })}, []string{"rate 0 out of range"}},
+		{"burst 0", shield.Options{Limits: with(func(l *config.Limits) { l.Burst = 0 })}, []string{"burst 0 out of range"}},
+		{"admission rate 0", shield.Options{Limits: with(func(l *config.Limits) { l.AdmissionRate = 0 })}, []string{"admission_rate 0 out of range"}},
+		{"admission burst 0", shield.Options{Limits: with(func(l *config.Limits) { l.AdmissionBurst = 0 })}, []string{"admission_burst 0 out of range"}},
+		{"rate too high", shield.Options{Limits: with(func(l *config.Limits) { l.Rate = maxRate + 1 })}, []string{"rate 1000000001 out of range"}},
+		{"every bad field named", shield.Options{Limits: config.Limits{Rate: 0, Burst: maxBurst + 1, AdmissionRate: 1, AdmissionBurst: 0}},
 			[]string{"rate 0", "burst 1000000001", "admission_burst 0"}},
 		{"unknown clock", shield.Options{Clock: 9, Limits: good}, []string{"unknown clock 9"}},
 	} {

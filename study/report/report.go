@@ -11,7 +11,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/e2e/storm"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/study/results"
 )
 
@@ -452,7 +452,7 @@ func defaultsPara(r *results.Results) string {
 	return p
 }
 
-func aggregateNote(l shield.Limits) string {
+func aggregateNote(l config.Limits) string {
 	if len(l.Aggregates) == 0 {
 		return ""
 	}
@@ -463,7 +463,7 @@ func aggregateNote(l shield.Limits) string {
 	return "; aggregate limits (shared by every source, those within their own rate first; the twin: every source alike): " + strings.Join(as, ", ")
 }
 
-func protectedNote(l shield.Limits) string {
+func protectedNote(l config.Limits) string {
 	if len(l.Protected) == 0 {
 		return ""
 	}

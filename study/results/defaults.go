@@ -8,7 +8,8 @@ import (
 	"github.com/xdpshield/xdpshield/e2e"
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/e2e/storm"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // Defaults are the limits the study derives for its service from what a
@@ -60,9 +61,9 @@ func StudyDefaults() Defaults { return Derive(designClientPPS, UDPCapacity, data
 
 // Apply sets d on l: the per-source rate and burst, and the aggregate
 // limit of the datagram service.
-func (d Defaults) Apply(l shield.Limits) shield.Limits {
+func (d Defaults) Apply(l config.Limits) config.Limits {
 	l.Rate, l.Burst = d.Rate, d.Burst
-	l.Aggregates = []shield.Aggregate{{Destination: shield.Destination{Proto: shield.ProtoUDP, Port: storm.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
+	l.Aggregates = []config.Aggregate{{Destination: config.Destination{Proto: counter.ProtoUDP, Port: storm.DatagramPort}, Rate: d.AggRate, Burst: d.AggBurst}}
 	return l
 }
 
@@ -75,4 +76,4 @@ func (d Defaults) String() string {
 // floods protected as in the storm demo (TCP 443, UDP 53, ICMP), and the
 // per-source rate and burst and the datagram service's aggregate limit
 // the study derives for its service (StudyDefaults).
-func Limits() shield.Limits { return StudyDefaults().Apply(e2e.StormLimits(shield.DefaultLimits())) }
+func Limits() config.Limits { return StudyDefaults().Apply(e2e.StormLimits(config.DefaultLimits())) }

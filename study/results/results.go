@@ -12,7 +12,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/e2e/parts"
 	"github.com/xdpshield/xdpshield/probe"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // Results are a whole study, as written to results.json.
@@ -29,7 +29,7 @@ type Results struct {
 	PhaseSeconds float64       `json:"phase_seconds"`
 	DropSeconds  float64       `json:"drop_phase_seconds"`
 	StormRate    uint64        `json:"storm_rate_pps"`
-	Limits       shield.Limits `json:"limits"`
+	Limits       config.Limits `json:"limits"`
 	Defaults     Defaults      `json:"defaults"`          // what Limits were derived from (StudyDefaults)
 	Derived      *Defaults     `json:"derived,omitempty"` // derived again from this run's data
 	LoadStart    string        `json:"loadavg_start"`     // /proc/loadavg: the machine's load when the study began

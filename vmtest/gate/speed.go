@@ -12,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/counter"
+	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
 
@@ -21,61 +24,61 @@ import (
 // copy.
 type speedPath struct {
 	name    string
-	clock   shield.Clock
-	setup   func(s *shield.Shield) (frame []byte, want sim.Action, reason shield.Reason, err error)
+	clock   config.Clock
+	setup   func(s *shield.Shield) (frame []byte, want sim.Action, reason counter.Reason, err error)
 	reprime func(s *shield.Shield) error // between timed runs; nil: stateless
 }
 
 const benchSrc = "198.18.0.1"
 
 var speedPaths = []speedPath{
-	{name: "allow", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
-		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, shield.ReasonAllow, addList(s, shield.AllowList, "198.18.0.0/15")
+	{name: "allow", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Pass, counter.ReasonAllow, addList(s, lists.AllowList, "198.18.0.0/15")
 	}},
-	{name: "ok", clock: shield.ClockJiffies, setup: okSetup(sim.From(benchSrc, sim.UDP))},
-	{name: "ok-ipv6-double-tag", clock: shield.ClockJiffies, setup: okSetup(sim.From("2001:db8::1", sim.TCP, sim.Double...))},
-	{name: "ok-ktime", clock: shield.ClockKtime, setup: okSetup(sim.From(benchSrc, sim.UDP))},
-	{name: "limit-drop", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
-		if err := s.SetLimits(shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
+	{name: "ok", clock: config.ClockJiffies, setup: okSetup(sim.From(benchSrc, sim.UDP))},
+	{name: "ok-ipv6-double-tag", clock: config.ClockJiffies, setup: okSetup(sim.From("2001:db8::1", sim.TCP, sim.Double...))},
+	{name: "ok-ktime", clock: config.ClockKtime, setup: okSetup(sim.From(benchSrc, sim.UDP))},
+	{name: "limit-drop", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		if err := s.SetLimits(config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
 			return nil, 0, 0, err
 		}
 		f := sim.From(benchSrc, sim.UDP).Bytes()
-		return f, sim.Drop, shield.ReasonLimit, drain(s, f)
+		return f, sim.Drop, counter.ReasonLimit, drain(s, f)
 	}, reprime: func(s *shield.Shield) error { return drain(s, sim.From(benchSrc, sim.UDP).Bytes()) }},
-	{name: "deny", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
-		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonDeny, addList(s, shield.DenyList, "198.18.0.0/15")
+	{name: "deny", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonDeny, addList(s, lists.DenyList, "198.18.0.0/15")
 	}},
 	// The frozen virtual clock: a real one lets a stranger in once a second.
-	{name: "admission-drop", clock: shield.ClockVirtual, setup: func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
-		if err := s.SetLimits(shield.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
+	{name: "admission-drop", clock: config.ClockVirtual, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		if err := s.SetLimits(config.Limits{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
 			return nil, 0, 0, err
 		}
 		if err := s.SetTime(1); err != nil {
 			return nil, 0, 0, err
 		}
-		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, shield.ReasonAdmission, drainAdmission(s)
+		return sim.From(benchSrc, sim.UDP).Bytes(), sim.Drop, counter.ReasonAdmission, drainAdmission(s)
 	}},
-	{name: "malformed", clock: shield.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
+	{name: "malformed", clock: config.ClockJiffies, setup: func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
 		f := sim.From(benchSrc, sim.UDP)
-		return f.Bytes()[:f.IPEnd()-1], sim.Pass, shield.ReasonMalformed, nil
+		return f.Bytes()[:f.IPEnd()-1], sim.Pass, counter.ReasonMalformed, nil
 	}},
 }
 
-func okSetup(f sim.Frame) func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
-	return func(s *shield.Shield) ([]byte, sim.Action, shield.Reason, error) {
-		if err := s.SetLimits(shield.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
+func okSetup(f sim.Frame) func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+	return func(s *shield.Shield) ([]byte, sim.Action, counter.Reason, error) {
+		if err := s.SetLimits(config.Limits{Rate: 1e9, Burst: 1e9, AdmissionRate: 1, AdmissionBurst: 1}); err != nil {
 			return nil, 0, 0, err
 		}
 		b := f.Bytes()
 		if _, err := sim.Run(s.Program(), b); err != nil { // established: a table hit from now on
 			return nil, 0, 0, err
 		}
-		return b, sim.Pass, shield.ReasonOK, nil
+		return b, sim.Pass, counter.ReasonOK, nil
 	}
 }
 
-func addList(s *shield.Shield, l shield.List, cidrs ...string) error {
-	ps, err := shield.ParsePrefixes(cidrs)
+func addList(s *shield.Shield, l lists.List, cidrs ...string) error {
+	ps, err := lists.ParsePrefixes(cidrs)
 	if err != nil {
 		return err
 	}
@@ -220,7 +223,7 @@ func (sd *side) time(t timer, frame []byte, repeat int) error {
 }
 
 // load loads a shield for p (from spec when set) and sends frame down p.
-func load(p speedPath, spec *ebpf.CollectionSpec) (*shield.Shield, []byte, sim.Action, shield.Reason, error) {
+func load(p speedPath, spec *ebpf.CollectionSpec) (*shield.Shield, []byte, sim.Action, counter.Reason, error) {
 	s, err := shield.Load(shield.Options{TableSize: 65536, Clock: p.clock, Spec: spec})
 	if err != nil {
 		return nil, nil, 0, 0, err
@@ -314,9 +317,9 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 		return res, err
 	}
 	d := after.Sub(before)
-	v := shield.Pass
+	v := counter.Pass
 	if want == sim.Drop {
-		v = shield.Drop
+		v = counter.Drop
 	}
 	res.OnPath = d.Share(v, reason)
 	res.Rounds = o.Rounds

@@ -1,4 +1,4 @@
-package shield
+package lists
 
 import (
 	"net/netip"
@@ -14,7 +14,7 @@ func TestRegions(t *testing.T) {
 		name     string
 		prefixes []string
 		own      []string
-		v4, v6   []uint32 // regions that must be set
+		v4, v6   []uint32 // Regions that must be set
 		n4, n6   int      // how many are set in all
 	}{
 		{name: "none"},
@@ -36,10 +36,10 @@ func TestRegions(t *testing.T) {
 			for _, s := range tc.own {
 				own = append(own, netip.MustParseAddr(s))
 			}
-			v4, v6 := regions(ps, own)
+			v4, v6 := Regions(ps, own)
 			for _, c := range []struct {
 				fam   string
-				bits  *[regionWords]uint64
+				bits  *[RegionWords]uint64
 				want  []uint32
 				count int
 			}{{"IPv4", &v4, tc.v4, tc.n4}, {"IPv6", &v6, tc.v6, tc.n6}} {
@@ -49,7 +49,7 @@ func TestRegions(t *testing.T) {
 						n++
 					}
 				}
-				assert.EqualValues(t, c.count, n, "regions(%v, %v): %d %s regions set, want %d", tc.prefixes, tc.own, n, c.fam, c.count)
+				assert.EqualValues(t, c.count, n, "regions(%v, %v): %d %s Regions set, want %d", tc.prefixes, tc.own, n, c.fam, c.count)
 				for _, r := range c.want {
 					assert.EqualValues(t, 1, c.bits[r>>6]>>(r&63)&1, "regions(%v, %v): %s region %#04x not set", tc.prefixes, tc.own, c.fam, r)
 				}

@@ -1,4 +1,4 @@
-package shield
+package config
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 func TestParseDestination(t *testing.T) {
@@ -16,11 +18,11 @@ func TestParseDestination(t *testing.T) {
 		want    Destination
 		wantErr string
 	}{
-		{in: "tcp/443", want: Destination{Proto: ProtoTCP, Port: 443}},
-		{in: "udp/53", want: Destination{Proto: ProtoUDP, Port: 53}},
-		{in: "icmp", want: Destination{Proto: ProtoICMP}},
-		{in: "udp/198.18.0.1:53", want: Destination{Proto: ProtoUDP, Port: 53, Addr: netip.MustParseAddr("198.18.0.1")}},
-		{in: "tcp/[2001:db8::1]:443", want: Destination{Proto: ProtoTCP, Port: 443, Addr: netip.MustParseAddr("2001:db8::1")}},
+		{in: "tcp/443", want: Destination{Proto: counter.ProtoTCP, Port: 443}},
+		{in: "udp/53", want: Destination{Proto: counter.ProtoUDP, Port: 53}},
+		{in: "icmp", want: Destination{Proto: counter.ProtoICMP}},
+		{in: "udp/198.18.0.1:53", want: Destination{Proto: counter.ProtoUDP, Port: 53, Addr: netip.MustParseAddr("198.18.0.1")}},
+		{in: "tcp/[2001:db8::1]:443", want: Destination{Proto: counter.ProtoTCP, Port: 443, Addr: netip.MustParseAddr("2001:db8::1")}},
 		{in: "tcp/0", wantErr: "port 0"},
 		{in: "tcp/65536", wantErr: "bad port"},
 		{in: "sctp/9", wantErr: "unknown protocol"},
@@ -67,15 +69,15 @@ admission_burst = 400
 	require.NoError(t, json.Unmarshal(b, &fromJSON))
 	assert.True(t, l.Equal(fromJSON), "JSON round trip: %s", b)
 
-	cfg := l.withDefaults().config(0, ClockKtime, nil)
+	cfg := l.WithDefaults().Config(0, ClockKtime, nil)
 	var addr []Destination
 	for _, d := range l.Protected {
 		if d.Addr.IsValid() {
 			addr = append(addr, d)
 		}
 	}
-	back := limitsOf(cfg, addr)
-	assert.Equal(t, l.withDefaults(), back, "limitsOf(config())")
+	back := LimitsOf(cfg, addr)
+	assert.Equal(t, l.WithDefaults(), back, "LimitsOf(config())")
 	assert.Equal(t, uint8(32), back.KeyPrefix4, "default key_prefix4")
 }
 
@@ -85,7 +87,7 @@ func TestLimitsValidateWrapsErrInvalid(t *testing.T) {
 		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, KeyPrefix4: 33},
 		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, KeyPrefix6: 129},
 		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, Unprotected: ClassLimits{Rate: 1}},
-		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, Protected: []Destination{{Proto: ProtoOther, Port: 1}}},
+		{Rate: 1, Burst: 1, AdmissionRate: 1, AdmissionBurst: 1, Protected: []Destination{{Proto: counter.ProtoOther, Port: 1}}},
 	} {
 		err := bad.Validate()
 		assert.ErrorIs(t, err, ErrInvalid, "Limits(%+v).Validate() = %v, want an error wrapping ErrInvalid", bad, err)
@@ -120,8 +122,8 @@ burst = 100
 	require.NoError(t, err, "toml.Decode")
 	l := fromTOML.Limits
 	require.NoError(t, l.Validate())
-	udp53 := Destination{Proto: ProtoUDP, Port: 53}
-	require.Equal(t, []Aggregate{{udp53, 10000, 20000}, {Destination{Proto: ProtoICMP}, 100, 100}}, l.Aggregates)
+	udp53 := Destination{Proto: counter.ProtoUDP, Port: 53}
+	require.Equal(t, []Aggregate{{udp53, 10000, 20000}, {Destination{Proto: counter.ProtoICMP}, 100, 100}}, l.Aggregates)
 	a, err := ParseAggregate("udp/53=10000/20000")
 	require.NoError(t, err)
 	assert.Equal(t, l.Aggregates[0], a, "ParseAggregate")
@@ -131,19 +133,19 @@ burst = 100
 		assert.Error(t, err, "ParseAggregate(%q)", bad)
 	}
 
-	tooMany := make([]Aggregate, maxAggregates+1)
+	tooMany := make([]Aggregate, MaxAggregates+1)
 	for i := range tooMany {
-		tooMany[i] = Aggregate{Destination{Proto: ProtoUDP, Port: uint16(i + 1)}, 1, 1}
+		tooMany[i] = Aggregate{Destination{Proto: counter.ProtoUDP, Port: uint16(i + 1)}, 1, 1}
 	}
 	for _, tc := range []struct {
 		aggs []Aggregate
 		want string
 	}{
-		{[]Aggregate{{Destination{Proto: ProtoUDP, Port: 54}, 1, 1}}, "udp/54: not a protected destination"},
-		{[]Aggregate{{Destination{Proto: ProtoUDP, Port: 53, Addr: netip.MustParseAddr("198.18.0.1")}, 1, 1}}, "holds on every address"},
+		{[]Aggregate{{Destination{Proto: counter.ProtoUDP, Port: 54}, 1, 1}}, "udp/54: not a protected destination"},
+		{[]Aggregate{{Destination{Proto: counter.ProtoUDP, Port: 53, Addr: netip.MustParseAddr("198.18.0.1")}, 1, 1}}, "holds on every address"},
 		{[]Aggregate{{udp53, 1, 1}, {udp53, 2, 2}}, "udp/53: named twice"},
 		{[]Aggregate{{udp53, 0, 1}}, "rate 0 out of range"},
-		{[]Aggregate{{udp53, 1, maxBurst + 1}}, "burst 1000000001 out of range"},
+		{[]Aggregate{{udp53, 1, MaxBurst + 1}}, "burst 1000000001 out of range"},
 		{tooMany, "aggregates: 65; the limit is 64"},
 	} {
 		bad := l

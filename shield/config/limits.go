@@ -1,4 +1,4 @@
-package shield
+package config
 
 import (
 	"cmp"
@@ -11,23 +11,24 @@ import (
 	"strings"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/counter"
 )
 
 // token is the credit one packet costs: TOKEN in bpf/shield.c. It stays
 // untyped (it meets int64 credit and uint64 limits); the array lengths
 // below fail the build when it and the generated TOKEN differ.
-const token = 1_000_000_000
+const Token = 1_000_000_000
 
 var (
-	_ [token - uint64(bpf.ShieldCreditTOKEN)]struct{}
-	_ [uint64(bpf.ShieldCreditTOKEN) - token]struct{}
+	_ [Token - uint64(bpf.ShieldCreditTOKEN)]struct{}
+	_ [uint64(bpf.ShieldCreditTOKEN) - Token]struct{}
 )
 
 // maxRate and maxBurst bound limits so that credit arithmetic in the program
 // (burst * token, elapsed * rate) cannot overflow a signed 64-bit value.
 const (
-	maxRate  = 1_000_000_000
-	maxBurst = 1_000_000_000
+	MaxRate  = 1_000_000_000
+	MaxBurst = 1_000_000_000
 )
 
 // Default key prefix lengths: an IPv4 source is one address; an IPv6
@@ -40,7 +41,7 @@ const (
 
 // maxProtectedDsts is MAX_PROTECTED_DSTS in bpf/shield.c: destinations
 // protected on one address.
-const maxProtectedDsts = int(bpf.ShieldDstCapacityMAX_PROTECTED_DSTS)
+const MaxProtectedDsts = int(bpf.ShieldDstCapacityMAX_PROTECTED_DSTS)
 
 // Limits is the shield's configuration of the data path; it changes without
 // a reload. It is the one type that carries these settings from the
@@ -117,7 +118,7 @@ func ParseAggregate(s string) (Aggregate, error) {
 
 // maxAggregates is MAX_AGGREGATES in bpf/shield.c (the aggregates map's
 // size; TestContract holds them together).
-const maxAggregates = 64
+const MaxAggregates = 64
 
 // ClassLimits are the limits of one traffic class.
 type ClassLimits struct {
@@ -134,9 +135,9 @@ type ClassLimits struct {
 func DefaultLimits() Limits {
 	return Limits{Rate: 1000, Burst: 2000, AdmissionRate: 10000, AdmissionBurst: 10000,
 		Protected: []Destination{
-			{Proto: ProtoTCP, Port: 80},
-			{Proto: ProtoTCP, Port: 443},
-			{Proto: ProtoUDP, Port: 443},
+			{Proto: counter.ProtoTCP, Port: 80},
+			{Proto: counter.ProtoTCP, Port: 443},
+			{Proto: counter.ProtoUDP, Port: 443},
 		},
 		Unprotected: DefaultUnprotected(),
 		KeyPrefix4:  DefaultKeyPrefix4, KeyPrefix6: DefaultKeyPrefix6,
@@ -153,7 +154,7 @@ func DefaultUnprotected() ClassLimits {
 // withDefaults fills the fields whose zero means a default, and puts
 // Protected in its canonical order (sorted, without duplicates), so that
 // what Limits returns compares equal to what was set.
-func (l Limits) withDefaults() Limits {
+func (l Limits) WithDefaults() Limits {
 	if l.Unprotected == (ClassLimits{}) {
 		l.Unprotected = DefaultUnprotected()
 	}
@@ -181,7 +182,7 @@ func (l Limits) IsZero() bool { return reflect.ValueOf(l).IsZero() }
 
 // Equal reports whether l and o configure the same thing.
 func (l Limits) Equal(o Limits) bool {
-	l, o = l.withDefaults(), o.withDefaults()
+	l, o = l.WithDefaults(), o.WithDefaults()
 	if !slices.Equal(l.Protected, o.Protected) {
 		return false
 	}
@@ -197,15 +198,15 @@ func (l Limits) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d out of range [1, %d]", name, v, max))
 		}
 	}
-	check("rate", l.Rate, maxRate)
-	check("burst", l.Burst, maxBurst)
-	check("admission_rate", l.AdmissionRate, maxRate)
-	check("admission_burst", l.AdmissionBurst, maxBurst)
+	check("rate", l.Rate, MaxRate)
+	check("burst", l.Burst, MaxBurst)
+	check("admission_rate", l.AdmissionRate, MaxRate)
+	check("admission_burst", l.AdmissionBurst, MaxBurst)
 	if u := l.Unprotected; u != (ClassLimits{}) {
-		check("unprotected.rate", u.Rate, maxRate)
-		check("unprotected.burst", u.Burst, maxBurst)
-		check("unprotected.admission_rate", u.AdmissionRate, maxRate)
-		check("unprotected.admission_burst", u.AdmissionBurst, maxBurst)
+		check("unprotected.rate", u.Rate, MaxRate)
+		check("unprotected.burst", u.Burst, MaxBurst)
+		check("unprotected.admission_rate", u.AdmissionRate, MaxRate)
+		check("unprotected.admission_burst", u.AdmissionBurst, MaxBurst)
 	}
 	if l.KeyPrefix4 > 32 {
 		errs = append(errs, fmt.Errorf("key_prefix4 %d out of range [1, 32] (0: %d)", l.KeyPrefix4, DefaultKeyPrefix4))
@@ -222,8 +223,8 @@ func (l Limits) Validate() error {
 			addrs++
 		}
 	}
-	if addrs > maxProtectedDsts {
-		errs = append(errs, fmt.Errorf("protected: %d destinations with an address; the limit is %d", addrs, maxProtectedDsts))
+	if addrs > MaxProtectedDsts {
+		errs = append(errs, fmt.Errorf("protected: %d destinations with an address; the limit is %d", addrs, MaxProtectedDsts))
 	}
 	errs = append(errs, l.validateAggregates()...)
 	if len(errs) > 0 {
@@ -236,8 +237,8 @@ func (l Limits) Validate() error {
 // with no address, named once, with a rate and burst in range.
 func (l Limits) validateAggregates() []error {
 	var errs []error
-	if len(l.Aggregates) > maxAggregates {
-		errs = append(errs, fmt.Errorf("aggregates: %d; the limit is %d", len(l.Aggregates), maxAggregates))
+	if len(l.Aggregates) > MaxAggregates {
+		errs = append(errs, fmt.Errorf("aggregates: %d; the limit is %d", len(l.Aggregates), MaxAggregates))
 	}
 	seen := map[Destination]bool{}
 	for _, a := range l.Aggregates {
@@ -257,37 +258,37 @@ func (l Limits) validateAggregates() []error {
 		if len(l.Protected) > 0 && !slices.Contains(l.Protected, d) {
 			errs = append(errs, fmt.Errorf("%s: not a protected destination (only protected traffic is held to an aggregate limit)", name))
 		}
-		if a.Rate == 0 || a.Rate > maxRate {
-			errs = append(errs, fmt.Errorf("%s: rate %d out of range [1, %d]", name, a.Rate, maxRate))
+		if a.Rate == 0 || a.Rate > MaxRate {
+			errs = append(errs, fmt.Errorf("%s: rate %d out of range [1, %d]", name, a.Rate, MaxRate))
 		}
-		if a.Burst == 0 || a.Burst > maxBurst {
-			errs = append(errs, fmt.Errorf("%s: burst %d out of range [1, %d]", name, a.Burst, maxBurst))
+		if a.Burst == 0 || a.Burst > MaxBurst {
+			errs = append(errs, fmt.Errorf("%s: burst %d out of range [1, %d]", name, a.Burst, MaxBurst))
 		}
 	}
 	return errs
 }
 
 // aggKey is the destination's key in the aggregates map.
-func (a Aggregate) aggKey() bpf.ShieldAggKey {
+func (a Aggregate) AggKey() bpf.ShieldAggKey {
 	k := bpf.ShieldAggKey{Proto: uint8(a.Destination.Proto)}
-	if a.Destination.Proto != ProtoICMP {
+	if a.Destination.Proto != counter.ProtoICMP {
 		k.Port = a.Destination.Port<<8 | a.Destination.Port>>8 // network order
 	}
 	return k
 }
 
-// value is the aggregate's entry in the aggregates map: a full bucket
+// Value is the aggregate's entry in the aggregates map: a full bucket
 // (last_ns 0: the first refill fills it), the limit, and the reserve a
 // stranger leaves: half the burst.
-func (a Aggregate) value() bpf.ShieldAggregate {
-	lim := bucketLimit(a.Rate, a.Burst)
-	return bpf.ShieldAggregate{Bucket: bpf.ShieldBucket{Credit: int64(lim.Cap)}, Limit: lim, Reserve: int64(a.Burst / 2 * token)}
+func (a Aggregate) Value() bpf.ShieldAggregate {
+	lim := BucketLimit(a.Rate, a.Burst)
+	return bpf.ShieldAggregate{Bucket: bpf.ShieldBucket{Credit: int64(lim.Cap)}, Limit: lim, Reserve: int64(a.Burst / 2 * Token)}
 }
 
 // checkTick refuses limits a clock that advances once per tick of tickNs
 // cannot honour: a bucket is refilled once per tick, by at most its burst,
 // so a burst under ceil(rate / HZ) caps the rate at burst x HZ.
-func (l Limits) checkTick(clock Clock, tickNs uint64) error {
+func (l Limits) CheckTick(clock Clock, tickNs uint64) error {
 	if tickNs == 0 {
 		return nil
 	}
@@ -303,7 +304,7 @@ func (l Limits) checkTick(clock Clock, tickNs uint64) error {
 	}
 	check("", l.Rate, l.Burst)
 	check("admission_", l.AdmissionRate, l.AdmissionBurst)
-	u := l.withDefaults().Unprotected
+	u := l.WithDefaults().Unprotected
 	check("unprotected.", u.Rate, u.Burst)
 	check("unprotected.admission_", u.AdmissionRate, u.AdmissionBurst)
 	for _, a := range l.Aggregates {
@@ -315,8 +316,8 @@ func (l Limits) checkTick(clock Clock, tickNs uint64) error {
 	return nil
 }
 
-func bucketLimit(rate, burst uint64) bpf.ShieldLimit {
-	c := burst * token
+func BucketLimit(rate, burst uint64) bpf.ShieldLimit {
+	c := burst * Token
 	return bpf.ShieldLimit{Rate: rate, Cap: c, FillNs: (c + rate - 1) / rate}
 }
 
@@ -324,81 +325,81 @@ func bucketLimit(rate, burst uint64) bpf.ShieldLimit {
 // byte is no flag: it records the clock the state was written with
 // (clockShift).
 const (
-	flagDryRun      = uint32(bpf.ShieldConfigFlagCONFIG_DRY_RUN)
-	flagAllow4      = uint32(bpf.ShieldConfigFlagCONFIG_ALLOW4)
-	flagAllow6      = uint32(bpf.ShieldConfigFlagCONFIG_ALLOW6)
-	flagDeny4       = uint32(bpf.ShieldConfigFlagCONFIG_DENY4)
-	flagDeny6       = uint32(bpf.ShieldConfigFlagCONFIG_DENY6)
-	flagOwn4        = uint32(bpf.ShieldConfigFlagCONFIG_OWN4)
-	flagOwn6        = uint32(bpf.ShieldConfigFlagCONFIG_OWN6)
-	flagProtect     = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT)
-	flagProtectICMP = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ICMP)
-	flagProtectAddr = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ADDR)
-	flagAggregate   = uint32(bpf.ShieldConfigFlagCONFIG_AGGREGATE)
-	flagListsB      = uint32(bpf.ShieldConfigFlagCONFIG_LISTS_B)
+	FlagDryRun      = uint32(bpf.ShieldConfigFlagCONFIG_DRY_RUN)
+	FlagAllow4      = uint32(bpf.ShieldConfigFlagCONFIG_ALLOW4)
+	FlagAllow6      = uint32(bpf.ShieldConfigFlagCONFIG_ALLOW6)
+	FlagDeny4       = uint32(bpf.ShieldConfigFlagCONFIG_DENY4)
+	FlagDeny6       = uint32(bpf.ShieldConfigFlagCONFIG_DENY6)
+	FlagOwn4        = uint32(bpf.ShieldConfigFlagCONFIG_OWN4)
+	FlagOwn6        = uint32(bpf.ShieldConfigFlagCONFIG_OWN6)
+	FlagProtect     = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT)
+	FlagProtectICMP = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ICMP)
+	FlagProtectAddr = uint32(bpf.ShieldConfigFlagCONFIG_PROTECT_ADDR)
+	FlagAggregate   = uint32(bpf.ShieldConfigFlagCONFIG_AGGREGATE)
+	FlagListsB      = uint32(bpf.ShieldConfigFlagCONFIG_LISTS_B)
 
-	// listFlagsMask are the flags that follow the lists' contents, and
+	// ListFlagsMask are the flags that follow the lists' contents, and
 	// the verdict generation in force.
-	listFlagsMask = flagAllow4 | flagAllow6 | flagDeny4 | flagDeny6 | flagOwn4 | flagOwn6 | flagListsB
+	ListFlagsMask = FlagAllow4 | FlagAllow6 | FlagDeny4 | FlagDeny6 | FlagOwn4 | FlagOwn6 | FlagListsB
 )
 
 // clockShift places the clock + 1 in the top byte of the config flags
 // (CONFIG_CLOCK_SHIFT: the program reads none of those bits): the clock is
 // part of the pinned state (0: not recorded).
-const clockShift = uint32(bpf.ShieldConfigFlagCONFIG_CLOCK_SHIFT)
+const ClockShift = uint32(bpf.ShieldConfigFlagCONFIG_CLOCK_SHIFT)
 
 // portWords is PORT_WORDS, the length of the config's port bitmaps.
 const portWords = len(bpf.ShieldConfig{}.TcpPorts)
 
 // config builds what the program reads: l (with its defaults filled), the
 // list flags, the clock and the own addresses compared inline (at most
-// ownInline per family).
-func (l Limits) config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldConfig {
+// OwnInline per family).
+func (l Limits) Config(lists uint32, clock Clock, own []netip.Addr) bpf.ShieldConfig {
 	cfg := bpf.ShieldConfig{
-		Source:               bucketLimit(l.Rate, l.Burst),
-		Admission:            bucketLimit(l.AdmissionRate, l.AdmissionBurst),
-		Unprotected:          bucketLimit(l.Unprotected.Rate, l.Unprotected.Burst),
-		UnprotectedAdmission: bucketLimit(l.Unprotected.AdmissionRate, l.Unprotected.AdmissionBurst),
-		Flags:                lists&listFlagsMask | (uint32(clock)+1)<<clockShift,
+		Source:               BucketLimit(l.Rate, l.Burst),
+		Admission:            BucketLimit(l.AdmissionRate, l.AdmissionBurst),
+		Unprotected:          BucketLimit(l.Unprotected.Rate, l.Unprotected.Burst),
+		UnprotectedAdmission: BucketLimit(l.Unprotected.AdmissionRate, l.Unprotected.AdmissionBurst),
+		Flags:                lists&ListFlagsMask | (uint32(clock)+1)<<ClockShift,
 	}
 	mask4 := prefixMask(4, int(l.KeyPrefix4))
 	mask6 := prefixMask(16, int(l.KeyPrefix6))
 	cfg.Mask4 = le32(mask4)
 	cfg.Mask6[0], cfg.Mask6[1] = le64(mask6[:8]), le64(mask6[8:])
 	for _, a := range own {
-		if a.Is4() && int(cfg.Own4N) < ownInline {
+		if a.Is4() && int(cfg.Own4N) < OwnInline {
 			b := a.As4()
 			cfg.Own4[cfg.Own4N] = le32(b[:])
 			cfg.Own4N++
-		} else if !a.Is4() && int(cfg.Own6N) < ownInline {
+		} else if !a.Is4() && int(cfg.Own6N) < OwnInline {
 			b := a.As16()
 			cfg.Own6[cfg.Own6N] = [2]uint64{le64(b[:8]), le64(b[8:])}
 			cfg.Own6N++
 		}
 	}
 	if l.DryRun {
-		cfg.Flags |= flagDryRun
+		cfg.Flags |= FlagDryRun
 	}
 	if len(l.Protected) > 0 {
-		cfg.Flags |= flagProtect
+		cfg.Flags |= FlagProtect
 	}
 	if len(l.Aggregates) > 0 {
-		cfg.Flags |= flagAggregate
+		cfg.Flags |= FlagAggregate
 	}
 	for _, d := range l.Protected {
 		var words *[portWords]uint64
 		switch {
-		case d.Proto == ProtoICMP:
-			cfg.Flags |= flagProtectICMP
+		case d.Proto == counter.ProtoICMP:
+			cfg.Flags |= FlagProtectICMP
 			continue
-		case d.Proto == ProtoTCP && d.Addr.IsValid():
+		case d.Proto == counter.ProtoTCP && d.Addr.IsValid():
 			words = &cfg.TcpAddrPorts
-			cfg.Flags |= flagProtectAddr
-		case d.Proto == ProtoTCP:
+			cfg.Flags |= FlagProtectAddr
+		case d.Proto == counter.ProtoTCP:
 			words = &cfg.TcpPorts
 		case d.Addr.IsValid():
 			words = &cfg.UdpAddrPorts
-			cfg.Flags |= flagProtectAddr
+			cfg.Flags |= FlagProtectAddr
 		default:
 			words = &cfg.UdpPorts
 		}
@@ -441,15 +442,15 @@ func bitsOf(m uint64, n int) int {
 
 // limitsOf reads back what config wrote; dsts are the address-specific
 // protected destinations, from protected_dsts.
-func limitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
+func LimitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
 	l := Limits{
 		Rate:           cfg.Source.Rate,
-		Burst:          cfg.Source.Cap / token,
+		Burst:          cfg.Source.Cap / Token,
 		AdmissionRate:  cfg.Admission.Rate,
-		AdmissionBurst: cfg.Admission.Cap / token,
-		DryRun:         cfg.Flags&flagDryRun != 0,
-		Unprotected: ClassLimits{Rate: cfg.Unprotected.Rate, Burst: cfg.Unprotected.Cap / token,
-			AdmissionRate: cfg.UnprotectedAdmission.Rate, AdmissionBurst: cfg.UnprotectedAdmission.Cap / token},
+		AdmissionBurst: cfg.Admission.Cap / Token,
+		DryRun:         cfg.Flags&FlagDryRun != 0,
+		Unprotected: ClassLimits{Rate: cfg.Unprotected.Rate, Burst: cfg.Unprotected.Cap / Token,
+			AdmissionRate: cfg.UnprotectedAdmission.Rate, AdmissionBurst: cfg.UnprotectedAdmission.Cap / Token},
 		KeyPrefix4: uint8(bitsOf(uint64(cfg.Mask4), 4)),
 	}
 	hi := bitsOf(cfg.Mask6[1], 8)
@@ -457,13 +458,13 @@ func limitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
 	if l.KeyPrefix6 == 64 {
 		l.KeyPrefix6 += uint8(hi)
 	}
-	if cfg.Flags&flagProtectICMP != 0 {
-		l.Protected = append(l.Protected, Destination{Proto: ProtoICMP})
+	if cfg.Flags&FlagProtectICMP != 0 {
+		l.Protected = append(l.Protected, Destination{Proto: counter.ProtoICMP})
 	}
 	for _, pw := range []struct {
-		p Proto
+		p counter.Proto
 		w *[portWords]uint64
-	}{{ProtoTCP, &cfg.TcpPorts}, {ProtoUDP, &cfg.UdpPorts}} {
+	}{{counter.ProtoTCP, &cfg.TcpPorts}, {counter.ProtoUDP, &cfg.UdpPorts}} {
 		for i, w := range pw.w {
 			for b := range 64 {
 				if w&(1<<b) != 0 {
@@ -473,14 +474,14 @@ func limitsOf(cfg bpf.ShieldConfig, dsts []Destination) Limits {
 		}
 	}
 	l.Protected = append(l.Protected, dsts...)
-	return l.withDefaults()
+	return l.WithDefaults()
 }
 
 // Destination is a protected destination: a protocol (tcp, udp or icmp),
 // a port (tcp and udp), and optionally one address. Written "tcp/443",
 // "udp/198.18.0.1:53", "tcp/[2001:db8::1]:443" or "icmp".
 type Destination struct {
-	Proto Proto
+	Proto counter.Proto
 	Port  uint16
 	Addr  netip.Addr // the zero Addr: every address
 }
@@ -489,16 +490,16 @@ type Destination struct {
 func ParseDestination(s string) (Destination, error) {
 	var d Destination
 	if s == "icmp" {
-		return Destination{Proto: ProtoICMP}, nil
+		return Destination{Proto: counter.ProtoICMP}, nil
 	}
 	proto, rest, ok := strings.Cut(s, "/")
 	switch {
 	case !ok:
 		return d, fmt.Errorf("%q: want tcp/PORT, udp/PORT, tcp/ADDR:PORT, udp/ADDR:PORT or icmp", s)
 	case proto == "tcp":
-		d.Proto = ProtoTCP
+		d.Proto = counter.ProtoTCP
 	case proto == "udp":
-		d.Proto = ProtoUDP
+		d.Proto = counter.ProtoUDP
 	default:
 		return d, fmt.Errorf("%q: unknown protocol %q (want tcp, udp or icmp)", s, proto)
 	}
@@ -519,11 +520,11 @@ func ParseDestination(s string) (Destination, error) {
 
 func (d Destination) validate() error {
 	switch d.Proto {
-	case ProtoICMP:
+	case counter.ProtoICMP:
 		if d.Port != 0 || d.Addr.IsValid() {
 			return fmt.Errorf("%s: icmp takes no port nor address", d)
 		}
-	case ProtoTCP, ProtoUDP:
+	case counter.ProtoTCP, counter.ProtoUDP:
 		if d.Port == 0 {
 			return fmt.Errorf("%s: port 0", d)
 		}
@@ -537,7 +538,7 @@ func (d Destination) validate() error {
 }
 
 func (d Destination) String() string {
-	if d.Proto == ProtoICMP {
+	if d.Proto == counter.ProtoICMP {
 		return "icmp"
 	}
 	if d.Addr.IsValid() {
@@ -570,32 +571,13 @@ func (d Destination) compare(o Destination) int {
 }
 
 // dstKey is d's key in protected_dsts.
-func (d Destination) dstKey() bpf.ShieldDstKey {
+func (d Destination) DstKey() bpf.ShieldDstKey {
 	// As16 maps an IPv4 address as ::ffff:a.b.c.d, as the program does.
 	k := bpf.ShieldDstKey{Addr: d.Addr.As16(), Proto: uint8(d.Proto)}
 	k.Port = d.Port<<8 | d.Port>>8 // network order, as the program reads it
 	return k
 }
 
-// CheckLimits is the one check of limits for a clock, the same Load makes
-// before anything is created: Validate, and on the jiffies clock a burst
-// the clock's tick can refill (the tick measured through clock_probe,
-// which needs CAP_BPF; when it cannot be measured, the coarsest tick Linux
-// offers, HZ=100, so that a check never passes what Load refuses).
-// `shield serve -check` and serve both go through it (issue 23, finding 9).
-func CheckLimits(l Limits, c Clock) error {
-	if err := l.Validate(); err != nil {
-		return err
-	}
-	if c != ClockJiffies {
-		return nil
-	}
-	ns, err := jiffyLength()
-	if err != nil {
-		if terr := l.checkTick(c, 1_000_000_000/100); terr != nil {
-			return fmt.Errorf("%w (the tick could not be measured, %v: checked at HZ=100, the coarsest)", terr, err)
-		}
-		return nil
-	}
-	return l.checkTick(c, ns)
-}
+// OwnInline is OWN_INLINE in bpf/shield.c: the config's inline own
+// addresses per family.
+const OwnInline = len(bpf.ShieldConfig{}.Own4)
