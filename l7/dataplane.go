@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -116,69 +115,5 @@ func loadObjs(log *slog.Logger, passRedirect, relay bool) (objs bpf.L7Objects, l
 // resetObjs puts objs' maps back as a load leaves them: hashes and
 // sockhashes emptied, arrays zeroed. Its variables are all constants.
 func resetObjs(objs *bpf.L7Objects) error {
-	var errs []error
-	maps := reflect.ValueOf(&objs.L7Maps).Elem()
-	for i := range maps.NumField() {
-		m, ok := maps.Field(i).Interface().(*ebpf.Map)
-		if !ok || m == nil {
-			continue
-		}
-		if err := clearMap(m); err != nil {
-			errs = append(errs, fmt.Errorf("clear %s: %w", maps.Type().Field(i).Name, err))
-		}
-	}
-	vars := reflect.ValueOf(&objs.L7Variables).Elem()
-	for i := range vars.NumField() {
-		v, ok := vars.Field(i).Interface().(*ebpf.Variable)
-		if !ok || v == nil || v.ReadOnly() {
-			continue
-		}
-		if err := v.Set(make([]byte, v.Size())); err != nil {
-			errs = append(errs, fmt.Errorf("zero %s: %w", vars.Type().Field(i).Name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// clearMap zeroes an array's values and deletes every key of a hash or
-// sockhash.
-func clearMap(m *ebpf.Map) error {
-	switch m.Type() {
-	case ebpf.Array, ebpf.PerCPUArray:
-		var zero any = make([]byte, m.ValueSize())
-		if m.Type() == ebpf.PerCPUArray {
-			n, err := ebpf.PossibleCPU()
-			if err != nil {
-				return err
-			}
-			per := make([][]byte, n)
-			for i := range per {
-				per[i] = make([]byte, m.ValueSize())
-			}
-			zero = per
-		}
-		for i := range m.MaxEntries() {
-			if err := m.Put(i, zero); err != nil {
-				return err
-			}
-		}
-	case ebpf.Hash, ebpf.SockHash:
-		var keys [][]byte
-		var k []byte
-		var err error
-		for k, err = m.NextKeyBytes(nil); err == nil && k != nil; k, err = m.NextKeyBytes(k) {
-			keys = append(keys, k)
-		}
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return err
-			}
-		}
-	default:
-		return fmt.Errorf("map type %v: no reset", m.Type())
-	}
-	return nil
+	return bpf.Clear(&objs.L7Maps, &objs.L7Variables)
 }

@@ -1,13 +1,9 @@
 package shield
 
 import (
-	"errors"
 	"fmt"
-	"reflect"
 
-	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
-
+	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 )
 
@@ -68,80 +64,5 @@ func (s *Shield) Reset(l config.Limits) error {
 // perf buffer and the rules' hit counters (see Reset), and zeroes its
 // writable variables.
 func (s *Shield) clearMaps() error {
-	var errs []error
-	maps := reflect.ValueOf(&s.objs.ShieldMaps).Elem()
-	for i := range maps.NumField() {
-		m, ok := maps.Field(i).Interface().(*ebpf.Map)
-		if !ok || m == nil || m == s.objs.RuleHits {
-			continue
-		}
-		if err := clearMap(m); err != nil {
-			errs = append(errs, fmt.Errorf("clear %s: %w", maps.Type().Field(i).Name, err))
-		}
-	}
-	vars := reflect.ValueOf(&s.objs.ShieldVariables).Elem()
-	for i := range vars.NumField() {
-		v, ok := vars.Field(i).Interface().(*ebpf.Variable)
-		if !ok || v == nil || v.ReadOnly() {
-			continue
-		}
-		if err := v.Set(make([]byte, v.Size())); err != nil {
-			errs = append(errs, fmt.Errorf("zero %s: %w", vars.Type().Field(i).Name, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// clearMap zeroes an array's values (through a mapping when the array is
-// BPF_F_MMAPABLE: the sources table and the presence filter are MiBs)
-// and deletes every key of a hash, trie or program array.
-func clearMap(m *ebpf.Map) error {
-	switch m.Type() {
-	case ebpf.Array:
-		if m.Flags()&unix.BPF_F_MMAPABLE != 0 {
-			size := int(m.MaxEntries()) * int((m.ValueSize()+7)&^7)
-			b, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-			if err != nil {
-				return fmt.Errorf("map: %w", err)
-			}
-			clear(b)
-			return unix.Munmap(b)
-		}
-		zero := make([]byte, m.ValueSize())
-		for i := range m.MaxEntries() {
-			if err := m.Put(i, zero); err != nil {
-				return err
-			}
-		}
-	case ebpf.PerCPUArray:
-		n, err := ebpf.PossibleCPU()
-		if err != nil {
-			return err
-		}
-		zero := make([][]byte, n)
-		for i := range zero {
-			zero[i] = make([]byte, m.ValueSize())
-		}
-		for i := range m.MaxEntries() {
-			if err := m.Put(i, zero); err != nil {
-				return err
-			}
-		}
-	case ebpf.Hash, ebpf.LPMTrie, ebpf.ProgramArray:
-		var keys [][]byte
-		var k []byte
-		var err error
-		for k, err = m.NextKeyBytes(nil); err == nil && k != nil; k, err = m.NextKeyBytes(k) {
-			keys = append(keys, k)
-		}
-		if err != nil {
-			return err
-		}
-		for _, k := range keys {
-			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-				return err
-			}
-		}
-	}
-	return nil
+	return bpf.Clear(&s.objs.ShieldMaps, &s.objs.ShieldVariables, s.objs.RuleHits, s.objs.Captured, s.objs.ConfigMap)
 }
