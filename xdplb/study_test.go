@@ -43,9 +43,7 @@ func BenchmarkNamespacesRTT(b *testing.B) {
 			f := dial(b, l.client, "tcp", p.addr)
 			r := bufio.NewReader(f.c)
 			for i := 0; i < b.N; i++ {
-				if err := ask(f.c, r); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, ask(f.c, r))
 			}
 		})
 		b.Run(p.name+"/connect", func(b *testing.B) {
@@ -55,9 +53,7 @@ func BenchmarkNamespacesRTT(b *testing.B) {
 					c, err = net.DialTimeout("tcp", p.addr, nsWait)
 					return err
 				}))
-				if err := ask(c, bufio.NewReader(c)); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, ask(c, bufio.NewReader(c)))
 				c.Close()
 			}
 		})
