@@ -59,6 +59,15 @@ type Stat struct {
 	N      int     `json:"n"`
 }
 
+// StatBy is StatOf of f over samples: one figure of each run.
+func StatBy[S any](samples []S, f func(S) float64) Stat {
+	xs := make([]float64, 0, len(samples))
+	for _, s := range samples {
+		xs = append(xs, f(s))
+	}
+	return StatOf(xs)
+}
+
 // StatOf is the median and range of xs; missing figures (NaN) are left
 // out, and N counts the rest.
 func StatOf(xs []float64) Stat {
@@ -341,13 +350,7 @@ func (r *Results) Finish() {
 	r.Seconds = time.Since(r.Started).Seconds()
 	r.LoadEnd = LoadAvg()
 	for _, l := range r.Legit {
-		col := func(f func(Sample) float64) Stat {
-			var xs []float64
-			for _, s := range l.Samples {
-				xs = append(xs, f(s))
-			}
-			return StatOf(xs)
-		}
+		col := func(f func(Sample) float64) Stat { return StatBy(l.Samples, f) }
 		l.RPS = col(func(s Sample) float64 { return s.RPS })
 		l.KAP50 = col(func(s Sample) float64 { return float64(s.KAP50) })
 		l.KAP99 = col(func(s Sample) float64 { return float64(s.KAP99) })
@@ -376,13 +379,7 @@ func (r *Results) Finish() {
 		}
 	}
 	for _, d := range r.Drop {
-		col := func(f func(DropSample) float64) Stat {
-			var xs []float64
-			for _, s := range d.Samples {
-				xs = append(xs, f(s))
-			}
-			return StatOf(xs)
-		}
+		col := func(f func(DropSample) float64) Stat { return StatBy(d.Samples, f) }
 		d.SentPPS = col(func(s DropSample) float64 { return s.SentPPS })
 		d.SeenPPS = col(func(s DropSample) float64 { return s.SeenPPS })
 		d.DropPPS = col(func(s DropSample) float64 { return s.DropPPS })

@@ -2,6 +2,7 @@ package results
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/xdpshield/xdpshield/e2e/storm"
 )
@@ -94,14 +95,14 @@ func (r *L7Results) Cell(target, load, conn string, body int) *L7Cell {
 
 func (r *L7Results) Finish() {
 	for _, c := range r.Cells {
+		// A negative figure is a missing one (StatOf leaves NaN out).
 		col := func(f func(L7Sample) float64) Stat {
-			var xs []float64
-			for _, s := range c.Samples {
+			return StatBy(c.Samples, func(s L7Sample) float64 {
 				if v := f(s); v >= 0 {
-					xs = append(xs, v)
+					return v
 				}
-			}
-			return StatOf(xs)
+				return math.NaN()
+			})
 		}
 		c.RPS = col(func(s L7Sample) float64 { return s.RPS })
 		c.P50 = col(func(s L7Sample) float64 { return s.P50 })
@@ -200,13 +201,7 @@ func (r *ListResults) AddCell(target, family string, size int) *ListCell {
 
 func (r *ListResults) Finish() {
 	for _, c := range r.Cells {
-		col := func(f func(DropSample) float64) Stat {
-			var xs []float64
-			for _, s := range c.Samples {
-				xs = append(xs, f(s))
-			}
-			return StatOf(xs)
-		}
+		col := func(f func(DropSample) float64) Stat { return StatBy(c.Samples, f) }
 		c.SeenPPS = col(func(s DropSample) float64 { return s.SeenPPS })
 		c.DropPPS = col(func(s DropSample) float64 { return s.DropPPS })
 		c.PerCPU = col(func(s DropSample) float64 { return s.DropsPerCPUSec })
@@ -322,13 +317,7 @@ func (r *LBResults) AddCell(target, family string) *LBCell {
 
 func (r *LBResults) Finish() {
 	for _, c := range r.Cells {
-		col := func(f func(DropSample) float64) Stat {
-			var xs []float64
-			for _, s := range c.Samples {
-				xs = append(xs, f(s))
-			}
-			return StatOf(xs)
-		}
+		col := func(f func(DropSample) float64) Stat { return StatBy(c.Samples, f) }
 		c.GenPPS = col(func(s DropSample) float64 { return float64(s.Sent) / s.Seconds })
 		c.SeenPPS = col(func(s DropSample) float64 { return s.SeenPPS })
 		c.DonePPS = col(func(s DropSample) float64 { return s.DropPPS })
