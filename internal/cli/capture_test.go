@@ -3,9 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -16,10 +13,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/xdpshield/xdpshield/api"
-	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield"
-	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/sim"
 )
@@ -27,32 +20,20 @@ import (
 // TestCaptureCommand: `shield capture -w FILE -count 2` writes the first
 // two dropped frames as a pcap tcpdump reads; without a token it fails.
 func TestCaptureCommand(t *testing.T) {
-	testutil.Root(t)
-	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
-		t.Setenv(k, "")
-	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
+	sh, url, tok := testService(t, nil)
+	_, err := sh.Add(lists.DenyList, []netip.Prefix{netip.MustParsePrefix("198.18.0.9/32")})
 	require.NoError(t, err)
-	defer sh.Close()
-	_, err = sh.Add(lists.DenyList, []netip.Prefix{netip.MustParsePrefix("198.18.0.9/32")})
-	require.NoError(t, err)
-	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
-	defer srv.Close()
-	serveAdmin(t, srv.Config.Handler)
 	dir := t.TempDir()
-	tok := filepath.Join(dir, "token")
-	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
 	file := filepath.Join(dir, "drops.pcap")
 
-	err = Commands()["capture"].Run(context.Background(), testEnv(os.Stdout), []string{"-api", srv.URL, "-w", file, "-seconds", "1"})
+	err = Commands()["capture"].Run(context.Background(), testEnv(os.Stdout), []string{"-api", url, "-w", file, "-seconds", "1"})
 	require.ErrorContains(t, err, "operator token")
 
 	var errOut bytes.Buffer
 	done := make(chan error, 1)
 	go func() {
 		done <- Commands()["capture"].Run(context.Background(), &Env{Stdout: os.Stdout, Stderr: &errOut},
-			[]string{"-api", srv.URL, "-token-file", tok, "-w", file, "-count", "2", "-seconds", "20"})
+			[]string{"-api", url, "-token-file", tok, "-w", file, "-count", "2", "-seconds", "20"})
 	}()
 	require.Eventually(t, func() bool {
 		select {

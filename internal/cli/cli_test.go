@@ -19,6 +19,7 @@ import (
 
 	"github.com/xdpshield/xdpshield/api"
 	"github.com/xdpshield/xdpshield/internal/testutil"
+	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
@@ -29,19 +30,7 @@ import (
 // deny add|del|list) against an in-process service, as a table and with
 // -json, and checks that refused changes are errors that change nothing.
 func TestCLI(t *testing.T) {
-	testutil.Root(t)
-	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
-		t.Setenv(k, "")
-	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
-	require.NoError(t, err, "Load")
-	defer sh.Close()
-	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
-	defer srv.Close()
-	serveAdmin(t, srv.Config.Handler)
-	tok := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
+	sh, url, tok := testService(t, nil)
 
 	// run runs `shield NAME [SUB] -api URL [-token-file F] ARGS...` and
 	// returns what it printed.
@@ -52,7 +41,7 @@ func TestCLI(t *testing.T) {
 		if name == "limits" || name == "allow" || name == "deny" {
 			args, rest = append(args, rest[0]), rest[1:]
 		}
-		args = append(args, "-api", srv.URL)
+		args = append(args, "-api", url)
 		if auth {
 			args = append(args, "-token-file", tok)
 		}
@@ -172,6 +161,29 @@ const testToken = "lifecycle-test-token-0123456789"
 // stderr, as shield does.
 func testEnv(out io.Writer) *Env {
 	return &Env{Stdout: out, Stderr: os.Stderr, LogFormat: "text"}
+}
+
+// testService serves an in-process API for the CLI to talk to: a shield
+// (virtual clock) and, when l is not nil, the balancer, the admin socket
+// the CLI reaches a local service by, and a token file holding testToken;
+// the CLI's environment variables are cleared. It returns the shield, the
+// API's URL and the token file.
+func testService(t *testing.T, l *lb.LB) (*shield.Shield, string, string) {
+	t.Helper()
+	testutil.Root(t)
+	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
+		t.Setenv(k, "")
+	}
+	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
+	require.NoError(t, err, "Load")
+	t.Cleanup(func() { sh.Close() })
+	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	t.Cleanup(srv.Close)
+	serveAdmin(t, srv.Config.Handler)
+	tok := filepath.Join(t.TempDir(), "token")
+	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
+	return sh, srv.URL, tok
 }
 
 // serveAdmin serves h on an admin socket in a directory of the test's and

@@ -4,12 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -19,34 +14,21 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/lb"
 	"github.com/xdpshield/xdpshield/lb/lbconf"
-	"github.com/xdpshield/xdpshield/shield"
-	"github.com/xdpshield/xdpshield/shield/config"
 )
 
 // TestLBCLI runs `shield lb list|add|drain|remove` against an in-process
 // service with a balancer, as a table and with -json.
 func TestLBCLI(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
-		t.Setenv(k, "")
-	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
-	require.NoError(t, err, "Load")
-	defer sh.Close()
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})
 	require.NoError(t, err)
-	defer l.Close()
+	t.Cleanup(func() { l.Close() })
 	k := lbconf.ServiceKey{VIP: netip.MustParseAddr("198.18.1.1"), Port: 80, Proto: lbconf.TCP}
 	require.NoError(t, l.AddService(lbconf.Service{ServiceKey: k, Mode: lbconf.Random, Backends: []lbconf.Backend{{Addr: netip.MustParseAddrPort("198.18.2.1:8080")}}}))
-	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
-	defer srv.Close()
-	serveAdmin(t, srv.Config.Handler)
-	tok := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
+	_, url, tok := testService(t, l)
 	run := func(auth bool, sub string, rest ...string) (string, error) {
 		t.Helper()
-		args := []string{sub, "-api", srv.URL}
+		args := []string{sub, "-api", url}
 		if auth {
 			args = append(args, "-token-file", tok)
 		}
@@ -83,25 +65,14 @@ func TestLBCLI(t *testing.T) {
 // service through the API, refusals naming every problem at once.
 func TestLBCLIServices(t *testing.T) {
 	testutil.Root(t)
-	for _, k := range []string{EnvAPI, EnvToken, EnvTokenFile} {
-		t.Setenv(k, "")
-	}
-	sh, err := shield.Load(shield.Options{TableSize: 4096, Clock: config.ClockVirtual})
-	require.NoError(t, err)
-	defer sh.Close()
 	l, err := lb.Load(lb.Options{ReverseSize: 1024})
 	require.NoError(t, err)
-	defer l.Close()
-	srv := httptest.NewServer(api.NewServer(sh, api.Options{Token: testToken, NoProcessMetrics: true, LB: l,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
-	defer srv.Close()
-	serveAdmin(t, srv.Config.Handler)
-	tok := filepath.Join(t.TempDir(), "token")
-	require.NoError(t, os.WriteFile(tok, []byte(testToken+"\n"), 0o600))
+	t.Cleanup(func() { l.Close() })
+	_, url, tok := testService(t, l)
 	run := func(sub string, rest ...string) (string, error) {
 		t.Helper()
 		var out bytes.Buffer
-		err := Commands()["lb"].Run(context.Background(), testEnv(&out), append([]string{sub, "-api", srv.URL, "-token-file", tok}, rest...))
+		err := Commands()["lb"].Run(context.Background(), testEnv(&out), append([]string{sub, "-api", url, "-token-file", tok}, rest...))
 		return out.String(), err
 	}
 	const svc = "udp/198.18.1.1:53"
