@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -74,47 +73,28 @@ func fastOptions(t testing.TB) Options {
 	t.Helper()
 	o := testOptions()
 	k := planeKey{o.SKPass, o.NoRelay, o.TCPRelay}
-	d := planes.take(k)
+	d, ok := planes.Take(k)
+	if !ok {
+		d = &DataPlane{}
+	}
 	o.Reuse = d
-	t.Cleanup(func() { planes.give(k, d) })
+	t.Cleanup(func() {
+		// Back unless a fast path still uses it (a test that did not
+		// close its own: it is left to it).
+		d.mu.Lock()
+		keep := d.loaded && !d.busy
+		d.mu.Unlock()
+		if keep {
+			planes.Give(k, d)
+		}
+	})
 	return o
 }
 
 // planes holds the data planes finished tests gave back, by variant.
-var planes = planePool{by: map[planeKey][]*DataPlane{}}
+var planes testutil.Pool[planeKey, *DataPlane]
 
 type planeKey struct{ skPass, noRelay, tcpRelay bool }
-
-type planePool struct {
-	mu sync.Mutex
-	by map[planeKey][]*DataPlane
-}
-
-func (p *planePool) take(k planeKey) *DataPlane {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ds := p.by[k]
-	if len(ds) == 0 {
-		return &DataPlane{}
-	}
-	d := ds[len(ds)-1]
-	p.by[k] = ds[:len(ds)-1]
-	return d
-}
-
-// give takes d back unless a fast path still uses it (a test that did not
-// close its own: it is left to it).
-func (p *planePool) give(k planeKey, d *DataPlane) {
-	d.mu.Lock()
-	keep := d.loaded && !d.busy
-	d.mu.Unlock()
-	if !keep {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.by[k] = append(p.by[k], d)
-}
 
 // fastKernel reports whether Attach accepts this kernel under
 // testOptions.

@@ -3,7 +3,6 @@ package datapath
 import (
 	"flag"
 	"net/netip"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -35,8 +34,8 @@ const (
 func load(t testing.TB, tableSize uint32, l config.Limits) *shield.Shield {
 	t.Helper()
 	testutil.Root(t)
-	s := idle.take(tableSize)
-	if s != nil {
+	s, ok := idle.Take(tableSize)
+	if ok {
 		if err := s.Reset(l); err != nil {
 			s.Close()
 			require.NoError(t, err, "Reset(%+v)", l)
@@ -46,35 +45,12 @@ func load(t testing.TB, tableSize uint32, l config.Limits) *shield.Shield {
 		s, err = shield.Load(shield.Options{Compat: *compat, TableSize: tableSize, Clock: config.ClockVirtual, Limits: l})
 		require.NoError(t, err, "shield.Load()")
 	}
-	t.Cleanup(func() { idle.give(tableSize, s) })
+	t.Cleanup(func() { idle.Give(tableSize, s) })
 	return s
 }
 
 // idle holds the shields finished tests gave back, by table size.
-var idle = shieldPool{by: map[uint32][]*shield.Shield{}}
-
-type shieldPool struct {
-	mu sync.Mutex
-	by map[uint32][]*shield.Shield
-}
-
-func (p *shieldPool) take(size uint32) *shield.Shield {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ss := p.by[size]
-	if len(ss) == 0 {
-		return nil
-	}
-	s := ss[len(ss)-1]
-	p.by[size] = ss[:len(ss)-1]
-	return s
-}
-
-func (p *shieldPool) give(size uint32, s *shield.Shield) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.by[size] = append(p.by[size], s)
-}
+var idle testutil.Pool[uint32, *shield.Shield]
 
 // addList puts CIDRs on list l.
 func addList(t testing.TB, s *shield.Shield, l lists.List, cidrs ...string) {
