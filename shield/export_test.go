@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -57,17 +56,21 @@ func DumpState(s *Shield) (map[string]string, error) {
 			continue
 		}
 		var k []byte
-		var v any = new([]byte)
-		if m.Type() == ebpf.PerCPUArray {
-			v = new([]uint64)
-		}
 		it := m.Iterate()
-		for it.Next(&k, v) {
-			val := fmt.Sprint(reflect.ValueOf(v).Elem().Interface())
-			if reflect.ValueOf(v).Elem().Len() > 0 && strings.Trim(strings.Trim(val, "[]"), "0 ") == "" {
-				continue // a zero value
+		if m.Type() == ebpf.PerCPUArray { // the counters: __u64 per CPU
+			var v []uint64
+			for it.Next(&k, &v) {
+				if slices.ContainsFunc(v, func(x uint64) bool { return x != 0 }) {
+					out[fmt.Sprintf("%s[%x]", name, k)] = fmt.Sprint(v)
+				}
 			}
-			out[fmt.Sprintf("%s[%x]", name, k)] = val
+		} else {
+			var v []byte
+			for it.Next(&k, &v) {
+				if slices.ContainsFunc(v, func(x byte) bool { return x != 0 }) {
+					out[fmt.Sprintf("%s[%x]", name, k)] = fmt.Sprintf("%x", v)
+				}
+			}
 		}
 		if err := it.Err(); err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
