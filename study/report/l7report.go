@@ -92,24 +92,32 @@ func plotL7(data string, r *results.Results) (string, error) {
 	if err := writeDat(f, rows); err != nil {
 		return "", err
 	}
+	return clustered(f, results.L7Targets, func(t string) string { return t },
+		`set title "L7: median request latency by target (lower is better)"
+set ylabel "p50 latency (ms, log scale)"
+set logscale y
+set xtics rotate by -20`), nil
+}
+
+// clustered is the script of a clustered histogram of f's columns 2 on
+// (column 1 the cluster's label), one per target, named by name; head
+// sets the title and axes. A NaN is a missing bar.
+func clustered(f string, targets []string, name func(string) string, head string) string {
 	var plots []string
-	for i, t := range results.L7Targets {
+	for i, t := range targets {
 		using := fmt.Sprintf("%d", i+2)
 		if i == 0 {
 			using += ":xtic(1)"
 		}
-		plots = append(plots, fmt.Sprintf("'%s' using %s title '%s'", f, using, t))
+		plots = append(plots, fmt.Sprintf("'%s' using %s title '%s'", f, using, name(t)))
 	}
-	return fmt.Sprintf(`set title "L7: median request latency by target (lower is better)"
-set ylabel "p50 latency (ms, log scale)"
-set logscale y
+	return fmt.Sprintf(`%s
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
 set datafile missing "NaN"
-set xtics rotate by -20
 set key left top
 set grid y
 plot %s
-`, strings.Join(plots, ", \\\n  ")), nil
+`, head, strings.Join(plots, ", \\\n  "))
 }

@@ -90,25 +90,10 @@ func plotLists(data string, r *results.Results) (string, error) {
 	if err := writeDat(f, rows); err != nil {
 		return "", err
 	}
-	var plots []string
-	for i, t := range results.ListTargets {
-		using := fmt.Sprintf("%d", i+2)
-		if i == 0 {
-			using += ":xtic(1)"
-		}
-		plots = append(plots, fmt.Sprintf("'%s' using %s title '%s'", f, using, listName(t)))
-	}
-	return fmt.Sprintf(`set title "Deny list drop capacity by list size (no bar: the list does not fit)"
+	return clustered(f, results.ListTargets, listName,
+		`set title "Deny list drop capacity by list size (no bar: the list does not fit)"
 set ylabel "dropped Mpps (at the edge)"
-set yrange [0:*]
-set style data histograms
-set style histogram clustered gap 1
-set style fill solid 0.8 border -1
-set datafile missing "NaN"
-set key left top
-set grid y
-plot %s
-`, strings.Join(plots, ", \\\n  ")), nil
+set yrange [0:*]`), nil
 }
 
 var errNoLists = errors.New("no list cells")

@@ -183,61 +183,52 @@ func plotDatagram(data string, r *results.Results) (string, error) {
 
 // plotCPU draws the edge's CPU per request of every configuration.
 func plotCPU(data string, r *results.Results) (string, error) {
-	var rows [][]string
-	for i, c := range results.Configs {
-		l := r.LegitOf(c.Name, results.PhaseFixed)
-		if l == nil || l.CPUReq.N == 0 {
-			continue
-		}
-		rows = append(rows, []string{fmt.Sprint(i), fmt.Sprintf("%q", c.Name), fmt.Sprintf("%.1f", l.CPUReq.Median), fmt.Sprintf("%.1f", l.CPUReq.Min), fmt.Sprintf("%.1f", l.CPUReq.Max), rgbInt(colour(c.Name))})
-	}
-	if len(rows) == 0 {
-		return "", errors.New("no CPU figures")
-	}
-	f := filepath.Join(data, "cpu.dat")
-	if err := writeDat(f, rows); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(`set title "Edge CPU per legitimate request, fixed rate (server process + every CPU's softirq): median, min-max over runs"
+	return configBars(data, "cpu.dat", r, results.PhaseFixed, func(l *results.Legit) (results.Stat, bool) { return l.CPUReq, l.CPUReq.N > 0 },
+		`set title "Edge CPU per legitimate request, fixed rate (server process + every CPU's softirq): median, min-max over runs"
 set ylabel "µs per request (log scale)"
 set logscale y
-set style fill solid 0.7
-set boxwidth 0.7
-set xtics rotate by -45 left
-set bmargin 7
-set grid ytics
-unset key
-plot '%s' using 1:3:6:xtic(2) with boxes lc rgb variable, '' using 1:3:4:5 with yerrorbars lc black pt 0
-`, f), nil
+set style fill solid 0.7`, "no CPU figures")
 }
 
 func plotThroughput(data string, r *results.Results) (string, error) {
+	return configBars(data, "throughput.dat", r, results.PhaseSaturation, func(l *results.Legit) (results.Stat, bool) { return l.RPS, true },
+		`set title "Legitimate throughput at saturation (keep-alive, back to back): median, min-max over runs"
+set ylabel "requests/s"
+set style fill solid 0.6
+set yrange [0:*]`, "no throughput")
+}
+
+// configBars plots one bar per configuration with a figure in phase (the
+// median, its min-max over runs as an error bar, the configuration's
+// colour): its data in name under data, head the title and axes.
+func configBars(data, name string, r *results.Results, phase string, fig func(*results.Legit) (results.Stat, bool), head, none string) (string, error) {
 	var rows [][]string
 	for i, c := range results.Configs {
-		l := r.LegitOf(c.Name, results.PhaseSaturation)
+		l := r.LegitOf(c.Name, phase)
 		if l == nil {
 			continue
 		}
-		rows = append(rows, []string{fmt.Sprint(i), fmt.Sprintf("%q", c.Name), fmt.Sprintf("%.1f", l.RPS.Median), fmt.Sprintf("%.1f", l.RPS.Min), fmt.Sprintf("%.1f", l.RPS.Max), rgbInt(colour(c.Name))})
+		st, ok := fig(l)
+		if !ok {
+			continue
+		}
+		rows = append(rows, []string{fmt.Sprint(i), fmt.Sprintf("%q", c.Name), fmt.Sprintf("%.1f", st.Median), fmt.Sprintf("%.1f", st.Min), fmt.Sprintf("%.1f", st.Max), rgbInt(colour(c.Name))})
 	}
 	if len(rows) == 0 {
-		return "", errors.New("no throughput")
+		return "", errors.New(none)
 	}
-	f := filepath.Join(data, "throughput.dat")
+	f := filepath.Join(data, name)
 	if err := writeDat(f, rows); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf(`set title "Legitimate throughput at saturation (keep-alive, back to back): median, min-max over runs"
-set ylabel "requests/s"
-set style fill solid 0.6
+	return fmt.Sprintf(`%s
 set boxwidth 0.7
 set xtics rotate by -45 left
 set bmargin 7
-set yrange [0:*]
 set grid ytics
 unset key
 plot '%s' using 1:3:6:xtic(2) with boxes lc rgb variable, '' using 1:3:4:5 with yerrorbars lc black pt 0
-`, f), nil
+`, head, f), nil
 }
 
 func plotDrop(data string, r *results.Results) (string, error) {
