@@ -103,7 +103,7 @@ study-quick: ## the study in short (CI, about 2 min): fails if a configuration p
 # test binary (-test.short shortens the storms).
 # (./e2e/... leaves out the container lane, a module of its own: it needs a
 # Docker engine, which the VMs' initramfs has not.)
-VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./api ./service ./nft ./lb/... ./internal/topo/... ./internal/pinfs ./probe/... ./l7/... ./xdplb
+VMTEST_PKGS ?= ./sim/... ./e2e/... ./shield/... ./api ./service ./nft ./lb/... ./internal/topo/... ./internal/pinfs ./internal/testutil ./probe/... ./l7/... ./xdplb
 VMTEST_FLAGS ?= -test.short -test.v -test.timeout=10m
 VM_CPUS ?= 2
 # Kernels booted at once: under TCG a VM keeps one host thread busy.

@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 KERNELS="${KERNELS:-5.10 6.1 6.12 7.2}"
-PKGS="${VMTEST_PKGS:-./sim/... ./e2e/... ./shield/... ./api ./service ./nft ./lb/... ./internal/topo/... ./internal/pinfs ./l7/... ./xdplb}"
+PKGS="${VMTEST_PKGS:-./sim/... ./e2e/... ./shield/... ./api ./service ./nft ./lb/... ./internal/topo/... ./internal/pinfs ./internal/testutil ./l7/... ./xdplb}"
 # The gate's behaviour packages on the host: the Makefile's GATE_PKGS.
 HOST_PKGS="${GATE_PKGS:-./sim ./shield ./shield/datapath}"
 
