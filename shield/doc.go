@@ -1,6 +1,7 @@
 // Package shield owns the XDP program `shield` and its maps: it loads the
 // collection (optionally pinned, so a restart adopts it, converting state
-// written with another clock), writes limits (config.Limits: the one type
+// written with another clock, and state an earlier version pinned, which
+// shield/oldpins reads), writes limits (config.Limits: the one type
 // of the data path's settings, protected destinations and source key
 // prefixes included), allow/deny lists and the machine's own addresses
 // (SetOwn, WatchOwn following netlink), and reads counters and per-source
