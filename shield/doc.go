@@ -5,7 +5,8 @@
 // of the data path's settings, protected destinations and source key
 // prefixes included), allow/deny lists and the machine's own addresses
 // (SetOwn, WatchOwn following netlink), and reads counters and per-source
-// entries.
+// entries. Dropped frames it copies to user space are read by
+// shield/capture, given the perf buffer and the sampling variable.
 //
 // It is the only package that writes the program's maps. The values it
 // writes and reads are its subpackages': shield/config (limits and their

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/capture"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
@@ -127,7 +128,7 @@ type Shield struct {
 	recovered *oldpins.Recovery  // what Load rolled back of an old version's journal
 	migrated  *oldpins.Migration // what Load copied from a pinned table of another layout or size
 
-	cap captureState // the running capture of dropped frames (capture.go)
+	cap *capture.Switch // the capture of dropped frames (capture.go)
 }
 
 // Validate checks opts whole, before anything is created (Load and
@@ -271,6 +272,7 @@ func Load(opts Options) (*Shield, error) {
 		closeOld()
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
+	s.cap = capture.New(s.objs.Captured, s.objs.CaptureSample)
 
 	loaded := false
 	defer func() {
@@ -435,7 +437,7 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 
 // Close releases the program and maps (pinned maps stay pinned).
 func (s *Shield) Close() error {
-	s.stopCapture(true)
+	s.cap.Close()
 	if s.prev != nil {
 		s.prev.Close()
 	}
