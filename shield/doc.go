@@ -1,12 +1,13 @@
 // Package shield owns the XDP program `shield` and its maps: it loads the
 // collection (optionally pinned, so a restart adopts it, converting state
 // written with another clock, and state an earlier version pinned, which
-// shield/oldpins reads), writes limits (config.Limits: the one type
-// of the data path's settings, protected destinations and source key
-// prefixes included), allow/deny lists and the machine's own addresses
-// (SetOwn, WatchOwn following netlink), and reads counters and per-source
-// entries. Dropped frames it copies to user space are read by
-// shield/capture, given the perf buffer and the sampling variable.
+// shield/oldpins reads), writes limits (config.Limits: the one type of the
+// data path's settings, protected destinations and source key prefixes
+// included), allow/deny lists and the machine's own addresses (SetOwn;
+// shield/ownaddr follows them through netlink), and reads counters and
+// per-source entries. The dropped frames the program copies to user space
+// are read by shield/capture, given the perf buffer and the sampling
+// variable.
 //
 // It is the only package that writes the program's maps. The values it
 // writes and reads are its subpackages': shield/config (limits and their

@@ -21,6 +21,7 @@ import (
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/ownaddr"
 )
 
 // The tests of this file are named after the findings of issue 9 that live
@@ -181,7 +182,7 @@ func TestListChangeReports(t *testing.T) {
 		After: ps("198.18.1.0/24")}, ch, "Remove()")
 }
 
-// TestOwnAddressesFollowNetlink: WatchOwn marks the namespace's addresses
+// TestOwnAddressesFollowNetlink: ownaddr.Watch marks the namespace's addresses
 // as own at once and follows addresses added and removed later.
 func TestOwnAddressesFollowNetlink(t *testing.T) {
 	testutil.Root(t)
@@ -191,7 +192,7 @@ func TestOwnAddressesFollowNetlink(t *testing.T) {
 	t.Cleanup(func() { ns.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	require.NoError(t, ns.Do(func() error { return s.WatchOwn(ctx, nil) }), "WatchOwn")
+	require.NoError(t, ns.Do(func() error { return ownaddr.Watch(ctx, s, nil) }), "ownaddr.Watch")
 	has := func(a string) bool {
 		own, err := s.Own()
 		require.NoError(t, err, "Own()")
