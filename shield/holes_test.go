@@ -22,6 +22,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/ownaddr"
+	"github.com/xdpshield/xdpshield/shield/tick"
 )
 
 // The tests of this file are named after the findings of issue 9 that live
@@ -82,8 +83,8 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 // smallest burst that can: ceil(rate / HZ).
 func TestJiffiesLimitsRefused(t *testing.T) {
 	testutil.Root(t)
-	ns, err := jiffyLength()
-	require.NoError(t, err, "jiffyLength()")
+	ns, err := tick.Jiffy()
+	require.NoError(t, err, "tick.Jiffy()")
 	hz := uint64(1e9) / ns
 	bad := config.Limits{Rate: 1_000_000, Burst: 1000, AdmissionRate: 100, AdmissionBurst: 100}
 	min := (bad.Rate + hz - 1) / hz

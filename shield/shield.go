@@ -21,6 +21,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/oldpins"
 	"github.com/xdpshield/xdpshield/shield/source"
+	"github.com/xdpshield/xdpshield/shield/tick"
 )
 
 const (
@@ -197,7 +198,7 @@ func Load(opts Options) (*Shield, error) {
 	var tickNs, slack uint64
 	switch opts.Clock {
 	case config.ClockJiffies:
-		nsPerJiffy, err := jiffyLength()
+		nsPerJiffy, err := tick.Jiffy()
 		if err != nil {
 			return nil, err
 		}

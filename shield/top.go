@@ -12,6 +12,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/source"
+	"github.com/xdpshield/xdpshield/shield/tick"
 )
 
 // walkChunk is how many sets a walk reads between checks of its context.
@@ -111,7 +112,7 @@ func (s *Shield) clockRead(c config.Clock) (uint64, error) {
 		return 0, fmt.Errorf("read probe: %w", err)
 	}
 	// The program's ns_per_jiffy is only set when it runs on jiffies.
-	nsPerJiffy, err := jiffyLength()
+	nsPerJiffy, err := tick.Jiffy()
 	if err != nil {
 		return 0, err
 	}
