@@ -18,7 +18,7 @@
 // (tests and the simulator run it unattached; its data-plane tests are in
 // shield/datapath); package shield/pin attaches it for the service through
 // a bpf_link pinned beside the maps, and detaches it, naming the pins Load
-// makes with PinNames. Top (top.go) ranks talkers with chunked batch reads
-// of the sources table. It never sits on the packet path and never
-// attaches anything.
+// makes with PinNames. Top (top.go) ranks talkers from a walk of the
+// mapped sources table through a source.Ranking. It never sits on the
+// packet path and never attaches anything.
 package shield
