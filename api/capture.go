@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/capture"
 )
 
 // Capture bounds (GET /v1/capture).
@@ -100,7 +100,7 @@ func (s *Server) getCapture(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := s.sh.StartCapture(uint32(sample))
-	if errors.Is(err, shield.ErrCaptureBusy) {
+	if errors.Is(err, capture.ErrBusy) {
 		writeError(w, http.StatusConflict, err)
 		return
 	}
@@ -116,7 +116,7 @@ func (s *Server) getCapture(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Disposition", `attachment; filename="shield-drops.pcap"`)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	pw, err := newPcapWriter(w, shield.CaptureSnap)
+	pw, err := newPcapWriter(w, capture.Snap)
 	if err != nil {
 		return
 	}

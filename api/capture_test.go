@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/api"
-	"github.com/xdpshield/xdpshield/shield"
+	"github.com/xdpshield/xdpshield/shield/capture"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
@@ -143,7 +143,7 @@ func TestCaptureDropped(t *testing.T) {
 	require.Len(t, dropped, 4+2) // 4 denied, 2 beyond the flood's burst
 	r, frames, orig := readPcap(t, got)
 	require.Equal(t, layers.LinkTypeEthernet, r.LinkType())
-	require.EqualValues(t, shield.CaptureSnap, r.Snaplen())
+	require.EqualValues(t, capture.Snap, r.Snaplen())
 	require.ElementsMatch(t, dropped, frames)
 	for i, f := range frames {
 		require.Equal(t, len(f), orig[i])
@@ -188,7 +188,7 @@ func TestCaptureReasons(t *testing.T) {
 	c, err := e.sh.StartCapture(1)
 	require.NoError(t, err)
 	_, err = e.sh.StartCapture(1)
-	require.ErrorIs(t, err, shield.ErrCaptureBusy)
+	require.ErrorIs(t, err, capture.ErrBusy)
 	dropped, _ := sendRound(t, e, 3, &port)
 	reasons := map[string]int{}
 	for range dropped {

@@ -22,6 +22,7 @@ import (
 	"github.com/xdpshield/xdpshield/shield"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/ownaddr"
 	"github.com/xdpshield/xdpshield/shield/pin"
 	"github.com/xdpshield/xdpshield/workbench"
 	"github.com/xdpshield/xdpshield/xdplb"
@@ -83,7 +84,7 @@ type Config struct {
 	// Allow and Deny are put on the lists at start (listed ones are kept).
 	Allow, Deny []netip.Prefix
 	// SpoofOwnAddresses marks this namespace's addresses as the machine's
-	// own (shield.WatchOwn, following netlink while the service runs): a
+	// own (ownaddr.Watch, following netlink while the service runs): a
 	// frame from the wire claiming one as its source is dropped as
 	// spoofed. Never on a loopback interface, where the machine talks to
 	// itself; when off (or on loopback) a pinned own set is cleared.
@@ -165,7 +166,7 @@ type Service struct {
 	err      error         // why it stopped, when it failed
 	quitOnce sync.Once
 
-	stopOwn context.CancelFunc // ends WatchOwn
+	stopOwn context.CancelFunc // ends ownaddr.Watch
 	stopWB  func()             // stops the workbench's storm, if any
 
 	health    health
@@ -362,7 +363,7 @@ func (s *Service) ownAddresses() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopOwn = cancel
-	err = sh.WatchOwn(ctx, func(ch shield.OwnChange) {
+	err = ownaddr.Watch(ctx, sh, func(ch ownaddr.Change) {
 		if ch.Err != nil {
 			s.log.Warn("own addresses", keyIface, s.att.Iface, keyErr, ch.Err)
 			return

@@ -17,6 +17,7 @@ import (
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/oldpins"
 )
 
 // crashChildEnv makes the test binary the child of TestKillMidListChange:
@@ -197,9 +198,9 @@ func TestMigrateOldListPins(t *testing.T) {
 	pin(bpf.ShieldMapLists4, ebpf.MapSpec{Type: ebpf.LPMTrie, KeySize: 8, ValueSize: 1, MaxEntries: 2*65536 + 4096, Flags: 1}, func(m *ebpf.Map) {
 		require.NoError(t, m.Put(bpf.ShieldLpm4Key{Prefixlen: 24, Addr: kept.Addr().As4()}, uint8(lists.VerdictDeny)))
 	})
-	pin(journalPin, ebpf.MapSpec{Type: ebpf.Hash, KeySize: 20, ValueSize: 1, MaxEntries: 16}, func(m *ebpf.Map) {
-		k := journalKey{List: uint8(lists.DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
-		require.NoError(t, m.Put(k, journalAdded))
+	pin(oldpins.JournalPin, ebpf.MapSpec{Type: ebpf.Hash, KeySize: 20, ValueSize: 1, MaxEntries: 16}, func(m *ebpf.Map) {
+		k := oldpins.JournalKey{List: uint8(lists.DenyList), Bits: 24, Is4: 1, Addr: interrupted.Addr().As16()}
+		require.NoError(t, m.Put(k, oldpins.JournalAdded))
 	})
 
 	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
@@ -214,7 +215,7 @@ func TestMigrateOldListPins(t *testing.T) {
 	assert.Equal(t, 1, r.Added[lists.DenyList], "interrupted additions taken off again")
 	assert.Equal(t, uint32(xdpDrop), run(t, s, frame4("198.18.1.5")), "a source on the old deny list")
 	assert.Equal(t, uint32(xdpPass), run(t, s, frame4("198.18.2.5")), "a source of the interrupted addition")
-	for _, name := range []string{"allow4", "allow6", "deny4", "deny6", journalPin} {
+	for _, name := range []string{"allow4", "allow6", "deny4", "deny6", oldpins.JournalPin} {
 		_, err := os.Stat(filepath.Join(dir, name))
 		assert.ErrorIs(t, err, os.ErrNotExist, "the old pin %s after the migration", name)
 	}

@@ -1,10 +1,13 @@
 // Package shield owns the XDP program `shield` and its maps: it loads the
 // collection (optionally pinned, so a restart adopts it, converting state
-// written with another clock), writes limits (config.Limits: the one type
-// of the data path's settings, protected destinations and source key
-// prefixes included), allow/deny lists and the machine's own addresses
-// (SetOwn, WatchOwn following netlink), and reads counters and per-source
-// entries.
+// written with another clock, and state an earlier version pinned, which
+// shield/oldpins reads), writes limits (config.Limits: the one type of the
+// data path's settings, protected destinations and source key prefixes
+// included), allow/deny lists and the machine's own addresses (SetOwn;
+// shield/ownaddr follows them through netlink), and reads counters and
+// per-source entries. The dropped frames the program copies to user space
+// are read by shield/capture, given the perf buffer and the sampling
+// variable.
 //
 // It is the only package that writes the program's maps. The values it
 // writes and reads are its subpackages': shield/config (limits and their
@@ -15,7 +18,7 @@
 // (tests and the simulator run it unattached; its data-plane tests are in
 // shield/datapath); package shield/pin attaches it for the service through
 // a bpf_link pinned beside the maps, and detaches it, naming the pins Load
-// makes with PinNames. Top (top.go) ranks talkers with chunked batch reads
-// of the sources table. It never sits on the packet path and never
-// attaches anything.
+// makes with PinNames. Top (top.go) ranks talkers from a walk of the
+// mapped sources table through a source.Ranking. It never sits on the
+// packet path and never attaches anything.
 package shield

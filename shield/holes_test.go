@@ -21,6 +21,8 @@ import (
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/ownaddr"
+	"github.com/xdpshield/xdpshield/shield/tick"
 )
 
 // The tests of this file are named after the findings of issue 9 that live
@@ -81,8 +83,8 @@ func TestClockRestartDoesNotStall(t *testing.T) {
 // smallest burst that can: ceil(rate / HZ).
 func TestJiffiesLimitsRefused(t *testing.T) {
 	testutil.Root(t)
-	ns, err := jiffyLength()
-	require.NoError(t, err, "jiffyLength()")
+	ns, err := tick.Jiffy()
+	require.NoError(t, err, "tick.Jiffy()")
 	hz := uint64(1e9) / ns
 	bad := config.Limits{Rate: 1_000_000, Burst: 1000, AdmissionRate: 100, AdmissionBurst: 100}
 	min := (bad.Rate + hz - 1) / hz
@@ -181,7 +183,7 @@ func TestListChangeReports(t *testing.T) {
 		After: ps("198.18.1.0/24")}, ch, "Remove()")
 }
 
-// TestOwnAddressesFollowNetlink: WatchOwn marks the namespace's addresses
+// TestOwnAddressesFollowNetlink: ownaddr.Watch marks the namespace's addresses
 // as own at once and follows addresses added and removed later.
 func TestOwnAddressesFollowNetlink(t *testing.T) {
 	testutil.Root(t)
@@ -191,7 +193,7 @@ func TestOwnAddressesFollowNetlink(t *testing.T) {
 	t.Cleanup(func() { ns.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	require.NoError(t, ns.Do(func() error { return s.WatchOwn(ctx, nil) }), "WatchOwn")
+	require.NoError(t, ns.Do(func() error { return ownaddr.Watch(ctx, s, nil) }), "ownaddr.Watch")
 	has := func(a string) bool {
 		own, err := s.Own()
 		require.NoError(t, err, "Own()")

@@ -13,13 +13,14 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/oldpins"
 	"github.com/xdpshield/xdpshield/shield/source"
 )
 
 // oldSource is one source as an earlier version's table held it.
 type oldSource struct {
 	addr netip.Addr
-	val  lruSource
+	val  oldpins.LRUSource
 }
 
 // oldSources are n sources drained at 5 s (credit 0), with distinct counts,
@@ -28,9 +29,9 @@ func oldSources(n int) []oldSource {
 	var out []oldSource
 	for i := range n {
 		a := netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)})
-		out = append(out, oldSource{a, lruSource{LastNs: 5e9, UnprotectedLastNs: 5e9, Passed: uint64(i + 1), Dropped: uint64(2*i + 7)}})
+		out = append(out, oldSource{a, oldpins.LRUSource{LastNs: 5e9, UnprotectedLastNs: 5e9, Passed: uint64(i + 1), Dropped: uint64(2*i + 7)}})
 	}
-	return append(out, oldSource{netip.IPv6Unspecified(), lruSource{LastNs: 5e9, Passed: 3, Dropped: 4}})
+	return append(out, oldSource{netip.IPv6Unspecified(), oldpins.LRUSource{LastNs: 5e9, Passed: 3, Dropped: 4}})
 }
 
 // TestMigrateOldPins: a restart on pins whose sources table is the former
@@ -53,7 +54,7 @@ func TestMigrateOldPins(t *testing.T) {
 		size uint32 // the restart's table size
 	}{
 		{"lru", func(t *testing.T, dir string) { pinLRU(t, filepath.Join(dir, bpf.ShieldMapSources)) }, "LRU hash of 4096", 4096},
-		{"lru halfway", func(t *testing.T, dir string) { pinLRU(t, filepath.Join(dir, oldSourcesPin)) }, "LRU hash of 4096", 4096},
+		{"lru halfway", func(t *testing.T, dir string) { pinLRU(t, filepath.Join(dir, oldpins.SourcesPin)) }, "LRU hash of 4096", 4096},
 		{"other size", func(t *testing.T, dir string) {}, "table of 2048", 4096},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,7 +70,7 @@ func TestMigrateOldPins(t *testing.T) {
 			held := n + 1
 			if tc.name == "other size" {
 				for _, o := range oldSources(n) {
-					replaced, err := s.putSource(source.Key(o.addr, config.DefaultLimits()), o.val.source(bpf.ShieldSrcKey{}), 0)
+					replaced, err := s.putSource(source.Key(o.addr, config.DefaultLimits()), o.val.Source(bpf.ShieldSrcKey{}), 0)
 					require.NoError(t, err)
 					if replaced {
 						held--
@@ -89,7 +90,7 @@ func TestMigrateOldPins(t *testing.T) {
 			assert.Equal(t, held, m.Sources, "Migrated().Sources")
 			assert.Equal(t, m.Sources, m.Moved+m.Replaced, "Moved + Replaced")
 			assert.LessOrEqual(t, m.Replaced, 3, "Migrated().Replaced (their sets overflowed)")
-			_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
+			_, err = os.Stat(filepath.Join(dir, oldpins.SourcesPin))
 			assert.ErrorIs(t, err, os.ErrNotExist, "the old table's pin after the copy")
 			pinned, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapSources), nil)
 			require.NoError(t, err)
@@ -169,8 +170,8 @@ func TestMigrateRefusedKeepsOldPin(t *testing.T) {
 	require.NoError(t, err, "the old sources table's pin after a refused load")
 	assert.Equal(t, ebpf.LRUHash, m.Type(), "the table pinned at %s", bpf.ShieldMapSources)
 	m.Close()
-	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
-	assert.ErrorIs(t, err, os.ErrNotExist, "%s after a refused load", oldSourcesPin)
+	_, err = os.Stat(filepath.Join(dir, oldpins.SourcesPin))
+	assert.ErrorIs(t, err, os.ErrNotExist, "%s after a refused load", oldpins.SourcesPin)
 }
 
 // TestMigrateHalfwayThenOtherSize: a copy cut short leaves the old table
@@ -183,7 +184,7 @@ func TestMigrateHalfwayThenOtherSize(t *testing.T) {
 	s, err := Load(Options{TableSize: 4096, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err, "fresh Load")
 	s.Close()
-	pinLRU(t, filepath.Join(dir, oldSourcesPin))
+	pinLRU(t, filepath.Join(dir, oldpins.SourcesPin))
 
 	s, err = Load(Options{TableSize: 8192, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err, "Load with another size after a copy cut short")
@@ -192,6 +193,6 @@ func TestMigrateHalfwayThenOtherSize(t *testing.T) {
 	require.True(t, ok, "Migrated()")
 	assert.Equal(t, "LRU hash of 4096", m.From, "Migrated().From")
 	assert.Equal(t, uint32(8192), s.TableSize(), "TableSize()")
-	_, err = os.Stat(filepath.Join(dir, oldSourcesPin))
+	_, err = os.Stat(filepath.Join(dir, oldpins.SourcesPin))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the old table's pin after the copy")
 }

@@ -15,10 +15,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/shield/capture"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/counter"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/oldpins"
 	"github.com/xdpshield/xdpshield/shield/source"
+	"github.com/xdpshield/xdpshield/shield/tick"
 )
 
 const (
@@ -122,11 +125,11 @@ type Shield struct {
 	tableMap    []byte
 	tableClosed bool // Close unmapped it: no new mapping
 
-	pinPath   string     // the pin directory; "" unpinned
-	recovered *Recovery  // what Load rolled back of an old version's journal (oldlists.go)
-	migrated  *Migration // what Load copied from a pinned table of another layout or size
+	pinPath   string             // the pin directory; "" unpinned
+	recovered *oldpins.Recovery  // what Load rolled back of an old version's journal
+	migrated  *oldpins.Migration // what Load copied from a pinned table of another layout or size
 
-	cap captureState // the running capture of dropped frames (capture.go)
+	cap *capture.Switch // the capture of dropped frames (capture.go)
 }
 
 // Validate checks opts whole, before anything is created (Load and
@@ -195,7 +198,7 @@ func Load(opts Options) (*Shield, error) {
 	var tickNs, slack uint64
 	switch opts.Clock {
 	case config.ClockJiffies:
-		nsPerJiffy, err := jiffyLength()
+		nsPerJiffy, err := tick.Jiffy()
 		if err != nil {
 			return nil, err
 		}
@@ -232,12 +235,12 @@ func Load(opts Options) (*Shield, error) {
 	var oldSources *ebpf.Map
 	var moved bool
 	if opts.PinPath != "" {
-		if oldSources, moved, err = takeOldSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
+		if oldSources, moved, err = oldpins.TakeSources(opts.PinPath, spec.Maps[bpf.ShieldMapSources]); err != nil {
 			return nil, err
 		}
 	}
 	if opts.PinPath != "" {
-		if err := dropOldVerdictPins(opts.PinPath, spec); err != nil {
+		if err := oldpins.DropVerdictTries(opts.PinPath, spec); err != nil {
 			return nil, err
 		}
 	}
@@ -246,8 +249,7 @@ func Load(opts Options) (*Shield, error) {
 			oldSources.Close()
 		}
 		if moved {
-			// Over a new table this load may have pinned: it is empty.
-			os.Rename(filepath.Join(opts.PinPath, oldSourcesPin), filepath.Join(opts.PinPath, bpf.ShieldMapSources))
+			oldpins.PutBackSources(opts.PinPath)
 		}
 	}
 
@@ -271,6 +273,7 @@ func Load(opts Options) (*Shield, error) {
 		closeOld()
 		return nil, fmt.Errorf("load shield: %w", err)
 	}
+	s.cap = capture.New(s.objs.Captured, s.objs.CaptureSample)
 
 	loaded := false
 	defer func() {
@@ -290,16 +293,17 @@ func Load(opts Options) (*Shield, error) {
 	// Pins of a version before the verdict generations hold the lists in
 	// tries of their own: read from there (after rolling back a change a
 	// crash interrupted), put in force below, then unpinned.
-	var oldLists *oldListPins
+	var oldLists *oldpins.Lists
 	if s.pinPath != "" {
-		if oldLists, err = s.takeOldLists(); err != nil {
+		if oldLists, err = oldpins.TakeLists(s.pinPath); err != nil {
 			s.Close()
 			return nil, err
 		}
 	}
 	if oldLists != nil {
-		s.snap[lists.AllowList].Store(&oldLists.allow)
-		s.snap[lists.DenyList].Store(&oldLists.deny)
+		s.snap[lists.AllowList].Store(&oldLists.Allow)
+		s.snap[lists.DenyList].Store(&oldLists.Deny)
+		s.recovered = oldLists.Recovered
 	} else if err := s.loadSnapshots(); err != nil {
 		s.Close()
 		return nil, err
@@ -362,7 +366,7 @@ func Load(opts Options) (*Shield, error) {
 		return nil, err
 	}
 	if oldLists != nil {
-		if err := oldLists.remove(); err != nil {
+		if err := oldLists.Remove(); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -434,7 +438,7 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 
 // Close releases the program and maps (pinned maps stay pinned).
 func (s *Shield) Close() error {
-	s.stopCapture(true)
+	s.cap.Close()
 	if s.prev != nil {
 		s.prev.Close()
 	}

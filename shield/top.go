@@ -1,17 +1,15 @@
 package shield
 
 import (
-	"cmp"
-	"container/heap"
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/source"
+	"github.com/xdpshield/xdpshield/shield/tick"
 )
 
 // walkChunk is how many sets a walk reads between checks of its context.
@@ -36,36 +34,18 @@ func (s *Shield) Top(ctx context.Context, n int, by source.TopOrder) ([]source.S
 	if by == source.ByPassed {
 		score = func(v *bpf.ShieldSource) uint64 { return v.Passed }
 	}
-	h := &topHeap{by: by}
+	r := source.NewRanking(n, by)
 	limited := s.limitedNow()
 	pl := s.Limits()
 	stats, err := s.walkSources(ctx, func(k *bpf.ShieldSrcKey, v *bpf.ShieldSource) {
-		sc := score(v)
-		if sc == 0 {
-			return
-		}
-		if len(h.s) == n {
-			// Cheap reject before building a Source: most entries lose.
-			if least := h.score(h.s[0]); sc < least {
-				return
-			}
-		}
-		src := source.Of(*k, *v, limited, pl)
-		if len(h.s) < n {
-			heap.Push(h, src)
-			return
-		}
-		if h.less(h.s[0], src) {
-			h.s[0] = src
-			heap.Fix(h, 0)
+		if sc := score(v); sc != 0 && r.Admits(sc) {
+			r.Offer(source.Of(*k, *v, limited, pl))
 		}
 	})
 	if err != nil {
 		return nil, stats, err
 	}
-	out := h.s
-	slices.SortFunc(out, func(a, b source.Source) int { return -h.cmp(a, b) })
-	return out, stats, nil
+	return r.Sorted(), stats, nil
 }
 
 // limitedNow returns limitedAt for the source limits in force and the
@@ -111,7 +91,7 @@ func (s *Shield) clockRead(c config.Clock) (uint64, error) {
 		return 0, fmt.Errorf("read probe: %w", err)
 	}
 	// The program's ns_per_jiffy is only set when it runs on jiffies.
-	nsPerJiffy, err := jiffyLength()
+	nsPerJiffy, err := tick.Jiffy()
 	if err != nil {
 		return 0, err
 	}
@@ -147,41 +127,4 @@ func (s *Shield) walkSources(ctx context.Context, fn func(*bpf.ShieldSrcKey, *bp
 		st.Scanned += source.VisitSet(&sets[i], &scratch, fn)
 	}
 	return st, nil
-}
-
-// topHeap is a min-heap: its root is the weakest of the best n so far.
-type topHeap struct {
-	by source.TopOrder
-	s  []source.Source
-}
-
-func (h *topHeap) score(s source.Source) uint64 {
-	if h.by == source.ByPassed {
-		return s.Passed
-	}
-	return s.Dropped
-}
-
-// cmp orders by score, then by the other count, then by address descending,
-// so that sorting by -cmp lists the lower address first among equals.
-func (h *topHeap) cmp(a, b source.Source) int {
-	if c := cmp.Compare(h.score(a), h.score(b)); c != 0 {
-		return c
-	}
-	other := func(s source.Source) uint64 { return s.Passed + s.Dropped }
-	if c := cmp.Compare(other(a), other(b)); c != 0 {
-		return c
-	}
-	return b.Addr.Compare(a.Addr)
-}
-
-func (h *topHeap) less(a, b source.Source) bool { return h.cmp(a, b) < 0 }
-func (h *topHeap) Len() int                     { return len(h.s) }
-func (h *topHeap) Less(i, j int) bool           { return h.less(h.s[i], h.s[j]) }
-func (h *topHeap) Swap(i, j int)                { h.s[i], h.s[j] = h.s[j], h.s[i] }
-func (h *topHeap) Push(x any)                   { h.s = append(h.s, x.(source.Source)) }
-func (h *topHeap) Pop() any {
-	x := h.s[len(h.s)-1]
-	h.s = h.s[:len(h.s)-1]
-	return x
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/xdpshield/xdpshield/internal/cli"
 	"github.com/xdpshield/xdpshield/nft"
-	"github.com/xdpshield/xdpshield/shield"
 	shieldcfg "github.com/xdpshield/xdpshield/shield/config"
+	"github.com/xdpshield/xdpshield/shield/ownaddr"
 )
 
 func runNft(ctx context.Context, e *cli.Env, args []string) error {
@@ -61,7 +61,7 @@ func runNft(ctx context.Context, e *cli.Env, args []string) error {
 	nc := nft.Config{Table: *table, Ifaces: []string{cfg.Iface}, TableSize: uint32(cfg.TableSize),
 		Allow: set.allow, Deny: set.deny, Timeout: *timeout, Ephemeral: eph}.WithLimits(set.limits)
 	if cfg.Lists.OwnAddressesSpoofed {
-		own, err := shield.OwnAddresses(nil)
+		own, err := ownaddr.List(nil)
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,8 @@
 // table's layout (Ways, SetSize, the Used mark) and keyed hash (HashKeys,
 // HashOf, SetOf, SetBits, mirroring bpf/shield.c), the way lookup, walk
 // and insertion within one set (FindWay, VisitSet, HeldBy, Place), the
-// bucket refill judgement (LimitedAt) and Top's order (TopOrder).
+// bucket refill judgement (LimitedAt), and Top's order (TopOrder) and
+// bounded ranking (Ranking: the best n of the sources offered).
 //
 // It must not map, read or write the table itself: package shield maps
 // it and calls these on the sets; it imports only package bpf's generated

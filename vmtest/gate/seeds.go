@@ -111,7 +111,7 @@ var Seeds = []Seed{
 	{Name: "limited-ignores-refill", Area: "Source().Limited", File: "shield/source/source.go",
 		Old: "credit = min(credit+add, int64(l.Cap))", New: "credit = min(credit+0*add, int64(l.Cap))",
 		Want: "Source().Limited"},
-	{Name: "top-by-dropped-ranks-passed", Area: "Top", File: "shield/top.go",
-		Old: "if h.by == source.ByPassed {", New: "if h.by != source.ByPassed {",
+	{Name: "top-by-dropped-ranks-passed", Area: "Top", File: "shield/source/top.go",
+		Old: "if h.by == ByPassed {", New: "if h.by != ByPassed {",
 		Want: "TestTopOrders"},
 }

@@ -1,4 +1,4 @@
-package shield
+package oldpins
 
 import (
 	"errors"
@@ -17,14 +17,14 @@ import (
 // Before the verdict generations (bpf/shield.c, lists4_b), the lists were
 // kept in membership tries of their own, pinned as allow4, allow6, deny4
 // and deny6, and a change was written entry by entry with its intent
-// pinned as "journal" for a rollback after a crash. Load reads such pins
-// once, rolls back an interrupted change, puts the lists in force in the
-// new layout and unpins them: from then on a change is in force whole
-// or not at all without a journal.
-const journalPin = "journal"
+// pinned as JournalPin for a rollback after a crash. Load reads such pins
+// once (TakeLists), rolls back an interrupted change, puts the lists in
+// force in the new layout and unpins them (Lists.Remove): from then on a
+// change is in force whole or not at all without a journal.
+const JournalPin = "journal"
 
-// oldListNames are the old membership tries' pins: list and family.
-var oldListNames = []struct {
+// listPins are the old membership tries' pins: list and family.
+var listPins = []struct {
 	name string
 	l    lists.List
 	v6   bool
@@ -32,12 +32,12 @@ var oldListNames = []struct {
 
 // Journal operations of the old layout: what the change did to the prefix.
 const (
-	journalAdded   uint8 = 1 // rollback removes it
-	journalRemoved uint8 = 2 // rollback puts it back
+	JournalAdded   uint8 = 1 // rollback removes it
+	JournalRemoved uint8 = 2 // rollback puts it back
 )
 
-// journalKey is one prefix of an old layout's change (20 bytes).
-type journalKey struct {
+// JournalKey is one prefix of an old layout's change (20 bytes).
+type JournalKey struct {
 	List uint8
 	Bits uint8
 	Is4  uint8
@@ -57,22 +57,17 @@ func (r Recovery) String() string {
 		r.Added[lists.AllowList], r.Added[lists.DenyList], r.Removed[lists.AllowList], r.Removed[lists.DenyList])
 }
 
-// Recovered reports what Load rolled back, if anything.
-func (s *Shield) Recovered() (Recovery, bool) {
-	if s.recovered == nil {
-		return Recovery{}, false
-	}
-	return *s.recovered, true
+// Lists are the lists read from the old layout's pins.
+type Lists struct {
+	Allow, Deny []netip.Prefix
+	// Recovered is what was rolled back of an interrupted change (nil:
+	// no journal was pinned).
+	Recovered *Recovery
+	paths     []string // to unpin once the lists are in force
 }
 
-// oldListPins are the lists read from the old layout's pins.
-type oldListPins struct {
-	allow, deny []netip.Prefix
-	paths       []string // to unpin once the lists are in force
-}
-
-// remove unpins the old layout's tries and journal.
-func (o *oldListPins) remove() error {
+// Remove unpins the old layout's tries and journal.
+func (o *Lists) Remove() error {
 	for _, p := range o.paths {
 		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("unpin the old list %s: %w", p, err)
@@ -81,13 +76,13 @@ func (o *oldListPins) remove() error {
 	return nil
 }
 
-// takeOldLists reads the lists from the old layout's pins in s.pinPath,
-// with an interrupted change rolled back; nil when there are none.
-func (s *Shield) takeOldLists() (*oldListPins, error) {
+// TakeLists reads the lists from the old layout's pins in dir, with an
+// interrupted change rolled back; nil when there are none.
+func TakeLists(dir string) (*Lists, error) {
 	sets := map[lists.List]map[netip.Prefix]bool{lists.AllowList: {}, lists.DenyList: {}}
-	o := &oldListPins{}
-	for _, n := range oldListNames {
-		path := filepath.Join(s.pinPath, n.name)
+	o := &Lists{}
+	for _, n := range listPins {
+		path := filepath.Join(dir, n.name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
@@ -96,13 +91,13 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 			return nil, fmt.Errorf("open the old list %s: %w", path, err)
 		}
 		o.paths = append(o.paths, path)
-		err = trie{m, n.v6}.each(func(p netip.Prefix, _ uint8) { sets[n.l][p] = true })
+		err = eachPrefix(m, n.v6, func(p netip.Prefix) { sets[n.l][p] = true })
 		m.Close()
 		if err != nil {
 			return nil, fmt.Errorf("read the old list %s: %w", path, err)
 		}
 	}
-	path := filepath.Join(s.pinPath, journalPin)
+	path := filepath.Join(dir, JournalPin)
 	m, err := ebpf.LoadPinnedMap(path, nil)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -112,7 +107,7 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 		defer m.Close()
 		o.paths = append(o.paths, path)
 		r := Recovery{Added: map[lists.List]int{}, Removed: map[lists.List]int{}}
-		var k journalKey
+		var k JournalKey
 		var op uint8
 		it := m.Iterate()
 		for it.Next(&k, &op) {
@@ -126,10 +121,10 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 			}
 			p := netip.PrefixFrom(a, int(k.Bits))
 			switch op {
-			case journalAdded:
+			case JournalAdded:
 				delete(sets[l], p)
 				r.Added[l]++
-			case journalRemoved:
+			case JournalRemoved:
 				sets[l][p] = true
 				r.Removed[l]++
 			}
@@ -137,22 +132,42 @@ func (s *Shield) takeOldLists() (*oldListPins, error) {
 		if err := it.Err(); err != nil {
 			return nil, fmt.Errorf("read the old change journal: %w", err)
 		}
-		s.recovered = &r
+		o.Recovered = &r
 	}
 	if len(o.paths) == 0 {
 		return nil, nil
 	}
-	o.allow, o.deny = lists.PrefixesOf(sets[lists.AllowList]), lists.PrefixesOf(sets[lists.DenyList])
+	o.Allow, o.Deny = lists.PrefixesOf(sets[lists.AllowList]), lists.PrefixesOf(sets[lists.DenyList])
 	slices.Reverse(o.paths) // the journal first
 	return o, nil
 }
 
-// dropOldVerdictPins unpins verdict tries of an earlier layout (a one-byte
-// value, before the entries had hit counters) so that Load makes them
-// afresh: their content is derived from the lists' record (the old
-// membership tries, read by takeOldLists), and a program still attached
-// keeps its own reference to the old ones.
-func dropOldVerdictPins(dir string, spec *ebpf.CollectionSpec) error {
+// eachPrefix calls fn for every prefix of an old membership trie (an LPM
+// trie of the program's keys, a one-byte value).
+func eachPrefix(m *ebpf.Map, v6 bool, fn func(netip.Prefix)) error {
+	var v uint8
+	if v6 {
+		var k bpf.ShieldLpm6Key
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			fn(netip.PrefixFrom(netip.AddrFrom16(k.Addr), int(k.Prefixlen)))
+		}
+		return it.Err()
+	}
+	var k bpf.ShieldLpm4Key
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		fn(netip.PrefixFrom(netip.AddrFrom4(k.Addr), int(k.Prefixlen)))
+	}
+	return it.Err()
+}
+
+// DropVerdictTries unpins verdict tries of an earlier layout (a one-byte
+// value, before the entries had hit counters) that spec cannot reuse, so
+// that Load makes them afresh: their content is derived from the lists'
+// record (the old membership tries, read by TakeLists), and a program
+// still attached keeps its own reference to the old ones.
+func DropVerdictTries(dir string, spec *ebpf.CollectionSpec) error {
 	for _, name := range []string{bpf.ShieldMapLists4, bpf.ShieldMapLists6, bpf.ShieldMapLists4B, bpf.ShieldMapLists6B} {
 		path := filepath.Join(dir, name)
 		m, err := ebpf.LoadPinnedMap(path, nil)
@@ -173,24 +188,13 @@ func dropOldVerdictPins(dir string, spec *ebpf.CollectionSpec) error {
 	return nil
 }
 
-// PinNames are the names Load pins in a pin directory: every map of the
-// program that is pinned by name, and those older versions pinned (the
-// lists' own tries and change journal, above; the sources table moved
-// aside, migrate.go). pin.Detach removes these and only these (and its
-// link).
-func PinNames() (map[string]bool, error) {
-	spec, err := bpf.LoadShield()
-	if err != nil {
-		return nil, fmt.Errorf("load spec: %w", err)
+// Names are the names of the old pins this package reads in a pin
+// directory: the lists' own tries and change journal, and the sources
+// table moved aside while it is copied.
+func Names() []string {
+	names := []string{JournalPin, SourcesPin}
+	for _, n := range listPins {
+		names = append(names, n.name)
 	}
-	names := map[string]bool{journalPin: true, oldSourcesPin: true}
-	for _, n := range oldListNames {
-		names[n.name] = true
-	}
-	for name := range spec.Maps {
-		if filepath.Ext(name) == "" {
-			names[name] = true
-		}
-	}
-	return names, nil
+	return names
 }
