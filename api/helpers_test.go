@@ -29,6 +29,11 @@ import (
 
 const testToken = "s3cret-operator-token"
 
+// tableSize is the sources table of newEnv's shields: small, as a table of
+// shield.DefaultTableSize (a million preallocated LRU entries) costs seconds
+// of memory setup per test in a VM under TCG and nothing here fills it.
+const tableSize = 4096
+
 // env is a shield loaded with its maps pinned in a per-test bpffs directory
 // (removed at cleanup) and an API server in front of it.
 type env struct {
@@ -44,7 +49,7 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	dir := filepath.Join("/sys/fs/bpf", fmt.Sprintf("xdpshield-test-%s-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid()))
 	require.NoError(t, pinfs.EnsureBPFFS(dir), "EnsureBPFFS")
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sh, err := shield.Load(shield.Options{TableSize: shield.DefaultTableSize, Clock: config.ClockVirtual, PinPath: dir})
+	sh, err := shield.Load(shield.Options{TableSize: tableSize, Clock: config.ClockVirtual, PinPath: dir})
 	require.NoError(t, err, "Load")
 	t.Cleanup(func() { sh.Close() })
 	var logs bytes.Buffer

@@ -250,7 +250,7 @@ func TestTopTalkers(t *testing.T) {
 	}
 	cr, err := c.Counters(context.Background())
 	require.NoError(t, err, "Counters")
-	assert.False(t, cr.Sources.Tracked != len(pop) || cr.Sources.Capacity != shield.DefaultTableSize, "Counters().Sources = %+v, want %d of %d", cr.Sources, len(pop), shield.DefaultTableSize)
+	assert.False(t, cr.Sources.Tracked != len(pop) || cr.Sources.Capacity != tableSize, "Counters().Sources = %+v, want %d of %d", cr.Sources, len(pop), tableSize)
 }
 
 func TestMetricsPromtool(t *testing.T) {
@@ -289,7 +289,7 @@ func TestMetricsPromtool(t *testing.T) {
 		`shield_packets_total{proto="udp",reason="deny",verdict="drop"} 2`,
 		`shield_packets_total{proto="udp",reason="unprotected",verdict="pass"} 1`, // UDP to an ephemeral port: return traffic
 		`shield_sources_tracked 1`,
-		`shield_sources_capacity 1.048576e+06`,
+		`shield_sources_capacity 4096`,
 		`shield_limit_rate_packets_per_second{bucket="source"} 1000`,
 		`shield_limit_burst_packets{bucket="admission"} 10000`,
 		`shield_dry_run 0`,
@@ -389,7 +389,7 @@ func TestMetricsIfaceLabel(t *testing.T) {
 	for _, want := range []string{
 		`shield_packets_total{iface="eth9",proto="udp",reason="deny",verdict="drop"} 0`,
 		`shield_sources_tracked{iface="eth9"} 0`,
-		`shield_sources_capacity{iface="eth9"} 1.048576e+06`,
+		`shield_sources_capacity{iface="eth9"} 4096`,
 		`shield_attached{iface="eth9"} 1`,
 		`shield_list_prefixes{family="ipv4",iface="eth9",list="deny"} 0`,
 		`shield_api_requests_total{code="200"} 1`,
