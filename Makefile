@@ -94,7 +94,7 @@ study: ## the cost study, as root (about 18 min here with the peers and lists se
 	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
 	out/bin/shieldlab study -out out/study -docs docs
 
-study-quick: ## the study in short (CI, about 2 min): fails if a configuration produced no numbers
+study-quick: ## the study in short (CI, about 80 s: one run of each): fails if a configuration produced no numbers
 	@ci/deps.sh
 	$(GO) build -o out/bin/shieldlab ./cmd/shieldlab
 	out/bin/shieldlab study -quick -out out/study-quick

@@ -40,7 +40,7 @@ func runStudy(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("study", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "a short run for CI: checks every configuration produced numbers, concludes nothing")
 	out := fs.String("out", "out/study", "directory for report.md, results.json and the plots")
-	runs := fs.Int("runs", 0, "repetitions of every measurement (default 5; -quick 2)")
+	runs := fs.Int("runs", 0, "repetitions of every measurement (default 5; -quick 1)")
 	phase := fs.Duration("phase", 0, "length of each legitimate-traffic phase (default 4s; -quick 1s)")
 	dropPhase := fs.Duration("drop-phase", 0, "length of each drop-capacity measurement (default 3s; -quick 1s)")
 	rate := fs.Uint64("storm-rate", 0, "frames/s of the storm the legitimate client meets (default 500000)")
