@@ -185,13 +185,13 @@ func TestAttachDispatcherRefused(t *testing.T) {
 // TestDispatcherJoin (issue 28, sharing the NIC): the shield in libxdp's
 // dispatcher beside another XDP program, bpf/xdpcount.c, which counts the
 // IPv4 frames that reach it by their source's last byte. The other program
-// joins through the real xdp-loader (Debian's xdp-tools, libxdp taking
-// bpf/dispatcher.c as its xdp-dispatcher.o) where it is installed, else
-// through this package's side of the protocol. Checked:
-//   - the shield starts a dispatcher (priority 10, chain on XDP_PASS);
-//     the other program joins after it (libxdp's default priority 50) and
-//     both run, in that order: frames of a denied source are dropped by
-//     the shield and never counted, the others are counted;
+// is loaded first, by the real xdp-loader (Debian's xdp-tools, libxdp
+// taking bpf/dispatcher.c as its xdp-dispatcher.o) where it is installed,
+// else through this package's side of the protocol. Checked:
+//   - the shield joins the dispatcher before it (priority 10 against
+//     libxdp's default 50, chain on XDP_PASS), `xdp-loader status` lists
+//     both in that order, and both run in that order: frames of a denied
+//     source are dropped by the shield and never counted, the others are;
 //   - a second Attach (a restart) replaces the shield's slot in a new
 //     dispatcher, keeping its state and the other program;
 //   - Detach leaves the other program running alone in a new dispatcher,
@@ -201,6 +201,20 @@ func TestDispatcherJoin(t *testing.T) {
 	testutil.Feature(t, features.Freplace)
 	lab := newDispatcherLab(t, "dxjoin")
 	const n = 20
+
+	xdpLoader, lerr := exec.LookPath("xdp-loader")
+	var status func() string
+	var leave func()
+	if lerr == nil {
+		status, leave = loadWithXdpLoader(t, lab, xdpLoader)
+	} else {
+		t.Logf("xdp-loader not installed (%v): xdp_count joins through this package", lerr)
+		leave = joinCounter(t, lab)
+	}
+	defer leave()
+	d := lab.find(t)
+	require.NotNil(t, d, "no dispatcher after xdp_count was loaded")
+	require.Equal(t, []string{"xdp_count/50"}, names(d))
 
 	a, err := lab.attach(t, ModeAuto)
 	require.NoError(t, err)
@@ -213,24 +227,16 @@ func TestDispatcherJoin(t *testing.T) {
 	t.Logf("shield attached in %s mode, slot %d, link %d", a.Mode, a.Slot, a.LinkID)
 	_, err = a.Shield.Add(lists.DenyList, []netip.Prefix{netip.MustParsePrefix("198.18.0.3/32")})
 	require.NoError(t, err)
-	d := lab.find(t)
+	d = lab.find(t)
 	require.NotNil(t, d, "no dispatcher after Attach")
-	assert.Equal(t, []string{"shield/10"}, names(d))
+	require.Equal(t, []string{"shield/10", "xdp_count/50"}, names(d), "components in run order")
 	assert.Equal(t, uint32(1<<2|1<<31), d.Components[0].ChainCallActions)
 	assert.Equal(t, a.Program, d.Components[0].Program)
-
-	xdpLoader, lerr := exec.LookPath("xdp-loader")
-	var leave func()
-	if lerr == nil {
-		leave = loadWithXdpLoader(t, lab, xdpLoader, a.Mode)
-	} else {
-		t.Logf("xdp-loader not installed (%v): xdp_count joins through this package", lerr)
-		leave = joinCounter(t, lab)
+	if status != nil {
+		out := status()
+		assert.Regexp(t, `(?m)^ => +10 +shield(_compat)? `, out, "the shield first in xdp-loader status")
+		assert.Regexp(t, `(?m)^ => +50 +xdp_count `, out, "xdp_count second in xdp-loader status")
 	}
-	defer leave()
-	d = lab.find(t)
-	require.NotNil(t, d)
-	require.Equal(t, []string{"shield/10", "xdp_count/50"}, names(d), "components in run order")
 	counts := counterMap(t, d.Components[1].Program)
 	defer counts.Close()
 
@@ -302,10 +308,10 @@ func counterMap(t *testing.T, id ebpf.ProgramID) *ebpf.Map {
 	return nil
 }
 
-// loadWithXdpLoader loads bpf/xdpcount.c with xdp-loader, libxdp taking
-// bpf/dispatcher.c as its dispatcher, and checks xdp-loader status lists
-// both programs.
-func loadWithXdpLoader(t *testing.T, lab *dispatcherLab, bin string, mode Mode) func() {
+// loadWithXdpLoader loads bpf/xdpcount.c with xdp-loader (native mode),
+// libxdp taking bpf/dispatcher.c as its dispatcher; status runs
+// `xdp-loader status` and leave unloads every program.
+func loadWithXdpLoader(t *testing.T, lab *dispatcherLab, bin string) (status func() string, leave func()) {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "xdp-dispatcher.o"), bpf.DispatcherObject(), 0o644))
@@ -319,18 +325,15 @@ func loadWithXdpLoader(t *testing.T, lab *dispatcherLab, bin string, mode Mode) 
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	m := "skb"
-	if mode == ModeNative {
-		m = "native"
-	}
-	out, err := run("load", "-m", m, dxEdge, obj)
+	out, err := run("load", "-m", "native", dxEdge, obj)
 	require.NoError(t, err, "xdp-loader load: %s", out)
-	out, err = run("status", dxEdge)
-	require.NoError(t, err, "xdp-loader status: %s", out)
-	t.Logf("xdp-loader status:\n%s", out)
-	assert.Regexp(t, `(?m)^ => +10 +shield(_compat)? `, out, "the shield first in xdp-loader status")
-	assert.Regexp(t, `(?m)^ => +50 +xdp_count `, out, "xdp_count second in xdp-loader status")
-	return func() {
+	status = func() string {
+		out, err := run("status", dxEdge)
+		require.NoError(t, err, "xdp-loader status: %s", out)
+		t.Logf("xdp-loader status:\n%s", out)
+		return out
+	}
+	return status, func() {
 		if out, err := run("unload", "-a", dxEdge); err != nil {
 			t.Logf("xdp-loader unload: %v: %s", err, out)
 		}
