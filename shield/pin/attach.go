@@ -187,12 +187,25 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		opts.Load.Extend, opts.Load.ExtendFunc = disp.disp, disp.slotName()
 	}
 
+	if !opts.Dispatcher {
+		// The pinned program array `next` is an extension's there:
+		// the shield alone could not load with it.
+		if d, err := FindLibxdpDispatcher(a.Ifindex); err == nil && d != nil && d.runsShield() {
+			return nil, fmt.Errorf("attach xdp to %q: %s", opts.Iface, foreignProgram(opts.Iface, a.Ifindex))
+		}
+	}
 	opts.Load.PinPath = dir
 	sh, err := shield.Load(opts.Load)
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("the maps pinned in %s belong to an incompatible version of the program, which stays attached; "+
 				"`shield detach -iface %s` drops it and its state: %w", dir, opts.Iface, err)
+		}
+		if opts.Dispatcher && !fresh {
+			// Maps the shield pinned alone: its program array is an
+			// XDP program's, which an extension cannot use (EINVAL).
+			return nil, fmt.Errorf("dispatcher mode on %q: the maps pinned in %s may be the shield's run alone, whose program array an extension cannot use; "+
+				"`shield detach -iface %s` drops them and their state: %w", opts.Iface, dir, opts.Iface, err)
 		}
 		return nil, err
 	}

@@ -88,11 +88,17 @@ func newDispatcherLab(t *testing.T, name string) *dispatcherLab {
 
 func (l *dispatcherLab) attach(t *testing.T, mode Mode) (*Attachment, error) {
 	t.Helper()
+	return l.attachMode(t, mode, true)
+}
+
+// attachMode attaches the shield in dispatcher mode, or alone.
+func (l *dispatcherLab) attachMode(t *testing.T, mode Mode, dispatcher bool) (*Attachment, error) {
+	t.Helper()
 	var a *Attachment
 	err := l.edge.Do(func() (err error) {
 		// AdoptUnverified: the second Attach adopts the first's pins on
 		// kernels without namespace cookies (before 5.14).
-		a, err = Attach(AttachOptions{Iface: dxEdge, PinRoot: l.root, Mode: mode, Dispatcher: true,
+		a, err = Attach(AttachOptions{Iface: dxEdge, PinRoot: l.root, Mode: mode, Dispatcher: dispatcher,
 			AdoptUnverified: true, Load: shield.Options{TableSize: 4096}})
 		return err
 	})
@@ -182,6 +188,25 @@ func TestAttachDispatcherRefused(t *testing.T) {
 	assert.Empty(t, entries, "pins left after the refusal")
 }
 
+// TestAttachDispatcherOverAlone: a shield attached alone (its pinned
+// link) is not turned into a dispatcher's component: dispatcher mode is
+// refused, naming the link and `shield detach`, and the program stays.
+func TestAttachDispatcherOverAlone(t *testing.T) {
+	testutil.Root(t)
+	lab := newDispatcherLab(t, "dxalone")
+	a, err := lab.attachMode(t, ModeAuto, false)
+	require.NoError(t, err)
+	defer func() { lab.edge.Do(a.Detach); a.Close() }()
+	prog := a.Program
+	require.NoError(t, a.Close()) // the lock goes, the pins stay
+	_, err = lab.attach(t, ModeAuto)
+	require.Error(t, err)
+	t.Logf("Attach in dispatcher mode over the shield alone: %v", err)
+	assert.Contains(t, err.Error(), "the shield runs there alone, through the link pinned at")
+	assert.Contains(t, err.Error(), "shield detach -iface dx0")
+	assert.Equal(t, prog, lab.attached(t), "the program after the refusal")
+}
+
 // TestDispatcherJoin (issue 28, sharing the NIC): the shield in libxdp's
 // dispatcher beside another XDP program, bpf/xdpcount.c, which counts the
 // IPv4 frames that reach it by their source's last byte. The other program
@@ -262,6 +287,15 @@ func TestDispatcherJoin(t *testing.T) {
 	old := d.Program
 	oldProg := a.Program
 	require.NoError(t, a.Close())
+	// Refused, changing nothing: another mode than the dispatcher's, and
+	// the shield alone where it runs in the dispatcher.
+	_, err = lab.attachMode(t, ModeGeneric, true)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "libxdp's dispatcher there is attached in native mode, generic was asked")
+	_, err = lab.attachMode(t, ModeAuto, false)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the shield runs there in dispatcher mode")
+	assert.Equal(t, old, lab.attached(t), "the dispatcher after the refused Attach calls")
 	a, err = lab.attach(t, ModeAuto)
 	require.NoError(t, err)
 	assert.True(t, a.Adopted)

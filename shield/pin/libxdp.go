@@ -211,6 +211,11 @@ func (d *LibxdpDispatcher) componentPins(ifindex int) {
 	}
 }
 
+// runsShield reports whether a component is the shield's program.
+func (d *LibxdpDispatcher) runsShield() bool {
+	return slices.ContainsFunc(d.Components, func(c LibxdpComponent) bool { return slices.Contains(shieldProgNames, c.Name) })
+}
+
 // foreignProgram describes the XDP program attached to ifindex that is not
 // the shield's: libxdp's dispatcher with what runs in it, or the program's
 // ID and name.
@@ -220,11 +225,9 @@ func foreignProgram(iface string, ifindex int) string {
 		return fmt.Sprintf("another XDP program is attached (not by xdpshield?; %v)", err)
 	}
 	if d != nil {
-		for _, c := range d.Components {
-			if slices.Contains(shieldProgNames, c.Name) {
-				return fmt.Sprintf("it runs %s: the shield runs there in dispatcher mode; attach in that mode, "+
-					"or `shield detach -iface %s` first (docs/operating.md, \"Sharing the interface\")", d, iface)
-			}
+		if d.runsShield() {
+			return fmt.Sprintf("it runs %s: the shield runs there in dispatcher mode; attach in that mode, "+
+				"or `shield detach -iface %s` first (docs/operating.md, \"Sharing the interface\")", d, iface)
 		}
 		return fmt.Sprintf("it runs %s, as xdp-loader and xdp-filter attach them; "+
 			"the shield joins it only in dispatcher mode (docs/operating.md, \"Sharing the interface\"): "+
