@@ -219,8 +219,9 @@ func TestAttachDispatcherOverAlone(t *testing.T) {
 //     source are dropped by the shield and never counted, the others are;
 //   - a second Attach (a restart) replaces the shield's slot in a new
 //     dispatcher, keeping its state and the other program;
-//   - Detach leaves the other program running alone in a new dispatcher,
-//     now counting the formerly denied source; the old pins are gone.
+//   - pin.Detach (`shield detach`) leaves the other program running alone
+//     in a new dispatcher, now counting the formerly denied source; the
+//     old dispatcher's pins and the shield's are gone.
 func TestDispatcherJoin(t *testing.T) {
 	testutil.Root(t)
 	testutil.Feature(t, features.Freplace)
@@ -309,9 +310,14 @@ func TestDispatcherJoin(t *testing.T) {
 	lab.send(t, dxDenied, n)
 	assert.Zero(t, count(dxDenied), "the denied source passed the restarted shield")
 
-	// Detach: the second program alone, now seeing the denied source.
+	// `shield detach` (pin.Detach, the service stopped): the second
+	// program alone, now seeing the denied source; the shield's pins gone.
 	old = d.Program
-	require.NoError(t, lab.edge.Do(a.Detach))
+	pinDir := a.PinDir
+	require.NoError(t, a.Close())
+	a = nil
+	require.NoError(t, lab.edge.Do(func() error { return Detach(lab.root, dxEdge) }))
+	assert.NoDirExists(t, pinDir)
 	d = lab.find(t)
 	require.NotNil(t, d, "the other program's dispatcher went with the shield")
 	assert.Equal(t, []string{"xdp_count/50"}, names(d))
