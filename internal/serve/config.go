@@ -286,7 +286,7 @@ func (c *config) validate() (settings, error) {
 	// component; the shield's own `next` would be an extension's
 	// program array, which kernels before 5.19 keep for extensions.
 	if c.Dispatcher && c.Chain != "" {
-		errs = append(errs, errors.New("dispatcher: chain is not used in dispatcher mode; load the program into the dispatcher after the shield (xdp-loader load -p ...) instead"))
+		errs = append(errs, errors.New("dispatcher: chain is not used in dispatcher mode; load the program into the dispatcher at a run priority above run_priority (xdp-loader load -P PRIORITY) instead"))
 	}
 	if c.Dispatcher && len(c.XDPLB.VIPs) > 0 {
 		errs = append(errs, errors.New("dispatcher: [xdplb] VIPs are not served in dispatcher mode (the balancer rides the shield's own next program)"))
