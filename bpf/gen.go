@@ -12,3 +12,5 @@ package bpf
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type policy -type route -type rule -type pool_key -type conn -type ctl L7 l7.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type flow_key -type flow_stats Probe probe.c
 //go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type walk_rec -type source_set -type source -type src_key Walk walk.c
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type dispatcher_config Dispatcher dispatcher.c
+//go:generate go tool bpf2go -cc clang-14 -strip llvm-strip-14 -tags linux -target bpfel -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" XdpCount xdpcount.c

@@ -67,6 +67,10 @@ type Config struct {
 	Iface string
 	// Mode is how XDP is attached (pin.ModeAuto: native, else generic).
 	Mode pin.Mode
+	// Dispatcher runs the shield as one program of libxdp's dispatcher
+	// at RunPrio (pin.AttachOptions).
+	Dispatcher bool
+	RunPrio    uint32
 	// PinRoot is the bpffs directory of the pins (pin.DefaultPinRoot
 	// when empty).
 	PinRoot string
@@ -306,6 +310,8 @@ func (s *Service) attach() error {
 		Mode:            cfg.Mode,
 		PinRoot:         cfg.PinRoot,
 		AdoptUnverified: cfg.AdoptUnverifiedPins,
+		Dispatcher:      cfg.Dispatcher,
+		RunPrio:         cfg.RunPrio,
 		Load:            shield.Options{TableSize: cfg.TableSize, Clock: cfg.Clock, Limits: cfg.Limits, Ephemeral: eph},
 	})
 	if err != nil {
@@ -328,6 +334,9 @@ func (s *Service) attach() error {
 				keyIface, a.Iface, keyLimits, got, keyConfig, cfg.Limits)
 		}
 	} else {
+		if a.Dispatcher {
+			s.log.Info("joined libxdp's dispatcher", keyIface, a.Iface, "slot", a.Slot, "run_priority", cfg.RunPrio)
+		}
 		s.log.Info("attached", keyIface, a.Iface, keyMode, a.Mode.String(), keyPinDir, a.PinDir,
 			keyLinkID, a.LinkID, keyProg, a.Program, keyTable, sh.TableSize(), keyLimits, sh.Limits(), keyVersion, cfg.Build.Version)
 	}

@@ -64,6 +64,12 @@ type Options struct {
 	// against this tree's, in one process. Its maps and variables must be
 	// this tree's (gate.SameLayout).
 	Spec *ebpf.CollectionSpec
+	// Extend, when set, loads the program as an extension
+	// (BPF_PROG_TYPE_EXT, freplace) of the function ExtendFunc of Extend,
+	// a slot of a multi-program dispatcher (shield/pin), in place of an
+	// XDP program of its own.
+	Extend     *ebpf.Program
+	ExtendFunc string
 }
 
 // The traffic classes index the admission buckets: enum traffic_class in
@@ -86,6 +92,10 @@ type Shield struct {
 	clock     config.Clock
 	tickNs    uint64 // the clock's resolution when it ticks (jiffies), else 0
 	compat    bool   // shield_compat loaded as the program (no cmpxchg refills)
+	// extend and extendFunc: the program is an extension of this function
+	// of a dispatcher (Options.Extend).
+	extend     *ebpf.Program
+	extendFunc string
 	// clockNote says how adopted state written with another clock was
 	// converted ("" when it was not).
 	clockNote string
@@ -151,6 +161,9 @@ func (o Options) Validate() error {
 	}
 	if !o.Clock.Valid() {
 		errs = append(errs, fmt.Errorf("unknown clock %d", o.Clock))
+	}
+	if (o.Extend == nil) != (o.ExtendFunc == "") {
+		errs = append(errs, errors.New("options Extend and ExtendFunc go together"))
 	}
 	return errors.Join(errs...)
 }
@@ -260,6 +273,7 @@ func Load(opts Options) (*Shield, error) {
 	s := &Shield{innerSpec: spec.Maps[bpf.ShieldMapConfigMap].InnerMap, clock: opts.Clock, tickNs: tickNs,
 		filterSeed: seed, hashKeys: keys, setBits: source.SetBits(opts.TableSize), eph: eph, loadEph: eph}
 	s.compat = opts.Compat || forceCompat || !haveCmpxchg()
+	s.extend, s.extendFunc = opts.Extend, opts.ExtendFunc
 	err = s.loadObjects(spec, vars, &collOpts)
 	var ve *ebpf.VerifierError
 	if err != nil && !s.compat && errors.As(err, &ve) {
@@ -432,6 +446,17 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 	if s.compat {
 		spec = spec.Copy()
 		spec.Programs[bpf.ShieldProgShield] = spec.Programs[bpf.ShieldProgShieldCompat].Copy()
+	}
+	if s.extend != nil {
+		// Both variants: the first program loaded that uses the
+		// program array `next` makes it the array of its type, and
+		// kernels before 5.19 (?) take an extension's for its own, not
+		// its target's, and refuse the other with EINVAL.
+		spec = spec.Copy()
+		for _, name := range []string{bpf.ShieldProgShield, bpf.ShieldProgShieldCompat} {
+			p := spec.Programs[name]
+			p.Type, p.AttachType, p.AttachTarget, p.AttachTo = ebpf.Extension, 0, s.extend, s.extendFunc
+		}
 	}
 	return bpf.Load(spec, vars, &s.objs, opts)
 }

@@ -482,8 +482,10 @@ func indent(s string) string {
 	return "  | " + strings.ReplaceAll(s, "\n", "\n  | ")
 }
 
-// DefaultTools are the host programs the suites call.
-var DefaultTools = []string{"ip", "promtool", "tcpdump"}
+// DefaultTools are the host programs the suites call (xdp-loader, from
+// Debian's xdp-tools, with its shared libraries: shield/pin's
+// TestDispatcherJoin, which joins its program in libxdp's dispatcher).
+var DefaultTools = []string{"ip", "promtool", "tcpdump", "xdp-loader"}
 
 // ErrNoTests is returned when a selection has no test binaries.
 var ErrNoTests = errors.New("no test binaries to run")

@@ -95,10 +95,16 @@ var (
 	// LiveFrames: BPF_PROG_TEST_RUN with BPF_F_TEST_XDP_LIVE_FRAMES (5.18+):
 	// the storms' fast generator (AF_PACKET is the fallback).
 	LiveFrames = &Feature{Name: "xdp_live_frames", What: "BPF_F_TEST_XDP_LIVE_FRAMES", Since: "5.18", probe: probeLiveFrames}
+	// Freplace: an extension program (BPF_PROG_TYPE_EXT, 5.6+) replacing
+	// a slot of libxdp's dispatcher (bpf/dispatcher.c), re-attachable to
+	// a second dispatcher (5.10+): the shield in dispatcher mode
+	// (shield/pin). The product refuses that mode, naming the errno,
+	// where it is missing; the tests skip.
+	Freplace = &Feature{Name: "xdp_freplace", What: "freplace of an XDP dispatcher's slot", Since: "5.10", probe: probeFreplace}
 )
 
 // All are the probed features, in a fixed order.
-func All() []*Feature { return []*Feature{MapIter, ForEachMapElem, LiveFrames} }
+func All() []*Feature { return []*Feature{MapIter, ForEachMapElem, LiveFrames, Freplace} }
 
 // Present probes every feature: name to "" when present, else the errno's
 // name (or "no errno").
@@ -186,4 +192,39 @@ func probeLiveFrames() error {
 		return fmt.Errorf("test run with BPF_F_TEST_XDP_LIVE_FRAMES: %w", err)
 	}
 	return nil
+}
+
+// probeFreplace loads the dispatcher with one slot in use and attaches its
+// xdp_pass program to that slot as an extension, through a link, as the shield
+// joins a dispatcher (shield/pin.ProbeDispatcher does the same for the
+// product).
+func probeFreplace() error {
+	spec, err := bpf.LoadDispatcher()
+	if err != nil {
+		return err
+	}
+	conf := spec.Maps[".rodata"].Contents[0].Value.([]byte)
+	conf = append([]byte(nil), conf...)
+	conf[0], conf[1], conf[2] = 236, 2, 1 // libxdp's magic, version 2, one slot
+	conf[4], conf[7] = 1<<2, 1<<7         // slot 0 goes on after XDP_PASS and the stub's 31
+	spec.Maps[".rodata"].Contents[0].Value = conf
+	ext := spec.Programs[bpf.DispatcherProgXdpPass].Copy()
+	var objs struct {
+		Disp *ebpf.Program `ebpf:"xdp_dispatcher"`
+	}
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return fmt.Errorf("load the dispatcher: %w", err)
+	}
+	defer objs.Disp.Close()
+	ext.Type, ext.AttachType, ext.AttachTarget, ext.AttachTo = ebpf.Extension, 0, objs.Disp, "prog0"
+	prog, err := ebpf.NewProgram(ext)
+	if err != nil {
+		return fmt.Errorf("load xdp_pass as an extension of the dispatcher's prog0: %w", err)
+	}
+	defer prog.Close()
+	l, err := link.AttachFreplace(objs.Disp, "prog0", prog)
+	if err != nil {
+		return fmt.Errorf("attach it: %w", err)
+	}
+	return l.Close()
 }

@@ -165,6 +165,9 @@ func printCheck(w io.Writer, path string, cfg config, set settings) {
 	row := func(k, format string, a ...any) { fmt.Fprintf(w, "  %-16s %s\n", k, fmt.Sprintf(format, a...)) }
 	row("iface", "%s", cfg.Iface)
 	row("mode", "%s", set.mode)
+	if cfg.Dispatcher {
+		row("dispatcher", "libxdp's, run priority %d", cfg.RunPriority)
+	}
 	row("table", "%d sources", cfg.TableSize)
 	row("clock", "%s", cfg.Clock)
 	row("pin root", "%s", cfg.PinRoot)

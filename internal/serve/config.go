@@ -36,6 +36,10 @@ type config struct {
 	// Chain is a pinned XDP program the shield passes frames on to
 	// (service.Config.Chain).
 	Chain string `toml:"chain"`
+	// Dispatcher runs the shield as one program of libxdp's dispatcher
+	// (pin.AttachOptions.Dispatcher), at RunPriority.
+	Dispatcher  bool   `toml:"dispatcher"`
+	RunPriority uint64 `toml:"run_priority"` // uint64, so a too large value is reported as written
 
 	API struct {
 		Listen       string   `toml:"listen"`
@@ -113,6 +117,7 @@ func (d *duration) UnmarshalText(b []byte) error {
 func defaultConfig() config {
 	var c config
 	c.Mode = "auto"
+	c.RunPriority = pin.DefaultRunPrio
 	c.PinRoot = pin.DefaultPinRoot
 	c.TableSize = shield.DefaultTableSize
 	c.Clock = "jiffies"
@@ -276,6 +281,18 @@ func (c *config) validate() (settings, error) {
 		errs = append(errs, fmt.Errorf("chain: %q is not an absolute path (a program pinned in bpffs)", c.Chain))
 	case len(c.XDPLB.VIPs) > 0:
 		errs = append(errs, fmt.Errorf("chain: %s and [xdplb] VIPs both want the shield's one next program; use one", c.Chain))
+	}
+	// In the dispatcher the next program is the dispatcher's next
+	// component; the shield's own `next` would be an extension's
+	// program array, which kernels before 5.19 keep for extensions.
+	if c.Dispatcher && c.Chain != "" {
+		errs = append(errs, errors.New("dispatcher: chain is not used in dispatcher mode; load the program into the dispatcher at a run priority above run_priority (xdp-loader load -P PRIORITY) instead"))
+	}
+	if c.Dispatcher && len(c.XDPLB.VIPs) > 0 {
+		errs = append(errs, errors.New("dispatcher: [xdplb] VIPs are not served in dispatcher mode (the balancer rides the shield's own next program)"))
+	}
+	if c.RunPriority < 1 || c.RunPriority > 1<<31-1 {
+		errs = append(errs, fmt.Errorf("run_priority: %d out of range [1, %d]", c.RunPriority, 1<<31-1))
 	}
 	if c.API.TokenFile != "" {
 		if s.token, err = readServiceTokenFile(c.API.TokenFile); err != nil {

@@ -31,7 +31,7 @@ func watchdogEvery(log *slog.Logger) time.Duration {
 
 // reloadKeys name the configuration's parts a reload does not apply, by
 // the service's field: they take effect at the next restart.
-var reloadKeys = map[string]string{"Iface": "iface", "Mode": "mode", "PinRoot": "pin_root", "TableSize": "table_size",
+var reloadKeys = map[string]string{"Iface": "iface", "Mode": "mode", "Dispatcher": "dispatcher", "RunPrio": "run_priority", "PinRoot": "pin_root", "TableSize": "table_size",
 	"Clock": "clock", "SpoofOwnAddresses": "lists.own_addresses_spoofed", "API": "[api]", "LB": "[lb]", "L7": "[l7]"}
 
 // restartOnly names what differs between the running configuration and

@@ -35,6 +35,7 @@ func runServe(ctx context.Context, e *cli.Env, args []string) error {
 	check := fs.Bool("check", false, "validate the configuration and exit")
 	iface := fs.String("iface", "", "interface to protect")
 	mode := fs.String("mode", "", "XDP mode: auto (native, else generic), native or generic")
+	dispatcher := fs.Bool("dispatcher", false, "run as one program of libxdp's multi-program dispatcher, beside xdp-loader's and xdp-filter's (docs/operating.md)")
 	listen := fs.String("listen", "", "API address (default "+api.DefaultListen+")")
 	tokenFile := fs.String("token-file", "", "file holding the operator token (mode 0600); without one the API is read-only")
 	pinRoot := fs.String("pin-root", "", "bpffs directory for pins, one subdirectory per interface (default "+pin.DefaultPinRoot+")")
@@ -76,6 +77,8 @@ func runServe(ctx context.Context, e *cli.Env, args []string) error {
 				cfg.Iface = *iface
 			case "mode":
 				cfg.Mode = *mode
+			case "dispatcher":
+				cfg.Dispatcher = *dispatcher
 			case "listen":
 				cfg.API.Listen = *listen
 			case "token-file":
@@ -135,7 +138,7 @@ func runServe(ctx context.Context, e *cli.Env, args []string) error {
 }
 
 // flagKeys are the configuration keys serve's flags set.
-var flagKeys = map[string]string{"iface": "iface", "mode": "mode", "listen": "api.listen", "token-file": "api.token_file",
+var flagKeys = map[string]string{"iface": "iface", "mode": "mode", "dispatcher": "dispatcher", "listen": "api.listen", "token-file": "api.token_file",
 	"pin-root": "pin_root", "table-size": "table_size", "log-format": "log.format", "tls-cert": "api.tls_cert",
 	"tls-key": "api.tls_key", "admin-dir": "api.admin_dir", "dangerously-expose-api": "api.dangerously_expose",
 	"workbench": "workbench.enabled"}
@@ -207,6 +210,8 @@ func serviceConfig(e *cli.Env, cfg config, set settings) svc.Config {
 	return svc.Config{
 		Iface:             cfg.Iface,
 		Mode:              set.mode,
+		Dispatcher:        cfg.Dispatcher,
+		RunPrio:           uint32(cfg.RunPriority),
 		PinRoot:           cfg.PinRoot,
 		TableSize:         uint32(cfg.TableSize),
 		Clock:             set.clock,

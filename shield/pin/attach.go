@@ -68,6 +68,15 @@ type AttachOptions struct {
 	// AdoptUnverified adopts pins that cannot be shown to be this
 	// namespace's, on a kernel without namespace cookies (claimPins).
 	AdoptUnverified bool
+	// Dispatcher runs the shield as one program of libxdp's multi-program
+	// dispatcher (dispatcher.go) instead of alone: joining the one on the
+	// interface, beside what xdp-loader or xdp-filter attached there, or
+	// starting one. Mode is the dispatcher's when it starts one. Kernels
+	// that refuse freplace of XDP make Attach fail with ErrFreplace.
+	Dispatcher bool
+	// RunPrio is the shield's run priority in the dispatcher (lower runs
+	// first); zero means DefaultRunPrio.
+	RunPrio uint32
 }
 
 // Attachment is the shield attached to one interface through a pinned
@@ -89,6 +98,11 @@ type Attachment struct {
 	LinkID     link.ID
 	// Notes are things the caller should log (fallbacks, kept settings).
 	Notes []string
+
+	// Dispatcher says the shield runs in libxdp's dispatcher
+	// (AttachOptions.Dispatcher); Slot is its slot there.
+	Dispatcher bool
+	Slot       int
 
 	link     link.Link
 	lock     *os.File
@@ -163,12 +177,35 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 		a.Close()
 	}()
 
+	linkPath := filepath.Join(dir, linkPin)
+	var disp *dispatch
+	if opts.Dispatcher {
+		if disp, err = a.beginJoin(opts, linkPath); err != nil {
+			return nil, err
+		}
+		defer disp.close()
+		opts.Load.Extend, opts.Load.ExtendFunc = disp.disp, disp.slotName()
+	}
+
+	if !opts.Dispatcher {
+		// The pinned program array `next` is an extension's there:
+		// the shield alone could not load with it.
+		if d, err := FindLibxdpDispatcher(a.Ifindex); err == nil && d != nil && d.runsShield() {
+			return nil, fmt.Errorf("attach xdp to %q: %s", opts.Iface, foreignProgram(opts.Iface, a.Ifindex))
+		}
+	}
 	opts.Load.PinPath = dir
 	sh, err := shield.Load(opts.Load)
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("the maps pinned in %s belong to an incompatible version of the program, which stays attached; "+
 				"`shield detach -iface %s` drops it and its state: %w", dir, opts.Iface, err)
+		}
+		if opts.Dispatcher && !fresh {
+			// Maps the shield pinned alone: its program array is an
+			// XDP program's, which an extension cannot use (EINVAL).
+			return nil, fmt.Errorf("dispatcher mode on %q: the maps pinned in %s may be the shield's run alone, whose program array an extension cannot use; "+
+				"`shield detach -iface %s` drops them and their state: %w", opts.Iface, dir, opts.Iface, err)
 		}
 		return nil, err
 	}
@@ -188,7 +225,22 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	}
 	a.Program, _ = progInfo.ID()
 
-	linkPath := filepath.Join(dir, linkPin)
+	if disp != nil {
+		l, err := disp.commit(sh.Program())
+		if err != nil {
+			return nil, fmt.Errorf("dispatcher mode on %q: %w", opts.Iface, err)
+		}
+		a.link, a.Dispatcher, a.Slot = l, true, disp.slot
+		a.OldProgram, a.Adopted = disp.prev, disp.prev != 0
+		if a.Mode, err = attachedMode(a.Ifindex); err != nil {
+			return nil, err
+		}
+		if info, err := a.link.Info(); err == nil {
+			a.LinkID = info.ID
+		}
+		ok = true
+		return a, nil
+	}
 	if l, err := link.LoadPinnedLink(linkPath, nil); err == nil {
 		if err := a.adopt(l, opts.Mode); err != nil {
 			return nil, err
@@ -206,6 +258,31 @@ func Attach(opts AttachOptions) (*Attachment, error) {
 	}
 	ok = true
 	return a, nil
+}
+
+// beginJoin checks that the shield may join the interface's dispatcher
+// and prepares the new one, with a slot for the shield at its priority.
+func (a *Attachment) beginJoin(opts AttachOptions, linkPath string) (*dispatch, error) {
+	if _, err := os.Stat(linkPath); err == nil {
+		return nil, fmt.Errorf("dispatcher mode on %q: the shield runs there alone, through the link pinned at %s; "+
+			"`shield detach -iface %s` first (its state goes with it) or keep the mode it has", opts.Iface, linkPath, opts.Iface)
+	}
+	if err := ProbeDispatcher(); err != nil {
+		return nil, fmt.Errorf("dispatcher mode on %q: %w; the shield can only attach alone here (docs/operating.md, \"Sharing the interface\")", opts.Iface, err)
+	}
+	d, err := beginDispatch(opts.Iface, a.Ifindex, opts.Mode)
+	if err != nil {
+		return nil, err
+	}
+	prio := opts.RunPrio
+	if prio == 0 {
+		prio = DefaultRunPrio
+	}
+	if err := d.addShield(prio); err != nil {
+		d.close()
+		return nil, fmt.Errorf("dispatcher mode on %q: %w", opts.Iface, err)
+	}
+	return d, nil
 }
 
 // adopt replaces the program of pinned link l, unless l no longer points at
@@ -306,6 +383,9 @@ func (a *Attachment) Close() error {
 // a new link, pinned in place of the defunct one, with the same program
 // and maps. Call it in the Attachment's network namespace.
 func (a *Attachment) Reattach(ifindex int) error {
+	if a.Dispatcher {
+		return fmt.Errorf("%s was re-created: the shield in dispatcher mode is not attached again by itself; restart it", a.Iface)
+	}
 	linkPath := filepath.Join(a.PinDir, linkPin)
 	if a.link != nil {
 		a.link.Unpin()
@@ -335,12 +415,18 @@ func (a *Attachment) LinkDefunct() bool {
 }
 
 // Detach takes the program off the interface now and removes the link's
-// pin; the maps stay pinned. The Attachment must still be closed.
+// pin; the maps stay pinned. The Attachment must still be closed. In
+// dispatcher mode it removes the shield's slot (a new dispatcher with the
+// other programs, or none) and must run in the interface's namespace.
 func (a *Attachment) Detach() error {
 	if a.link == nil || a.detached {
 		return nil
 	}
 	a.detached = true
+	if a.Dispatcher {
+		// Its slot goes: a new dispatcher without it, its pins with the old.
+		return leaveDispatcher(a.Iface, a.Ifindex)
+	}
 	if err := a.link.Detach(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
 		return fmt.Errorf("detach link: %w", err)
 	}

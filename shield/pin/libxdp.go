@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -17,8 +18,7 @@ import (
 // xdp-tools 1.3.1 implements it): enough to recognise the dispatcher that
 // xdp-loader and xdp-filter attach and to name what runs in it, so that
 // Attach refuses an interface it cannot share with a message an operator
-// can act on. The shield does not join the dispatcher (docs/operating.md,
-// "Sharing the interface").
+// can act on; in dispatcher mode the shield joins it (dispatcher.go).
 const (
 	libxdpDispatcherName = "xdp_dispatcher" // the dispatcher's function, its program name
 	libxdpMagic          = 236              // 'X'+'D'+'P', config byte 0 since version 2
@@ -52,6 +52,9 @@ type LibxdpComponent struct {
 	// the next component) as the dispatcher's configuration holds them.
 	RunPrio          uint32
 	ChainCallActions uint32
+	// Flags are the program's load flags the dispatcher keeps
+	// (program_flags, version 2: BPF_F_XDP_HAS_FRAGS).
+	Flags uint32
 }
 
 func (d *LibxdpDispatcher) String() string {
@@ -84,6 +87,16 @@ func libxdpDir() string {
 // kernel"): the program's name, its one configuration map (key 4 bytes, one
 // entry, read-only for programs) and the magic byte and version in it.
 func FindLibxdpDispatcher(ifindex int) (*LibxdpDispatcher, error) {
+	d, err := findDispatcher(ifindex)
+	if d != nil {
+		d.componentPins(ifindex)
+	}
+	return d, err
+}
+
+// findDispatcher is FindLibxdpDispatcher without the components' names:
+// it reads no pin, so it takes no lock (a caller may hold libxdp's).
+func findDispatcher(ifindex int) (*LibxdpDispatcher, error) {
 	l, err := netlink.LinkByIndex(ifindex)
 	if err != nil {
 		return nil, fmt.Errorf("inspect interface %d: %w", ifindex, err)
@@ -130,7 +143,6 @@ func FindLibxdpDispatcher(ifindex int) (*LibxdpDispatcher, error) {
 		return nil, fmt.Errorf("dispatcher %d: %w", id, err)
 	}
 	d.Program = id
-	d.componentPins(ifindex)
 	return d, nil
 }
 
@@ -138,7 +150,7 @@ func FindLibxdpDispatcher(ifindex int) (*LibxdpDispatcher, error) {
 // first) or 1 (no magic, libxdp before 1.2).
 func parseLibxdpConfig(b []byte) (*LibxdpDispatcher, error) {
 	le := binary.LittleEndian
-	var n, actions, prios int
+	var n, actions, prios, flags int
 	d := &LibxdpDispatcher{}
 	switch {
 	case len(b) >= 2 && b[0] == libxdpMagic:
@@ -146,7 +158,7 @@ func parseLibxdpConfig(b []byte) (*LibxdpDispatcher, error) {
 		if d.Version != libxdpVersion || len(b) != libxdpConfigV2 {
 			return nil, fmt.Errorf("unknown dispatcher version %d (configuration of %d bytes)", d.Version, len(b))
 		}
-		n, actions, prios = int(b[2]), 4, 4+4*libxdpMaxSlots
+		n, actions, prios, flags = int(b[2]), 4, 4+4*libxdpMaxSlots, 4+8*libxdpMaxSlots
 	case len(b) == libxdpConfigV1:
 		d.Version = 1
 		n, actions, prios = int(b[0]), 4, 4+4*libxdpMaxSlots
@@ -162,6 +174,9 @@ func parseLibxdpConfig(b []byte) (*LibxdpDispatcher, error) {
 			ChainCallActions: le.Uint32(b[actions+4*i:]),
 			RunPrio:          le.Uint32(b[prios+4*i:]),
 		})
+		if flags != 0 {
+			d.Components[i].Flags = le.Uint32(b[flags+4*i:])
+		}
 	}
 	return d, nil
 }
@@ -196,6 +211,11 @@ func (d *LibxdpDispatcher) componentPins(ifindex int) {
 	}
 }
 
+// runsShield reports whether a component is the shield's program.
+func (d *LibxdpDispatcher) runsShield() bool {
+	return slices.ContainsFunc(d.Components, func(c LibxdpComponent) bool { return slices.Contains(shieldProgNames, c.Name) })
+}
+
 // foreignProgram describes the XDP program attached to ifindex that is not
 // the shield's: libxdp's dispatcher with what runs in it, or the program's
 // ID and name.
@@ -205,9 +225,13 @@ func foreignProgram(iface string, ifindex int) string {
 		return fmt.Sprintf("another XDP program is attached (not by xdpshield?; %v)", err)
 	}
 	if d != nil {
+		if d.runsShield() {
+			return fmt.Sprintf("it runs %s: the shield runs there in dispatcher mode; attach in that mode, "+
+				"or `shield detach -iface %s` first (docs/operating.md, \"Sharing the interface\")", d, iface)
+		}
 		return fmt.Sprintf("it runs %s, as xdp-loader and xdp-filter attach them; "+
-			"the shield does not join a libxdp dispatcher (docs/operating.md, \"Sharing the interface\"): "+
-			"unload them first (`xdp-loader unload -a %s`) or give the shield an interface of its own", d, iface)
+			"the shield joins it only in dispatcher mode (docs/operating.md, \"Sharing the interface\"): "+
+			"use that mode, unload them first (`xdp-loader unload -a %s`) or give the shield an interface of its own", d, iface)
 	}
 	l, err := netlink.LinkByIndex(ifindex)
 	if err == nil && l.Attrs().Xdp != nil && l.Attrs().Xdp.ProgId != 0 {

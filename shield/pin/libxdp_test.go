@@ -87,10 +87,10 @@ func probeFreplace(t *testing.T) error {
 }
 
 // TestAttachNamesLibxdpDispatcher (issue 28, sharing the NIC): the shield
-// does not join libxdp's dispatcher (docs/operating.md, "Sharing the
-// interface"); it refuses an interface where libxdp's tools run, naming
-// what runs there and how to unload it, and changes nothing. On a veth in
-// a namespace, with Debian's xdp-tools 1.3.1:
+// joins libxdp's dispatcher only in dispatcher mode (docs/operating.md,
+// "Sharing the interface"); alone, it refuses an interface where libxdp's
+// tools run, naming what runs there and how to unload it, and changes
+// nothing. On a veth in a namespace, with Debian's xdp-tools 1.3.1:
 //   - xdp-filter first: its dispatcher where the kernel has freplace, else
 //     (libxdp falls back) its program alone; Attach refuses, naming it,
 //     and xdp-loader status still lists it;

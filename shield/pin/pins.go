@@ -211,6 +211,11 @@ func Detach(pinRoot, iface string, companions ...Companion) error {
 		l.Close()
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("load pinned link %s: %w", linkPath, err)
+	} else if ifc, err := net.InterfaceByName(iface); err == nil {
+		// No link of its own: the shield may run in libxdp's dispatcher.
+		if err := leaveDispatcher(iface, ifc.Index); err != nil {
+			return fmt.Errorf("leave libxdp's dispatcher on %q: %w", iface, err)
+		}
 	}
 	if err := removeOwned(dir); err != nil {
 		return err
