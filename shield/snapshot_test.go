@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
 )
@@ -21,7 +22,11 @@ import (
 // beside a reader listing in a loop. No clock judges it: a bound on the
 // ratio of medians (busy against alone, 10x + 1 ms) failed once on a
 // loaded machine (14.5 ms against 1.2 ms), where a change waited for a CPU.
+// The subject is the Go side's locking; the tries' walks and updates it
+// drives are proven on every kernel by the lists' own tests, so the VM
+// matrix leaves it to the host (10.5 s a kernel under TCG).
 func TestReadsDoNotBlockWrites(t *testing.T) {
+	testutil.HostOnly(t, "List and changes under the Go side's locks")
 	s := loadT(t, Options{})
 	deny := make([]netip.Prefix, 0, lists.MaxEntries)
 	for i := range lists.MaxEntries {
