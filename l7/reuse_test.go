@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/l7/policy"
 )
 
@@ -131,13 +132,18 @@ func TestReuseIsLoad(t *testing.T) {
 	c.CloseIdleConnections()
 	require.NoError(t, s.Close(), "Close")
 
-	// Another variant (pass_redirect off) is loaded, not taken.
-	other := testOptions()
-	other.SKPass, other.Reuse = !opt.SKPass, d
-	px := NewProxy(s.px.Policy(), nil)
-	fp, err := Attach(px, nil, other)
-	require.NoError(t, err, "Attach of the other variant")
-	assert.NotSame(t, parse, fp.objs.L7Parse, "a data plane of pass_redirect %v reused for %v", fp.PassRedirect, !fp.PassRedirect)
-	assert.Equal(t, !opt.SKPass, !fp.PassRedirect, "PassRedirect of the other variant")
-	require.NoError(t, fp.Close(), "Close")
+	// Another variant (pass_redirect off) is loaded, not taken: Go's
+	// choice, left to the host in the VM matrix, where the load it costs
+	// is l7_parse verified again under TCG (up to 14 s on 7.2).
+	t.Run("other variant", func(t *testing.T) {
+		testutil.HostOnly(t, "Attach loads a plane of another variant rather than reusing one")
+		other := testOptions()
+		other.SKPass, other.Reuse = !opt.SKPass, d
+		px := NewProxy(s.px.Policy(), nil)
+		fp, err := Attach(px, nil, other)
+		require.NoError(t, err, "Attach of the other variant")
+		assert.NotSame(t, parse, fp.objs.L7Parse, "a data plane of pass_redirect %v reused for %v", fp.PassRedirect, !fp.PassRedirect)
+		assert.Equal(t, !opt.SKPass, !fp.PassRedirect, "PassRedirect of the other variant")
+		require.NoError(t, fp.Close(), "Close")
+	})
 }
