@@ -147,26 +147,9 @@ func attachedCaptureSample(t *testing.T, id ebpf.ProgramID) uint32 {
 	spec, err := bpf.LoadShield()
 	require.NoError(t, err)
 	off := spec.Variables[bpf.ShieldVarCaptureSample].Offset
-	p, err := ebpf.NewProgramFromID(id)
-	require.NoError(t, err)
-	defer p.Close()
-	info, err := p.Info()
-	require.NoError(t, err)
-	ids, ok := info.MapIDs()
-	require.True(t, ok)
-	for _, mid := range ids {
-		m, err := ebpf.NewMapFromID(mid)
-		require.NoError(t, err)
-		mi, err := m.Info()
-		require.NoError(t, err)
-		if strings.HasSuffix(mi.Name, ".bss") {
-			v := make([]byte, mi.ValueSize)
-			require.NoError(t, m.Lookup(uint32(0), &v))
-			m.Close()
-			return uint32(v[off]) | uint32(v[off+1])<<8 | uint32(v[off+2])<<16 | uint32(v[off+3])<<24
-		}
-		m.Close()
-	}
-	require.Fail(t, "the program has no .bss map")
-	return 0
+	m := testutil.ProgramMap(t, id, func(_ *ebpf.Map, mi *ebpf.MapInfo) bool { return strings.HasSuffix(mi.Name, ".bss") })
+	defer m.Close()
+	v := make([]byte, m.ValueSize())
+	require.NoError(t, m.Lookup(uint32(0), &v))
+	return uint32(v[off]) | uint32(v[off+1])<<8 | uint32(v[off+2])<<16 | uint32(v[off+3])<<24
 }

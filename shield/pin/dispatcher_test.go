@@ -329,23 +329,9 @@ func TestDispatcherJoin(t *testing.T) {
 // counterMap opens xdp_count's counts map through its program.
 func counterMap(t *testing.T, id ebpf.ProgramID) *ebpf.Map {
 	t.Helper()
-	p, err := ebpf.NewProgramFromID(id)
-	require.NoError(t, err)
-	defer p.Close()
-	info, err := p.Info()
-	require.NoError(t, err)
-	ids, ok := info.MapIDs()
-	require.True(t, ok)
-	for _, mid := range ids {
-		m, err := ebpf.NewMapFromID(mid)
-		require.NoError(t, err)
-		if m.Type() == ebpf.Array && m.MaxEntries() == 256 {
-			return m
-		}
-		m.Close()
-	}
-	t.Fatalf("no counts map in program %d (maps %v)", id, ids)
-	return nil
+	return testutil.ProgramMap(t, id, func(m *ebpf.Map, _ *ebpf.MapInfo) bool {
+		return m.Type() == ebpf.Array && m.MaxEntries() == 256
+	})
 }
 
 // loadWithXdpLoader loads bpf/xdpcount.c with xdp-loader (native mode),
