@@ -47,15 +47,24 @@ type vipState struct {
 
 // Load loads the program and its maps, empty: every packet passes until
 // Apply gives it VIPs.
-func Load() (*Balancer, error) {
+func Load() (*Balancer, error) { return LoadSpec(nil) }
+
+// LoadSpec loads spec in place of bpf/xdplb.c's embedded object (nil: the
+// embedded one): the regression gate times the object committed at a base
+// revision against this tree's, in one process. Its maps must be this
+// tree's (gate.SameLayout).
+func LoadSpec(spec *ebpf.CollectionSpec) (*Balancer, error) {
 	// Before 5.11 maps are charged to RLIMIT_MEMLOCK (after, to the cgroup).
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	spec, err := bpf.LoadXdplb()
-	if err != nil {
-		return nil, fmt.Errorf("load xdplb spec: %w", err)
+	if spec == nil {
+		var err error
+		if spec, err = bpf.LoadXdplb(); err != nil {
+			return nil, fmt.Errorf("load xdplb spec: %w", err)
+		}
 	}
+	var err error
 	b := &Balancer{vips: map[string]*vipState{}, ids: map[member]uint32{}}
 	if b.cpus, err = ebpf.PossibleCPU(); err != nil {
 		return nil, fmt.Errorf("possible cpus: %w", err)
