@@ -47,24 +47,15 @@ type vipState struct {
 
 // Load loads the program and its maps, empty: every packet passes until
 // Apply gives it VIPs.
-func Load() (*Balancer, error) { return LoadSpec(nil) }
-
-// LoadSpec loads spec in place of bpf/xdplb.c's embedded object (nil: the
-// embedded one): the regression gate times the object committed at a base
-// revision against this tree's, in one process. Its maps must be this
-// tree's (gate.SameLayout).
-func LoadSpec(spec *ebpf.CollectionSpec) (*Balancer, error) {
+func Load() (*Balancer, error) {
 	// Before 5.11 maps are charged to RLIMIT_MEMLOCK (after, to the cgroup).
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, fmt.Errorf("remove memlock limit: %w", err)
 	}
-	if spec == nil {
-		var err error
-		if spec, err = bpf.LoadXdplb(); err != nil {
-			return nil, fmt.Errorf("load xdplb spec: %w", err)
-		}
+	spec, err := bpf.LoadXdplb()
+	if err != nil {
+		return nil, fmt.Errorf("load xdplb spec: %w", err)
 	}
-	var err error
 	b := &Balancer{vips: map[string]*vipState{}, ids: map[member]uint32{}}
 	if b.cpus, err = ebpf.PossibleCPU(); err != nil {
 		return nil, fmt.Errorf("possible cpus: %w", err)
@@ -73,6 +64,26 @@ func LoadSpec(spec *ebpf.CollectionSpec) (*Balancer, error) {
 		return nil, fmt.Errorf("load xdplb: %w", err)
 	}
 	return b, nil
+}
+
+// LoadProgram loads the xdplb program of spec (another build of
+// bpf/xdplb.c with this one's maps) on b's maps: the regression gate
+// times a base revision's program against b's on the same tables, so
+// that both meet the same state. The caller closes it.
+func (b *Balancer) LoadProgram(spec *ebpf.CollectionSpec) (*ebpf.Program, error) {
+	m := &b.objs.XdplbMaps
+	repl := map[string]*ebpf.Map{
+		bpf.XdplbMapBackendStats: m.BackendStats, bpf.XdplbMapBackends: m.Backends, bpf.XdplbMapConfig: m.Config,
+		bpf.XdplbMapConns: m.Conns, bpf.XdplbMapRings: m.Rings, bpf.XdplbMapStats: m.Stats,
+		bpf.XdplbMapVipStats: m.VipStats, bpf.XdplbMapVips: m.Vips,
+	}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"xdplb"`
+	}
+	if err := bpf.Load(spec, nil, &objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return nil, fmt.Errorf("load xdplb on the balancer's maps: %w", err)
+	}
+	return objs.Prog, nil
 }
 
 // Close releases the program and maps (an attachment or a shield's

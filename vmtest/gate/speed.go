@@ -43,6 +43,9 @@ type subject struct {
 	tally func() (on, all uint64, err error)
 	what  string // the path's counter, for the error
 	close func()
+	// beside, when set, loads the base's program (spec) to run on this
+	// one's maps and state, instead of a second load of the path.
+	beside func(spec *ebpf.CollectionSpec) (*subject, error)
 }
 
 // speedPaths are the shield's paths, then the balancer's.
@@ -319,7 +322,11 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 	cur := &side{sub: c}
 	var base *side
 	if spec := o.Base[p.object]; spec != nil {
-		b, err := p.load(spec)
+		load := p.load
+		if c.beside != nil {
+			load = c.beside
+		}
+		b, err := load(spec)
 		if err != nil {
 			return res, fmt.Errorf("base object: %w", err)
 		}
