@@ -150,5 +150,5 @@ gate-teeth: ## slow (~2 min a seed): every bug of vmtest/gate/seeds.go, seeded i
 	@ci/deps.sh
 	$(GO) test -tags teeth -count=1 -timeout 120m -v -run 'TestTeeth/$(SEED)' ./vmtest/gate
 
-gate-speed-clean: ## slow (~1 min a run): the shield timed against itself as the gate times a change, 20 runs; every path within the limit in each (root)
+gate-speed-clean: ## slow (~1 min a run): the shield and the balancer timed against themselves as the gate times a change, 20 runs; every path within the limit in each (root; GATE_SPEED_ONLY=xdplb/ for the balancer alone)
 	$(GO) test -tags teeth -count=1 -timeout 60m -v -run '^TestSpeedClean$$' ./vmtest/gate

@@ -2,8 +2,15 @@ package gate
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/features"
@@ -11,9 +18,40 @@ import (
 	"github.com/xdpshield/xdpshield/internal/testutil"
 )
 
-// SpeedBaseEnv names the base revision's shield object (shield_bpfel.o)
-// for the measurement run on the host: its paths are timed against it.
+// SpeedBaseEnv names a directory holding the base revision's objects
+// (SpeedObjects, under their names in bpf/) for the measurement run on the
+// host: each object's paths are timed against its base.
 const SpeedBaseEnv = "GATE_SPEED_BASE"
+
+// SpeedObjects are the objects whose paths the gate times against a base
+// revision's: by name (speedPath.object), file in bpf/, and this tree's.
+var SpeedObjects = []struct {
+	Name, File string
+	Load       func() (*ebpf.CollectionSpec, error)
+}{
+	{"shield", "shield_bpfel.o", bpf.LoadShield},
+	{"xdplb", "xdplb_bpfel.o", bpf.LoadXdplb},
+}
+
+// SpeedBases reads the base revision's objects from dir. An object whose
+// file is not there (a base revision from before the object) has no base:
+// NoBase says so, and its paths are compared with the baseline's ratios.
+func SpeedBases(dir string) (map[string]*ebpf.CollectionSpec, map[string]string, error) {
+	base, none := map[string]*ebpf.CollectionSpec{}, map[string]string{}
+	for _, o := range SpeedObjects {
+		p := filepath.Join(dir, o.File)
+		if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+			none[o.Name] = fmt.Sprintf("no base: the base revision has no bpf/%s", o.File)
+			continue
+		}
+		spec, err := ebpf.LoadCollectionSpec(p)
+		if err != nil {
+			return nil, nil, fmt.Errorf("the base object %s: %w", p, err)
+		}
+		base[o.Name] = spec
+	}
+	return base, none, nil
+}
 
 // Marker starts the line a measurement run prints its figures on, so the
 // gate finds them in a VM's output.
@@ -34,16 +72,31 @@ func Collect(name string, o SpeedOptions) Figures {
 	if testutil.InVM() {
 		return f
 	}
-	if o.Base != nil {
-		cur, err := bpf.LoadShield()
+	base, none := map[string]*ebpf.CollectionSpec{}, maps.Clone(o.NoBase)
+	if none == nil {
+		none = map[string]string{}
+	}
+	for _, obj := range SpeedObjects {
+		spec := o.Base[obj.Name]
+		if spec == nil {
+			continue
+		}
+		cur, err := obj.Load()
 		if err == nil {
-			err = SameLayout(o.Base, cur)
+			err = SameLayout(spec, cur)
 		}
 		if err != nil {
-			f.Notes = append(f.Notes, fmt.Sprintf("speed: the base revision's program was not timed beside this one (%v); the paths are compared with the baseline's ratios to XDP_DROP", err))
-			o.Base = nil
+			none[obj.Name] = fmt.Sprintf("no base: %v", err)
+			continue
+		}
+		base[obj.Name] = spec
+	}
+	for _, obj := range SpeedObjects {
+		if why, ok := none[obj.Name]; ok {
+			f.Notes = append(f.Notes, fmt.Sprintf("speed: the base revision's %s program was not timed beside this one (%s); its paths are compared with the baseline's ratios to XDP_DROP", obj.Name, why))
 		}
 	}
+	o.Base, o.NoBase = base, none
 	if f.Speed, err = Speed(o); err != nil {
 		f.Errors = append(f.Errors, fmt.Sprintf("speed: %v", err))
 	}

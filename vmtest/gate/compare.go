@@ -308,10 +308,13 @@ func compareKernel(old, f Figures, th Thresholds) []Row {
 			r.Old, r.New = fmt.Sprintf("%.2f ns", n.BaseNsPerPkt), fmt.Sprintf("%.2f ns ±%.1f%%", n.NsPerPkt, 100*n.VsBaseSpread)
 			r.Delta, r.Limit = pct(1, n.VsBase), fmt.Sprintf("+%.0f%%", 100*th.VsBase)
 			if n.VsBase > 1+th.VsBase {
-				r.Fail, r.Why = true, fmt.Sprintf("%s is %s slower than the base revision's program timed in the same rounds (%.2f ns/pkt, base %.2f), over %.0f%%", name, pct(1, n.VsBase), n.NsPerPkt, n.BaseNsPerPkt, 100*th.VsBase)
+				r.Fail, r.Why = true, fmt.Sprintf("%s is %s slower than the base revision's %s program timed in the same rounds (%.2f ns/pkt, base %.2f), over %.0f%%", name, pct(1, n.VsBase), objectOf(name), n.NsPerPkt, n.BaseNsPerPkt, 100*th.VsBase)
 			}
 		case !ob:
 			r.New = fmt.Sprintf("%.3f", n.Ratio)
+			if n.NoBase != "" {
+				r.Old, r.Limit = "-", n.NoBase
+			}
 		default:
 			// No base timed beside it (its layout differs): the
 			// baseline's recorded ratio to XDP_DROP.
@@ -325,6 +328,15 @@ func compareKernel(old, f Figures, th Thresholds) []Row {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// objectOf names the object of a speed path: the balancer's are
+// xdplb/..., the shield's have no prefix.
+func objectOf(path string) string {
+	if obj, _, ok := strings.Cut(path, "/"); ok {
+		return obj
+	}
+	return "shield"
 }
 
 func presence(errno string, probed bool) string {
@@ -421,7 +433,7 @@ func ReportFigures(path, rev string) ([]Figures, error) {
 	}
 	for i := range rep.Figures {
 		for name, p := range rep.Figures[i].Speed {
-			p.VsBase, p.BaseNsPerPkt, p.VsBaseSpread = 0, 0, 0
+			p.VsBase, p.BaseNsPerPkt, p.VsBaseSpread, p.NoBase = 0, 0, 0, ""
 			rep.Figures[i].Speed[name] = p
 		}
 	}

@@ -118,6 +118,42 @@ func TestCompareSpeed(t *testing.T) {
 	}
 }
 
+// TestCompareSpeedObjects: the balancer's paths are judged as the
+// shield's, against its own base; a path whose object the base revision
+// did not have is shown as "no base", not failed, and its failure names
+// the program it was timed against.
+func TestCompareSpeedObjects(t *testing.T) {
+	base := &Baseline{Figures: []Figures{figures(Host, "6.18.1", 1000, 2.0, 0.02, 100)}}
+	f := figures(Host, "6.18.1", 1000, 2.0, 0.02, 100)
+	f.Speed["xdplb/not-vip"] = Path{Ratio: 1.9, Spread: 0.05, NoBase: "no base: the base revision has no bpf/xdplb_bpfel.o"}
+	rows := Compare(base, []Figures{f}, DefaultThresholds)
+	assert.Empty(t, failing(rows))
+	var row Row
+	for _, r := range rows {
+		if r.Name == "xdplb/not-vip x-ref" {
+			row = r
+		}
+	}
+	assert.Equal(t, "no base: the base revision has no bpf/xdplb_bpfel.o", row.Limit, "row %+v", row)
+	assert.Equal(t, "1.900", row.New)
+
+	f.Speed["xdplb/not-vip"] = Path{Ratio: 1.9, VsBase: 1.2, NsPerPkt: 60, BaseNsPerPkt: 50}
+	rows = Compare(base, []Figures{f}, DefaultThresholds)
+	require.Equal(t, []string{"host speed xdplb/not-vip vs base"}, failing(rows))
+	for _, r := range rows {
+		if r.Fail {
+			assert.Contains(t, r.Why, "slower than the base revision's xdplb program")
+		}
+	}
+	f.Speed["xdplb/not-vip"] = Path{Ratio: 1.9, VsBase: 1.0}
+	f.Speed["ok"] = Path{Ratio: 2.0, VsBase: 1.2, NsPerPkt: 12, BaseNsPerPkt: 10}
+	for _, r := range Compare(base, []Figures{f}, DefaultThresholds) {
+		if r.Fail {
+			assert.Contains(t, r.Why, "slower than the base revision's shield program")
+		}
+	}
+}
+
 // TestCompareOtherHost: a host on another kernel is not judged on
 // complexity and speed, but still on behaviour and on loading.
 func TestCompareOtherHost(t *testing.T) {

@@ -17,7 +17,8 @@
 //     matrix (the `vmtest gate` command), and Seeds, the bugs `make
 //     gate-teeth` proves it catches.
 //
-// It loads programs through package bpf and package shield, attaches
+// It loads programs through package bpf, package shield and package
+// xdplb (and, to time the balancer, a small program of its own), attaches
 // nothing and touches no network namespace; it writes only under its output
 // directory and, on update, the baseline file.
 package gate

@@ -9,7 +9,8 @@ type Figures struct {
 	Emulated bool `json:"emulated,omitempty"`
 	// Programs are the verifier's figures, by program name.
 	Programs map[string]Program `json:"programs"`
-	// Speed is per path of the shield, by path name.
+	// Speed is per path of a program, by path name: the shield's under
+	// their own names, the balancer's as xdplb/... (speedPaths).
 	Speed map[string]Path `json:"speed"`
 	// Behaviour is per test run: "package shield/datapath" (shield, the
 	// loader's choice), "package shield/datapath -datapath.compat"
@@ -38,7 +39,7 @@ type Program struct {
 	SpecInsns   int `json:"spec_insns"`
 }
 
-// Path is one path of the shield timed against the XDP_DROP reference.
+// Path is one path of a program timed against the XDP_DROP reference.
 type Path struct {
 	// NsPerPkt and RefNsPerPkt are the kernel's run-time statistics per
 	// packet (run_time_ns / run_cnt), medians of the rounds.
@@ -57,6 +58,9 @@ type Path struct {
 	VsBase       float64 `json:"vs_base,omitempty"`
 	BaseNsPerPkt float64 `json:"base_ns_per_pkt,omitempty"`
 	VsBaseSpread float64 `json:"vs_base_spread,omitempty"`
+	// NoBase says why no base program was timed beside this one (the
+	// base revision has no such object, or another layout).
+	NoBase string `json:"no_base,omitempty"`
 	// Spread is (max - min) / median of the rounds' ratios: the run-to-run
 	// noise the tolerance is derived from.
 	Spread float64 `json:"spread"`

@@ -47,8 +47,9 @@ type Config struct {
 	Timeout      time.Duration // per kernel
 	MemoryMiB    int
 	VMs          int // kernels booted at once (vmtest.Matrix.VMs)
-	// SpeedBase is the base revision's shield object: the host's
-	// measurement times every path against it (SpeedBaseEnv).
+	// SpeedBase is a directory of the base revision's objects
+	// (SpeedObjects): the host's measurement times each object's paths
+	// against its base (SpeedBaseEnv).
 	SpeedBase string
 	Output    io.Writer // live test output
 	Log       *slog.Logger

@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string) (vmtest.ExitCode, error) {
 	fs.StringVar(&g.from, "from", "", "gate: with -update, take the figures from this report (a gate.json of the same clean revision) instead of running again")
 	fs.BoolVar(&g.host, "host", true, "gate: measure the host kernel too")
 	fs.StringVar(&g.hostPkgs, "host-packages", strings.Join(gate.Packages, " "), "gate: behaviour packages run on the host")
-	fs.StringVar(&g.speedBase, "speed-base", "", "gate: the revision (or a shield_bpfel.o) whose shield the host's paths are timed against, in the same rounds (default: the baseline's revision; a branch gives its merge base)")
+	fs.StringVar(&g.speedBase, "speed-base", "", "gate: the revision (or a directory of objects, a checkout's bpf/) whose programs the host's paths are timed against, in the same rounds (default: the baseline's revision; a branch gives its merge base)")
 	fs.BoolVar(&g.subset, "subset", false, "gate: compare only the kernels of this run with the baseline's (local checks; the full gate needs the same set)")
 	fs.StringVar(&g.matrixOut, "matrix-out", "", "gate: also write the matrix report of the VMs there (CI: out/vmtest)")
 	fs.Float64Var(&g.th.Complexity, "threshold", gate.DefaultThresholds.Complexity, "gate: largest accepted growth of instructions processed or program size")
@@ -279,13 +279,19 @@ func writeBaseline(g gateFlags, rev string, dirty bool, figs []gate.Figures) (vm
 	return vmtest.ExitPass, nil
 }
 
-// speedBase is the shield object the host's paths are timed against: the
-// file arg names, or bpf/shield_bpfel.o as committed at revision arg (the
-// baseline's revision when arg is empty), written to a temporary file.
+// speedBase is the directory of the base objects the host's paths are
+// timed against (gate.SpeedObjects, under their names in bpf/): the
+// directory arg names, or the objects as committed at revision arg (the
+// baseline's revision when arg is empty), written to a temporary
+// directory. An object the revision does not have is left out: its paths
+// have no base, and the report says so.
 func speedBase(ctx context.Context, dir, arg, baselineRev string) (string, func(), error) {
 	nothing := func() {}
 	if arg != "" {
-		if st, err := os.Stat(arg); err == nil && st.Mode().IsRegular() {
+		if st, err := os.Stat(arg); err == nil {
+			if !st.IsDir() {
+				return "", nothing, fmt.Errorf("-speed-base %s: give a revision or a directory holding the objects (a checkout's bpf/), not a file", arg)
+			}
 			return arg, nothing, nil
 		}
 	}
@@ -293,28 +299,40 @@ func speedBase(ctx context.Context, dir, arg, baselineRev string) (string, func(
 	if rev == "" {
 		rev = baselineRev
 	}
-	show := exec.CommandContext(ctx, "git", "show", rev+":bpf/shield_bpfel.o")
-	show.Dir = dir
-	obj, err := show.Output()
-	if err != nil {
-		return "", nothing, fmt.Errorf("git show %s:bpf/shield_bpfel.o: %w", rev, err)
-	}
-	f, err := os.CreateTemp("", "xdpshield-speed-base-*.o")
+	tmp, err := os.MkdirTemp("", "xdpshield-speed-base-")
 	if err != nil {
 		return "", nothing, err
 	}
-	cleanup := func() { os.Remove(f.Name()) }
-	if _, err := f.Write(obj); err != nil {
-		f.Close()
-		cleanup()
-		return "", nothing, err
+	cleanup := func() { os.RemoveAll(tmp) }
+	var found []string
+	for _, o := range gate.SpeedObjects {
+		show := exec.CommandContext(ctx, "git", "show", rev+":bpf/"+o.File)
+		show.Dir = dir
+		obj, err := show.Output()
+		if err != nil {
+			slog.Info("speed base: no object", kernels.LogPath, "bpf/"+o.File, "revision", rev, "err", err)
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(tmp, o.File), obj, 0o644); err != nil {
+			cleanup()
+			return "", nothing, err
+		}
+		found = append(found, o.File)
 	}
-	if err := f.Close(); err != nil {
+	if len(found) == 0 {
 		cleanup()
-		return "", nothing, err
+		return "", nothing, fmt.Errorf("git show %s:bpf/{%s}: no object at that revision", rev, strings.Join(names(), ","))
 	}
-	slog.Info("speed base", kernels.LogPath, f.Name(), "revision", rev)
-	return f.Name(), cleanup, nil
+	slog.Info("speed base", kernels.LogPath, tmp, "revision", rev, "objects", strings.Join(found, " "))
+	return tmp, cleanup, nil
+}
+
+func names() []string {
+	var out []string
+	for _, o := range gate.SpeedObjects {
+		out = append(out, o.File)
+	}
+	return out
 }
 
 func repin(ctx context.Context, c *kernels.Cache, names []string) (vmtest.ExitCode, error) {
