@@ -449,9 +449,9 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 	}
 	if s.extend != nil {
 		// Both variants: the first program loaded that uses the
-		// program array `next` makes it the array of its type, and
-		// kernels before 5.19 (?) take an extension's for its own, not
-		// its target's, and refuse the other with EINVAL.
+		// program array `next` makes it the array of its type; 5.10
+		// took an extension's type as the array's, not its target's,
+		// and refused a program of the other type with EINVAL.
 		spec = spec.Copy()
 		for _, name := range []string{bpf.ShieldProgShield, bpf.ShieldProgShieldCompat} {
 			p := spec.Programs[name]
