@@ -66,26 +66,6 @@ func Load() (*Balancer, error) {
 	return b, nil
 }
 
-// LoadProgram loads the xdplb program of spec (another build of
-// bpf/xdplb.c with this one's maps) on b's maps: the regression gate
-// times a base revision's program against b's on the same tables, so
-// that both meet the same state. The caller closes it.
-func (b *Balancer) LoadProgram(spec *ebpf.CollectionSpec) (*ebpf.Program, error) {
-	m := &b.objs.XdplbMaps
-	repl := map[string]*ebpf.Map{
-		bpf.XdplbMapBackendStats: m.BackendStats, bpf.XdplbMapBackends: m.Backends, bpf.XdplbMapConfig: m.Config,
-		bpf.XdplbMapConns: m.Conns, bpf.XdplbMapRings: m.Rings, bpf.XdplbMapStats: m.Stats,
-		bpf.XdplbMapVipStats: m.VipStats, bpf.XdplbMapVips: m.Vips,
-	}
-	var objs struct {
-		Prog *ebpf.Program `ebpf:"xdplb"`
-	}
-	if err := bpf.Load(spec, nil, &objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
-		return nil, fmt.Errorf("load xdplb on the balancer's maps: %w", err)
-	}
-	return objs.Prog, nil
-}
-
 // Close releases the program and maps (an attachment or a shield's
 // program array keeps the program alive on its own).
 func (b *Balancer) Close() error { return b.objs.Close() }

@@ -334,7 +334,8 @@ func speed(ref *ebpf.Program, p speedPath, o SpeedOptions) (Path, error) {
 		base = &side{sub: b}
 	}
 	var t timer
-	// Size the timed runs from the reference's cost.
+	// Size the timed runs from the reference's cost, or the path's own
+	// where it is the dearer (ownRun).
 	trial, _, err := t.run(ref, frame, 10000)
 	if err != nil {
 		return res, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -18,8 +19,8 @@ import (
 // The balancer's paths (bpf/xdplb.c), on the configuration of xdplbConfig:
 // a VIP's established flow (a connection table hit) encapsulated in IPIP
 // and in IP6IP6, a VIP's new flow (a miss: the Maglev ring's slot, and
-// the table learns it, evicting at steady state), and a packet to no VIP
-// (passed).
+// the table learns it; the flows made are forgotten between timed runs,
+// so the table never fills), and a packet to no VIP (passed).
 //
 // BPF_PROG_TEST_RUN runs every repeat on the same frame, as the last run
 // left it (measured: of 1,000 repeats of a VIP's frame, 1 was balanced
@@ -116,19 +117,19 @@ func (p xdplbPath) load(spec *ebpf.CollectionSpec) (*subject, error) {
 	}
 	// wrap gives prog the path's restorer, when it has one, and says
 	// how to close what it made.
-	wrap := func(prog *ebpf.Program, spec *ebpf.CollectionSpec) (*ebpf.Program, func(), error) {
+	wrap := func(prog *ebpf.Program) (*ebpf.Program, func(), error) {
 		if !p.encap {
 			return prog, func() {}, nil
 		}
 		// A program array holds programs of its first one's kind,
-		// expected attach type included (6.x).
-		r, err := newRestorer(prog, xdplbAttach(spec), sub.frame, seq)
+		// expected attach type included (6.x): SEC("xdp"), AttachXDP.
+		r, err := newRestorer(prog, ebpf.AttachXDP, sub.frame, seq)
 		if err != nil {
 			return nil, nil, err
 		}
 		return r.prog, r.close, nil
 	}
-	prog, closeR, err := wrap(b.Program(), nil)
+	prog, closeR, err := wrap(b.Program())
 	if err != nil {
 		return nil, err
 	}
@@ -172,11 +173,11 @@ func (p xdplbPath) load(spec *ebpf.CollectionSpec) (*subject, error) {
 	// whole run (measured: +10.7% of itself, tables filled on every
 	// CPU, load average 3).
 	sub.beside = func(spec *ebpf.CollectionSpec) (*subject, error) {
-		bp, err := b.LoadProgram(spec)
+		bp, err := onMapsOf(b.Program(), spec)
 		if err != nil {
 			return nil, err
 		}
-		prog, closeR, err := wrap(bp, spec)
+		prog, closeR, err := wrap(bp)
 		if err != nil {
 			bp.Close()
 			return nil, err
@@ -185,18 +186,6 @@ func (p xdplbPath) load(spec *ebpf.CollectionSpec) (*subject, error) {
 	}
 	ok = true
 	return sub, nil
-}
-
-func xdplbAttach(spec *ebpf.CollectionSpec) ebpf.AttachType {
-	if spec == nil {
-		if spec, _ = bpf.LoadXdplb(); spec == nil {
-			return ebpf.AttachXDP
-		}
-	}
-	if p := spec.Programs[bpf.XdplbProgXdplb]; p != nil {
-		return p.AttachType
-	}
-	return ebpf.AttachXDP
 }
 
 // restorer is a program that undoes the balancer's encapsulation of
@@ -340,6 +329,36 @@ func forgetter(prog *ebpf.Program, seq *ebpf.Map, frame []byte) (func() error, f
 		}
 		return nil
 	}, func() { conns.Close() }, nil
+}
+
+// onMapsOf loads the xdplb program of spec (the base's build of
+// bpf/xdplb.c) on the maps prog uses, each of spec's maps by its name: a
+// map the base has and prog has not fails the load rather than getting
+// a table of its own.
+func onMapsOf(prog *ebpf.Program, spec *ebpf.CollectionSpec) (*ebpf.Program, error) {
+	repl := map[string]*ebpf.Map{}
+	defer func() {
+		for _, m := range repl {
+			m.Close()
+		}
+	}()
+	for name := range spec.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue // global data: the base's own
+		}
+		m, err := mapOf(prog, name)
+		if err != nil {
+			return nil, err
+		}
+		repl[name] = m
+	}
+	var objs struct {
+		Prog *ebpf.Program `ebpf:"xdplb"`
+	}
+	if err := bpf.Load(spec, nil, &objs, &ebpf.CollectionOptions{MapReplacements: repl}); err != nil {
+		return nil, fmt.Errorf("load the base's xdplb on this balancer's maps: %w", err)
+	}
+	return objs.Prog, nil
 }
 
 // mapOf opens the map named name that prog uses.
