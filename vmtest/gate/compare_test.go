@@ -147,7 +147,9 @@ func TestCompareSpeedObjects(t *testing.T) {
 	}
 	f.Speed["xdplb/not-vip"] = Path{Ratio: 1.9, VsBase: 1.0}
 	f.Speed["ok"] = Path{Ratio: 2.0, VsBase: 1.2, NsPerPkt: 12, BaseNsPerPkt: 10}
-	for _, r := range Compare(base, []Figures{f}, DefaultThresholds) {
+	rows = Compare(base, []Figures{f}, DefaultThresholds)
+	require.Equal(t, []string{"host speed ok vs base"}, failing(rows))
+	for _, r := range rows {
 		if r.Fail {
 			assert.Contains(t, r.Why, "slower than the base revision's shield program")
 		}
