@@ -305,12 +305,18 @@ func speedBase(ctx context.Context, dir, arg, baselineRev string) (string, func(
 	}
 	cleanup := func() { os.RemoveAll(tmp) }
 	var found []string
+	var missing []error // git's own words for each object not there
 	for _, o := range gate.SpeedObjects {
 		show := exec.CommandContext(ctx, "git", "show", rev+":bpf/"+o.File)
 		show.Dir = dir
 		obj, err := show.Output()
 		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+			}
 			slog.Info("speed base: no object", kernels.LogPath, "bpf/"+o.File, "revision", rev, "err", err)
+			missing = append(missing, fmt.Errorf("git show %s:bpf/%s: %w", rev, o.File, err))
 			continue
 		}
 		if err := os.WriteFile(filepath.Join(tmp, o.File), obj, 0o644); err != nil {
@@ -321,18 +327,10 @@ func speedBase(ctx context.Context, dir, arg, baselineRev string) (string, func(
 	}
 	if len(found) == 0 {
 		cleanup()
-		return "", nothing, fmt.Errorf("git show %s:bpf/{%s}: no object at that revision", rev, strings.Join(names(), ","))
+		return "", nothing, errors.Join(missing...)
 	}
 	slog.Info("speed base", kernels.LogPath, tmp, "revision", rev, "objects", strings.Join(found, " "))
 	return tmp, cleanup, nil
-}
-
-func names() []string {
-	var out []string
-	for _, o := range gate.SpeedObjects {
-		out = append(out, o.File)
-	}
-	return out
 }
 
 func repin(ctx context.Context, c *kernels.Cache, names []string) (vmtest.ExitCode, error) {
