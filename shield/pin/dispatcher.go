@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/pinfs"
 )
 
 // The write side of libxdp's dispatcher protocol (protocol.org, version 2):
@@ -68,7 +69,7 @@ var ErrFreplace = errors.New("the kernel refuses freplace (BPF_PROG_TYPE_EXT) of
 // wrapping ErrFreplace and the errno (some kernels, or builds of them,
 // refuse BPF_PROG_TYPE_EXT: EPERM as root).
 func ProbeDispatcher() error {
-	disp, err := loadDispatcher([]component{{prio: libxdpDefaultPrio, actions: shieldChainActions}}, false)
+	disp, err := loadDispatcher([]component{{prio: libxdpDefaultPrio, actions: shieldChainActions}})
 	if err != nil {
 		return err
 	}
@@ -101,7 +102,8 @@ func freplaceError(err error) error {
 }
 
 // loadDispatcher loads bpf/dispatcher.c configured for comps, in order.
-func loadDispatcher(comps []component, frags bool) (*ebpf.Program, error) {
+// (The shield does not take multi-buffer frames: is_xdp_frags stays 0.)
+func loadDispatcher(comps []component) (*ebpf.Program, error) {
 	if len(comps) > libxdpMaxSlots {
 		return nil, fmt.Errorf("a dispatcher has %d slots, %d programs asked", libxdpMaxSlots, len(comps))
 	}
@@ -111,9 +113,6 @@ func loadDispatcher(comps []component, frags bool) (*ebpf.Program, error) {
 	}
 	conf := make([]byte, libxdpConfigV2)
 	conf[0], conf[1], conf[2] = libxdpMagic, libxdpVersion, byte(len(comps))
-	if frags {
-		conf[3] = 1
-	}
 	le := binary.LittleEndian
 	for i, c := range comps {
 		le.PutUint32(conf[4+4*i:], c.actions|dispatcherRetval)
@@ -125,10 +124,6 @@ func loadDispatcher(comps []component, frags bool) (*ebpf.Program, error) {
 		return nil, errors.New("bpf/dispatcher.c: no configuration of libxdp's layout in .rodata")
 	}
 	rodata.Contents[0].Value = conf
-	ps := spec.Programs[libxdpDispatcherName]
-	if frags {
-		ps.Flags |= unix.BPF_F_XDP_HAS_FRAGS
-	}
 	var objs struct {
 		Prog *ebpf.Program `ebpf:"xdp_dispatcher"`
 	}
@@ -303,7 +298,7 @@ func (d *dispatch) build() error {
 		return nil
 	}
 	var err error
-	d.disp, err = loadDispatcher(d.comps, false)
+	d.disp, err = loadDispatcher(d.comps)
 	return err
 }
 
@@ -350,7 +345,7 @@ func (d *dispatch) commit(shield *ebpf.Program) (link.Link, error) {
 	// them its links.
 	d.pinned = ""
 	if d.old != nil {
-		removePins(d.oldDir())
+		_ = removePins(d.oldDir())
 	}
 	if d.slot < 0 {
 		return nil, nil
@@ -399,7 +394,7 @@ func (d *dispatch) swap(fd int) error {
 // close undoes what was not committed and releases the lock.
 func (d *dispatch) close() {
 	if d.pinned != "" {
-		removePins(d.pinned)
+		_ = removePins(d.pinned)
 	}
 	for _, l := range d.links {
 		l.Close()
@@ -420,17 +415,23 @@ func (d *dispatch) close() {
 	}
 }
 
-// removePins removes a dispatcher's pin directory: its prog<N>-prog and
-// prog<N>-link pins, then the directory.
-func removePins(dir string) {
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		n := e.Name()
-		if strings.HasPrefix(n, "prog") && (strings.HasSuffix(n, "-prog") || strings.HasSuffix(n, "-link")) {
-			os.Remove(filepath.Join(dir, n))
-		}
+// dispatcherPins are the pins of a dispatcher's directory: prog<N>-prog
+// and prog<N>-link for each slot.
+var dispatcherPins = func() map[string]bool {
+	m := map[string]bool{}
+	for i := range libxdpMaxSlots {
+		m[fmt.Sprintf("prog%d-prog", i)] = true
+		m[fmt.Sprintf("prog%d-link", i)] = true
 	}
-	os.Remove(dir)
+	return m
+}()
+
+// removePins removes a dispatcher's pin directory, its own pins then the
+// directory, through pinfs.RemoveOwned (no symlink followed, anything
+// else left there and named). A cleanup after the swap: its error is the
+// caller's to drop, the new dispatcher being attached either way.
+func removePins(dir string) error {
+	return pinfs.RemoveOwned(dir, dispatcherPins, "libxdp's dispatcher")
 }
 
 // leaveDispatcher takes the shield out of the interface's dispatcher: a
