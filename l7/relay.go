@@ -84,11 +84,12 @@ func (rl *relay) close() error {
 // returns at the client's end (or an error, or the proxy's close), then
 // waits until the proxy has read every byte the kernel passed (at most 2 s)
 // and ends the relay. With unix relays (5.15+) it reads the client socket
-// itself: that read runs the parser on data queued before the socket
-// joined the sockhash (tcp_bpf_recvmsg_parser calls tcp_data_ready), and
-// data read there (the kernel passed it up rather than to the relay: its
-// redirect found no relay) is written to the relay. Where the relays are TCP
-// pairs (5.10) it must not read: 5.10's tcp_bpf_recvmsg reads the TCP
+// itself (sock.ReadToEnd: the end can come without a wakeup): that read
+// runs the parser on data queued before the socket joined the sockhash
+// (tcp_bpf_recvmsg_parser calls tcp_data_ready), and data read there
+// (the kernel passed it up rather than to the relay: its redirect found
+// no relay) is written to the relay. Where the relays are TCP pairs
+// (5.10) it must not read: 5.10's tcp_bpf_recvmsg reads the TCP
 // receive queue itself whenever the psock's queue is empty, taking bytes
 // the stream parser has not yet run on (those it waits to have whole, or
 // that arrived while the socket was locked), ahead of what the parser
@@ -100,18 +101,14 @@ func (fp *FastPath) watch(cc *clientConn) {
 	if fp.watchPoll {
 		sock.AwaitEnd(cc.Conn)
 	} else {
-		buf := make([]byte, 4096)
-		for {
-			n, err := cc.Conn.Read(buf)
-			if n > 0 {
-				cc.stray.Add(uint64(n))
-				fp.stray.Add(uint64(n))
-				fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, n)
-				unix.Write(rl.w, buf[:n])
-			}
-			if err != nil {
-				break
-			}
+		err := sock.ReadToEnd(cc.Conn, make([]byte, 4096), func(p []byte) {
+			cc.stray.Add(uint64(len(p)))
+			fp.stray.Add(uint64(len(p)))
+			fp.logf("conn %d: %d bytes passed up, not to its relay", cc.cookie, len(p))
+			unix.Write(rl.w, p)
+		})
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			fp.logf("conn %d: reading the client socket: %v", cc.cookie, err)
 		}
 	}
 	deadline := time.Now().Add(2 * time.Second)

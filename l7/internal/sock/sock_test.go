@@ -198,6 +198,64 @@ func TestAwaitEnd(t *testing.T) {
 	}))
 }
 
+// TestReadToEnd: ReadToEnd hands over what arrives and returns at the
+// peer's end (nil) or at the socket's close (net.ErrClosed), not before.
+// The case it exists for (a read that finds the FIN queued for a stream
+// parser's deferred work) needs a sockhash: l7's TestFastPathManyConns
+// meets it on 7.2.
+func TestReadToEnd(t *testing.T) {
+	ns := newNS(t)
+	require.NoError(t, ns.Do(func() error {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		for _, end := range []string{"fin", "close"} {
+			peer, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				return err
+			}
+			defer peer.Close()
+			c, err := ln.Accept()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			got := make(chan string, 8)
+			done := make(chan error, 1)
+			go func() {
+				done <- ReadToEnd(c, make([]byte, 64), func(p []byte) { got <- string(p) })
+			}()
+			if _, err := peer.Write([]byte("data")); err != nil {
+				return err
+			}
+			select {
+			case err := <-done:
+				assert.Failf(t, "returned early", "%s: ReadToEnd returned on data, before the end: %v", end, err)
+			case <-time.After(200 * time.Millisecond):
+			}
+			assert.Equal(t, "data", <-got, "%s: the bytes handed over", end)
+			if end == "fin" {
+				peer.(*net.TCPConn).CloseWrite()
+			} else {
+				c.Close()
+			}
+			select {
+			case err := <-done:
+				if end == "fin" {
+					assert.NoError(t, err, "fin: ReadToEnd at the peer's end")
+				} else {
+					assert.ErrorIs(t, err, net.ErrClosed, "close: ReadToEnd at the socket's close")
+				}
+			case <-time.After(5 * time.Second):
+				require.Failf(t, "no return", "%s: ReadToEnd still reading 5 s after the end", end)
+			}
+		}
+		return nil
+	}))
+}
+
 // TestTCPRelayMarksRewritten: where a rule of the namespace rewrites the
 // marks of loopback packets, no relay passes the listener's filter:
 // listenRelays says so at once (l7.Attach then fails and the proxy alone
