@@ -255,10 +255,21 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* The parser's working copy of a message, one per client connection (its
+ * cookie; user space makes it at accept, beside conns, and deletes it at
+ * close; allocated then, not up front: about 1 KiB a connection). Not one
+ * per CPU: the parser runs in process context too (the strparser's work,
+ * with migration off but preemption and softirqs on), and a softirq's
+ * parse of another connection on the same CPU overwrote the copy mid-parse
+ * (7.2 under TCG: a well-formed GET judged unframable, 2 in 60 runs of
+ * TestFastPathManyConns; what a clobbered copy decides could as well be
+ * another request's route or rule). One connection's parses never overlap:
+ * the strparser runs them under the socket's lock. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CONNS);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, __u64); /* client socket cookie */
 	__type(value, struct scratch);
 } scratch SEC(".maps");
 
@@ -837,7 +848,7 @@ int l7_parse(struct __sk_buff *skb)
 	}
 	__u32 zero = 0;
 	struct policy *pol = bpf_map_lookup_elem(&policies, &zero);
-	struct scratch *s = bpf_map_lookup_elem(&scratch, &zero);
+	struct scratch *s = bpf_map_lookup_elem(&scratch, &cookie);
 	if (!pol || !s || !pol->enabled)
 		return go_sticky(c, len);
 	__u32 n = len;

@@ -358,7 +358,8 @@ func addrPort(a net.Addr) (netip.AddrPort, error) {
 }
 
 // accept puts an accepted client connection into the data plane: its state,
-// its source mask, then the sockhash (so the parser finds the state).
+// its source mask and the parser's scratch, then the sockhash (so the
+// parser finds them).
 func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	cc := &clientConn{Conn: c, fp: fp, pooled: map[int]net.Conn{}, progress: make(chan struct{})}
 	ap, err := addrPort(c.RemoteAddr())
@@ -387,6 +388,9 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 		if err := fp.objs.Ctls.Put(cookie, bpf.L7Ctl{SrcMask: mask}); err != nil {
 			return fmt.Errorf("put ctl: %w", err)
 		}
+		if err := fp.objs.Scratch.Put(cookie, bpf.L7Scratch{}); err != nil {
+			return fmt.Errorf("put parser scratch: %w", err)
+		}
 		if err := fp.objs.Clients.Put(cookie, uint32(fd)); err != nil {
 			return fmt.Errorf("put client socket: %w", err)
 		}
@@ -401,6 +405,7 @@ func (fp *FastPath) accept(c net.Conn) (*clientConn, error) {
 	if err != nil {
 		fp.objs.Conns.Delete(cc.cookie)
 		fp.objs.Ctls.Delete(cc.cookie)
+		fp.objs.Scratch.Delete(cc.cookie)
 		if cc.relay != nil {
 			cc.relay.close()
 		}
@@ -528,6 +533,7 @@ func (fp *FastPath) closed(cc *clientConn) {
 	if !fp.shut {
 		fp.objs.Conns.Delete(cc.cookie)
 		fp.objs.Ctls.Delete(cc.cookie)
+		fp.objs.Scratch.Delete(cc.cookie)
 	}
 	delete(fp.conns, cc.cookie)
 }

@@ -300,7 +300,9 @@ func TestFastPathManyConns(t *testing.T) {
 	// not bounded here.
 	assert.False(t, cnt.Reasons[ReasonFast]+cnt.Slow() != conns*reqs || cnt.Reasons[ReasonFast] == 0, "fast %d + slow %d, want %d requests, some fast", cnt.Reasons[ReasonFast], cnt.Slow(), conns*reqs)
 	// Every reason that counted, so a shortfall says where it went
-	// (7.2 once: fast 570 + slow 426 of 1000, every answer received).
+	// (7.2, before the parser's scratch was the connection's own: fast
+	// 574 + slow 422, sticky 1 and sticky_more 4: a GET judged
+	// unframable, its copy overwritten mid-parse).
 	var by []string
 	for r, n := range cnt.Reasons {
 		if n != 0 {
@@ -309,13 +311,16 @@ func TestFastPathManyConns(t *testing.T) {
 	}
 	t.Logf("fast %d, slow %d (%s)", cnt.Reasons[ReasonFast], cnt.Slow(), strings.Join(by, ", "))
 	deadline := time.Now().Add(10 * time.Second)
-	var left [4]int
+	// (7.2, before sock.ReadToEnd: conns/ctls/pool/peer held [1 1 1 1]
+	// at times, one relay's watcher never woken by its client's end.)
+	var left [5]int
 	for {
-		left = [4]int{mapLen(t, fp.objs.Conns), mapLen(t, fp.objs.Ctls), mapLen(t, fp.objs.Pool), mapLen(t, fp.objs.Peer)}
-		if left == [4]int{} || time.Now().After(deadline) {
+		left = [5]int{mapLen(t, fp.objs.Conns), mapLen(t, fp.objs.Ctls), mapLen(t, fp.objs.Pool), mapLen(t, fp.objs.Peer),
+			mapLen(t, fp.objs.Scratch)}
+		if left == [5]int{} || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	assert.EqualValues(t, [4]int{}, left, "after the clients closed, conns/ctls/pool/peer hold %v entries, want none", left)
+	assert.EqualValues(t, [5]int{}, left, "after the clients closed, conns/ctls/pool/peer/scratch hold %v entries, want none", left)
 }
