@@ -317,11 +317,15 @@ static __always_inline int pass(struct __sk_buff *skb, __u64 cookie)
 	return SK_PASS;
 }
 
+/* One CPU's counters are shared by every connection: atomically, as a
+ * softirq's verdict may run between the load and the store of one running
+ * in the strparser's work on the same CPU (the parser's scratch was lost
+ * that way, e426204). */
 static __always_inline void count(__u32 r)
 {
 	__u64 *c = bpf_map_lookup_elem(&counters, &r);
 	if (c)
-		*c += 1;
+		__sync_fetch_and_add(c, 1);
 }
 
 

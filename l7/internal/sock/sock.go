@@ -68,35 +68,45 @@ func ReadToEnd(c net.Conn, buf []byte, got func([]byte)) error {
 	if err != nil {
 		return fmt.Errorf("raw conn: %w", err)
 	}
-	var rerr error
-	var ended time.Time
-	err = rc.Read(func(fd uintptr) bool {
-		for {
-			n, err := unix.Read(int(fd), buf)
-			switch {
-			case n > 0:
-				got(buf[:n])
-				ended = time.Time{}
-				continue
-			case err == nil:
-				return true // the end
-			case err == unix.EINTR:
-				continue
-			case err != unix.EAGAIN:
-				rerr = err
-				return true
-			case !peerEnded(int(fd)):
-				return false // the poller wakes this at the next data or the end
-			case ended.IsZero():
-				ended = time.Now()
-			case time.Since(ended) > endWait:
-				rerr = ErrEndUnread
+	var ended time.Time // when a read first found the end told but unread
+	for {
+		var rerr error
+		retry := false
+		err := rc.Read(func(fd uintptr) bool {
+			for {
+				n, err := unix.Read(int(fd), buf)
+				switch {
+				case n > 0:
+					got(buf[:n])
+					ended = time.Time{}
+					continue
+				case err == nil:
+					return true // the end
+				case err == unix.EINTR:
+					continue
+				case err != unix.EAGAIN:
+					rerr = err
+					return true
+				case !peerEnded(int(fd)):
+					return false // the poller wakes this at the next data or the end
+				}
+				retry = true
 				return true
 			}
-			time.Sleep(time.Millisecond)
+		})
+		if err != nil || !retry {
+			return errors.Join(err, rerr)
 		}
-	})
-	return errors.Join(err, rerr)
+		// Out of rc.Read while waiting, so a Close of c goes on at once
+		// (it waits for the reader's reference) and the next Read says
+		// it was closed.
+		if ended.IsZero() {
+			ended = time.Now()
+		} else if time.Since(ended) > endWait {
+			return ErrEndUnread
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // peerEnded reports whether fd's peer has ended its side, or the socket
