@@ -44,6 +44,9 @@ type L7FastPath struct {
 	Why          string `json:"why,omitempty"`
 	// Messages are the kernel's counters by reason (absent without it).
 	Messages map[string]uint64 `json:"messages,omitempty"`
+	// Unjoined: connections the kernel could not take (its table full,
+	// or no memory), which the proxy alone served.
+	Unjoined uint64 `json:"unjoined"`
 }
 
 // L7Response is GET /v1/l7.
@@ -140,7 +143,7 @@ func l7Response(p *l7.Server) (L7Response, error) {
 	cfg := st.Policy
 	resp := L7Response{Listen: st.Listen, HashHeader: cfg.HashHeader, Routes: []L7Route{}, RBAC: []L7Rule{}, NoRoute: st.NoRoute,
 		PolicyGeneration: st.Generation,
-		FastPath:         L7FastPath{Attached: st.Fast, KernelPolicy: st.KernelPolicy, Messages: st.Reasons}}
+		FastPath:         L7FastPath{Attached: st.Fast, KernelPolicy: st.KernelPolicy, Messages: st.Reasons, Unjoined: st.Unjoined}}
 	if cfg.SetHeader.Name != "" {
 		resp.SetHeader = cfg.SetHeader.Name + ": " + cfg.SetHeader.Value
 	}

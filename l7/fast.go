@@ -125,7 +125,10 @@ type FastPath struct {
 	routeBase  map[string]uint64
 	routeOff   [policy.MaxRoutes]uint64
 	dropped    atomic.Uint64 // pooled sockets dropped by policy changes
-	responses  atomic.Uint64 // responses to fast requests relayed (respond.go)
+	// unjoined counts accepted connections the data plane could not take
+	// (a map full or out of memory): the proxy alone served them.
+	unjoined  atomic.Uint64
+	responses atomic.Uint64 // responses to fast requests relayed (respond.go)
 }
 
 // kernelPolicy compiles p into the data plane's form; enabled false (with

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/internal/topo"
 	"github.com/xdpshield/xdpshield/l7/policy"
@@ -323,4 +324,48 @@ func TestFastPathManyConns(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	assert.EqualValues(t, [5]int{}, left, "after the clients closed, conns/ctls/pool/peer/scratch hold %v entries, want none", left)
+}
+
+// TestFastPathFullTable: a connection the data plane cannot take (here its
+// table of connections full) is served by the proxy alone, answered as
+// ever, and counted (unjoined: shield_l7_fast_path_unjoined_total), not
+// lost in a debug log; once the table has room, the next connection joins.
+func TestFastPathFullTable(t *testing.T) {
+	e := newNS(t)
+	b := e.backend(t, "b1")
+	_, fp, addr := e.proxy(t, policy.Config{Routes: []policy.Route{{Name: "all", PathPrefix: "/", Backends: []string{b.addr}}}}, true)
+	// Fill conns with cookies no socket has (cookies count up from 1).
+	n := int(fp.objs.Conns.MaxEntries())
+	keys := make([]uint64, n)
+	for i := range keys {
+		keys[i] = 1<<62 + uint64(i)
+	}
+	put, err := fp.objs.Conns.BatchUpdate(keys, make([]bpf.L7Conn, n), nil)
+	require.NoError(t, err, "fill conns")
+	require.Equal(t, n, put, "fill conns")
+	get := func() {
+		t.Helper()
+		c := e.client()
+		defer c.CloseIdleConnections()
+		resp, err := c.Get("http://" + addr + "/x")
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode)
+	}
+	before, err := fp.Counters()
+	require.NoError(t, err)
+	get()
+	after, err := fp.Counters()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, fp.unjoined.Load(), "connections the full table could not take")
+	assert.Equal(t, before.Reasons, after.Reasons, "the kernel judged a request of a connection it never took")
+	deleted, err := fp.objs.Conns.BatchDelete(keys, nil)
+	require.NoError(t, err, "empty conns")
+	require.Equal(t, n, deleted, "empty conns")
+	get()
+	after, err = fp.Counters()
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, fp.unjoined.Load(), "with room again, the next connection joins")
+	assert.EqualValues(t, 1, after.Reasons[ReasonMiss]-before.Reasons[ReasonMiss], "the kernel's first request of the joined connection is a miss")
 }

@@ -31,6 +31,8 @@ var (
 		"L7 policy changes, by result: applied, or refused (invalid: nothing changed).", []string{"result"}, nil)
 	descDropped = prometheus.NewDesc("shield_l7_pooled_sockets_dropped_total",
 		"Pooled upstream sockets taken out of the fast path's pool because a policy change dropped their backend.", nil, nil)
+	descUnjoined = prometheus.NewDesc("shield_l7_fast_path_unjoined_total",
+		"Client connections the kernel's fast path could not take (its connection table full, or no memory): the Go proxy alone served them.", nil, nil)
 )
 
 // Collector returns a Prometheus collector reading the proxy's counters and
@@ -40,7 +42,7 @@ func (s *Server) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Server }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRequests, descResponses, descDenied, descNoRoute, descReasons, descFast, descGeneration, descChanges, descDropped} {
+	for _, d := range []*prometheus.Desc{descRequests, descResponses, descDenied, descNoRoute, descReasons, descFast, descGeneration, descChanges, descDropped, descUnjoined} {
 		ch <- d
 	}
 }
@@ -76,4 +78,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Generation-1), "applied")
 	ch <- prometheus.MustNewConstMetric(descChanges, prometheus.CounterValue, float64(st.Refused), "refused")
 	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(st.Dropped))
+	ch <- prometheus.MustNewConstMetric(descUnjoined, prometheus.CounterValue, float64(st.Unjoined))
 }

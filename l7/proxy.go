@@ -325,7 +325,11 @@ func (l *fastListener) Accept() (net.Conn, error) {
 	cc, err := l.fp.accept(c)
 	if err != nil {
 		// The proxy alone serves it: nothing of the data plane saw it.
-		l.fp.logf("accept: %v", err)
+		// Counted (shield_l7_fast_path_unjoined_total); said at the 1st,
+		// 2nd, 4th, 8th... time, so a full table cannot flood the log.
+		if n := l.fp.unjoined.Add(1); n&(n-1) == 0 {
+			l.fp.log.Warn("l7: the fast path could not take a connection, the proxy alone serves it", "error", err, "connections", n)
+		}
 		return c, nil
 	}
 	return cc, nil

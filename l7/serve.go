@@ -196,6 +196,9 @@ type Status struct {
 	Refused    uint64
 	// Dropped counts pooled sockets of backends a change dropped.
 	Dropped uint64
+	// Unjoined counts connections the fast path could not take (its
+	// table full, or no memory): the proxy alone served them.
+	Unjoined uint64
 	// Policy is the policy in force, read with the counts.
 	Policy policy.Config
 	// Reasons are the fast path's counters by reason (nil without it).
@@ -237,6 +240,7 @@ func (s *Server) Status() (Status, error) {
 		}
 		st.Fast, st.KernelPolicy, st.KernelPolicyWhy = true, fp.Enabled, fp.Why
 		st.Dropped = fp.dropped.Load()
+		st.Unjoined = fp.unjoined.Load()
 		st.Reasons = map[string]uint64{}
 		for r := Reason(0); r < numReasons; r++ {
 			st.Reasons[r.String()] = fc.Reasons[r]

@@ -108,6 +108,9 @@ func printL7(w io.Writer, r api.L7Response) {
 		}
 		fmt.Fprintf(w, "; kernel: %s", strings.Join(parts, ", "))
 	}
+	if n := r.FastPath.Unjoined; n > 0 {
+		fmt.Fprintf(w, "; %d connections the kernel could not take, served by the proxy alone", n)
+	}
 	fmt.Fprintln(w, ")")
 }
 
