@@ -149,6 +149,40 @@ func TestTCPRelayBacklogFlood(t *testing.T) {
 // wakes it; it goes back to waiting), returns at the peer's FIN with the
 // data still queued, and returns when the connection is closed under it.
 func TestAwaitEnd(t *testing.T) {
+	eachEnd(t, func(end string, peer, c net.Conn) error {
+		done := make(chan struct{})
+		go func() { AwaitEnd(c); close(done) }()
+		if _, err := peer.Write([]byte("data")); err != nil {
+			return err
+		}
+		select {
+		case <-done:
+			assert.Failf(t, "returned early", "%s: AwaitEnd returned on data, before the end", end)
+		case <-time.After(200 * time.Millisecond):
+		}
+		if end == "fin" {
+			peer.(*net.TCPConn).CloseWrite()
+		} else {
+			c.Close()
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			require.Failf(t, "no return", "%s: AwaitEnd still waiting 5 s after the end", end)
+		}
+		if end == "fin" {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, err := io.ReadAll(c)
+			assert.EqualValues(t, "data", string(b), "fin: read after AwaitEnd = %q, %v, want the data it left queued", b, err)
+		}
+		return nil
+	})
+}
+
+// eachEnd runs f on a fresh connection pair in a throwaway namespace for
+// each way a connection ends: the peer's FIN, or this side's close (c is
+// the accepted side, peer the dialling one).
+func eachEnd(t *testing.T, f func(end string, peer, c net.Conn) error) {
 	ns := newNS(t)
 	require.NoError(t, ns.Do(func() error {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,33 +200,12 @@ func TestAwaitEnd(t *testing.T) {
 				peer.Close()
 				return err
 			}
-			done := make(chan struct{})
-			go func() { AwaitEnd(c); close(done) }()
-			if _, err := peer.Write([]byte("data")); err != nil {
+			err = f(end, peer, c)
+			c.Close()
+			peer.Close()
+			if err != nil {
 				return err
 			}
-			select {
-			case <-done:
-				assert.Failf(t, "returned early", "%s: AwaitEnd returned on data, before the end", end)
-			case <-time.After(200 * time.Millisecond):
-			}
-			if end == "fin" {
-				peer.(*net.TCPConn).CloseWrite()
-			} else {
-				c.Close()
-			}
-			select {
-			case <-done:
-			case <-time.After(5 * time.Second):
-				require.Failf(t, "no return", "%s: AwaitEnd still waiting 5 s after the end", end)
-			}
-			if end == "fin" {
-				c.SetReadDeadline(time.Now().Add(5 * time.Second))
-				b, err := io.ReadAll(c)
-				assert.EqualValues(t, "data", string(b), "fin: read after AwaitEnd = %q, %v, want the data it left queued", b, err)
-				c.Close()
-			}
-			peer.Close()
 		}
 		return nil
 	}))
@@ -204,56 +217,36 @@ func TestAwaitEnd(t *testing.T) {
 // parser's deferred work) needs a sockhash: l7's TestFastPathManyConns
 // meets it on 7.2.
 func TestReadToEnd(t *testing.T) {
-	ns := newNS(t)
-	require.NoError(t, ns.Do(func() error {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
+	eachEnd(t, func(end string, peer, c net.Conn) error {
+		got := make(chan string, 8)
+		done := make(chan error, 1)
+		go func() { done <- ReadToEnd(c, make([]byte, 64), func(p []byte) { got <- string(p) }) }()
+		if _, err := peer.Write([]byte("data")); err != nil {
 			return err
 		}
-		defer ln.Close()
-		for _, end := range []string{"fin", "close"} {
-			peer, err := net.Dial("tcp", ln.Addr().String())
-			if err != nil {
-				return err
-			}
-			defer peer.Close()
-			c, err := ln.Accept()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			got := make(chan string, 8)
-			done := make(chan error, 1)
-			go func() {
-				done <- ReadToEnd(c, make([]byte, 64), func(p []byte) { got <- string(p) })
-			}()
-			if _, err := peer.Write([]byte("data")); err != nil {
-				return err
-			}
-			select {
-			case err := <-done:
-				assert.Failf(t, "returned early", "%s: ReadToEnd returned on data, before the end: %v", end, err)
-			case <-time.After(200 * time.Millisecond):
-			}
-			assert.Equal(t, "data", <-got, "%s: the bytes handed over", end)
+		select {
+		case err := <-done:
+			assert.Failf(t, "returned early", "%s: ReadToEnd returned on data, before the end: %v", end, err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		assert.Equal(t, "data", <-got, "%s: the bytes handed over", end)
+		if end == "fin" {
+			peer.(*net.TCPConn).CloseWrite()
+		} else {
+			c.Close()
+		}
+		select {
+		case err := <-done:
 			if end == "fin" {
-				peer.(*net.TCPConn).CloseWrite()
+				assert.NoError(t, err, "fin: ReadToEnd at the peer's end")
 			} else {
-				c.Close()
+				assert.ErrorIs(t, err, net.ErrClosed, "close: ReadToEnd at the socket's close")
 			}
-			select {
-			case err := <-done:
-				if end == "fin" {
-					assert.NoError(t, err, "fin: ReadToEnd at the peer's end")
-				} else {
-					assert.ErrorIs(t, err, net.ErrClosed, "close: ReadToEnd at the socket's close")
-				}
-			case <-time.After(5 * time.Second):
-				require.Failf(t, "no return", "%s: ReadToEnd still reading 5 s after the end", end)
-			}
+		case <-time.After(5 * time.Second):
+			require.Failf(t, "no return", "%s: ReadToEnd still reading 5 s after the end", end)
 		}
 		return nil
-	}))
+	})
 }
 
 // TestTCPRelayMarksRewritten: where a rule of the namespace rewrites the
