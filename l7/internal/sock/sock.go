@@ -44,9 +44,9 @@ func Control(c net.Conn, fn func(fd int, cookie uint64) error) error {
 // (POLLRDHUP) but cannot read yet.
 const endWait = 2 * time.Second
 
-// ErrEndUnread: the peer ended (POLLRDHUP) but a read still found the
+// errEndUnread: the peer ended (POLLRDHUP) but a read still found the
 // socket's queue unread for endWait (ReadToEnd).
-var ErrEndUnread = errors.New("the peer ended but its end stayed unread")
+var errEndUnread = errors.New("the peer ended but its end stayed unread")
 
 // ReadToEnd reads c until its peer's end, an error or c's close, handing
 // each read's bytes to got. It does not wait for a wakeup that may not
@@ -57,7 +57,7 @@ var ErrEndUnread = errors.New("the peer ended but its end stayed unread")
 // takes the FIN. So where a read would block after the peer has ended
 // (POLLRDHUP, set at the FIN whoever reads), it reads again each
 // millisecond until the end reads as one, for at most endWait
-// (ErrEndUnread). 7.2 under TCG, before: 2 of 60 runs of l7's
+// (errEndUnread). 7.2 under TCG, before: 2 of 60 runs of l7's
 // TestFastPathManyConns left one relay's watcher waiting for good.
 func ReadToEnd(c net.Conn, buf []byte, got func([]byte)) error {
 	sc, ok := c.(syscall.Conn)
@@ -103,7 +103,7 @@ func ReadToEnd(c net.Conn, buf []byte, got func([]byte)) error {
 		if ended.IsZero() {
 			ended = time.Now()
 		} else if time.Since(ended) > endWait {
-			return ErrEndUnread
+			return errEndUnread
 		}
 		time.Sleep(time.Millisecond)
 	}
