@@ -273,7 +273,7 @@ struct {
 enum list_capacity {
 	MAX_LIST_ENTRIES = 65536, /* per list and family */
 	MAX_OWN_ENTRIES = 4096,   /* own4_addrs, own6_addrs */
-	/* Hit counters of the verdict tries' entries (rule_hits): one per
+	/* Hit counters of the verdict tries' entries (rule_counts): one per
 	 * entry of one family's trie; both families share them, and entries
 	 * beyond are not counted (list_value.rule is NO_RULE). */
 	MAX_RULES = 2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES,
@@ -334,7 +334,7 @@ enum list_verdict {
 };
 #define MAX_VERDICT_ENTRIES (2 * MAX_LIST_ENTRIES + MAX_OWN_ENTRIES)
 struct list_value {
-	__u32 rule;   /* the entry's hit counter in rule_hits, or NO_RULE */
+	__u32 rule;   /* the entry's hit counter in rule_counts, or NO_RULE */
 	__u8 verdict; /* LIST_ALLOW, LIST_DENY or LIST_OWN | LIST_IN_* */
 	__u8 _pad[3];
 };
@@ -355,15 +355,20 @@ struct {
 } lists6 SEC(".maps"), lists6_b SEC(".maps");
 
 /* Packets whose longest listed match was an entry, per entry
- * (list_value.rule) and CPU: per-CPU, so a flood on one deny prefix
- * never bounces a shared line between CPUs. User space keeps an entry's
+ * (list_value.rule) and CPU: CPU c counts rule r at c * MAX_RULES + r, a
+ * region of its own, so a flood on one deny prefix never bounces a shared
+ * line between CPUs. One array, not a per-CPU array of MAX_RULES elements:
+ * that allocates each element apart, most of a load's time under
+ * emulation, and user space reads and zeroes these through a mapping. User
+ * space sizes it (MAX_RULES times the possible CPUs), keeps an entry's
  * rule across changes and zeroes a rule before giving it to a new entry. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, MAX_RULES);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_RULES); /* times the possible CPUs, at load */
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u64);
-} rule_hits SEC(".maps");
+} rule_counts SEC(".maps");
 
 /* The configuration lives in an inner array that user space replaces whole:
  * the outer slot is swapped atomically and a running program keeps the map it
@@ -976,11 +981,15 @@ static __always_inline int run(struct xdp_md *ctx, const int cas)
 	int list = listed(&pkt, cfg, flags, &rule);
 
 	if (list) {
-		/* The entry that decided counts the packet (rule_hits). */
-		__u64 *hits = bpf_map_lookup_elem(&rule_hits, &rule);
+		/* The entry that decided counts the packet, on this CPU
+		 * (rule_counts); NO_RULE is not counted. */
+		if (rule < MAX_RULES) {
+			__u32 slot = bpf_get_smp_processor_id() * MAX_RULES + rule;
+			__u64 *hits = bpf_map_lookup_elem(&rule_counts, &slot);
 
-		if (hits)
-			*hits += 1;
+			if (hits)
+				*hits += 1;
+		}
 		/* From the wire, the machine's own address is forged. (On
 		 * loopback the machine talks to itself: there the service
 		 * names no own address.) */

@@ -230,7 +230,7 @@ const (
 	ShieldMapOwn6Addrs      = "own6_addrs"
 	ShieldMapPresence       = "presence"
 	ShieldMapProtectedDsts  = "protected_dsts"
-	ShieldMapRuleHits       = "rule_hits"
+	ShieldMapRuleCounts     = "rule_counts"
 	ShieldMapSources        = "sources"
 	ShieldProgClockProbe    = "clock_probe"
 	ShieldProgShield        = "shield"
@@ -315,7 +315,7 @@ type ShieldMapSpecs struct {
 	Own6Addrs     *ebpf.MapSpec `ebpf:"own6_addrs"`
 	Presence      *ebpf.MapSpec `ebpf:"presence"`
 	ProtectedDsts *ebpf.MapSpec `ebpf:"protected_dsts"`
-	RuleHits      *ebpf.MapSpec `ebpf:"rule_hits"`
+	RuleCounts    *ebpf.MapSpec `ebpf:"rule_counts"`
 	Sources       *ebpf.MapSpec `ebpf:"sources"`
 }
 
@@ -372,7 +372,7 @@ type ShieldMaps struct {
 	Own6Addrs     *ebpf.Map `ebpf:"own6_addrs"`
 	Presence      *ebpf.Map `ebpf:"presence"`
 	ProtectedDsts *ebpf.Map `ebpf:"protected_dsts"`
-	RuleHits      *ebpf.Map `ebpf:"rule_hits"`
+	RuleCounts    *ebpf.Map `ebpf:"rule_counts"`
 	Sources       *ebpf.Map `ebpf:"sources"`
 }
 
@@ -394,7 +394,7 @@ func (m *ShieldMaps) Close() error {
 		m.Own6Addrs,
 		m.Presence,
 		m.ProtectedDsts,
-		m.RuleHits,
+		m.RuleCounts,
 		m.Sources,
 	)
 }

@@ -27,7 +27,7 @@ func DumpState(s *Shield) (map[string]string, error) {
 		m := maps.Field(i).Interface().(*ebpf.Map)
 		name := maps.Type().Field(i).Name
 		switch m {
-		case s.objs.RuleHits, s.objs.Captured, s.objs.ConfigMap:
+		case s.objs.RuleCounts, s.objs.Captured, s.objs.ConfigMap:
 			continue
 		}
 		if m.Type() == ebpf.ProgramArray {

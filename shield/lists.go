@@ -6,12 +6,16 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
+	"github.com/xdpshield/xdpshield/shield/oldpins"
 )
 
 type trie struct {
@@ -378,36 +382,64 @@ func (s *Shield) assignRules(want map[netip.Prefix]uint8) (map[netip.Prefix]uint
 		out[p] = next
 		zeroed = append(zeroed, next)
 	}
-	if err := s.zeroRules(zeroed); err != nil {
-		return nil, err
-	}
+	s.zeroRules(zeroed)
 	return out, nil
 }
 
-// zeroRules zeroes the hit counters rs on every CPU: one batch where the
-// kernel has them for per-CPU arrays, a write each elsewhere.
-func (s *Shield) zeroRules(rs []uint32) error {
-	if len(rs) == 0 {
-		return nil
-	}
-	cpus, err := ebpf.PossibleCPU()
+// mapRuleCounts maps rule_counts (BPF_F_MMAPABLE): CPU c counts rule r
+// at [c*maxRules+r].
+func (s *Shield) mapRuleCounts() error {
+	n := int(s.objs.RuleCounts.MaxEntries())
+	b, err := unix.Mmap(s.objs.RuleCounts.FD(), 0, n*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return err
+		return fmt.Errorf("map the hit counters: %w", err)
 	}
-	_, err = s.objs.RuleHits.BatchUpdate(rs, make([]uint64, len(rs)*cpus), nil)
-	if err == nil {
-		return nil
+	s.ruleCountsMap = b
+	s.ruleCounts = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n)
+	return nil
+}
+
+// carryRuleHits carries the counts of the rules in force over from the
+// hit counters an earlier version pinned (oldpins.ReadRuleHits) into CPU
+// 0's, and says whether there were any: Load unpins them once it is done.
+// Setting, not adding, so a load that stops before that and runs again
+// carries the same counts; what the old program still attached counts
+// until the new one replaces it is not carried.
+func (s *Shield) carryRuleHits() (bool, error) {
+	if s.pinPath == "" {
+		return false, nil
 	}
-	if !errors.Is(err, ebpf.ErrNotSupported) {
-		return fmt.Errorf("zero hit counters: %w", err)
-	}
-	zero := make([]uint64, cpus)
-	for _, r := range rs {
-		if err := s.objs.RuleHits.Put(r, zero); err != nil {
-			return fmt.Errorf("zero hit counter %d: %w", r, err)
+	var rs []uint32
+	if p := s.rules.Load(); p != nil {
+		for _, r := range *p {
+			if r < maxRules {
+				rs = append(rs, r)
+			}
 		}
 	}
-	return nil
+	hits, ok, err := oldpins.ReadRuleHits(s.pinPath, rs)
+	for r, n := range hits {
+		atomic.StoreUint64(&s.ruleCounts[r], n)
+	}
+	return ok, err
+}
+
+// zeroRules zeroes the hit counters rs on every CPU.
+func (s *Shield) zeroRules(rs []uint32) {
+	for c := 0; c < len(s.ruleCounts); c += int(maxRules) {
+		for _, r := range rs {
+			atomic.StoreUint64(&s.ruleCounts[c+int(r)], 0)
+		}
+	}
+}
+
+// ruleHits is rule r's hit counter summed over the CPUs.
+func (s *Shield) ruleHits(r uint32) uint64 {
+	var n uint64
+	for c := 0; c < len(s.ruleCounts); c += int(maxRules) {
+		n += atomic.LoadUint64(&s.ruleCounts[c+int(r)])
+	}
+	return n
 }
 
 // ListHits returns, for every prefix of list l, the packets whose longest
@@ -424,21 +456,13 @@ func (s *Shield) ListHits(l lists.List) (map[netip.Prefix]uint64, error) {
 		rules = *p
 	}
 	out := make(map[netip.Prefix]uint64, len(ps))
-	var per []uint64
 	for _, p := range ps {
 		r, ok := rules[p]
 		if !ok || r == noRule {
 			out[p] = 0
 			continue
 		}
-		if err := s.objs.RuleHits.Lookup(r, &per); err != nil {
-			return nil, fmt.Errorf("read hits of %s: %w", p, err)
-		}
-		var n uint64
-		for _, x := range per {
-			n += x
-		}
-		out[p] = n
+		out[p] = s.ruleHits(r)
 	}
 	return out, nil
 }

@@ -17,7 +17,7 @@ import (
 // leaves is what Load leaves but for three things no reader sees: the hash
 // keys (the table is empty, so no entry was placed with them), the rules'
 // hit counters (user space zeroes a rule before giving it to an entry:
-// rule_hits), and the inner map the last configuration swap replaced (kept
+// rule_counts), and the inner map the last configuration swap replaced (kept
 // until the next swap, as after any change).
 //
 // Nothing may use s while Reset runs, and a capture running is stopped. A
@@ -64,5 +64,5 @@ func (s *Shield) Reset(l config.Limits) error {
 // perf buffer and the rules' hit counters (see Reset), and zeroes its
 // writable variables.
 func (s *Shield) clearMaps() error {
-	return bpf.Clear(&s.objs.ShieldMaps, &s.objs.ShieldVariables, s.objs.RuleHits, s.objs.Captured, s.objs.ConfigMap)
+	return bpf.Clear(&s.objs.ShieldMaps, &s.objs.ShieldVariables, s.objs.RuleCounts, s.objs.Captured, s.objs.ConfigMap)
 }

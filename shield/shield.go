@@ -85,9 +85,25 @@ const (
 // than a restart with another clock moves a bucket's time.
 const ktimeSlack = 1_000_000
 
+// objects is what a Load asks the kernel for: bpf.ShieldObjects less the
+// program not in use. loadObjects puts shield_compat in shield's place
+// when the kernel needs it, so one of the two large programs is verified
+// per load, not both (under TCG each costs about a second).
+type objects struct {
+	bpf.ShieldMaps
+	bpf.ShieldVariables
+	ClockProbe *ebpf.Program `ebpf:"clock_probe"`
+	Shield     *ebpf.Program `ebpf:"shield"`
+}
+
+// Close closes the programs and maps.
+func (o *objects) Close() error {
+	return errors.Join(o.ClockProbe.Close(), o.Shield.Close(), o.ShieldMaps.Close())
+}
+
 // Shield is a loaded shield program and its maps.
 type Shield struct {
-	objs      bpf.ShieldObjects
+	objs      objects
 	innerSpec *ebpf.MapSpec
 	clock     config.Clock
 	tickNs    uint64 // the clock's resolution when it ticks (jiffies), else 0
@@ -113,8 +129,12 @@ type Shield struct {
 	// gen is the verdict generation the configuration in force names
 	// (CONFIG_LISTS_B): 0 lists4/lists6, 1 lists4_b/lists6_b (lists.go).
 	gen uint32
-	// rules are the hit counters (rule_hits) of the entries in force.
-	rules atomic.Pointer[map[netip.Prefix]uint32]
+	// rules are the hit counters (rule_counts) of the entries in force;
+	// ruleCounts maps rule_counts (ruleCountsMap the mapping): CPU c
+	// counts rule r at [c*maxRules+r].
+	rules         atomic.Pointer[map[netip.Prefix]uint32]
+	ruleCounts    []uint64
+	ruleCountsMap []byte
 	// The presence filter (presence.go): the one in force and the hash's
 	// key, both written into every configuration; filterMu orders
 	// refreshes; presence maps both filters (presenceMap the mapping).
@@ -191,6 +211,11 @@ func Load(opts Options) (*Shield, error) {
 		return nil, fmt.Errorf("load spec: %w", err)
 	}
 	spec.Maps[bpf.ShieldMapSources].MaxEntries = opts.TableSize / uint32(source.Ways)
+	cpus, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps[bpf.ShieldMapRuleCounts].MaxEntries = maxRules * uint32(cpus)
 	// The hash's keys come from the seed in the pinned configuration, or
 	// a new one: they must be known before the program is loaded.
 	seed, pinned, err := pinnedSeed(opts.PinPath)
@@ -296,6 +321,10 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}()
 	s.pinPath = opts.PinPath
+	if err := s.mapRuleCounts(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	cfg, ok, err := s.readConfig()
 	if err != nil {
 		s.Close()
@@ -323,6 +352,11 @@ func Load(opts Options) (*Shield, error) {
 		return nil, err
 	}
 	if err := s.loadRules(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	oldHits, err := s.carryRuleHits()
+	if err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -381,6 +415,12 @@ func Load(opts Options) (*Shield, error) {
 	}
 	if oldLists != nil {
 		if err := oldLists.Remove(); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if oldHits {
+		if err := oldpins.RemoveRuleHits(s.pinPath); err != nil {
 			s.Close()
 			return nil, err
 		}
@@ -448,15 +488,13 @@ func (s *Shield) loadObjects(spec *ebpf.CollectionSpec, vars map[string]any, opt
 		spec.Programs[bpf.ShieldProgShield] = spec.Programs[bpf.ShieldProgShieldCompat].Copy()
 	}
 	if s.extend != nil {
-		// Both variants: the first program loaded that uses the
-		// program array `next` makes it the array of its type; 5.10
-		// took an extension's type as the array's, not its target's,
-		// and refused a program of the other type with EINVAL.
+		// Only shield is loaded (objects): the program array `next`
+		// takes its type from the first program using it, and 5.10
+		// took an extension's type as the array's, refusing a program
+		// of another type with EINVAL.
 		spec = spec.Copy()
-		for _, name := range []string{bpf.ShieldProgShield, bpf.ShieldProgShieldCompat} {
-			p := spec.Programs[name]
-			p.Type, p.AttachType, p.AttachTarget, p.AttachTo = ebpf.Extension, 0, s.extend, s.extendFunc
-		}
+		p := spec.Programs[bpf.ShieldProgShield]
+		p.Type, p.AttachType, p.AttachTarget, p.AttachTo = ebpf.Extension, 0, s.extend, s.extendFunc
 	}
 	return bpf.Load(spec, vars, &s.objs, opts)
 }
@@ -466,6 +504,10 @@ func (s *Shield) Close() error {
 	s.cap.Close()
 	if s.prev != nil {
 		s.prev.Close()
+	}
+	if s.ruleCountsMap != nil {
+		unix.Munmap(s.ruleCountsMap)
+		s.ruleCountsMap, s.ruleCounts = nil, nil
 	}
 	if s.presenceMap != nil {
 		unix.Munmap(s.presenceMap)

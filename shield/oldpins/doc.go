@@ -5,7 +5,8 @@
 // reports the copy), the lists' own membership tries with the journal of
 // a change a crash interrupted (TakeLists reads them with that change
 // rolled back; Recovery reports it), and verdict tries of a former value
-// layout (DropVerdictTries unpins them). Names lists every name those
+// layout (DropVerdictTries unpins them), and the entries' hit counters in
+// a per-CPU array (ReadRuleHits, RemoveRuleHits). Names lists every name those
 // versions pinned, for pin.Detach.
 //
 // It must not write the program's maps (package shield puts what it reads

@@ -189,10 +189,10 @@ func DropVerdictTries(dir string, spec *ebpf.CollectionSpec) error {
 }
 
 // Names are the names of the old pins this package reads in a pin
-// directory: the lists' own tries and change journal, and the sources
-// table moved aside while it is copied.
+// directory: the lists' own tries and change journal, the sources
+// table moved aside while it is copied, and the per-CPU hit counters.
 func Names() []string {
-	names := []string{JournalPin, SourcesPin}
+	names := []string{JournalPin, SourcesPin, RuleHitsPin}
 	for _, n := range listPins {
 		names = append(names, n.name)
 	}
