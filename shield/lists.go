@@ -6,16 +6,12 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"golang.org/x/sys/unix"
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
-	"github.com/xdpshield/xdpshield/shield/oldpins"
 )
 
 type trie struct {
@@ -345,7 +341,7 @@ const (
 	noRule   = uint32(bpf.ShieldListCapacityNO_RULE)
 )
 
-// assignRules gives every entry of want its hit counter in rule_hits: an
+// assignRules gives every entry of want its hit counter in rule_counts: an
 // entry in force keeps its own, a new one gets the lowest counter no entry
 // in force uses (the generation in force may still count into it until
 // the swap), zeroed first. Entries beyond maxRules are not counted.
@@ -382,64 +378,10 @@ func (s *Shield) assignRules(want map[netip.Prefix]uint8) (map[netip.Prefix]uint
 		out[p] = next
 		zeroed = append(zeroed, next)
 	}
-	s.zeroRules(zeroed)
+	if err := s.hits.zero(zeroed); err != nil {
+		return nil, err
+	}
 	return out, nil
-}
-
-// mapRuleCounts maps rule_counts (BPF_F_MMAPABLE): CPU c counts rule r
-// at [c*maxRules+r].
-func (s *Shield) mapRuleCounts() error {
-	n := int(s.objs.RuleCounts.MaxEntries())
-	b, err := unix.Mmap(s.objs.RuleCounts.FD(), 0, n*8, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return fmt.Errorf("map the hit counters: %w", err)
-	}
-	s.ruleCountsMap = b
-	s.ruleCounts = unsafe.Slice((*uint64)(unsafe.Pointer(&b[0])), n)
-	return nil
-}
-
-// carryRuleHits carries the counts of the rules in force over from the
-// hit counters an earlier version pinned (oldpins.ReadRuleHits) into CPU
-// 0's, and says whether there were any: Load unpins them once it is done.
-// Setting, not adding, so a load that stops before that and runs again
-// carries the same counts; what the old program still attached counts
-// until the new one replaces it is not carried.
-func (s *Shield) carryRuleHits() (bool, error) {
-	if s.pinPath == "" {
-		return false, nil
-	}
-	var rs []uint32
-	if p := s.rules.Load(); p != nil {
-		for _, r := range *p {
-			if r < maxRules {
-				rs = append(rs, r)
-			}
-		}
-	}
-	hits, ok, err := oldpins.ReadRuleHits(s.pinPath, rs)
-	for r, n := range hits {
-		atomic.StoreUint64(&s.ruleCounts[r], n)
-	}
-	return ok, err
-}
-
-// zeroRules zeroes the hit counters rs on every CPU.
-func (s *Shield) zeroRules(rs []uint32) {
-	for c := 0; c < len(s.ruleCounts); c += int(maxRules) {
-		for _, r := range rs {
-			atomic.StoreUint64(&s.ruleCounts[c+int(r)], 0)
-		}
-	}
-}
-
-// ruleHits is rule r's hit counter summed over the CPUs.
-func (s *Shield) ruleHits(r uint32) uint64 {
-	var n uint64
-	for c := 0; c < len(s.ruleCounts); c += int(maxRules) {
-		n += atomic.LoadUint64(&s.ruleCounts[c+int(r)])
-	}
-	return n
 }
 
 // ListHits returns, for every prefix of list l, the packets whose longest
@@ -455,14 +397,20 @@ func (s *Shield) ListHits(l lists.List) (map[netip.Prefix]uint64, error) {
 	if p := s.rules.Load(); p != nil {
 		rules = *p
 	}
-	out := make(map[netip.Prefix]uint64, len(ps))
-	for _, p := range ps {
-		r, ok := rules[p]
-		if !ok || r == noRule {
-			out[p] = 0
-			continue
+	rs := make([]uint32, len(ps))
+	for i, p := range ps {
+		rs[i] = noRule
+		if r, ok := rules[p]; ok {
+			rs[i] = r
 		}
-		out[p] = s.ruleHits(r)
+	}
+	sums, err := s.hits.sums(rs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[netip.Prefix]uint64, len(ps))
+	for i, p := range ps {
+		out[p] = sums[i]
 	}
 	return out, nil
 }

@@ -7,12 +7,15 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
+	"github.com/xdpshield/xdpshield/bpf"
+	"github.com/xdpshield/xdpshield/internal/testutil"
 	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/oldpins"
@@ -71,7 +74,7 @@ func TestRuleCountsPerCPU(t *testing.T) {
 		})
 	}
 	for cpu, n := range sent {
-		assert.EqualValues(t, n, s.ruleCounts[cpu*int(maxRules)+int(rule)], "CPU %d's count of rule %d", cpu, rule)
+		assert.EqualValues(t, n, s.hits.counts[cpu*int(maxRules)+int(rule)], "CPU %d's count of rule %d", cpu, rule)
 	}
 	hits, err := s.ListHits(lists.DenyList)
 	require.NoError(t, err)
@@ -81,7 +84,8 @@ func TestRuleCountsPerCPU(t *testing.T) {
 // TestRuleHitsCarriedFromOldPins: pins of a version before rule_counts
 // hold the entries' hit counters in a per-CPU array, rule_hits (one
 // counter per rule). A load on them carries the counts of the entries in
-// force over and unpins the old counters.
+// force over, in place of what this version's counters held for them,
+// and unpins the old counters.
 func TestRuleHitsCarriedFromOldPins(t *testing.T) {
 	dir := pinDir(t)
 	l := config.DefaultLimits()
@@ -106,6 +110,13 @@ func TestRuleHitsCarriedFromOldPins(t *testing.T) {
 	require.NoError(t, old.Put(rule+1, make([]uint64, cpus))) // no entry's
 	require.NoError(t, old.Pin(filepath.Join(dir, oldpins.RuleHitsPin)))
 	old.Close()
+	// A count of the rule in this version's counters (an upgrade after
+	// a downgrade that gave the rule out again): the carried count
+	// replaces it on every CPU.
+	cur, err := ebpf.LoadPinnedMap(filepath.Join(dir, bpf.ShieldMapRuleCounts), nil)
+	require.NoError(t, err)
+	require.NoError(t, cur.Put(uint32(cpus-1)*maxRules+rule, uint64(100)))
+	cur.Close()
 
 	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
 	hits, err := s.ListHits(lists.DenyList)
@@ -113,4 +124,32 @@ func TestRuleHitsCarriedFromOldPins(t *testing.T) {
 	assert.Equal(t, map[netip.Prefix]uint64{p: 12}, hits, "ListHits(deny) after the load")
 	_, err = os.Stat(filepath.Join(dir, oldpins.RuleHitsPin))
 	assert.ErrorIs(t, err, os.ErrNotExist, "the old counters' pin after the load")
+}
+
+// TestListHitsDuringClose: the API may still sum hits when the service
+// closes the shield (an HTTP handler outliving the shutdown): Close waits
+// for the sum and unmaps the counters after it, and a sum after Close is
+// an error, not a read of unmapped memory.
+func TestListHitsDuringClose(t *testing.T) {
+	testutil.Root(t)
+	s, err := Load(Options{TableSize: 4096})
+	require.NoError(t, err)
+	var ps []netip.Prefix
+	for i := range 1000 {
+		ps = append(ps, netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(i >> 8), byte(i)}), 32))
+	}
+	_, err = s.Add(lists.DenyList, ps)
+	require.NoError(t, err)
+	done := make(chan error)
+	go func() {
+		for {
+			if _, err := s.ListHits(lists.DenyList); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, s.Close())
+	assert.Error(t, <-done, "ListHits after Close")
 }

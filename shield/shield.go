@@ -130,11 +130,9 @@ type Shield struct {
 	// (CONFIG_LISTS_B): 0 lists4/lists6, 1 lists4_b/lists6_b (lists.go).
 	gen uint32
 	// rules are the hit counters (rule_counts) of the entries in force;
-	// ruleCounts maps rule_counts (ruleCountsMap the mapping): CPU c
-	// counts rule r at [c*maxRules+r].
-	rules         atomic.Pointer[map[netip.Prefix]uint32]
-	ruleCounts    []uint64
-	ruleCountsMap []byte
+	// hits is rule_counts mapped (rulecounts.go).
+	rules atomic.Pointer[map[netip.Prefix]uint32]
+	hits  ruleCounts
 	// The presence filter (presence.go): the one in force and the hash's
 	// key, both written into every configuration; filterMu orders
 	// refreshes; presence maps both filters (presenceMap the mapping).
@@ -215,7 +213,11 @@ func Load(opts Options) (*Shield, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Maps[bpf.ShieldMapRuleCounts].MaxEntries = maxRules * uint32(cpus)
+	hits := spec.Maps[bpf.ShieldMapRuleCounts]
+	if hits == nil {
+		return nil, fmt.Errorf("the program has no %s map (an object built before it?)", bpf.ShieldMapRuleCounts)
+	}
+	hits.MaxEntries = maxRules * uint32(cpus)
 	// The hash's keys come from the seed in the pinned configuration, or
 	// a new one: they must be known before the program is loaded.
 	seed, pinned, err := pinnedSeed(opts.PinPath)
@@ -321,7 +323,7 @@ func Load(opts Options) (*Shield, error) {
 		}
 	}()
 	s.pinPath = opts.PinPath
-	if err := s.mapRuleCounts(); err != nil {
+	if err := s.hits.mapFrom(s.objs.RuleCounts); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -505,10 +507,7 @@ func (s *Shield) Close() error {
 	if s.prev != nil {
 		s.prev.Close()
 	}
-	if s.ruleCountsMap != nil {
-		unix.Munmap(s.ruleCountsMap)
-		s.ruleCountsMap, s.ruleCounts = nil, nil
-	}
+	s.hits.close()
 	if s.presenceMap != nil {
 		unix.Munmap(s.presenceMap)
 		s.presenceMap, s.presence = nil, nil
