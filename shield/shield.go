@@ -88,7 +88,7 @@ const ktimeSlack = 1_000_000
 // objects is what a Load asks the kernel for: bpf.ShieldObjects less the
 // program not in use. loadObjects puts shield_compat in shield's place
 // when the kernel needs it, so one of the two large programs is verified
-// per load, not both (under TCG each costs about a second).
+// per load, not both.
 type objects struct {
 	bpf.ShieldMaps
 	bpf.ShieldVariables
