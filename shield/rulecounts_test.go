@@ -16,7 +16,6 @@ import (
 
 	"github.com/xdpshield/xdpshield/bpf"
 	"github.com/xdpshield/xdpshield/internal/testutil"
-	"github.com/xdpshield/xdpshield/shield/config"
 	"github.com/xdpshield/xdpshield/shield/lists"
 	"github.com/xdpshield/xdpshield/shield/oldpins"
 	"github.com/xdpshield/xdpshield/sim"
@@ -88,9 +87,7 @@ func TestRuleCountsPerCPU(t *testing.T) {
 // and unpins the old counters.
 func TestRuleHitsCarriedFromOldPins(t *testing.T) {
 	dir := pinDir(t)
-	l := config.DefaultLimits()
-	l.DryRun = true
-	s, err := Load(Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual, TableSize: 4096})
+	s, err := Load(Options{PinPath: dir, TableSize: 4096})
 	require.NoError(t, err, "fresh Load")
 	p := netip.MustParsePrefix("198.18.5.0/24")
 	_, err = s.Add(lists.DenyList, []netip.Prefix{p})
@@ -118,7 +115,7 @@ func TestRuleHitsCarriedFromOldPins(t *testing.T) {
 	require.NoError(t, cur.Put(uint32(cpus-1)*maxRules+rule, uint64(100)))
 	cur.Close()
 
-	s = loadT(t, Options{PinPath: dir, Limits: l, Clock: config.ClockVirtual})
+	s = loadT(t, Options{PinPath: dir})
 	hits, err := s.ListHits(lists.DenyList)
 	require.NoError(t, err)
 	assert.Equal(t, map[netip.Prefix]uint64{p: 12}, hits, "ListHits(deny) after the load")
